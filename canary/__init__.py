@@ -1,0 +1,1 @@
+"""Canary prober: sequence-numbered probes through the mirror, latency, loss, duplicates."""

@@ -1,0 +1,1 @@
+"""Failover tooling: plans, apply with safety checks, export/import, failback."""

@@ -1,0 +1,5 @@
+import sys
+
+from mirror.cli import main
+
+sys.exit(main())

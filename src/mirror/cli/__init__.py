@@ -1,0 +1,115 @@
+"""The `mirror` command: a thin layer over the core.
+
+Errors are handled here and only here: a `MirrorError` becomes `Error: …` on stderr and
+its exit code; a traceback is shown only with `--debug`. Command groups live in their own
+modules; `failover` and `canary` are separate packages mounted at the root.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import ExitCode, MirrorError
+
+log = logging.getLogger("mirror")
+
+
+class AppContext:
+    """Built once per invocation; the config is loaded (and validated) on first use."""
+
+    def __init__(self, debug: bool) -> None:
+        self.debug = debug
+        self._config: Any = None
+        self.config_path: Path | None = None
+
+    def config(self, path: str | Path) -> Any:
+        from .. import config as cfg
+
+        if self._config is None or self.config_path != Path(path):
+            self._config = cfg.load(path)
+            self.config_path = Path(path)
+        return self._config
+
+
+pass_app = click.make_pass_decorator(AppContext)
+
+config_option = click.option(
+    "-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+    envvar="MIRROR_CONFIG", help="Topology YAML file (env MIRROR_CONFIG).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+def setup_logging(verbose: int, debug: bool) -> None:
+    level = logging.DEBUG if debug or verbose > 1 else logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not debug and verbose < 3:
+        # librdkafka's per-retry connection chatter; the project reports reachability itself.
+        logging.getLogger("mirror.librdkafka").setLevel(logging.WARNING)
+
+
+class _LazyGroup(click.Group):
+    """Imports a subcommand's module only when it is used (fast `--help`, no Spark import for `lag`)."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lazy = lazy or {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._lazy})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self._lazy:
+            import importlib
+
+            module, _, attr = self._lazy[name].partition(":")
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+
+_COMMANDS = {
+    "validate": "mirror.cli.validate:validate",
+    "dev": "mirror.cli.dev:dev",
+}
+
+
+@click.group(cls=_LazyGroup, lazy=_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, envvar="MIRROR_DEBUG", help="Show tracebacks and debug logs.")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.version_option(package_name="mirror", prog_name="mirror")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, verbose: int) -> None:
+    """Mirror Kafka topics between clusters and fail consumer groups over between them."""
+    setup_logging(verbose, debug)
+    ctx.obj = AppContext(debug)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script and `python -m mirror`; returns the exit status."""
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:]) or os.environ.get("MIRROR_DEBUG") == "1"
+    try:
+        rv = cli.main(args=list(argv) if argv is not None else None, prog_name="mirror", standalone_mode=False)
+        return int(rv) if isinstance(rv, int) else ExitCode.OK
+    except MirrorError as exc:
+        if debug:
+            raise
+        click.echo(f"Error: {exc}", err=True)
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("Interrupted.", err=True)
+        return ExitCode.INTERRUPTED
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        return ExitCode.INTERRUPTED
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code

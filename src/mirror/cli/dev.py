@@ -1,0 +1,69 @@
+"""`mirror dev up|status|down`: real local clusters for development and demos."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..devcluster import DEFAULT_BASE_PORT, DEFAULT_HOME, DevClusters
+
+home_option = click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_HOME, show_default=True, help="Data, logs and pid files.")
+
+
+@click.group()
+def dev() -> None:
+    """Run real Kafka (and Cassandra) clusters on 127.0.0.1."""
+
+
+@dev.command()
+@click.option("--clusters", default="nyc,sf", show_default=True, help="Comma-separated cluster names; cluster i listens on base-port + 100*i.")
+@click.option("--cassandra", is_flag=True, help="Also run one Cassandra node (on base-port - 50).")
+@click.option("--base-port", type=click.IntRange(1024, 65000), default=DEFAULT_BASE_PORT, show_default=True)
+@home_option
+def up(clusters: str, cassandra: bool, base_port: int, home: Path) -> None:
+    """Start the clusters; return once each answers metadata and accepts a topic."""
+    names = [n.strip() for n in clusters.split(",") if n.strip()]
+    if not names or len(set(names)) != len(names):
+        raise click.BadParameter("give distinct, comma-separated names, e.g. nyc,sf", param_hint="--clusters")
+    result = DevClusters(home).up(names, base_port, cassandra=cassandra)
+    for name, c in result.status["clusters"].items():
+        if name in names:
+            what = "already running" if name in result.already_running else "started"
+            click.echo(f"{name}: {c['bootstrap']} ({what}; log {c['log']})")
+    cas = result.status.get("cassandra")
+    if cassandra and cas:
+        what = "already running" if "cassandra" in result.already_running else "started"
+        click.echo(f"cassandra: {cas['contact_point']} ({what}; log {cas['log']})")
+    click.echo(f"Stop with: mirror dev down --home {home}")
+
+
+@dev.command()
+@home_option
+@click.option("--json", "as_json", is_flag=True)
+def status(home: Path, as_json: bool) -> None:
+    """Show the clusters under --home and whether they run."""
+    st = DevClusters(home).status()
+    if as_json:
+        out = {
+            "clusters": {n: {"bootstrap": c["bootstrap"], "running": c["running"]} for n, c in st["clusters"].items()},
+            "cassandra": {"contact_point": st["cassandra"]["contact_point"], "running": st["cassandra"]["running"]} if st["cassandra"] else None,
+        }
+        click.echo(json.dumps(out, indent=2))
+        return
+    if not st["clusters"]:
+        click.echo(f"no dev clusters under {home}")
+    for name, c in st["clusters"].items():
+        click.echo(f"{name}: {c['bootstrap']} {'running' if c['running'] else 'stopped'}")
+    if st["cassandra"]:
+        c = st["cassandra"]
+        click.echo(f"cassandra: {c['contact_point']} {'running' if c['running'] else 'stopped'}")
+
+
+@dev.command()
+@home_option
+def down(home: Path) -> None:
+    """Stop exactly the processes `up` started (data is kept)."""
+    stopped = DevClusters(home).down()
+    click.echo(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")

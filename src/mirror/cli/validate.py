@@ -1,0 +1,50 @@
+"""`mirror validate`: check the config and print the plan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..errors import ClusterUnavailable
+from ..kafka import Admin
+from ..topics import match_topics
+from . import AppContext, config_option, json_option, pass_app
+
+
+@click.command()
+@config_option
+@click.option("--offline", is_flag=True, help="Check the file only; do not connect to the clusters.")
+@json_option
+@pass_app
+def validate(app: AppContext, config_path: Path, offline: bool, as_json: bool) -> None:
+    """Check the config and print, per flow, the topics it mirrors and their target names."""
+    config = app.config(config_path)
+    plan = []
+    for flow in config.flows:
+        entry: dict = {"flow": flow.name, "source": flow.source, "target": flow.target, "rename": flow.rename.value, "topics": None}
+        if not offline:
+            try:
+                topics = Admin(flow.source, config.clusters[flow.source]).topics()
+            except ClusterUnavailable as exc:
+                entry["error"] = str(exc)
+            else:
+                entry["topics"] = [m.__dict__ for m in match_topics(config, flow, topics)]
+        plan.append(entry)
+    if as_json:
+        click.echo(json.dumps({"valid": True, "flows": plan}, indent=2))
+        return
+    click.echo(f"{config_path}: valid ({len(config.clusters)} clusters, {len(config.flows)} flows)")
+    for entry in plan:
+        click.echo(f"\nflow {entry['flow']}: {entry['source']} -> {entry['target']} (rename: {entry['rename']})")
+        if entry.get("error"):
+            click.echo(f"  topics: unknown, {entry['error']}")
+        elif entry["topics"] is None:
+            click.echo("  topics: not checked (--offline)")
+        elif not entry["topics"]:
+            click.echo("  topics: none match today")
+        else:
+            width = max(len(t["source"]) for t in entry["topics"])
+            for t in entry["topics"]:
+                click.echo(f"  {t['source']:<{width}} -> {t['target']}  ({t['partitions']} partitions)")

@@ -1,0 +1,277 @@
+"""The one module that talks to confluent-kafka.
+
+It builds consumers, producers and admin clients from a cluster's config (security
+settings passed through untouched, secrets never logged), and turns `KafkaError`s and
+librdkafka's `None`-on-timeout into this project's exceptions, so the rest of the code
+never imports `confluent_kafka` and never checks for `None`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import confluent_kafka
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
+
+from .config import ClusterConfig, redact
+from .errors import ClusterUnavailable, KafkaOperationError
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "Admin",
+    "Consumer",
+    "KafkaError",
+    "KafkaException",
+    "Message",
+    "Producer",
+    "TopicPartition",
+    "Watermarks",
+    "client_settings",
+    "make_consumer",
+    "make_producer",
+    "is_retriable",
+    "raise_for",
+]
+
+OFFSET_BEGINNING = confluent_kafka.OFFSET_BEGINNING
+OFFSET_END = confluent_kafka.OFFSET_END
+OFFSET_INVALID = confluent_kafka.OFFSET_INVALID
+
+# Error codes meaning "the cluster is not there (yet)", as opposed to "the request is wrong".
+_UNREACHABLE = {
+    KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._RESOLVE,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NETWORK_EXCEPTION,
+    KafkaError.BROKER_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+}
+
+
+class _LibrdkafkaLog:
+    """librdkafka's log lines (connection refused, …) go to Python logging at DEBUG.
+
+    librdkafka would otherwise print them straight to stderr, once per retry, burying the
+    one-line error the user needs; the project reports reachability itself.
+    """
+
+    def __init__(self, cluster: str) -> None:
+        self._log = logging.getLogger(f"mirror.librdkafka.{cluster}")
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        self._log.debug(fmt, *args)
+
+
+def client_settings(name: str, cluster: ClusterConfig, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    settings: dict[str, Any] = {"bootstrap.servers": cluster.bootstrap, **cluster.client, **(extra or {})}
+    log.debug("client settings for %s: %s", name, redact(settings))
+    settings["logger"] = _LibrdkafkaLog(name)
+    return settings
+
+
+def make_consumer(name: str, cluster: ClusterConfig, settings: Mapping[str, Any]) -> Consumer:
+    return Consumer(client_settings(name, cluster, settings))
+
+
+def make_producer(name: str, cluster: ClusterConfig, settings: Mapping[str, Any]) -> Producer:
+    return Producer(client_settings(name, cluster, settings))
+
+
+def is_retriable(err: KafkaError) -> bool:
+    return bool(err.retriable()) or err.code() in _UNREACHABLE
+
+
+def raise_for(cluster: str, what: str, exc: BaseException, timeout: float | None = None) -> None:
+    """Re-raise a confluent-kafka failure as the project's exception."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
+    if isinstance(err, KafkaError):
+        if err.code() in _UNREACHABLE:
+            within = f" within {timeout:g}s" if timeout else ""
+            raise ClusterUnavailable(
+                f"cluster {cluster!r} did not answer{within} while trying to {what}",
+                hint="check that its brokers are up and its bootstrap address is right",
+            ) from exc
+        raise KafkaOperationError(f"cluster {cluster!r}: cannot {what}: {err.str()}", code=err.name()) from exc
+    raise KafkaOperationError(f"cluster {cluster!r}: cannot {what}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Watermarks:
+    low: int
+    high: int
+
+
+class Admin:
+    """Admin requests against one cluster, each bounded by the cluster's timeout."""
+
+    def __init__(self, name: str, cluster: ClusterConfig) -> None:
+        self.name = name
+        self.timeout = cluster.timeout
+        self._client = AdminClient(client_settings(name, cluster))
+
+    # -- plumbing
+    def _result(self, what: str, future: Any) -> Any:
+        try:
+            return future.result(timeout=self.timeout)
+        except KafkaException as exc:
+            raise_for(self.name, what, exc, self.timeout)
+        except TimeoutError as exc:
+            raise ClusterUnavailable(
+                f"cluster {self.name!r} did not answer within {self.timeout:g}s while trying to {what}",
+                hint="check that its brokers are up and its bootstrap address is right",
+            ) from exc
+        except Exception as exc:
+            if type(exc).__name__ == "TimeoutError" or "timed out" in str(exc).lower():
+                raise ClusterUnavailable(f"cluster {self.name!r} did not answer within {self.timeout:g}s while trying to {what}") from exc
+            raise
+
+    # -- topics
+    def topics(self) -> dict[str, int]:
+        """Topic name -> partition count (internal topics included; callers filter)."""
+        try:
+            md = self._client.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise_for(self.name, "list topics", exc, self.timeout)
+        return {t.topic: len(t.partitions) for t in md.topics.values() if t.error is None}
+
+    def broker_count(self) -> int:
+        try:
+            return len(self._client.list_topics(timeout=self.timeout).brokers)
+        except KafkaException as exc:
+            raise_for(self.name, "describe the cluster", exc, self.timeout)
+        return 0  # unreachable; raise_for always raises
+
+    def create_topic(self, topic: str, partitions: int, replication: int = -1, config: Mapping[str, str] | None = None) -> bool:
+        """Create a topic; False if it already existed."""
+        fut = self._client.create_topics([NewTopic(topic, partitions, replication, config=dict(config or {}))], operation_timeout=self.timeout)[topic]
+        try:
+            fut.result(timeout=self.timeout)
+            return True
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return False
+            raise_for(self.name, f"create topic {topic!r}", exc, self.timeout)
+        return False
+
+    def delete_topics(self, topics: Iterable[str]) -> None:
+        topics = list(topics)
+        if not topics:
+            return
+        for topic, fut in self._client.delete_topics(topics, operation_timeout=self.timeout).items():
+            try:
+                fut.result(timeout=self.timeout)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise_for(self.name, f"delete topic {topic!r}", exc, self.timeout)
+
+    def create_partitions(self, topic: str, total: int) -> None:
+        from confluent_kafka.admin import NewPartitions
+
+        fut = self._client.create_partitions([NewPartitions(topic, total)], operation_timeout=self.timeout)[topic]
+        self._result(f"grow {topic!r} to {total} partitions", fut)
+
+    def topic_configs(self, topics: Iterable[str]) -> dict[str, dict[str, str]]:
+        """Non-default configs of each topic (what a user or the cluster set on purpose)."""
+        resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
+        if not resources:
+            return {}
+        out: dict[str, dict[str, str]] = {}
+        for res, fut in self._client.describe_configs(resources, request_timeout=self.timeout).items():
+            entries = self._result(f"describe configs of {res.name!r}", fut)
+            out[res.name] = {k: e.value for k, e in entries.items() if not e.is_default and e.value is not None}
+        return out
+
+    # -- offsets
+    def watermarks(self, partitions: Iterable[tuple[str, int]], *, committed_only: bool = True) -> dict[tuple[str, int], Watermarks]:
+        """Low and high offsets per partition.
+
+        With `committed_only` the high mark is the last stable offset, i.e. what a
+        read_committed consumer (the mirror) can reach; open transactions are not "lag".
+        """
+        parts = [TopicPartition(t, p) for t, p in partitions]
+        if not parts:
+            return {}
+        iso = IsolationLevel.READ_COMMITTED if committed_only else IsolationLevel.READ_UNCOMMITTED
+        lows = self._list_offsets(parts, OffsetSpec.earliest(), iso)
+        highs = self._list_offsets(parts, OffsetSpec.latest(), iso)
+        return {k: Watermarks(lows[k], highs[k]) for k in highs}
+
+    def offsets_for_times(self, partitions: Iterable[tuple[str, int]], timestamp_ms: int) -> dict[tuple[str, int], int]:
+        """First offset with timestamp >= `timestamp_ms`, or -1 when there is none."""
+        parts = [TopicPartition(t, p) for t, p in partitions]
+        return self._list_offsets(parts, OffsetSpec.for_timestamp(timestamp_ms), IsolationLevel.READ_COMMITTED) if parts else {}
+
+    def _list_offsets(self, parts: list[TopicPartition], spec: Any, iso: Any) -> dict[tuple[str, int], int]:
+        futs = self._client.list_offsets({tp: spec for tp in parts}, isolation_level=iso, request_timeout=self.timeout)
+        out: dict[tuple[str, int], int] = {}
+        for tp, fut in futs.items():
+            out[(tp.topic, tp.partition)] = self._result(f"list offsets of {tp.topic}[{tp.partition}]", fut).offset
+        return out
+
+    # -- consumer groups
+    def list_groups(self) -> list[str]:
+        res = self._result("list consumer groups", self._client.list_consumer_groups(request_timeout=self.timeout))
+        return sorted(g.group_id for g in res.valid)
+
+    def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
+        """Committed offsets of a group (partitions without a commit are left out)."""
+        futs = self._client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout)
+        res = self._result(f"read offsets of group {group!r}", futs[group])
+        return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions if tp.offset >= 0 and tp.error is None}
+
+    def group_members(self, group: str) -> int:
+        """Active members of a group (0 for an empty, dead or unknown group)."""
+        futs = self._client.describe_consumer_groups([group], request_timeout=self.timeout)
+        desc = self._result(f"describe group {group!r}", futs[group])
+        return len(desc.members or [])
+
+    def group_state(self, group: str) -> str:
+        futs = self._client.describe_consumer_groups([group], request_timeout=self.timeout)
+        desc = self._result(f"describe group {group!r}", futs[group])
+        return str(getattr(desc.state, "name", desc.state))
+
+    def alter_group_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
+        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        futs = self._client.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)], request_timeout=self.timeout)
+        res = self._result(f"set offsets of group {group!r}", futs[group])
+        for tp in res.topic_partitions:
+            if tp.error is not None:
+                raise KafkaOperationError(f"cluster {self.name!r}: cannot set {group!r} offset of {tp.topic}[{tp.partition}]: {tp.error.str()}")
+
+    def delete_groups(self, groups: Iterable[str]) -> None:
+        groups = list(groups)
+        if groups:
+            for group, fut in self._client.delete_consumer_groups(groups, request_timeout=self.timeout).items():
+                try:
+                    fut.result(timeout=self.timeout)
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.GROUP_ID_NOT_FOUND:
+                        raise_for(self.name, f"delete group {group!r}", exc, self.timeout)
+
+    def delete_records(self, before: Mapping[tuple[str, int], int]) -> None:
+        """Delete every record below the given offset (OFFSET_END for all) per partition."""
+        if not before:
+            return
+        tps = [TopicPartition(t, p, o) for (t, p), o in before.items()]
+        for tp, fut in self._client.delete_records(tps, request_timeout=self.timeout, operation_timeout=self.timeout).items():
+            self._result(f"delete records of {tp.topic}[{tp.partition}]", fut)

@@ -1,0 +1,43 @@
+"""Real clusters, started once per test session and always torn down."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.clusters import TestClusters, start_clusters
+
+
+@pytest.fixture(scope="session")
+def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClusters]:
+    """Two Kafka clusters, `src` and `dst`, shared by every integration test."""
+    home = tmp_path_factory.mktemp("clusters")
+    tc = start_clusters(home, ["src", "dst"])
+    try:
+        yield tc
+    finally:
+        tc.dev.down()
+
+
+@pytest.fixture
+def unique() -> str:
+    """A per-test suffix so tests sharing the session clusters never share topics or groups."""
+    return uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+def write_config(tmp_path: Path, clusters: TestClusters):
+    """Write a topology file naming the session clusters; returns its path."""
+
+    def write(body: str) -> Path:
+        path = tmp_path / f"mirror-{uuid.uuid4().hex[:6]}.yaml"
+        head = "clusters:\n" + "".join(
+            f"  {n}:\n    bootstrap: {clusters.bootstrap(n)}\n    timeout: 10s\n" for n in clusters.names
+        )
+        path.write_text(head + body)
+        return path
+
+    return write

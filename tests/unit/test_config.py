@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import pytest
+
+from mirror import config
+from mirror.errors import ConfigError
+from mirror.naming import RenamePolicy
+
+BASE = """\
+clusters:
+  nyc:
+    bootstrap: ${NYC_BOOTSTRAP:-127.0.0.1:19092}
+    client: {security.protocol: SASL_SSL, sasl.password: "${NYC_PASSWORD}"}
+  sf: {bootstrap: "127.0.0.1:19192"}
+flows:
+  - name: nyc-to-sf
+    source: nyc
+    target: sf
+    topics: {include: ["orders.*"], exclude: ["orders\\\\.tmp"]}
+    groups: ["billing.*"]
+"""
+
+
+def test_interpolation_defaults_and_values():
+    c = config.parse(BASE, env={"NYC_PASSWORD": "s3cret"})
+    assert c.clusters["nyc"].bootstrap == "127.0.0.1:19092"
+    assert c.clusters["nyc"].client["sasl.password"] == "s3cret"
+    c = config.parse(BASE, env={"NYC_PASSWORD": "x", "NYC_BOOTSTRAP": "10.0.0.1:9092"})
+    assert c.clusters["nyc"].bootstrap == "10.0.0.1:9092"
+
+
+def test_defaults_are_the_safe_ones():
+    c = config.parse(BASE, env={"NYC_PASSWORD": "x"})
+    flow = c.flows[0]
+    assert flow.rename is RenamePolicy.PREFIX
+    assert flow.provenance_headers is True
+    assert flow.sync_group_offsets is False
+    assert flow.group_id == "mirror.nyc-to-sf"
+    assert flow.refresh_interval <= 30
+    assert c.offset_store.kind == "sqlite"
+
+
+def test_durations():
+    assert config.parse_duration("500ms") == 0.5
+    assert config.parse_duration("5m") == 300
+    assert config.parse_duration(3) == 3.0
+    for bad in ("0s", "-1s", "soon", True):
+        with pytest.raises(ValueError):
+            config.parse_duration(bad)
+
+
+def test_redact_hides_secrets_only():
+    r = config.redact({"sasl.password": "p", "ssl.key.password": "k", "sasl.username": "u", "bootstrap.servers": "b"})
+    assert r == {"sasl.password": "***", "ssl.key.password": "***", "sasl.username": "u", "bootstrap.servers": "b"}
+
+
+def test_unknown_flow_and_cluster_lookups_name_the_flag():
+    c = config.parse(BASE, env={"NYC_PASSWORD": "x"})
+    with pytest.raises(ConfigError, match="--flow: no flow named 'nope'"):
+        c.flow("nope")
+    with pytest.raises(ConfigError, match="--cluster: no cluster named 'la'"):
+        c.cluster("la")
+
+
+def test_active_active_with_prefix_is_allowed():
+    text = """\
+clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}
+flows:
+  - {name: a, source: nyc, target: sf, topics: {include: [".*"]}}
+  - {name: b, source: sf, target: nyc, topics: {include: [".*"]}}
+"""
+    assert len(config.parse(text, env={}).flows) == 2
+
+
+def test_identity_both_ways_with_disjoint_literals_is_allowed():
+    text = """\
+clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}
+flows:
+  - {name: a, source: nyc, target: sf, rename: identity, topics: {include: ["orders"]}}
+  - {name: b, source: sf, target: nyc, rename: identity, topics: {include: ["users"]}}
+"""
+    assert len(config.parse(text, env={}).flows) == 2
