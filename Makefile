@@ -9,12 +9,14 @@ PY := $(VENV)/bin/python
 CACHE ?= $(HOME)/.cache/mirror
 KAFKA_VERSION := 4.1.1
 KAFKA_LIBS := $(CACHE)/kafka-$(KAFKA_VERSION)/libs
+CASSANDRA_VERSION := 5.0.6
+CASSANDRA_LIBS := $(CACHE)/cassandra-$(CASSANDRA_VERSION)/libs
 MVN := mvn -q -B
 PYTEST_ARGS ?=
 
 .PHONY: setup test unit integration demo bench clean-dev lint
 
-setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete
+setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete $(CASSANDRA_LIBS)/.complete
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +29,12 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 $(KAFKA_LIBS)/.complete: deps/kafka/pom.xml
 	rm -rf $(KAFKA_LIBS)
 	$(MVN) -f deps/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(KAFKA_LIBS)
+	touch $@
+
+# Apache Cassandra for the offset store (`mirror dev up --cassandra`, integration tests).
+$(CASSANDRA_LIBS)/.complete: deps/cassandra/pom.xml
+	rm -rf $(CASSANDRA_LIBS)
+	$(MVN) -f deps/cassandra/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CASSANDRA_LIBS)
 	touch $@
 
 test: setup
