@@ -4,8 +4,9 @@ The mirror writes a row `(source_offset -> target_offset)` for a partition only 
 `target - source` differs from the previous record's (see `mirror.acks.AckBatch.syncs`).
 Between rows the delta is constant, so translating a source position `C` (the next offset
 a group would read) is: take the newest row with `source_offset <= C`, add its delta, clamp
-to the target's end offset. That is exact across source gaps (compaction, transaction
-markers, aborted batches) because every gap changes the delta and so starts a new row.
+to the target's end offset and to the next row's target offset. That is exact across source
+gaps (compaction, transaction markers, aborted batches) because every gap changes the delta
+and so starts a new row; the second clamp covers a `C` that points into a gap.
 
 DESIGN.md, "Offset translation: invariants", is the contract this module implements.
 """
@@ -53,28 +54,43 @@ class Translation:
     exact: bool  # False when no row covered C (the group is behind everything mirrored)
 
 
-def translate(syncs: Sequence[OffsetSync], position: int, target_end: int, mirrored_end: int | None = None) -> Translation:
+def translate(
+    syncs: Sequence[OffsetSync],
+    position: int,
+    target_end: int,
+    mirrored_end: int | None = None,
+    source_end: int | None = None,
+) -> Translation:
     """Translate source position `position` with rows `syncs` (sorted by source_offset).
 
-    `mirrored_end` is the next source offset not yet acknowledged by the target (the
-    mirror's committed position); when `position` lies beyond it, the records in between
-    never reached the target and are reported as `unmirrored` (invariant 3).
+    `mirrored_end` is the next source offset not yet on the target (the mirror's committed
+    position, or the target end minus the newest delta). Records from there on never
+    reached the target: up to `source_end` when it is known (all of them are at risk, the
+    group has either not read them or read them on a source that is gone), otherwise up to
+    `position` (invariant 3: a group ahead of the mirror).
     """
+    end = position if source_end is None else max(position, source_end)
+    unmirrored = 0 if mirrored_end is None else max(0, end - mirrored_end)
     if not syncs:
-        # Nothing of this partition was ever mirrored: start the target at its beginning.
-        return Translation(0, 0 if mirrored_end is None else max(0, position - mirrored_end), False)
+        # Nothing of this partition was ever mirrored: start the target at its beginning
+        # (callers clamp to the target's low watermark).
+        return Translation(0, unmirrored, False)
     keys = [s.source_offset for s in syncs]
     i = bisect.bisect_right(keys, position) - 1
     if i < 0:
         # The group is before the first mirrored record (e.g. the mirror started with the
         # data already partly expired): the target's first mirrored record is the best start.
-        return Translation(min(syncs[0].target_offset, target_end), 0, False)
+        return Translation(min(syncs[0].target_offset, target_end), unmirrored, False)
     row = syncs[i]
-    unmirrored = 0
     if mirrored_end is not None and position > mirrored_end:
-        unmirrored = position - mirrored_end
         position = mirrored_end
-    return Translation(min(position + row.delta, target_end), unmirrored, True)
+    target = min(position + row.delta, target_end)
+    if i + 1 < len(syncs):
+        # `position` inside a source gap (compacted or aborted records, transaction markers):
+        # the old delta would run past the next record's copy and skip it; the next row
+        # says exactly where that record landed.
+        target = min(target, syncs[i + 1].target_offset)
+    return Translation(max(0, target), unmirrored, True)
 
 
 class OffsetStore(Protocol):

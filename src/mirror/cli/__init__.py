@@ -77,6 +77,8 @@ class _LazyGroup(click.Group):
 _COMMANDS = {
     "validate": "mirror.cli.validate:validate",
     "dev": "mirror.cli.dev:dev",
+    "failover": "failover.cli:failover",
+    "failback": "failover.cli:failback",
 }
 
 

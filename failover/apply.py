@@ -1,0 +1,42 @@
+"""`failover apply`: commit a plan's offsets on the target, safely.
+
+Order matters: refuse while the group is active (exit 3, nothing touched), write and
+fsync the backup of the group's current target offsets, and only then change them. A
+failed write after the backup leaves a file `mirror failover import` restores from.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import offsets_file
+from .gather import FlowContext
+from .plan import Plan
+
+
+@dataclass(frozen=True)
+class Change:
+    topic: str  # target topic
+    partition: int
+    before: int | None
+    after: int
+
+
+def default_backup_path(cluster: str, group: str, now_ms: int) -> Path:
+    return Path(f"failover-backup-{cluster}-{group}-{now_ms}.json")
+
+
+def apply_plan(ctx: FlowContext, plan: Plan, backup: Path | None = None, *, now_ms: int | None = None) -> tuple[Path, list[Change]]:
+    now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    cluster = ctx.flow.target
+    offsets_file.require_idle(ctx.target, cluster, plan.group)
+    current = offsets_file.export(ctx.target, cluster, plan.group, now_ms)
+    path = backup or default_backup_path(cluster, plan.group, now_ms)
+    offsets_file.write(path, current)
+    wanted = plan.offsets()
+    if wanted:
+        ctx.target.alter_group_offsets(plan.group, wanted)
+    changes = [Change(t, p, current.offsets.get((t, p)), o) for (t, p), o in sorted(wanted.items())]
+    return path, changes

@@ -1,0 +1,102 @@
+"""The offsets file: a group's committed offsets on one cluster, as JSON.
+
+`export` writes it, `apply` writes one as its backup before changing anything, `import`
+restores one. The format is small and stable on purpose, so a backup taken during an
+incident can be read (and edited) by a person:
+
+    {"version": 1, "cluster": "sf", "group": "billing", "time_ms": 1795838580000,
+     "offsets": [{"topic": "nyc.orders", "partition": 0, "offset": 42}]}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mirror.errors import UnsafeOperation, UsageError
+from mirror.kafka import Admin
+
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class GroupOffsets:
+    cluster: str
+    group: str
+    time_ms: int
+    offsets: dict[tuple[str, int], int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": VERSION,
+            "cluster": self.cluster,
+            "group": self.group,
+            "time_ms": self.time_ms,
+            "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in sorted(self.offsets.items())],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, source: str) -> GroupOffsets:
+        try:
+            if doc.get("version") != VERSION:
+                raise ValueError(f"unsupported version {doc.get('version')!r}")
+            offsets = {(str(e["topic"]), int(e["partition"])): int(e["offset"]) for e in doc["offsets"]}
+            return cls(str(doc["cluster"]), str(doc["group"]), int(doc.get("time_ms", 0)), offsets)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"FILE: {source} is not an offsets file ({exc})", hint="pass a file written by `mirror failover export` or by `apply` as its backup") from None
+
+
+def write(path: Path, doc: GroupOffsets) -> None:
+    """Write atomically and fsync: a backup that may be half-written is no backup."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc.to_json(), f, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read(path: Path) -> GroupOffsets:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"FILE: cannot read {str(path)!r}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise UsageError(f"FILE: {str(path)!r} is not JSON: {exc}") from None
+    return GroupOffsets.from_json(doc, str(path))
+
+
+def export(admin: Admin, cluster: str, group: str, now_ms: int) -> GroupOffsets:
+    return GroupOffsets(cluster, group, now_ms, admin.group_offsets(group))
+
+
+def require_idle(admin: Admin, cluster: str, group: str) -> None:
+    """Exit 3 while the group has members: their next commit would overwrite ours anyway."""
+    members = admin.group_members(group)
+    if members:
+        raise UnsafeOperation(
+            f"group {group!r} has {members} active member{'s' if members != 1 else ''} on cluster {cluster!r}; nothing was changed",
+            hint="stop the group's consumers there, then run this again",
+        )
+
+
+def restore(admin: Admin, doc: GroupOffsets) -> dict[tuple[str, int], int]:
+    """Make the group's offsets on the cluster exactly `doc.offsets`; returns what they were.
+
+    Exactly: partitions the file does not list end up with no committed offset, which is
+    what a backup of a group that had none must restore. That needs deleting the group
+    first (allowed only while it is empty, which `require_idle` checked).
+    """
+    require_idle(admin, doc.cluster, doc.group)
+    before = admin.group_offsets(doc.group)
+    extra = set(before) - set(doc.offsets)
+    if extra:
+        admin.delete_groups([doc.group])
+    if doc.offsets:
+        admin.alter_group_offsets(doc.group, doc.offsets)
+    return before

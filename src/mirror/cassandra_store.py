@@ -1,0 +1,217 @@
+"""The Cassandra backend of the offset store: the one module that imports `cassandra`.
+
+Why Cassandra: the offset map must outlive the primary datacenter. With a keyspace
+replicated to both sites (NetworkTopologyStrategy), the DR site can plan a failover from
+its own replicas after the primary is gone, and every mirror worker shares one map.
+
+Schema: offset-map rows live in one Cassandra partition per (flow, topic, partition),
+clustered by `source_offset` descending, so "the newest row with source_offset <= C" is a
+single-partition slice with LIMIT 1. Checkpoints are one row per (flow, group) partition
+and source partition, written `USING TIMESTAMP` of the checkpoint time so that an older
+checkpoint arriving late never overwrites a newer one.
+
+The session connects lazily and the driver reconnects by itself: a mirror started while
+Cassandra is down, or running while it restarts, just sees `OffsetStoreError` until the
+node answers again (the recorder turns that into "stop committing", never into data loss).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from cassandra import ConsistencyLevel, DriverException
+from cassandra.cluster import Cluster, NoHostAvailable, Session
+from cassandra.concurrent import execute_concurrent_with_args
+from cassandra.policies import DCAwareRoundRobinPolicy, RoundRobinPolicy
+from cassandra.query import PreparedStatement
+
+from .config import CassandraStoreConfig
+from .errors import OffsetStoreError
+from .offsetmap import Checkpoint, OffsetSync
+from .store import SourceEnds
+
+log = logging.getLogger(__name__)
+
+_TABLES = [
+    """CREATE TABLE IF NOT EXISTS {ks}.offset_syncs (
+        flow text, topic text, partition int, source_offset bigint, target_offset bigint,
+        PRIMARY KEY ((flow, topic, partition), source_offset)
+    ) WITH CLUSTERING ORDER BY (source_offset DESC)""",
+    """CREATE TABLE IF NOT EXISTS {ks}.checkpoints (
+        flow text, grp text, topic text, partition int,
+        source_offset bigint, target_offset bigint, time_ms bigint,
+        PRIMARY KEY ((flow, grp), topic, partition)
+    )""",
+    """CREATE TABLE IF NOT EXISTS {ks}.source_ends (
+        flow text, topic text, partition int, source_end bigint, time_ms bigint,
+        PRIMARY KEY ((flow), topic, partition)
+    )""",
+]
+
+
+def _replication_cql(replication: dict[str, str | int]) -> str:
+    items = ", ".join(f"'{k}': '{v}'" for k, v in replication.items())
+    return "{" + items + "}"
+
+
+def _parse_contact(point: str) -> tuple[str, int]:
+    host, _, port = point.rpartition(":")
+    if host and port.isdigit():
+        return host, int(port)
+    return point, 9042
+
+
+class CassandraStore:
+    """`OffsetStore` (plus the `FullOffsetStore` extras) on a Cassandra keyspace."""
+
+    def __init__(self, config: CassandraStoreConfig) -> None:
+        self.config = config
+        self.ks = config.keyspace
+        self.consistency = getattr(ConsistencyLevel, config.consistency)
+        self._lock = threading.Lock()
+        self._cluster: Cluster | None = None
+        self._session: Session | None = None
+        self._stmts: dict[str, PreparedStatement] = {}
+
+    def describe(self) -> str:
+        return f"cassandra:{','.join(self.config.contact_points)}/{self.ks}"
+
+    # -- connection
+    def _connect(self) -> Session:
+        with self._lock:
+            if self._session is not None:
+                return self._session
+            points = [_parse_contact(p) for p in self.config.contact_points]
+            ports = {p for _, p in points}
+            kwargs: dict[str, Any] = {
+                "contact_points": [h for h, _ in points],
+                "port": ports.pop() if len(ports) == 1 else 9042,
+                "connect_timeout": self.config.timeout,
+                "control_connection_timeout": self.config.timeout,
+                "protocol_version": 5,
+            }
+            policy = DCAwareRoundRobinPolicy(local_dc=self.config.local_dc) if self.config.local_dc else RoundRobinPolicy()
+            from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
+
+            kwargs["execution_profiles"] = {
+                EXEC_PROFILE_DEFAULT: ExecutionProfile(load_balancing_policy=policy, consistency_level=self.consistency, request_timeout=self.config.timeout)
+            }
+            if self.config.username:
+                from cassandra.auth import PlainTextAuthProvider
+
+                kwargs["auth_provider"] = PlainTextAuthProvider(self.config.username, self.config.password or "")
+            cluster = Cluster(**kwargs)
+            try:
+                session = cluster.connect()
+                session.execute(
+                    f"CREATE KEYSPACE IF NOT EXISTS {self.ks} WITH replication = {_replication_cql(self.config.replication)}",
+                    timeout=max(self.config.timeout, 30.0),
+                )
+                for ddl in _TABLES:
+                    session.execute(ddl.format(ks=self.ks), timeout=max(self.config.timeout, 30.0))
+                self._stmts = self._prepare(session)
+            except Exception as exc:
+                cluster.shutdown()
+                raise self._error("connect", exc) from exc
+            self._cluster, self._session = cluster, session
+            log.info("offset store connected: %s", self.describe())
+            return session
+
+    def _prepare(self, s: Session) -> dict[str, PreparedStatement]:
+        ks = self.ks
+        stmts = {
+            "put_sync": f"INSERT INTO {ks}.offset_syncs (flow, topic, partition, source_offset, target_offset) VALUES (?, ?, ?, ?, ?)",
+            "syncs": f"SELECT source_offset, target_offset FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND partition=?",
+            "floor": f"SELECT source_offset, target_offset FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND partition=? AND source_offset<=? LIMIT 1",
+            "next": f"SELECT source_offset, target_offset FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND partition=? AND source_offset>? "
+            "ORDER BY source_offset ASC LIMIT 1",
+            "put_cp": f"INSERT INTO {ks}.checkpoints (flow, grp, topic, partition, source_offset, target_offset, time_ms) VALUES (?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?",
+            "cps": f"SELECT topic, partition, source_offset, target_offset, time_ms FROM {ks}.checkpoints WHERE flow=? AND grp=?",
+            "put_end": f"INSERT INTO {ks}.source_ends (flow, topic, partition, source_end, time_ms) VALUES (?, ?, ?, ?, ?)",
+            "ends": f"SELECT topic, partition, source_end, time_ms FROM {ks}.source_ends WHERE flow=?",
+        }
+        out = {}
+        for name, cql in stmts.items():
+            out[name] = s.prepare(cql)
+            out[name].consistency_level = self.consistency
+        return out
+
+    def _error(self, what: str, exc: BaseException) -> OffsetStoreError:
+        if isinstance(exc, OffsetStoreError):
+            return exc
+        reason = str(exc) or type(exc).__name__
+        if isinstance(exc, NoHostAvailable):
+            reason = f"no Cassandra node answered at {', '.join(self.config.contact_points)}"
+        return OffsetStoreError(
+            f"offset store {self.describe()}: cannot {what}: {reason}"[:500],
+            hint="check that Cassandra is up and offset_store.contact_points is right",
+        )
+
+    def _run(self, what: str, fn: Any) -> Any:
+        session = self._connect()
+        try:
+            return fn(session)
+        except (DriverException, OSError, Exception) as exc:  # the driver raises a zoo of types
+            raise self._error(what, exc) from exc
+
+    def _write_many(self, what: str, stmt: str, args: list[tuple[Any, ...]]) -> None:
+        if not args:
+            return
+
+        def go(s: Session) -> None:
+            # Concurrent single-partition writes: each is durable at the configured
+            # consistency level when its future resolves; the call returns after all of them.
+            for ok, result in execute_concurrent_with_args(s, self._stmts[stmt], args, concurrency=32, raise_on_first_error=False):
+                if not ok:
+                    raise result
+
+        self._run(what, go)
+
+    # -- offset map
+    def write_syncs(self, flow: str, rows: Sequence[OffsetSync]) -> None:
+        self._write_many("write offset syncs", "put_sync", [(flow, r.topic, r.partition, r.source_offset, r.target_offset) for r in rows])
+
+    def syncs(self, flow: str, topic: str, partition: int) -> list[OffsetSync]:
+        rows = self._run("read offset syncs", lambda s: list(s.execute(self._stmts["syncs"], (flow, topic, partition))))
+        return sorted((OffsetSync(topic, partition, r.source_offset, r.target_offset) for r in rows), key=lambda r: r.source_offset)
+
+    def floor_sync(self, flow: str, topic: str, partition: int, position: int) -> OffsetSync | None:
+        row = self._run("read offset syncs", lambda s: s.execute(self._stmts["floor"], (flow, topic, partition, position)).one())
+        return OffsetSync(topic, partition, row.source_offset, row.target_offset) if row else None
+
+    def next_sync(self, flow: str, topic: str, partition: int, position: int) -> OffsetSync | None:
+        row = self._run("read offset syncs", lambda s: s.execute(self._stmts["next"], (flow, topic, partition, position)).one())
+        return OffsetSync(topic, partition, row.source_offset, row.target_offset) if row else None
+
+    def sync_count(self, flow: str) -> int:
+        # Test and diagnostics helper: a full scan, never on the data path.
+        rows = self._run("count offset syncs", lambda s: list(s.execute(f"SELECT flow FROM {self.ks}.offset_syncs")))
+        return sum(1 for r in rows if r.flow == flow)
+
+    # -- checkpoints
+    def write_checkpoints(self, flow: str, rows: Sequence[Checkpoint]) -> None:
+        self._write_many(
+            "write checkpoints", "put_cp",
+            [(flow, c.group, c.topic, c.partition, c.source_offset, c.target_offset, c.time_ms, c.time_ms * 1000) for c in rows],
+        )
+
+    def checkpoints(self, flow: str, group: str) -> list[Checkpoint]:
+        rows = self._run("read checkpoints", lambda s: list(s.execute(self._stmts["cps"], (flow, group))))
+        return sorted((Checkpoint(group, r.topic, r.partition, r.source_offset, r.target_offset, r.time_ms) for r in rows), key=lambda c: (c.topic, c.partition))
+
+    # -- source ends
+    def write_source_ends(self, flow: str, ends: SourceEnds, time_ms: int) -> None:
+        self._write_many("write source end offsets", "put_end", [(flow, t, p, e, time_ms) for (t, p), e in ends.items()])
+
+    def source_ends(self, flow: str) -> dict[tuple[str, int], tuple[int, int]]:
+        rows = self._run("read source end offsets", lambda s: list(s.execute(self._stmts["ends"], (flow,))))
+        return {(r.topic, r.partition): (r.source_end, r.time_ms) for r in rows}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._cluster is not None:
+                self._cluster.shutdown()
+            self._cluster = self._session = None

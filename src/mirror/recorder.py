@@ -1,0 +1,145 @@
+"""The offset-map recorder: the `AckListener` that makes delta changes durable.
+
+`on_acked` only buffers (it runs on the flow's thread, right after delivery reports);
+`before_commit` writes everything buffered in one store call and returns only once it is
+durable, so the engine's next source commit never passes a delta change the store does not
+hold (DESIGN.md invariant 1).
+
+When the store fails, `before_commit` raises `OffsetStoreError`: the engine keeps
+mirroring but stops committing, so on a restart nothing is skipped (records are re-read,
+never lost). The buffer is kept and retried at the next commit; the first failure and the
+recovery are logged once each, and `mirror_offset_store_healthy{flow}` /
+`mirror_offset_store_errors_total{flow}` say why lag grows.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+
+from .acks import AckBatch, SourcePartition
+from .errors import MirrorError, OffsetStoreError
+from .offsetmap import OffsetStore, OffsetSync
+
+log = logging.getLogger(__name__)
+
+
+class StoreMetrics:
+    """Health of offset-map writes (move into `mirror.metrics` once that module settles)."""
+
+    _by_registry: dict[int, StoreMetrics] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.healthy = Gauge("mirror_offset_store_healthy", "1 while offset-map writes succeed; 0 while they fail and source commits are held back.", ["flow"], registry=registry)
+        self.errors = Counter("mirror_offset_store_errors", "Offset-map writes that failed (each one held a source commit back).", ["flow"], registry=registry)
+        self.rows = Counter("mirror_offset_sync_rows", "Offset-map rows written (one per delta change).", ["flow"], registry=registry)
+
+    @classmethod
+    def for_registry(cls, registry: CollectorRegistry) -> StoreMetrics:
+        """One set per registry: several flows (and tests) share the process-wide registry."""
+        with cls._lock:
+            key = id(registry)
+            if key not in cls._by_registry:
+                cls._by_registry[key] = cls(registry)
+            return cls._by_registry[key]
+
+
+class OffsetMapRecorder:
+    """Buffers each partition's delta changes and writes them before every source commit."""
+
+    def __init__(
+        self,
+        store: OffsetStore,
+        flow: str,
+        *,
+        registry: CollectorRegistry | None = REGISTRY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.flow = flow
+        self._pending: list[OffsetSync] = []
+        # Last delta written per partition: the engine reports the first record after every
+        # start as a change; writing a row whose delta equals the stored one adds nothing.
+        self._written_delta: dict[SourcePartition, int] = {}
+        self._buffer_delta: dict[SourcePartition, int] = {}
+        self._metrics = StoreMetrics.for_registry(registry) if registry is not None else None
+        self._clock = clock
+        self.failing_since: float | None = None
+        self.last_error: str | None = None
+        self.rows_written = 0
+        if self._metrics:
+            self._metrics.healthy.labels(flow).set(1)
+
+    def on_acked(self, batches: Sequence[AckBatch]) -> None:
+        for b in batches:
+            if not b.syncs:
+                continue
+            key = (b.source_topic, b.partition)
+            for source_offset, target_offset in b.syncs:
+                delta = target_offset - source_offset
+                last = self._buffer_delta.get(key, self._written_delta.get(key))
+                if last == delta:
+                    continue
+                self._buffer_delta[key] = delta
+                self._pending.append(OffsetSync(b.source_topic, b.partition, source_offset, target_offset))
+
+    def before_commit(self, flow: str, positions: Mapping[SourcePartition, int]) -> None:
+        self.flush()
+
+    def flush(self) -> None:
+        """Write every buffered row; raise `OffsetStoreError` (keeping the buffer) on failure."""
+        if not self._pending:
+            return
+        rows = list(self._pending)
+        try:
+            self.store.write_syncs(self.flow, rows)
+        except MirrorError as exc:
+            self._failed(exc)
+            raise
+        except Exception as exc:  # a backend bug must still veto the commit, never pass it
+            err = OffsetStoreError(f"offset store write failed: {exc}")
+            self._failed(err)
+            raise err from exc
+        del self._pending[: len(rows)]
+        self._written_delta.update(self._buffer_delta)
+        self._buffer_delta.clear()
+        self.rows_written += len(rows)
+        if self._metrics:
+            self._metrics.rows.labels(self.flow).inc(len(rows))
+        if self.failing_since is not None:
+            log.warning(
+                "flow %s: offset store is back after %.1fs; %d offset-map rows written, source commits resume",
+                self.flow, self._clock() - self.failing_since, len(rows),
+            )
+            self.failing_since = None
+            self.last_error = None
+            if self._metrics:
+                self._metrics.healthy.labels(self.flow).set(1)
+
+    def _failed(self, exc: MirrorError) -> None:
+        if self._metrics:
+            self._metrics.errors.labels(self.flow).inc()
+            self._metrics.healthy.labels(self.flow).set(0)
+        if self.failing_since is None:
+            self.failing_since = self._clock()
+            log.error(
+                "flow %s: cannot store %d offset-map rows, holding source commits back until the store answers: %s",
+                self.flow, len(self._pending), exc,
+            )
+        self.last_error = str(exc)
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        except MirrorError as exc:
+            # The engine does not commit past unsaved rows, so they are re-derived on restart.
+            log.warning("flow %s: %d offset-map rows not stored at close (the next run re-creates them): %s", self.flow, self.pending, exc)

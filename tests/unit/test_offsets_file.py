@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from failover import offsets_file
+from failover.offsets_file import GroupOffsets
+from mirror.errors import UsageError
+
+
+def test_write_read_roundtrip(tmp_path: Path) -> None:
+    doc = GroupOffsets("sf", "billing", 123, {("nyc.orders", 1): 7, ("nyc.orders", 0): 42})
+    path = tmp_path / "b.json"
+    offsets_file.write(path, doc)
+    assert offsets_file.read(path) == doc
+    assert json.loads(path.read_text())["offsets"][0] == {"topic": "nyc.orders", "partition": 0, "offset": 42}
+
+
+@pytest.mark.parametrize("text", ["not json", "[]", '{"version": 9}', '{"version": 1, "cluster": "sf"}'])
+def test_bad_files_are_usage_errors(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "b.json"
+    path.write_text(text)
+    with pytest.raises(UsageError):
+        offsets_file.read(path)

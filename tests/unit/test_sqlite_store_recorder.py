@@ -1,0 +1,96 @@
+"""The SQLite offset store and the recorder's commit veto (local file, no network)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from mirror.acks import AckBatch
+from mirror.config import SqliteStoreConfig
+from mirror.errors import OffsetStoreError
+from mirror.offsetmap import Checkpoint, OffsetSync
+from mirror.recorder import OffsetMapRecorder
+from mirror.store import SqliteStore, open_store
+
+
+def test_sqlite_roundtrip_floor_next_and_checkpoints(tmp_path: Path) -> None:
+    store = open_store(SqliteStoreConfig(path=str(tmp_path / "o.db")))
+    store.write_syncs("f", [OffsetSync("t", 0, 495, 500), OffsetSync("t", 0, 596, 600), OffsetSync("t", 1, 0, 0)])
+    assert [r.source_offset for r in store.syncs("f", "t", 0)] == [495, 596]
+    assert store.floor_sync("f", "t", 0, 550) == OffsetSync("t", 0, 495, 500)
+    assert store.floor_sync("f", "t", 0, 494) is None
+    assert store.next_sync("f", "t", 0, 550) == OffsetSync("t", 0, 596, 600)
+    assert store.next_sync("f", "t", 0, 596) is None
+    assert store.sync_count("f") == 3 and store.sync_count("other") == 0
+    store.write_checkpoints("f", [Checkpoint("g", "t", 0, 10, 15, 2000)])
+    store.write_checkpoints("f", [Checkpoint("g", "t", 0, 5, 9, 1000)])  # older: ignored
+    assert store.checkpoints("f", "g") == [Checkpoint("g", "t", 0, 10, 15, 2000)]
+    store.write_source_ends("f", {("t", 0): 700}, 3000)
+    assert store.source_ends("f") == {("t", 0): (700, 3000)}
+    store.close()
+    # Durable: a new connection (a restarted mirror) sees the rows.
+    again = SqliteStore(tmp_path / "o.db")
+    assert again.sync_count("f") == 3
+    again.close()
+
+
+def test_sqlite_unopenable_path_is_store_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OffsetStoreError):
+        SqliteStore(tmp_path / "file" / "o.db")
+
+
+class FlakyStore:
+    """An `OffsetStore` whose writes fail while `down` (stands in for an outage of the backend)."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.rows: list[OffsetSync] = []
+
+    def write_syncs(self, flow: str, rows: Sequence[OffsetSync]) -> None:
+        if self.down:
+            raise OffsetStoreError("store is down")
+        self.rows += rows
+
+    def close(self) -> None:
+        pass
+
+
+def batch(topic: str, part: int, syncs: list[tuple[int, int]]) -> AckBatch:
+    return AckBatch("f", topic, part, f"src.{topic}", syncs[0][0] if syncs else 0, 0, syncs=syncs)
+
+
+def test_recorder_writes_before_commit_and_vetoes_while_down() -> None:
+    store = FlakyStore()
+    reg = CollectorRegistry()
+    rec = OffsetMapRecorder(store, "f", registry=reg)  # type: ignore[arg-type]
+    rec.on_acked([batch("t", 0, [(0, 0)]), batch("t", 1, [])])
+    assert store.rows == []  # nothing written on the ack path
+    rec.before_commit("f", {("t", 0): 10})
+    assert store.rows == [OffsetSync("t", 0, 0, 0)]
+    store.down = True
+    rec.on_acked([batch("t", 0, [(20, 10)])])
+    with pytest.raises(OffsetStoreError):
+        rec.before_commit("f", {("t", 0): 30})
+    assert reg.get_sample_value("mirror_offset_store_healthy", {"flow": "f"}) == 0
+    assert reg.get_sample_value("mirror_offset_store_errors_total", {"flow": "f"}) == 1
+    assert rec.pending == 1 and rec.failing_since is not None
+    store.down = False
+    rec.before_commit("f", {("t", 0): 30})
+    assert store.rows[-1] == OffsetSync("t", 0, 20, 10) and rec.pending == 0
+    assert reg.get_sample_value("mirror_offset_store_healthy", {"flow": "f"}) == 1
+    assert reg.get_sample_value("mirror_offset_sync_rows_total", {"flow": "f"}) == 2
+
+
+def test_recorder_skips_rows_repeating_the_stored_delta() -> None:
+    store = FlakyStore()
+    rec = OffsetMapRecorder(store, "f", registry=None)  # type: ignore[arg-type]
+    rec.on_acked([batch("t", 0, [(0, 5)])])
+    rec.before_commit("f", {})
+    # A restarted flow reports its first record as a change even with the same delta.
+    rec.on_acked([batch("t", 0, [(100, 105), (200, 200), (300, 305)])])
+    rec.before_commit("f", {})
+    assert [(r.source_offset, r.target_offset) for r in store.rows] == [(0, 5), (200, 200), (300, 305)]
