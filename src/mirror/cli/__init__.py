@@ -77,6 +77,9 @@ class _LazyGroup(click.Group):
 _COMMANDS = {
     "validate": "mirror.cli.validate:validate",
     "dev": "mirror.cli.dev:dev",
+    "lag": "mirror.cli.lag:lag",
+    "monitor": "mirror.cli.monitor:monitor",
+    "canary": "canary.cli:canary",
     "failover": "failover.cli:failover",
     "failback": "failover.cli:failback",
 }

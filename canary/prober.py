@@ -1,0 +1,301 @@
+"""The canary prober: probes into the source's canary topic, read back from the target.
+
+One `FlowProber` per flow. Every `canary.interval` it sends one probe to each partition
+of the canary topic on the flow's source (creating the topic when missing), and a reader
+thread reads the mirrored topic on the target (named by the flow's rename policy) and
+feeds the `Ledger`. Latency is measured at read time on the target, so it covers the
+whole path: source produce, mirror consume, target produce, target fetch.
+
+Where the target reader starts: at the target's end offsets when it first sees the topic
+(nothing there can belong to this run), or at offset 0 for a topic that appeared after
+the prober started (created by the mirror because of this run's probes). Probes of other
+runs are ignored by the ledger either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mirror.config import Config, FlowConfig
+from mirror.errors import MirrorError
+from mirror.metrics import CanaryMetrics
+from mirror.naming import target_topic
+
+from .ledger import Counts, Ledger, Outcome, Probe
+
+log = logging.getLogger(__name__)
+
+# The canary topic is small and only its recent probes matter; an hour of retention keeps
+# a restarted reader's backlog short.
+TOPIC_CONFIG = {"retention.ms": str(3_600_000)}
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    idx = min(len(ordered) - 1, max(0, int(round(q * (len(ordered) - 1)))))
+    return ordered[idx]
+
+
+@dataclass
+class RoundResult:
+    """What `mirror canary once` prints."""
+
+    flow: str
+    run: str
+    source_topic: str
+    target_topic: str
+    partitions: int
+    counts: Counts
+    latencies: list[float]
+
+    @property
+    def ok(self) -> bool:
+        c = self.counts
+        return c.sent > 0 and c.received == c.sent and c.lost == 0 and c.duplicated == 0
+
+    def to_json(self) -> dict[str, Any]:
+        lat = self.latencies
+        return {
+            "flow": self.flow,
+            "run": self.run,
+            "source_topic": self.source_topic,
+            "target_topic": self.target_topic,
+            "partitions": self.partitions,
+            **self.counts.as_dict(),
+            "latency_seconds": {
+                "min": min(lat) if lat else None,
+                "p50": percentile(lat, 0.5),
+                "p99": percentile(lat, 0.99),
+                "max": max(lat) if lat else None,
+            },
+            "ok": self.ok,
+        }
+
+
+class FlowProber:
+    def __init__(self, config: Config, flow: FlowConfig, *, metrics: CanaryMetrics | None = None, clock: Callable[[], float] = time.time) -> None:
+        from mirror.kafka import Admin, PartitionReader, make_producer
+
+        self.config, self.flow = config, flow
+        self.topic = config.canary.topic
+        self.target_topic = target_topic(self.topic, flow.source, flow.rename)
+        self.metrics = metrics
+        self.clock = clock
+        self.ledger = Ledger(flow.name, config.canary.max_latency, clock)
+        self._lock = threading.Lock()
+        self._published = Counts()
+        self._source = Admin(flow.source, config.clusters[flow.source])
+        self._target = Admin(flow.target, config.clusters[flow.target])
+        self._producer = make_producer(
+            f"{flow.source}-canary-{flow.name}",
+            config.clusters[flow.source],
+            # Idempotent and unbatched: per-partition order is what makes a gap mean loss,
+            # and a probe must not wait for company before leaving.
+            {"enable.idempotence": True, "linger.ms": 0, "acks": "all", "message.timeout.ms": int(config.canary.max_latency * 1000)},
+        )
+        self._reader = PartitionReader(f"{flow.target}-canary-{flow.name}", config.clusters[flow.target])
+        self._started = clock()
+        self._seen_target_topic: bool | None = None  # did the target topic exist when we first looked?
+        self.partitions = 0
+        self._next_attach = 0.0
+        if metrics is not None:
+            metrics.max_latency.labels(flow.name).set(config.canary.max_latency)
+
+    # -- source side
+    def ensure_topic(self) -> None:
+        """Create the canary topic when missing; a recreated topic starts a new run."""
+        topics = self._source.topics()
+        count = topics.get(self.topic)
+        if count is None:
+            brokers = max(1, self._source.broker_count())
+            created = self._source.create_topic(self.topic, brokers, config=TOPIC_CONFIG)
+            log.info("flow %s: %s canary topic %s on %s (%d partitions)", self.flow.name, "created" if created else "found", self.topic, self.flow.source, brokers)
+            count = self._source.topics().get(self.topic, brokers)
+            if self.partitions:  # it existed before: deleted and recreated under us
+                with self._lock:
+                    self.ledger.start_run()
+                log.warning("flow %s: canary topic %s was recreated; sequence numbers restart (run %s)", self.flow.name, self.topic, self.ledger.run)
+        self.partitions = count
+
+    def send_round(self, flush_timeout: float | None = None) -> int:
+        """One probe to each partition; returns how many were handed to the producer."""
+        self.ensure_topic()
+        sent = 0
+        for partition in range(self.partitions):
+            with self._lock:
+                probe = self.ledger.next_probe(partition)
+            try:
+                self._producer.produce(self.topic, value=probe.encode(), key=str(partition).encode(), partition=partition, on_delivery=self._delivered(probe))
+                sent += 1
+            except (BufferError, Exception) as exc:  # noqa: BLE001 - librdkafka queue full or unknown partition
+                log.warning("flow %s: cannot send canary probe to %s[%d]: %s", self.flow.name, self.topic, partition, exc)
+                with self._lock:
+                    self.ledger.send_failed(probe)
+        self._producer.flush(flush_timeout if flush_timeout is not None else self.config.canary.max_latency)
+        self.publish()
+        return sent
+
+    def _delivered(self, probe: Probe) -> Callable[[Any, Any], None]:
+        def cb(err: Any, _msg: Any) -> None:
+            with self._lock:
+                if err is None:
+                    self.ledger.sent(probe)
+                else:
+                    log.warning("flow %s: canary probe %s[%d] seq %d not stored: %s", self.flow.name, self.topic, probe.partition, probe.seq, err)
+                    self.ledger.send_failed(probe)
+
+        return cb
+
+    # -- target side
+    def attach(self) -> bool:
+        """Start reading the target topic's partitions (new ones too); False while it does not exist."""
+        existing = self._target.topics()
+        count = existing.get(self.target_topic)
+        if self._seen_target_topic is None:
+            self._seen_target_topic = count is not None
+        if count is None:
+            return False
+        new = [(self.target_topic, p) for p in range(count) if (self.target_topic, p) not in self._reader.assigned]
+        if new:
+            if self._seen_target_topic and not self._reader.assigned:
+                marks = self._target.watermarks(new, committed_only=False)
+                offsets = {k: marks[k].high for k in new}
+            else:
+                offsets = {k: 0 for k in new}
+            self._reader.add(offsets)
+        return True
+
+    def poll(self, timeout: float = 0.5) -> int:
+        """Read what arrived on the target; returns the number of probes of this run."""
+        if not self._reader.assigned or time.monotonic() >= self._next_attach:
+            # Also re-checked every interval: the target topic may gain partitions.
+            self._next_attach = time.monotonic() + self.config.canary.interval
+            try:
+                if not self.attach() and not self._reader.assigned:
+                    time.sleep(min(timeout, 0.5))
+                    return 0
+            except MirrorError as exc:
+                log.warning("flow %s: canary target not readable: %s", self.flow.name, exc)
+                time.sleep(min(timeout, 0.5))
+                return 0
+        mine = 0
+        for rec in self._reader.read(timeout=timeout):
+            probe = Probe.decode(rec.value)
+            if probe is None:
+                continue
+            with self._lock:
+                outcome = self.ledger.receive(probe)
+            if outcome is not Outcome.FOREIGN:
+                mine += 1
+        with self._lock:
+            self.ledger.expire()
+        self.publish()
+        return mine
+
+    # -- metrics
+    def publish(self) -> None:
+        """Move what the ledger counted since last time into the Prometheus counters."""
+        if self.metrics is None:
+            return
+        with self._lock:
+            now = Counts(**self.ledger.counts.as_dict())
+            latencies = self.ledger.drain_latencies()
+            outstanding = self.ledger.outstanding
+        name = self.flow.name
+        m = self.metrics
+        for attr, counter in (("sent", m.sent), ("received", m.received), ("lost", m.lost), ("late", m.late), ("duplicated", m.duplicated), ("send_errors", m.send_errors), ("runs", m.runs)):
+            delta = getattr(now, attr) - getattr(self._published, attr)
+            if delta > 0:
+                counter.labels(name).inc(delta)
+        for lat in latencies:
+            m.latency.labels(name).observe(lat)
+        m.outstanding.labels(name).set(outstanding)
+        self._published = now
+
+    # -- one round for scripts
+    def once(self, stop: threading.Event | None = None) -> RoundResult:
+        """Attach, send one probe per partition, wait up to max_latency for them, report."""
+        try:
+            self.attach()
+        except MirrorError as exc:
+            log.warning("flow %s: canary target not readable yet: %s", self.flow.name, exc)
+        with self._lock:
+            self.ledger.drain_latencies()
+        latencies: list[float] = []
+        self.send_round()
+        deadline = time.monotonic() + self.config.canary.max_latency
+        while time.monotonic() < deadline and not (stop and stop.is_set()):
+            self.poll(timeout=0.25)
+            with self._lock:
+                latencies += self.ledger.drain_latencies()
+                if self.ledger.outstanding == 0:
+                    break
+        with self._lock:
+            self.ledger.expire(force=True)
+            latencies += self.ledger.drain_latencies()
+            counts = Counts(**self.ledger.counts.as_dict())
+        return RoundResult(self.flow.name, self.ledger.run, self.topic, self.target_topic, self.partitions, counts, latencies)
+
+    def close(self) -> None:
+        try:
+            self._producer.flush(5)
+        finally:
+            self._reader.close()
+
+
+class Prober:
+    """All flows' probers: apscheduler sends rounds, one reader thread per flow reads."""
+
+    def __init__(self, config: Config, flows: Sequence[FlowConfig], *, metrics: CanaryMetrics | None = None) -> None:
+        self.config = config
+        self.probers = [FlowProber(config, f, metrics=metrics) for f in flows]
+
+    def _round(self, prober: FlowProber) -> None:
+        try:
+            prober.send_round(flush_timeout=min(self.config.canary.interval, self.config.canary.max_latency))
+        except MirrorError as exc:
+            log.warning("flow %s: canary round failed: %s", prober.flow.name, exc)
+        except Exception:  # unknown: logged with context; the next round tries again
+            log.exception("flow %s: canary round failed", prober.flow.name)
+
+    def _read_loop(self, prober: FlowProber, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                prober.poll(timeout=0.5)
+            except MirrorError as exc:
+                log.warning("flow %s: canary read failed: %s", prober.flow.name, exc)
+                stop.wait(1.0)
+            except Exception:
+                log.exception("flow %s: canary read failed", prober.flow.name)
+                stop.wait(1.0)
+
+    def run(self, stop: threading.Event) -> None:
+        from datetime import datetime
+
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        readers = [threading.Thread(target=self._read_loop, args=(p, stop), name=f"canary-read-{p.flow.name}", daemon=True) for p in self.probers]
+        for t in readers:
+            t.start()
+        scheduler = BackgroundScheduler(timezone="UTC")
+        for p in self.probers:
+            # coalesce + one instance: a slow round (source down) is not followed by a burst.
+            scheduler.add_job(self._round, "interval", args=[p], seconds=self.config.canary.interval, next_run_time=datetime.now().astimezone(),
+                              max_instances=1, coalesce=True, id=f"canary-{p.flow.name}")
+        scheduler.start()
+        log.info("canary: probing %d flows every %gs", len(self.probers), self.config.canary.interval)
+        try:
+            stop.wait()
+        finally:
+            scheduler.shutdown(wait=True)
+            for t in readers:
+                t.join(timeout=5)
+            for p in self.probers:
+                p.close()

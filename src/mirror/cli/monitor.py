@@ -1,0 +1,36 @@
+"""`mirror monitor`: the long-running lag exporter."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import click
+
+from . import AppContext, config_option, pass_app
+
+
+@click.command()
+@config_option
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="Port for /metrics (default: metrics.port in the config).")
+@click.option("--host", default=None, help="Address to bind (default: metrics.host in the config).")
+@click.option("--flow", "flows", multiple=True, help="Only this flow (repeatable); default all.")
+@click.option("--scrape-timeout", type=click.FloatRange(0.5, 120), default=8.0, show_default=True, help="Seconds a scrape waits for a flow before leaving its series out.")
+@pass_app
+def monitor(app: AppContext, config_path: Path, port: int | None, host: str | None, flows: tuple[str, ...], scrape_timeout: float) -> None:
+    """Serve lag, flow status and checkpoint ages on /metrics, computed at each scrape."""
+    from .. import monitor as mon
+
+    config = app.config(config_path)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    mon.run(
+        config,
+        port=config.metrics.port if port is None else port,
+        host=config.metrics.host if host is None else host,
+        stop=stop,
+        deadline=scrape_timeout,
+        flows=config.select_flows(flows),
+    )

@@ -1,0 +1,360 @@
+"""Every Prometheus metric the project exposes, defined in this one module.
+
+Names and labels marked FIXED are a contract with dashboards and alert rules
+(DESIGN.md, "Metric names"); everything else may grow. Each group of metrics is built
+against an explicit `registry` so tests get a fresh `CollectorRegistry` and one process
+can serve the mirror's counters, the canary's and the monitor's side by side.
+
+Three kinds of metric live here:
+
+* counters incremented on the hot path, batched (`MirrorMetrics` fed by
+  `MetricsListener.on_acked`, `CanaryMetrics` fed by the prober);
+* librdkafka client statistics, parsed when a client's `stats_cb` fires and turned into
+  samples only when Prometheus scrapes (`ClientStatsCollector`);
+* derived values (lag, status, checkpoint age) computed at scrape time by
+  `mirror.monitor.MonitorCollector`, which builds its families with the `*_family`
+  helpers below so their names are still defined here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .acks import AckBatch, SourcePartition
+
+log = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------- names (FIXED)
+
+RECORDS_TOTAL = "mirror_records"  # prometheus_client appends _total to counters
+BYTES_TOTAL = "mirror_bytes"
+LAG_RECORDS = "mirror_replication_lag_records"
+LAG_SECONDS = "mirror_replication_lag_seconds"
+FLOW_STATUS = "mirror_flow_status"
+CHECKPOINT_AGE = "mirror_group_checkpoint_age_seconds"
+CANARY_LATENCY = "mirror_canary_latency_seconds"
+CANARY_SENT = "mirror_canary_sent"
+CANARY_RECEIVED = "mirror_canary_received"
+CANARY_LOST = "mirror_canary_lost"
+CANARY_DUPLICATED = "mirror_canary_duplicated"
+
+# Canary latencies run from milliseconds (healthy, same region) to minutes (a stopped
+# mirror catching up); the buckets cover both so p99 stays meaningful in an incident.
+CANARY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+# ---------------------------------------------------------------------------- data path counters
+
+
+class MirrorMetrics:
+    """Counters of `mirror run`, incremented per acknowledged batch (never per record)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.records = Counter(RECORDS_TOTAL, "Records acknowledged by the target (topic = source topic).", ["flow", "topic"], registry=registry)
+        self.bytes = Counter(BYTES_TOTAL, "Key + value bytes acknowledged by the target.", ["flow", "topic"], registry=registry)
+        self.last_ack = Gauge(
+            "mirror_last_ack_timestamp_seconds",
+            "Wall-clock time of the newest acknowledgement per source partition.",
+            ["flow", "topic", "partition"],
+            registry=registry,
+        )
+        self.acked_position = Gauge(
+            "mirror_acked_position",
+            "Next source offset not yet acknowledged by the target, as the running mirror sees it.",
+            ["flow", "topic", "partition"],
+            registry=registry,
+        )
+
+
+class MetricsListener:
+    """`mirror.acks.AckListener` that turns acknowledgements into counters.
+
+    Cheap on purpose: one label lookup per batch (a batch covers one source partition),
+    no I/O, never vetoes a commit.
+    """
+
+    def __init__(self, metrics: MirrorMetrics, clock: Any = None) -> None:
+        import time
+
+        self._m = metrics
+        self._clock = clock or time.time
+
+    def on_acked(self, batches: Sequence[AckBatch]) -> None:
+        now = self._clock()
+        for b in batches:
+            if b.count:
+                self._m.records.labels(b.flow, b.source_topic).inc(b.count)
+            if b.bytes:
+                self._m.bytes.labels(b.flow, b.source_topic).inc(b.bytes)
+            part = str(b.partition)
+            self._m.last_ack.labels(b.flow, b.source_topic, part).set(now)
+            self._m.acked_position.labels(b.flow, b.source_topic, part).set(b.next_offset)
+
+    def before_commit(self, flow: str, positions: Mapping[SourcePartition, int]) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+# ---------------------------------------------------------------------------- canary
+
+
+class CanaryMetrics:
+    """Counters and the latency histogram of the canary prober (all FIXED but `late`)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.latency = Histogram(CANARY_LATENCY, "Canary probe latency: produce on the source to read on the target.", ["flow"], buckets=CANARY_BUCKETS, registry=registry)
+        self.sent = Counter(CANARY_SENT, "Canary probes acknowledged by the source cluster.", ["flow"], registry=registry)
+        self.received = Counter(CANARY_RECEIVED, "Canary probes read on the target (first copy of each).", ["flow"], registry=registry)
+        self.lost = Counter(CANARY_LOST, "Canary probes declared lost: a later sequence number arrived first, or none within max_latency.", ["flow"], registry=registry)
+        self.duplicated = Counter(CANARY_DUPLICATED, "Canary probes read on the target more than once.", ["flow"], registry=registry)
+        self.late = Counter("mirror_canary_late", "Canary probes that arrived after max_latency (each was counted lost first).", ["flow"], registry=registry)
+        self.send_errors = Counter("mirror_canary_send_errors", "Canary probes the source cluster refused (not expected on the target).", ["flow"], registry=registry)
+        self.outstanding = Gauge("mirror_canary_outstanding", "Probes sent and neither received nor declared lost yet.", ["flow"], registry=registry)
+        self.max_latency = Gauge("mirror_canary_max_latency_seconds", "The configured canary.max_latency (alert rules compare p99 with it).", ["flow"], registry=registry)
+        self.runs = Counter("mirror_canary_runs", "Sequence restarts (prober start, canary topic recreated).", ["flow"], registry=registry)
+
+
+# ---------------------------------------------------------------------------- derived (scrape time)
+
+
+def lag_records_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(LAG_RECORDS, "Source end offset (read_committed) minus the next source offset not yet acknowledged by the target.", labels=["flow", "topic", "partition"])
+
+
+def lag_seconds_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(LAG_SECONDS, "Age of the oldest source record not yet mirrored; 0 when caught up.", labels=["flow", "topic", "partition"])
+
+
+def flow_status_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(FLOW_STATUS, "Flow status, worst partition: 0 OK, 1 WARN, 2 ERR, 3 STOP, 4 STALL.", labels=["flow"])
+
+
+def partition_status_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily("mirror_partition_status", "Partition status: 0 OK, 1 WARN, 2 ERR, 3 STOP, 4 STALL.", labels=["flow", "topic", "partition"])
+
+
+def checkpoint_age_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(CHECKPOINT_AGE, "Age of the newest stored checkpoint of a consumer group.", labels=["flow", "group"])
+
+
+def group_lag_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "mirror_group_lag_records",
+        "Records a flow's consumer group has not read yet, on the source and on the target cluster.",
+        labels=["flow", "group", "cluster", "topic", "partition"],
+    )
+
+
+def group_unmirrored_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "mirror_group_unmirrored_records",
+        "Records a group has not read on the source that have not reached the target either (at risk in a failover now).",
+        labels=["flow", "group"],
+    )
+
+
+def target_end_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily("mirror_target_end_offset", "End offset of the mirrored partition on the target.", labels=["flow", "topic", "partition"])
+
+
+class MonitorMetrics:
+    """Counters of the exporter itself: how its scrapes went.
+
+    Built with `registry=None` and registered *after* the monitor's collector, so a
+    scrape's error counts already include that scrape's own failures.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self.errors = Counter("mirror_monitor_errors", "Flows whose lag could not be gathered for a scrape (their series are absent).", ["flow", "reason"], registry=registry)
+        self.gather_seconds = Histogram(
+            "mirror_monitor_gather_seconds", "Time to gather one flow's lag.", ["flow"], buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=registry
+        )
+
+    def register(self, registry: CollectorRegistry) -> None:
+        registry.register(self.errors)
+        registry.register(self.gather_seconds)
+
+
+# ---------------------------------------------------------------------------- librdkafka statistics
+
+
+@dataclass
+class ClientStats:
+    """The tuning figures of one client, from one librdkafka statistics JSON.
+
+    librdkafka's windowed stats (rtt, batchsize) cover one `statistics.interval.ms`;
+    fetch size is not reported as such, so it is derived from the brokers' `rxbytes`
+    and Fetch request counts between two consecutive statistics (hence `_prev`).
+    """
+
+    fetch_size_avg: float | None = None  # bytes per fetch response, over the last interval
+    fetch_size_max: float | None = None  # the largest per-broker average in that interval
+    batch_size_avg: float | None = None  # producer message set size in bytes
+    batch_size_max: float | None = None
+    batch_count_avg: float | None = None  # records per producer batch
+    in_flight: int = 0  # requests sent, awaiting a response
+    queued: int = 0  # requests waiting to be sent
+    retries: int = 0  # cumulative request retries
+    rtt_avg: float | None = None  # seconds
+    rtt_max: float | None = None
+    tx_messages: int = 0
+    rx_messages: int = 0
+    _prev: dict[str, tuple[int, int]] = field(default_factory=dict)  # broker -> (rxbytes, fetch requests)
+
+
+def parse_stats(raw: str | Mapping[str, Any], prev: ClientStats | None = None) -> ClientStats:
+    """One librdkafka statistics document -> `ClientStats` (pure)."""
+    doc: Mapping[str, Any] = json.loads(raw) if isinstance(raw, str) else raw
+    out = ClientStats()
+    prev_counts = prev._prev if prev else {}
+    rtt_avgs: list[float] = []
+    rtt_maxs: list[float] = []
+    fetch_avgs: list[float] = []
+    total_bytes = total_fetches = 0
+    retries = 0
+    for name, b in (doc.get("brokers") or {}).items():
+        if b.get("nodeid", -1) < 0:
+            continue  # bootstrap and logical (coordinator) entries duplicate a real broker
+        out.in_flight += int(b.get("waitresp_cnt", 0))
+        out.queued += int(b.get("outbuf_cnt", 0))
+        retries += int(b.get("txretries", 0))
+        rtt = b.get("rtt") or {}
+        if rtt.get("cnt", 0) > 0:
+            rtt_avgs.append(rtt.get("avg", 0) / 1e6)  # librdkafka reports microseconds
+            rtt_maxs.append(rtt.get("max", 0) / 1e6)
+        rxbytes = int(b.get("rxbytes", 0))
+        fetches = int((b.get("req") or {}).get("Fetch", 0))
+        out._prev[name] = (rxbytes, fetches)
+        if name in prev_counts:
+            dbytes, dfetch = rxbytes - prev_counts[name][0], fetches - prev_counts[name][1]
+            if dfetch > 0 and dbytes >= 0:
+                fetch_avgs.append(dbytes / dfetch)
+                total_bytes += dbytes
+                total_fetches += dfetch
+    out.retries = max(retries, int(doc.get("txretries", 0)))
+    if rtt_avgs:
+        out.rtt_avg = sum(rtt_avgs) / len(rtt_avgs)
+        out.rtt_max = max(rtt_maxs)
+    if total_fetches:
+        out.fetch_size_avg = total_bytes / total_fetches
+        out.fetch_size_max = max(fetch_avgs)
+    sizes, counts, maxima = [], [], []
+    for t in (doc.get("topics") or {}).values():
+        bs, bc = t.get("batchsize") or {}, t.get("batchcnt") or {}
+        if bs.get("cnt", 0) > 0:
+            sizes.append((bs.get("avg", 0), bs["cnt"]))
+            maxima.append(bs.get("max", 0))
+        if bc.get("cnt", 0) > 0:
+            counts.append((bc.get("avg", 0), bc["cnt"]))
+    if sizes:
+        n = sum(c for _, c in sizes)
+        out.batch_size_avg = sum(a * c for a, c in sizes) / n
+        out.batch_size_max = float(max(maxima))
+    if counts:
+        n = sum(c for _, c in counts)
+        out.batch_count_avg = sum(a * c for a, c in counts) / n
+    out.tx_messages = int(doc.get("txmsgs", 0))
+    out.rx_messages = int(doc.get("rxmsgs", 0))
+    return out
+
+
+class ClientStatsCollector(Collector):
+    """librdkafka statistics of the engine's clients, turned into samples at scrape time.
+
+    The engine sets `statistics.interval.ms` on its clients and passes their `stats_cb`
+    JSON to `on_stats(flow, role, json)`; only the newest document per (flow, role) is
+    kept, so a scrape shows the latest interval and costs nothing on the data path.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self._lock = threading.Lock()
+        self._stats: dict[tuple[str, str], ClientStats] = {}
+        if registry is not None:
+            registry.register(self)
+
+    def on_stats(self, flow: str, role: str, raw: str) -> None:
+        key = (flow, role)
+        try:
+            with self._lock:
+                self._stats[key] = parse_stats(raw, self._stats.get(key))
+        except (ValueError, TypeError, AttributeError) as exc:  # a malformed document must not break the client's poll loop
+            log.warning("cannot parse librdkafka statistics of flow %s %s: %s", flow, role, exc)
+
+    def stats_cb(self, flow: str, role: str) -> Any:
+        """A `stats_cb` for a confluent-kafka client config (one argument: the JSON)."""
+        return lambda raw: self.on_stats(flow, role, raw)
+
+    def describe(self) -> Iterable[Any]:
+        return self._families({})
+
+    def collect(self) -> Iterable[Any]:
+        with self._lock:
+            snapshot = dict(self._stats)
+        return self._families(snapshot)
+
+    @staticmethod
+    def _families(stats: Mapping[tuple[str, str], ClientStats]) -> list[Any]:
+        labels = ["flow", "role"]
+        g = {
+            "fetch_size_avg": GaugeMetricFamily("mirror_client_fetch_size_avg_bytes", "Average fetch response size over the last statistics interval.", labels=labels),
+            "fetch_size_max": GaugeMetricFamily("mirror_client_fetch_size_max_bytes", "Largest per-broker average fetch response size over the last statistics interval.", labels=labels),
+            "batch_size_avg": GaugeMetricFamily("mirror_client_batch_size_avg_bytes", "Average producer batch size over the last statistics interval.", labels=labels),
+            "batch_size_max": GaugeMetricFamily("mirror_client_batch_size_max_bytes", "Largest producer batch over the last statistics interval.", labels=labels),
+            "batch_count_avg": GaugeMetricFamily("mirror_client_batch_records_avg", "Average records per producer batch over the last statistics interval.", labels=labels),
+            "in_flight": GaugeMetricFamily("mirror_client_requests_in_flight", "Requests sent to brokers and awaiting a response.", labels=labels),
+            "queued": GaugeMetricFamily("mirror_client_requests_queued", "Requests waiting to be sent to brokers.", labels=labels),
+            "rtt_avg": GaugeMetricFamily("mirror_client_rtt_avg_seconds", "Average broker round-trip time over the last statistics interval.", labels=labels),
+            "rtt_max": GaugeMetricFamily("mirror_client_rtt_max_seconds", "Largest broker round-trip time over the last statistics interval.", labels=labels),
+        }
+        retries = CounterMetricFamily("mirror_client_retries", "Requests the client retried.", labels=labels)
+        for (flow, role), s in sorted(stats.items()):
+            for attr, fam in g.items():
+                value = getattr(s, attr)
+                if value is not None:
+                    fam.add_metric([flow, role], float(value))
+            retries.add_metric([flow, role], float(s.retries))
+        return [*g.values(), retries]
+
+
+# ---------------------------------------------------------------------------- serving
+
+
+def serve(port: int, host: str = "127.0.0.1", registry: CollectorRegistry | None = None) -> Any:
+    """Serve `registry` on http://host:port/metrics in a daemon thread.
+
+    Returns the server: `server.server_port` is the bound port (useful with port 0) and
+    `server.shutdown()` stops it. The default host is loopback; `metrics.host` in the
+    config (0.0.0.0 in containers) is what the CLI passes.
+    """
+    from prometheus_client import REGISTRY, start_http_server
+
+    server, _thread = start_http_server(port, addr=host, registry=registry if registry is not None else REGISTRY)
+    log.info("serving metrics on http://%s:%s/metrics", host, server.server_port)
+    return server
+
+
+@dataclass
+class RunMetrics:
+    """What `mirror run` needs: one registry with the data path counters and client stats."""
+
+    registry: CollectorRegistry
+    mirror: MirrorMetrics
+    stats: ClientStatsCollector
+    listener: MetricsListener
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry | None = None) -> RunMetrics:
+        reg = registry if registry is not None else CollectorRegistry()
+        m = MirrorMetrics(reg)
+        return cls(reg, m, ClientStatsCollector(reg), MetricsListener(m))
