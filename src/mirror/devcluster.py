@@ -228,7 +228,7 @@ class KafkaNode:
         if not (d / "data" / "meta.properties").exists():
             out = subprocess.run(
                 [_java(), "-Xmx256m", "-cp", f"{kafka_libs()}/*", f"-Dlog4j2.configurationFile={d / 'log4j2.properties'}",
-                 "kafka.tools.StorageTool", "format", "-t", _cluster_id(self.spec.name), "-c", str(self.spec.props)],
+                 "kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id(self.spec.name)}", "-c", str(self.spec.props)],
                 capture_output=True, text=True, timeout=120,
             )
             if out.returncode != 0:
