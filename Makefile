@@ -11,12 +11,14 @@ KAFKA_VERSION := 4.1.1
 KAFKA_LIBS := $(CACHE)/kafka-$(KAFKA_VERSION)/libs
 CASSANDRA_VERSION := 5.0.6
 CASSANDRA_LIBS := $(CACHE)/cassandra-$(CASSANDRA_VERSION)/libs
+MM2_LIBS := $(CACHE)/mm2-$(KAFKA_VERSION)/libs
 MVN := mvn -q -B
 PYTEST_ARGS ?=
 
-.PHONY: setup test unit integration demo bench clean-dev lint
+.PHONY: setup test unit integration demo bench bench-setup clean-dev lint
 
-setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete $(CASSANDRA_LIBS)/.complete
+# MM2 is in setup because the bench smoke test (tests/integration/test_bench_smoke.py) runs it.
+setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete $(CASSANDRA_LIBS)/.complete $(MM2_LIBS)/.complete
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +39,12 @@ $(CASSANDRA_LIBS)/.complete: deps/cassandra/pom.xml
 	$(MVN) -f deps/cassandra/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CASSANDRA_LIBS)
 	touch $@
 
+# MirrorMaker 2 (connect-mirror, same Kafka release) for bench/ only: ~36 MB, a few seconds.
+$(MM2_LIBS)/.complete: deps/mm2/pom.xml
+	rm -rf $(MM2_LIBS)
+	$(MVN) -f deps/mm2/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(MM2_LIBS)
+	touch $@
+
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -49,6 +57,31 @@ integration: setup
 demo: setup
 	$(PY) -m mirror.demo
 
+# `make bench` (default size, ~15 min on 2 cores) or `make bench QUICK=1` (tiny, ~1-2 min);
+# extra flags through BENCH_ARGS, e.g. BENCH_ARGS="--skip mm2-t2 --reps 5". See bench/README.md.
+bench-setup: setup $(VENV)/.bench-installed
+
+$(VENV)/.bench-installed: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[test,bench]'
+	touch $@
+
+bench: bench-setup
+	$(PY) -m bench $(if $(QUICK),--quick) $(BENCH_ARGS)
+
 clean-dev:
 	-$(VENV)/bin/mirror dev down --home .mirror/dev
 	rm -rf .mirror
+
+# promtool checks and unit-tests configs/alerts.yaml; the prometheus server from the same
+# Debian package runs in the alert integration test. Installed only when promtool is
+# missing (CI machines start without it); silent when present. A service the package may
+# have started is stopped again: tests run their own server on a free loopback port.
+.PHONY: promtool
+setup: promtool
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  echo "installing the Debian package prometheus (promtool) with apt-get"; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null && \
+	  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then $$SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true; fi; }

@@ -1,0 +1,80 @@
+"""The raw ceiling: the least work a Python process can do to copy a topic between clusters.
+
+One confluent-kafka consumer (partitions assigned, no group, no commits) and one producer
+(acks=1, no idempotence: no delivery guarantee) in a batch consume -> produce loop that
+keeps key, value, headers, timestamp and partition. Nothing else: no offset map, no
+commits, no metrics, no filtering. `mirror run` does strictly more per record, so this is
+the number it is measured against ("mirror/ceiling").
+
+Run as `python -m bench.ceiling …`; the harness samples its RSS and CPU like any contender.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+
+
+class _Quiet:
+    def log(self, *args: object) -> None:
+        pass
+
+
+def copy(src: str, dst: str, topic: str, target: str, partitions: list[int], producer: dict[str, str], batch: int) -> int:
+    c = Consumer({
+        "bootstrap.servers": src, "group.id": "bench-ceiling", "enable.auto.commit": False,
+        "enable.partition.eof": True, "logger": _Quiet(),
+    })
+    p = Producer({"bootstrap.servers": dst, "logger": _Quiet(), **producer, "acks": 1, "enable.idempotence": False})
+    ends = {q: c.get_watermark_offsets(TopicPartition(topic, q), timeout=30)[1] for q in partitions}
+    todo = {q for q, end in ends.items() if end > 0}
+    c.assign([TopicPartition(topic, q, OFFSET_BEGINNING) for q in todo])
+    copied = 0
+    produce = p.produce
+    eof = KafkaError._PARTITION_EOF
+    while todo:
+        for msg in c.consume(batch, 0.5):
+            err = msg.error()
+            if err is not None:
+                if err.code() == eof:
+                    todo.discard(msg.partition())
+                    continue
+                raise SystemExit(f"consume error: {err}")
+            while True:
+                try:
+                    produce(target, msg.value(), msg.key(), partition=msg.partition(),
+                            timestamp=msg.timestamp()[1], headers=msg.headers())
+                    break
+                except BufferError:
+                    p.poll(0.01)
+            copied += 1
+        p.poll(0)
+    left = p.flush(120)
+    c.close()
+    if left:
+        raise SystemExit(f"{left} records unacked after 120 s")
+    return copied
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench.ceiling")
+    ap.add_argument("--src", required=True)
+    ap.add_argument("--dst", required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--target-topic", required=True)
+    ap.add_argument("--partitions", required=True, help="comma-separated partition numbers")
+    ap.add_argument("--batch", type=int, default=10000)
+    ap.add_argument("-X", dest="settings", action="append", default=[], help="producer setting key=value")
+    args = ap.parse_args(argv)
+    producer = dict(s.split("=", 1) for s in args.settings)
+    start = time.monotonic()
+    n = copy(args.src, args.dst, args.topic, args.target_topic, [int(x) for x in args.partitions.split(",")], producer, args.batch)
+    print(f"copied {n} records in {time.monotonic() - start:.2f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

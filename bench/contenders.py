@@ -1,0 +1,151 @@
+"""The contenders: how each one is started, on which topics, and how it is known to be done.
+
+Every contender copies the same preloaded source topic to a fresh target topic named
+`<alias>.<topic>` (the prefix naming both `mirror` and MirrorMaker 2's default policy use),
+where `alias` is unique per run so no run sees another's topics, groups or offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import mm2
+from .procs import Contender
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# What `mirror run` uses when the flow sets nothing (src/mirror/engine.py); MirrorMaker 2
+# and the ceiling get the same values so that batching and compression are not what differs.
+# Read from the engine when it is importable so the match cannot silently drift.
+_FALLBACK_PRODUCER: dict[str, Any] = {
+    "enable.idempotence": True, "acks": "all", "linger.ms": 10, "batch.size": 1048576,
+    "compression.type": "lz4", "queue.buffering.max.kbytes": 65536,
+}
+_FALLBACK_CONSUMER: dict[str, Any] = {"isolation.level": "read_committed", "fetch.wait.max.ms": 100}
+_FALLBACK_BATCH = 2000
+
+
+def engine_settings() -> tuple[dict[str, Any], dict[str, Any], int]:
+    """(producer, consumer, consume batch) as `mirror run` ships them."""
+    try:
+        from mirror import engine
+    except Exception:  # noqa: BLE001 - the engine may not exist yet in this checkout
+        return dict(_FALLBACK_PRODUCER), dict(_FALLBACK_CONSUMER), _FALLBACK_BATCH
+    return dict(engine.PRODUCER_DEFAULTS), dict(engine.CONSUMER_DEFAULTS), int(getattr(engine, "CONSUME_BATCH", _FALLBACK_BATCH))
+
+
+def mm2_client_settings(producer: Mapping[str, Any], consumer: Mapping[str, Any], batch: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """librdkafka settings -> the closest Java client settings MirrorMaker 2 accepts."""
+    p: dict[str, Any] = {}
+    for key in ("acks", "linger.ms", "batch.size", "compression.type", "enable.idempotence"):
+        if key in producer:
+            p[key] = producer[key]
+    if "queue.buffering.max.kbytes" in producer:
+        p["buffer.memory"] = int(producer["queue.buffering.max.kbytes"]) * 1024
+    # Connect's worker pins max.in.flight.requests.per.connection=1 for source connectors;
+    # librdkafka's idempotent producer keeps up to 5 in flight, and so may Java's.
+    if producer.get("enable.idempotence"):
+        p["max.in.flight.requests.per.connection"] = 5
+    c: dict[str, Any] = {"max.poll.records": batch}
+    if "isolation.level" in consumer:
+        c["isolation.level"] = consumer["isolation.level"]
+    if "fetch.wait.max.ms" in consumer:
+        c["fetch.max.wait.ms"] = consumer["fetch.wait.max.ms"]
+    return p, c
+
+
+@dataclass
+class Env:
+    """What every contender needs to know about the run."""
+
+    src: str
+    dst: str
+    workdir: Path
+    partitions: int
+    producer: dict[str, Any]
+    consumer: dict[str, Any]
+    batch: int
+    free_port: Any  # () -> int
+
+
+@dataclass
+class Spec:
+    key: str
+    label: str
+    kind: str  # mirror | mm2 | ceiling | unavailable
+    workers: int = 1
+    options: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""  # why it is not available
+    exits_when_done: bool = True  # False: the harness watches the target and stops it
+
+    def start(self, env: Env, alias: str, topic: str, target: str, *, daemon: bool = False) -> Contender:
+        """Start copying `topic` -> `target` (daemon: keep running, for latency runs)."""
+        run_dir = env.workdir / alias
+        run_dir.mkdir(parents=True, exist_ok=True)
+        log = run_dir / f"{self.key}.log"
+        if self.kind == "mirror":
+            cfg = run_dir / "mirror.yaml"
+            cfg.write_text(mirror_config(env, alias, topic, run_dir, self.options))
+            argv = [sys.executable, "-m", "mirror", "run", "-c", str(cfg)]
+            if not daemon:
+                argv.append("--until-caught-up")
+            if self.workers > 1:
+                argv += ["--workers", str(self.workers)]
+            argv += self.options.get("extra_args", [])
+            return Contender(argv, log, cwd=ROOT).start()
+        if self.kind == "mm2":
+            producer, consumer = mm2_client_settings(env.producer, env.consumer, env.batch)
+            props = run_dir / "mm2.properties"
+            props.write_text(mm2.properties(alias, env.src, f"{alias}t", env.dst, topic, self.workers, producer, consumer))
+            return Contender(mm2.command(run_dir, props, f"{alias}t"), log, cwd=run_dir).start()
+        if self.kind == "ceiling":
+            argv = [sys.executable, "-m", "bench.ceiling", "--src", env.src, "--dst", env.dst, "--topic", topic,
+                    "--target-topic", target, "--partitions", ",".join(str(p) for p in range(env.partitions)),
+                    "--batch", str(env.batch)]
+            for k in ("linger.ms", "batch.size", "compression.type", "queue.buffering.max.kbytes"):
+                if k in env.producer:
+                    argv += ["-X", f"{k}={env.producer[k]}"]
+            return Contender(argv, log, cwd=ROOT).start()
+        raise RuntimeError(f"contender {self.key} cannot run: {self.reason}")
+
+
+def mirror_config(env: Env, alias: str, topic: str, run_dir: Path, options: Mapping[str, Any]) -> str:
+    """A one-flow topology: cluster `alias` (source) -> `alias`t (target), prefix naming."""
+    store = options.get("offset_store", {"kind": "sqlite", "path": str(run_dir / "offsets.db")})
+    doc: dict[str, Any] = {
+        "clusters": {alias: {"bootstrap": env.src}, f"{alias}t": {"bootstrap": env.dst}},
+        "flows": [{
+            "name": alias, "source": alias, "target": f"{alias}t",
+            "topics": {"include": [topic]}, "rename": "prefix",
+            **options.get("flow", {}),
+        }],
+        "offset_store": store,
+        "metrics": {"port": env.free_port(), "host": "127.0.0.1"},
+    }
+    return json.dumps(doc, indent=2) + "\n"  # JSON is YAML
+
+
+def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
+    """Every row of the benchmark, in table order (unavailable ones included, labelled)."""
+    specs = [
+        Spec("mirror", "mirror run (1 worker)", "mirror"),
+        Spec("mirror-w2", "mirror run --workers 2", "mirror", workers=2),
+        Spec("mm2", "MirrorMaker 2 (dedicated, tasks.max=1)", "mm2" if mm2_ok else "unavailable", workers=1,
+             exits_when_done=False, reason="" if mm2_ok else "MM2 jars missing: run `make bench-setup`"),
+        Spec("mm2-t2", "MirrorMaker 2 (dedicated, tasks.max=2)", "mm2" if mm2_ok else "unavailable", workers=2,
+             exits_when_done=False, reason="" if mm2_ok else "MM2 jars missing: run `make bench-setup`"),
+        Spec("ceiling", "raw ceiling (confluent-kafka copy loop)", "ceiling"),
+    ]
+    if nostore is not None:
+        specs.append(Spec("mirror-nostore", "mirror run (1 worker), offset store off", "mirror", options=nostore))
+    else:
+        specs.append(Spec("mirror-nostore", "mirror run (1 worker), offset store off", "unavailable",
+                          reason="pending: `mirror run` has no way to switch the offset store off yet"))
+    specs.append(Spec("spark", "mirror spark run (local mode)", "unavailable",
+                      reason="not available: the Spark engine does not exist yet"))
+    return specs

@@ -1,0 +1,408 @@
+"""`python -m bench`: this project vs MirrorMaker 2 vs the raw ceiling, same machine, same load.
+
+1. Start two dev Kafka clusters (`src`, `dst`) on free loopback ports.
+2. Preload `src` with N records over P partitions.
+3. Throughput: each contender copies the whole topic to a fresh target topic, in
+   interleaved rounds (a b c d, a b c d, …) so slow drift of a shared machine hits every
+   contender alike. Per run: records/s and MB/s from the first to the last append on the
+   target, peak RSS and CPU seconds of the contender's process tree, wall time including
+   start-up, and a content check.
+4. Latency: `mirror run` and MirrorMaker 2 mirror a steady stamped load at about a third
+   of the slower one's measured capacity; p50/p99 of (target append - produce) time.
+5. Medians with min and max; a table on stdout; JSON under bench/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import load, mm2
+from .contenders import ROOT, Env, Spec, catalogue, engine_settings
+from .procs import Contender
+from .report import render, summarise
+
+SOURCE_TOPIC = "bench-load"
+RESULTS = ROOT / "bench" / "results"
+
+
+@dataclass
+class Params:
+    records: int = 1_000_000
+    record_size: int = 512
+    partitions: int = 12
+    reps: int = 3
+    latency_reps: int = 3
+    latency_duration: float = 20.0
+    latency_rate: float | None = None
+    run_timeout: float = 600.0
+    only: Sequence[str] = ()
+    skip: Sequence[str] = ()
+    quick: bool = False
+
+    @classmethod
+    def quick_mode(cls) -> Params:
+        # mm2-t2 is left out: the same code path as mm2, and 30 s of JVM start-up and shutdown.
+        return cls(records=20_000, record_size=512, partitions=4, reps=1, latency_reps=1, latency_duration=4.0,
+                   run_timeout=180.0, skip=("mm2-t2",), quick=True)
+
+
+def _log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _free_base_port(count: int) -> int:
+    """A base port whose cluster ports (base + 100 i, +1) are all free; never the dev defaults."""
+    import random
+
+    from mirror.devcluster import PORT_STEP, port_free
+
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(45000, 55000, 10)
+        ports = [base + PORT_STEP * i + d for i in range(count) for d in (0, 1)]
+        if all(port_free(p) for p in ports):
+            return base
+    raise RuntimeError("no free loopback port range for the benchmark clusters")
+
+
+# ---------------------------------------------------------------------------- one run
+
+
+def _alias(spec: Spec, phase: str, rep: int) -> str:
+    short = {"mirror": "m1", "mirror-w2": "m2", "mm2": "k1", "mm2-t2": "k2", "ceiling": "c", "mirror-nostore": "m0"}
+    return f"{phase}{short.get(spec.key, spec.key)}r{rep}x{uuid.uuid4().hex[:4]}"
+
+
+def _wait(cont: Contender, done: Callable[[], bool], timeout: float, *, exits: bool) -> str | None:
+    """Wait until the contender is done; returns an error text or None."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rc = cont.poll()
+        if rc is not None:
+            if exits and rc == 0:
+                cont.done_at = cont.ended_at
+                return None
+            return f"exited with status {rc} before it was done: {_last_line(cont)}\nlog tail:\n{cont.log_tail()}"
+        if not exits and done():
+            cont.done_at = time.monotonic()
+            return None
+        time.sleep(0.25)
+    return f"not done after {timeout:g}s: {_last_line(cont)}\nlog tail:\n{cont.log_tail()}"
+
+
+def _last_line(cont: Contender) -> str:
+    lines = [ln for ln in cont.log_tail(50).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("Error:") or " ERROR " in ln]
+    return (errors or lines or ["(empty log)"])[-1][:300]
+
+
+def throughput_run(env: Env, spec: Spec, p: Params, rep: int) -> dict[str, Any]:
+    alias = _alias(spec, "t", rep)
+    target = f"{alias}.{SOURCE_TOPIC}"
+    t0 = time.monotonic()
+    load.create_target_topic(env.dst, target, p.partitions)
+    ends = load.EndOffsets(env.dst, target, p.partitions)
+    result: dict[str, Any] = {"rep": rep, "alias": alias, "ok": False, "overhead_s": {"setup": round(time.monotonic() - t0, 2)}}
+    cont = spec.start(env, alias, SOURCE_TOPIC, target)
+    try:
+        err = _wait(cont, lambda: ends.total() >= p.records, p.run_timeout, exits=spec.exits_when_done)
+        usage = cont.finish()
+        result.update(wall_s=round(cont.wall_seconds, 3), peak_rss_mb=round(usage.peak_rss_mb, 1),
+                      peak_rss_per_process_mb=round(usage.peak_rss_per_process_bytes / 1e6, 1),
+                      processes=usage.max_processes, cpu_s=round(usage.cpu_seconds, 2))
+        if err:
+            result["error"] = err
+            return result
+        t0 = time.monotonic()
+        span = load.target_span(env.dst, target, p.partitions)
+        result.update(
+            records=span.records, seconds=round(span.seconds, 3),
+            records_per_s=round(span.records / span.seconds, 1),
+            mb_per_s=round(span.records * p.record_size / 1e6 / span.seconds, 2),
+            records_per_cpu_s=round(span.records / usage.cpu_seconds, 1) if usage.cpu_seconds else None,
+            # Process start to the first record on the target: start-up, discovery, group join.
+            first_record_s=round(span.first_append_ms / 1000.0 - cont.started_wall, 2),
+            append_time=span.append_time,
+        )
+        result["verified"] = span.records == p.records and load.same_edges(env.src, SOURCE_TOPIC, env.dst, target, p.partitions)
+        result["ok"] = result["verified"] and span.append_time
+        result["overhead_s"]["verify"] = round(time.monotonic() - t0, 2)
+        if not result["ok"]:
+            result["error"] = (f"target has {span.records} records, expected {p.records}" if span.records != p.records
+                               else "content check failed" if not result["verified"]
+                               else "target records do not carry append times; span unreliable")
+        return result
+    finally:
+        t0 = time.monotonic()
+        cont.stop()
+        ends.close()
+        load.delete_topics(env.dst, [target])
+        result["overhead_s"]["cleanup"] = round(time.monotonic() - t0, 2)
+
+
+def latency_run(env: Env, spec: Spec, p: Params, rep: int, rate: float) -> dict[str, Any]:
+    alias = _alias(spec, "l", rep)
+    topic = f"lat-{alias}"
+    target = f"{alias}.{topic}"
+    load.create_topic(env.src, topic, p.partitions)
+    load.create_target_topic(env.dst, target, p.partitions)
+    ends = load.EndOffsets(env.dst, target, p.partitions)
+    result: dict[str, Any] = {"rep": rep, "alias": alias, "rate": round(rate, 1), "ok": False}
+    cont = spec.start(env, alias, topic, target, daemon=True)
+    try:
+        # Warm-up: one record per partition must come through before the clock starts, so
+        # start-up (JVM, group join, topic discovery) is not counted as latency.
+        warm = subprocess.run(_steady_argv(env, topic, p, rate=p.partitions * 4, duration=0.25), capture_output=True, text=True, cwd=ROOT)
+        if warm.returncode != 0:
+            raise RuntimeError(f"latency warm-up load failed: {warm.stderr[-500:]}")
+        warm_n = int(warm.stdout.strip().splitlines()[-1])
+        err = _wait(cont, lambda: ends.total() >= warm_n, p.run_timeout, exits=False)
+        if err:
+            result["error"] = "warm-up never arrived: " + err
+            return result
+        t0_us = time.time_ns() // 1000
+        run = subprocess.run(_steady_argv(env, topic, p, rate=rate, duration=p.latency_duration), capture_output=True, text=True, cwd=ROOT)
+        if run.returncode != 0:
+            raise RuntimeError(f"latency load failed: {run.stderr[-500:]}")
+        sent = int(run.stdout.strip().splitlines()[-1])
+        err = _wait(cont, lambda: ends.total() >= warm_n + sent, 120, exits=False)
+        usage = cont.finish()
+        result.update(sent=sent, peak_rss_mb=round(usage.peak_rss_mb, 1), cpu_s=round(usage.cpu_seconds, 2))
+        if err:
+            result["error"] = "load never fully arrived: " + err
+            return result
+        # The first second of steady load is a ramp (the generator's own connection warm-up).
+        lat = sorted(load.latencies_ms(env.dst, target, p.partitions, skip_before_us=t0_us + 1_000_000))
+        if not lat:
+            result["error"] = "no latency samples"
+            return result
+        result.update(samples=len(lat), p50_ms=round(_pct(lat, 50), 2), p99_ms=round(_pct(lat, 99), 2),
+                      max_ms=round(lat[-1], 2), ok=True)
+        return result
+    finally:
+        cont.stop()
+        ends.close()
+        load.delete_topics(env.dst, [target])
+        load.delete_topics(env.src, [topic])
+
+
+def _steady_argv(env: Env, topic: str, p: Params, rate: float, duration: float) -> list[str]:
+    return [sys.executable, "-m", "bench.load", "steady", "--bootstrap", env.src, "--topic", topic,
+            "--partitions", str(p.partitions), "--record-size", str(p.record_size),
+            "--rate", f"{rate:.1f}", "--duration", f"{duration:g}"]
+
+
+def _pct(sorted_values: list[float], pct: float) -> float:
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    k = (len(sorted_values) - 1) * pct / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+# ---------------------------------------------------------------------------- the whole run
+
+
+def _machine() -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpus": os.cpu_count(), "cpu_model": model, "load_avg": list(os.getloadavg()),
+            "kernel": platform.release(), "python": platform.python_version(), "kafka": mm2.KAFKA_VERSION}
+
+
+def _nostore_option() -> dict[str, Any] | None:
+    """How to run `mirror run` with the offset store off, if this checkout's engine allows it.
+
+    Either a `--no-offset-store` flag of `mirror run`, or a config that accepts
+    `offset_store: {kind: none}`; anything else reports the row as pending.
+    """
+    try:
+        out = subprocess.run([sys.executable, "-m", "mirror", "run", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if "--no-offset-store" in out:
+        return {"extra_args": ["--no-offset-store"]}
+    try:
+        from mirror import config as cfg
+
+        cfg.parse(
+            "clusters: {a: {bootstrap: '127.0.0.1:1'}, b: {bootstrap: '127.0.0.1:2'}}\n"
+            "flows: [{name: f, source: a, target: b, topics: {include: [x]}}]\n"
+            "offset_store: {kind: none}\n",
+            env={},
+        )
+    except Exception:  # noqa: BLE001 - a ConfigError: this engine has no store-less mode
+        return None
+    return {"offset_store": {"kind": "none"}}
+
+
+def _mirror_available() -> tuple[bool, str]:
+    try:
+        out = subprocess.run([sys.executable, "-m", "mirror", "run", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, str(exc)
+    if out.returncode != 0:
+        return False, "`mirror run` is not available in this checkout yet"
+    return True, ""
+
+
+def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: bool = False) -> dict[str, Any]:
+    from mirror.devcluster import DevClusters
+
+    started = dt.datetime.now(dt.timezone.utc)
+    t_start = time.monotonic()
+    machine = _machine()
+    producer, consumer, batch = engine_settings()
+    mirror_ok, mirror_reason = _mirror_available()
+    specs = catalogue(mm2.available(), _nostore_option() if mirror_ok else None)
+    for s in specs:
+        if s.kind == "mirror" and not mirror_ok:
+            s.kind, s.reason = "unavailable", f"pending: {mirror_reason}"
+    chosen = [s for s in specs if (not p.only or s.key in p.only) and s.key not in p.skip]
+    runnable = [s for s in chosen if s.kind != "unavailable"]
+
+    own_tmp = workdir is None
+    workdir = Path(tempfile.mkdtemp(prefix="mirror-bench-")) if workdir is None else workdir
+    workdir.mkdir(parents=True, exist_ok=True)
+    dev = DevClusters(workdir / "clusters")
+    base = _free_base_port(2)
+    _log(f"starting clusters src, dst on 127.0.0.1:{base} and :{base + 100} (workdir {workdir})")
+    runs: dict[str, list[dict[str, Any]]] = {s.key: [] for s in chosen}
+    lat_runs: dict[str, list[dict[str, Any]]] = {}
+    phases: dict[str, float] = {}
+    latency_rate = None
+    try:
+        t = time.monotonic()
+        status = dev.up(["src", "dst"], base).status
+        phases["clusters_up_s"] = round(time.monotonic() - t, 1)
+        env = Env(src=status["clusters"]["src"]["bootstrap"], dst=status["clusters"]["dst"]["bootstrap"],
+                  workdir=workdir / "runs", partitions=p.partitions, producer=producer, consumer=consumer,
+                  batch=batch, free_port=_free_port)
+        _log(f"preloading {p.records:,} x {p.record_size} B over {p.partitions} partitions")
+        phases["preload_s"] = round(load.preload(env.src, SOURCE_TOPIC, p.records, p.partitions, p.record_size), 1)
+        _log(f"preloaded in {phases['preload_s']} s")
+
+        t = time.monotonic()
+        for rep in range(p.reps):
+            for spec in runnable:
+                _log(f"throughput: {spec.key} run {rep + 1}/{p.reps}")
+                r = throughput_run(env, spec, p, rep)
+                runs[spec.key].append(r)
+                _log(f"  -> {_brief(r)}")
+        phases["throughput_s"] = round(time.monotonic() - t, 1)
+
+        lat_specs = [s for s in runnable if s.key in ("mirror", "mm2")]
+        if lat_specs and p.latency_reps > 0:
+            latency_rate = p.latency_rate or _latency_rate(runs, lat_specs)
+            if latency_rate:
+                t = time.monotonic()
+                for rep in range(p.latency_reps):
+                    for spec in lat_specs:
+                        _log(f"latency: {spec.key} run {rep + 1}/{p.latency_reps} at {latency_rate:,.0f} records/s")
+                        r = latency_run(env, spec, p, rep, latency_rate)
+                        lat_runs.setdefault(spec.key, []).append(r)
+                        _log(f"  -> {_brief(r)}")
+                phases["latency_s"] = round(time.monotonic() - t, 1)
+    finally:
+        t = time.monotonic()
+        dev.down()
+        phases["clusters_down_s"] = round(time.monotonic() - t, 1)
+        if own_tmp and not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    finished = dt.datetime.now(dt.timezone.utc)
+    machine["load_avg_end"] = list(os.getloadavg())
+    result = summarise(
+        params={**p.__dict__, "only": list(p.only), "skip": list(p.skip), "producer": _jsonable(producer),
+                "consumer": _jsonable(consumer), "consume_batch": batch, "latency_rate_used": latency_rate,
+                "source_topic": SOURCE_TOPIC},
+        machine=machine, specs=chosen, runs=runs, lat_runs=lat_runs,
+        meta={"started_at": started.isoformat(timespec="seconds"), "finished_at": finished.isoformat(timespec="seconds"),
+              "duration_s": round(time.monotonic() - t_start, 1), "phases": phases},
+    )
+    out = out or RESULTS / f"bench-{started.strftime('%Y%m%dT%H%M%SZ')}{'-quick' if p.quick else ''}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(render(result))
+    print(f"\nJSON: {out}")
+    return result
+
+
+def _latency_rate(runs: dict[str, list[dict[str, Any]]], lat_specs: list[Spec]) -> float | None:
+    """A third of the slower contender's median capacity: both run the same load, well below their limit."""
+    caps = []
+    for spec in lat_specs:
+        ok = [r["records_per_s"] for r in runs.get(spec.key, []) if r.get("ok")]
+        if ok:
+            caps.append(statistics.median(ok))
+    return min(caps) / 3 if caps else None
+
+
+def _brief(r: dict[str, Any]) -> str:
+    if not r.get("ok"):
+        return "FAILED: " + str(r.get("error", "?")).splitlines()[0]
+    if "p99_ms" in r:
+        return f"p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms over {r['samples']:,} records"
+    return f"{r['records_per_s']:,.0f} records/s, {r['mb_per_s']} MB/s, peak RSS {r['peak_rss_mb']} MB, CPU {r['cpu_s']} s, wall {r['wall_s']} s"
+
+
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if isinstance(v, (str, int, float, bool))}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, one repetition (the smoke test)")
+    ap.add_argument("--records", type=int)
+    ap.add_argument("--record-size", type=int)
+    ap.add_argument("--partitions", type=int)
+    ap.add_argument("--reps", type=int, help="throughput repetitions per contender (median of these)")
+    ap.add_argument("--latency-reps", type=int)
+    ap.add_argument("--latency-duration", type=float, help="seconds of steady load per latency run")
+    ap.add_argument("--latency-rate", type=float, help="records/s of the steady load (default: a third of the slower capacity)")
+    ap.add_argument("--only", default="", help="comma-separated contender keys to run")
+    ap.add_argument("--skip", default="", help="comma-separated contender keys to leave out (e.g. mm2,mm2-t2); --quick skips mm2-t2 unless this is given")
+    ap.add_argument("--out", type=Path, help="JSON result path (default bench/results/bench-<time>.json)")
+    ap.add_argument("--workdir", type=Path, help="keep clusters' data and contender logs here")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary workdir (logs) after the run")
+    args = ap.parse_args(argv)
+    p = Params.quick_mode() if args.quick else Params()
+    for name in ("records", "record_size", "partitions", "reps", "latency_reps", "latency_duration", "latency_rate"):
+        value = getattr(args, name)
+        if value is not None:
+            setattr(p, name, value)
+    p.only = tuple(x for x in args.only.split(",") if x)
+    if args.skip:
+        p.skip = tuple(x for x in args.skip.split(",") if x)
+    run(p, out=args.out, workdir=args.workdir, keep=args.keep)
+    return 0
