@@ -102,6 +102,14 @@ class MetricsListener:
     def before_commit(self, flow: str, positions: Mapping[SourcePartition, int]) -> None:
         return None
 
+    def on_reset(self, flow: str, partitions: Sequence[SourcePartition]) -> None:
+        # Counters only grow (rate() handles that); the position gauges would now lie.
+        for topic, partition in partitions:
+            try:
+                self._m.acked_position.remove(flow, topic, str(partition))
+            except KeyError:
+                pass
+
     def close(self) -> None:
         return None
 
