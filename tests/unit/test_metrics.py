@@ -1,0 +1,94 @@
+"""Metric definitions, the ack listener and the librdkafka statistics collector (no network
+except the loopback HTTP server that serves /metrics)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from mirror.acks import AckBatch
+from mirror.metrics import CanaryMetrics, ClientStatsCollector, MirrorMetrics, MetricsListener, RunMetrics, parse_stats, serve
+
+
+def _stats(rxbytes: int, fetches: int, *, txretries: int = 0) -> dict:
+    broker = {
+        "name": "127.0.0.1:9092/1", "nodeid": 1, "waitresp_cnt": 2, "outbuf_cnt": 1, "txretries": txretries,
+        "rtt": {"avg": 1500, "max": 9000, "cnt": 10}, "rxbytes": rxbytes, "req": {"Fetch": fetches, "Produce": 0},
+    }
+    bootstrap = {"name": "127.0.0.1:9092/bootstrap", "nodeid": -1, "waitresp_cnt": 99, "rtt": {"avg": 1, "max": 1, "cnt": 1}}
+    return {
+        "name": "rdkafka#consumer-1", "type": "consumer", "txmsgs": 0, "rxmsgs": 500, "txretries": txretries,
+        "brokers": {broker["name"]: broker, bootstrap["name"]: bootstrap},
+        "topics": {
+            "a": {"batchsize": {"avg": 1000, "max": 4000, "cnt": 3}, "batchcnt": {"avg": 10, "max": 40, "cnt": 3}},
+            "b": {"batchsize": {"avg": 2000, "max": 8000, "cnt": 1}, "batchcnt": {"avg": 20, "max": 20, "cnt": 1}},
+        },
+    }
+
+
+def test_parse_stats_takes_the_tuning_figures():
+    first = parse_stats(json.dumps(_stats(10_000, 10)))
+    assert first.fetch_size_avg is None  # needs two documents: fetch size is a rate
+    s = parse_stats(json.dumps(_stats(30_000, 20, txretries=3)), first)
+    assert s.fetch_size_avg == 2000.0 and s.fetch_size_max == 2000.0
+    assert s.in_flight == 2 and s.queued == 1  # the bootstrap entry is not a second broker
+    assert s.retries == 3
+    assert s.rtt_avg == 0.0015 and s.rtt_max == 0.009
+    assert s.batch_size_avg == (1000 * 3 + 2000 * 1) / 4 and s.batch_size_max == 8000
+    assert s.batch_count_avg == (10 * 3 + 20 * 1) / 4
+
+
+def test_stats_collector_serves_latest_document_per_client_and_ignores_garbage():
+    reg = CollectorRegistry()
+    col = ClientStatsCollector(reg)
+    cb = col.stats_cb("f", "consumer")
+    cb(json.dumps(_stats(0, 0)))
+    cb(json.dumps(_stats(8_000, 4)))
+    col.on_stats("f", "producer", "{not json")
+    assert reg.get_sample_value("mirror_client_fetch_size_avg_bytes", {"flow": "f", "role": "consumer"}) == 2000
+    assert reg.get_sample_value("mirror_client_requests_in_flight", {"flow": "f", "role": "consumer"}) == 2
+    assert reg.get_sample_value("mirror_client_rtt_avg_seconds", {"flow": "f", "role": "consumer"}) == 0.0015
+    assert reg.get_sample_value("mirror_client_retries_total", {"flow": "f", "role": "consumer"}) == 0
+    assert reg.get_sample_value("mirror_client_requests_in_flight", {"flow": "f", "role": "producer"}) is None
+
+
+def test_metrics_listener_counts_acknowledged_records_and_bytes():
+    reg = CollectorRegistry()
+    listener = MetricsListener(MirrorMetrics(reg), clock=lambda: 1234.0)
+    listener.on_acked([
+        AckBatch("f", "orders", 0, "nyc.orders", 0, 100, count=100, bytes=6400),
+        AckBatch("f", "orders", 1, "nyc.orders", 10, 60, count=50, bytes=3200),
+        AckBatch("f", "users", 0, "nyc.users", 5, 6, count=1, bytes=10),
+    ])
+    listener.before_commit("f", {("orders", 0): 100})
+    assert reg.get_sample_value("mirror_records_total", {"flow": "f", "topic": "orders"}) == 150
+    assert reg.get_sample_value("mirror_bytes_total", {"flow": "f", "topic": "orders"}) == 9600
+    assert reg.get_sample_value("mirror_records_total", {"flow": "f", "topic": "users"}) == 1
+    assert reg.get_sample_value("mirror_acked_position", {"flow": "f", "topic": "orders", "partition": "1"}) == 60
+    assert reg.get_sample_value("mirror_last_ack_timestamp_seconds", {"flow": "f", "topic": "users", "partition": "0"}) == 1234.0
+    listener.on_reset("f", [("orders", 1)])
+    assert reg.get_sample_value("mirror_acked_position", {"flow": "f", "topic": "orders", "partition": "1"}) is None
+    listener.close()
+
+
+def test_fixed_names_and_serve_on_loopback():
+    run = RunMetrics.create()
+    canary = CanaryMetrics(run.registry)
+    run.listener.on_acked([AckBatch("f", "t", 0, "src.t", 0, 3, count=3, bytes=30)])
+    canary.latency.labels("f").observe(0.02)
+    for c in (canary.sent, canary.received, canary.lost, canary.duplicated):
+        c.labels("f").inc()
+    server = serve(0, "127.0.0.1", run.registry)
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=10).read().decode()
+    finally:
+        server.shutdown()
+    names = {s.name for fam in text_string_to_metric_families(body) for s in fam.samples}
+    for fixed in (
+        "mirror_records_total", "mirror_bytes_total", "mirror_canary_latency_seconds_bucket",
+        "mirror_canary_sent_total", "mirror_canary_received_total", "mirror_canary_lost_total", "mirror_canary_duplicated_total",
+    ):
+        assert fixed in names, fixed
