@@ -235,9 +235,35 @@ class Admin:
 
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
         """Committed offsets of a group (partitions without a commit are left out)."""
+        self._wait_for_coordinator(group)
         futs = self._client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout)
         res = self._result(f"read offsets of group {group!r}", futs[group])
         return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions if tp.offset >= 0 and tp.error is None}
+
+    def _wait_for_coordinator(self, group: str) -> None:
+        """Return once the group's coordinator answers (a DescribeGroups round trip).
+
+        librdkafka (2.4-2.16 at least) crashes the process with SIGSEGV when a
+        ListConsumerGroupOffsets response says NOT_COORDINATOR (librdkafka#5040,
+        confluent-kafka-python#1982), which is what a cluster answers while it creates or
+        loads `__consumer_offsets`, e.g. the first group request on a new cluster.
+        DescribeGroups handles that error safely, so it goes first and is retried.
+        """
+        import time
+
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                futs = self._client.describe_consumer_groups([group], request_timeout=self.timeout)
+                futs[group].result(timeout=self.timeout)
+                return
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                retriable = isinstance(err, KafkaError) and err.code() in (
+                    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
+                if not retriable or time.monotonic() > deadline:
+                    raise_for(self.name, f"find the coordinator of group {group!r}", exc, self.timeout)
+            time.sleep(0.2)
 
     def group_members(self, group: str) -> int:
         """Active members of a group (0 for an empty, dead or unknown group)."""
