@@ -128,6 +128,7 @@ class Contender:
     started_wall: float = 0.0  # time.time() at start, to compare with broker timestamps
     done_at: float | None = None  # when the harness saw it done (exit, or target complete)
     ended_at: float | None = None
+    exit_cpu_seconds: float | None = None  # from wait4, when it exited on its own
     extra: dict = field(default_factory=dict)
 
     def start(self) -> Contender:
@@ -153,21 +154,25 @@ class Contender:
         return self.proc.pid
 
     def poll(self) -> int | None:
-        assert self.proc is not None
-        rc = self.proc.poll()
-        if rc is not None and self.ended_at is None:
-            self.ended_at = time.monotonic()
-        return rc
+        """Exit status, or None while running; reaps with wait4 to get exact CPU time.
 
-    def wait(self, timeout: float) -> int | None:
+        The sampler can miss the last fraction of a second of a process that exits on its
+        own (`--until-caught-up`); the kernel's rusage of the reaped child (and of the
+        workers it reaped) is exact.
+        """
         assert self.proc is not None
+        if self.proc.returncode is not None:
+            return self.proc.returncode
         try:
-            rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+            pid, status, rusage = os.wait4(self.proc.pid, os.WNOHANG)
+        except ChildProcessError:
+            return self.proc.poll()
+        if pid == 0:
             return None
-        if self.ended_at is None:
-            self.ended_at = time.monotonic()
-        return rc
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        self.ended_at = time.monotonic()
+        self.exit_cpu_seconds = rusage.ru_utime + rusage.ru_stime
+        return self.proc.returncode
 
     def stop(self, grace: float = 30.0) -> int | None:
         """SIGTERM the process group, SIGKILL after `grace`; returns the exit status."""
@@ -189,7 +194,10 @@ class Contender:
         return self.proc.returncode
 
     def finish(self) -> Usage:
+        """Stop sampling (before any shutdown work), then stop the process."""
         usage = self.sampler.stop() if self.sampler else Usage()
+        if self.exit_cpu_seconds is not None:
+            usage.cpu_seconds = max(usage.cpu_seconds, self.exit_cpu_seconds)
         self.stop()
         return usage
 
