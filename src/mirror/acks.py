@@ -49,5 +49,9 @@ class AckListener(Protocol):
         mirroring, retries the commit later, and reports the reason.
         """
 
+    def on_reset(self, flow: str, partitions: Sequence[SourcePartition]) -> None:
+        """These partitions are being mirrored again from the beginning into a new target topic
+        (the old one was deleted): earlier acknowledgements, and offset-map rows, no longer hold."""
+
     def close(self) -> None:
         """The flow stops; flush and release resources."""

@@ -24,7 +24,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, OffsetSpec, ResourceType
 
 from .config import ClusterConfig, redact
 from .errors import ClusterUnavailable, KafkaOperationError
@@ -154,6 +154,18 @@ class Admin:
             raise_for(self.name, "list topics", exc, self.timeout)
         return {t.topic: len(t.partitions) for t in md.topics.values() if t.error is None}
 
+    def topic_details(self) -> dict[str, tuple[int, int]]:
+        """Topic name -> (partition count, replication factor)."""
+        try:
+            md = self._client.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise_for(self.name, "list topics", exc, self.timeout)
+        out = {}
+        for t in md.topics.values():
+            if t.error is None and t.partitions:
+                out[t.topic] = (len(t.partitions), max(len(p.replicas) for p in t.partitions.values()))
+        return out
+
     def broker_count(self) -> int:
         try:
             return len(self._client.list_topics(timeout=self.timeout).brokers)
@@ -198,7 +210,8 @@ class Admin:
         out: dict[str, dict[str, str]] = {}
         for res, fut in self._client.describe_configs(resources, request_timeout=self.timeout).items():
             entries = self._result(f"describe configs of {res.name!r}", fut)
-            out[res.name] = {k: e.value for k, e in entries.items() if not e.is_default and e.value is not None}
+            # Only what was set on the topic itself: broker-wide settings belong to each cluster.
+            out[res.name] = {k: e.value for k, e in entries.items() if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and e.value is not None}
         return out
 
     # -- offsets
@@ -253,16 +266,16 @@ class Admin:
 
         deadline = time.monotonic() + self.timeout
         while True:
+            started = time.monotonic()
             try:
                 futs = self._client.describe_consumer_groups([group], request_timeout=self.timeout)
-                futs[group].result(timeout=self.timeout)
+                self._result(f"find the coordinator of group {group!r}", futs[group])
                 return
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                retriable = isinstance(err, KafkaError) and err.code() in (
-                    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS)
-                if not retriable or time.monotonic() > deadline:
-                    raise_for(self.name, f"find the coordinator of group {group!r}", exc, self.timeout)
+            except ClusterUnavailable:
+                # A quick "not coordinator" is the cluster getting ready; a slow failure
+                # means it is not there, and waiting longer would not help.
+                if time.monotonic() - started > 2.0 or time.monotonic() > deadline:
+                    raise
             time.sleep(0.2)
 
     def group_members(self, group: str) -> int:

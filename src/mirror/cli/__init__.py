@@ -80,6 +80,7 @@ _COMMANDS = {
     "lag": "mirror.cli.lag:lag",
     "monitor": "mirror.cli.monitor:monitor",
     "canary": "canary.cli:canary",
+    "run": "mirror.cli.run:run",
     "failover": "failover.cli:failover",
     "failback": "failover.cli:failback",
 }

@@ -1,0 +1,54 @@
+"""`mirror run`: the mirror daemon."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import click
+
+from ..errors import ExitCode
+from . import AppContext, config_option, pass_app
+
+
+@click.command()
+@config_option
+@click.option("--flow", "flows", multiple=True, help="Run only this flow (repeatable); default all.")
+@click.option("--until-caught-up", is_flag=True, help="Exit 0 once every matched partition is mirrored up to the end offsets seen at start and committed.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, help="Serve Prometheus metrics on this port.")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True, help="Worker processes on this host (one core each); they share partitions.")
+@pass_app
+def run(app: AppContext, config_path: Path, flows: tuple[str, ...], until_caught_up: bool, metrics_port: int | None, workers: int) -> int:
+    """Mirror the flows' topics from source to target until stopped (SIGTERM/Ctrl-C drain and commit)."""
+    config = app.config(config_path)
+    selected = config.select_flows(flows)
+    stop = threading.Event()
+    signals: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        signals.append(signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    if workers > 1:
+        from ..supervisor import supervise
+
+        argv = ["run", "-c", str(config_path), *[a for f in flows for a in ("--flow", f)]]
+        if until_caught_up:
+            argv.append("--until-caught-up")
+        if app.debug:
+            argv.insert(0, "--debug")
+        rc = supervise(argv, workers, metrics_port=metrics_port, stop=stop)
+    else:
+        from ..daemon import run_flows
+
+        run_flows(config, selected, stop=stop, until_caught_up=until_caught_up, metrics_port=metrics_port)
+        rc = ExitCode.OK
+    if signal.SIGINT in signals:
+        click.echo("Interrupted: drained and committed.", err=True)
+        return ExitCode.INTERRUPTED
+    return rc

@@ -1,0 +1,62 @@
+"""`mirror run --workers N`: N worker processes on one host, one flow consumer group.
+
+One Python process is bound to one core, so a host with more cores runs more workers.
+They share the flow's partitions through the consumer group; when one dies, the group
+hands its partitions to the others within the session timeout, and the supervisor starts
+a replacement. SIGTERM/SIGINT are passed on; the supervisor exits once every worker has.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+from .errors import ExitCode
+
+log = logging.getLogger(__name__)
+
+RESTART_BACKOFF = 2.0
+
+
+def supervise(argv: Sequence[str], workers: int, *, metrics_port: int | None, stop: threading.Event, restart: bool = True) -> int:
+    """Run `mirror run ARGV` in `workers` child processes; returns the exit status."""
+
+    def spawn(i: int) -> subprocess.Popen[bytes]:
+        args = [sys.executable, "-m", "mirror", *argv]
+        if metrics_port:
+            args += ["--metrics-port", str(metrics_port + i)]  # one exporter per worker
+        env = {**os.environ, "MIRROR_WORKER_INDEX": str(i)}
+        proc = subprocess.Popen(args, env=env)
+        log.info("worker %d started (pid %d)", i, proc.pid)
+        return proc
+
+    procs = {i: spawn(i) for i in range(workers)}
+    codes: dict[int, int] = {}
+    forwarded = False
+    while procs:
+        if stop.is_set() and not forwarded:
+            for p in procs.values():
+                p.send_signal(signal.SIGTERM)
+            forwarded = True
+        for i, p in list(procs.items()):
+            rc = p.poll()
+            if rc is None:
+                continue
+            del procs[i]
+            codes[i] = rc
+            crashed = rc not in (ExitCode.OK, ExitCode.INTERRUPTED, -signal.SIGTERM)
+            if crashed and restart and not stop.is_set() and rc != ExitCode.USAGE:
+                log.warning("worker %d exited with %d; its partitions move to the others; restarting it in %.0fs", i, rc, RESTART_BACKOFF)
+                if not stop.wait(RESTART_BACKOFF):
+                    procs[i] = spawn(i)
+        stop.wait(0.2)
+    if any(c == ExitCode.USAGE for c in codes.values()):
+        return ExitCode.USAGE
+    failed = [c for c in codes.values() if c not in (ExitCode.OK, ExitCode.INTERRUPTED, -signal.SIGTERM)]
+    return ExitCode.FAILURE if failed else ExitCode.OK

@@ -1,0 +1,107 @@
+"""Plain confluent-kafka helpers for tests: create, produce, read back whole partitions."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+@dataclass(frozen=True)
+class Rec:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: tuple[tuple[str, bytes | None], ...]
+
+    def own_headers(self) -> tuple[tuple[str, bytes | None], ...]:
+        return tuple(h for h in self.headers if not h[0].startswith("mirror.origin."))
+
+    def provenance(self) -> dict[str, str]:
+        return {k: v.decode() for k, v in self.headers if k.startswith("mirror.origin.") and v is not None}
+
+    def content(self) -> tuple:
+        """What must survive mirroring unchanged."""
+        return (self.key, self.value, self.timestamp, self.own_headers())
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})])[topic].result(30)
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(30)
+
+
+def topics(bootstrap: str) -> dict[str, int]:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    return {t.topic: len(t.partitions) for t in md.topics.values()}
+
+
+def producer(bootstrap: str, **extra) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **extra})
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int, *, committed: bool = True) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests-watermarks", "isolation.level": "read_committed" if committed else "read_uncommitted"})
+    try:
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+    finally:
+        c.close()
+
+
+def read_partition(bootstrap: str, topic: str, partition: int, *, timeout: float = 60) -> list[Rec]:
+    """Every committed record of a partition, in offset order."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests-reader", "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        if hi <= lo:
+            return []
+        c.assign([TopicPartition(topic, partition, lo)])
+        out: list[Rec] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pos = c.position([TopicPartition(topic, partition)])[0].offset
+            if pos >= hi:
+                break
+            for m in c.consume(5000, timeout=0.5):
+                if m.error() is None:
+                    out.append(Rec(m.offset(), m.key(), m.value(), m.timestamp()[1], tuple(m.headers() or ())))
+        else:
+            raise AssertionError(f"could not read {topic}[{partition}] to {hi} within {timeout}s")
+        return out
+    finally:
+        c.close()
+
+
+def read_topic(bootstrap: str, topic: str, partitions: int) -> dict[int, list[Rec]]:
+    return {p: read_partition(bootstrap, topic, p) for p in range(partitions)}
+
+
+def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        return {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)}
+    finally:
+        c.close()
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.25) -> None:
+    """Poll `check` until true; a Kafka error while polling (a leader moving, a topic being
+    created) counts as "not yet", and the last one is reported on time-out."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except KafkaException as exc:
+            last = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last})" if last else ""))
