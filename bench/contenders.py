@@ -71,6 +71,7 @@ class Env:
     consumer: dict[str, Any]
     batch: int
     free_port: Any  # () -> int
+    source_ends: list[int] = field(default_factory=list)  # end offset of each source partition after preload
 
 
 @dataclass

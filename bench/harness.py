@@ -128,7 +128,7 @@ def throughput_run(env: Env, spec: Spec, p: Params, rep: int) -> dict[str, Any]:
     result: dict[str, Any] = {"rep": rep, "alias": alias, "ok": False, "overhead_s": {"setup": round(time.monotonic() - t0, 2)}}
     cont = spec.start(env, alias, SOURCE_TOPIC, target)
     try:
-        err = _wait(cont, lambda: ends.total() >= p.records, p.run_timeout, exits=spec.exits_when_done)
+        err = _wait(cont, lambda: ends.reached(env.source_ends), p.run_timeout, exits=spec.exits_when_done)
         usage = cont.finish()
         result.update(wall_s=round(cont.wall_seconds, 3), peak_rss_mb=round(usage.peak_rss_mb, 1),
                       peak_rss_per_process_mb=round(usage.peak_rss_per_process_bytes / 1e6, 1),
@@ -310,6 +310,7 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
                   batch=batch, free_port=_free_port)
         _log(f"preloading {p.records:,} x {p.record_size} B over {p.partitions} partitions")
         phases["preload_s"] = round(load.preload(env.src, SOURCE_TOPIC, p.records, p.partitions, p.record_size), 1)
+        env.source_ends = [hi for _lo, hi in load.watermarks(env.src, SOURCE_TOPIC, p.partitions)]
         _log(f"preloaded in {phases['preload_s']} s")
 
         t = time.monotonic()

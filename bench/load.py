@@ -87,14 +87,24 @@ class EndOffsets:
         self.partitions = partitions
         self._c = _consumer(bootstrap)
 
-    def total(self) -> int:
-        total = 0
+    def ends(self) -> list[int] | None:
+        """High watermark of every partition; None while the topic or a leader is missing."""
+        out = []
         for p in range(self.partitions):
             try:
-                total += self._c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=5, cached=False)[1]
+                out.append(self._c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=5, cached=False)[1])
             except KafkaException:
-                return -1  # topic not (yet) there or not leader yet: not done
-        return total
+                return None
+        return out
+
+    def total(self) -> int:
+        ends = self.ends()
+        return -1 if ends is None else sum(ends)
+
+    def reached(self, goal: list[int]) -> bool:
+        """Every partition at or past its goal (a target copy is complete per partition)."""
+        ends = self.ends()
+        return ends is not None and all(e >= g for e, g in zip(ends, goal))
 
     def close(self) -> None:
         self._c.close()
