@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from mirror.config import Config, FlowConfig
-from mirror.errors import ClusterUnavailable, NotFound, UsageError
+from mirror.errors import ClusterUnavailable, MirrorError, NotFound, UsageError
 from mirror.kafka import Admin, TopicPartition, make_consumer
 from mirror.naming import target_topic
 from mirror.offsetmap import OffsetSync
@@ -113,6 +113,11 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
     existing = ctx.target.topics()
     missing = sorted({f"{names[t]}" for t, _ in positions if names[t] not in existing})
     keys = sorted(k for k in positions if names[k[0]] in existing)
+    if not keys:
+        raise MirrorError(
+            f"none of group {group!r}'s topics exist on {flow.target!r} yet ({', '.join(missing)}): nothing to fail over to",
+            hint=f"let flow {flow.name!r} mirror them first (`mirror run -c CONFIG --flow {flow.name}`)",
+        )
     tparts = [(names[t], p) for t, p in keys]
     marks = ctx.target.watermarks(tparts)
     time_offsets: dict[tuple[str, int], int] = {}

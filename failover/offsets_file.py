@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mirror.errors import UnsafeOperation, UsageError
+from mirror.errors import ClusterUnavailable, UnsafeOperation, UsageError
 from mirror.kafka import Admin
 
 VERSION = 1
@@ -71,13 +73,32 @@ def read(path: Path) -> GroupOffsets:
     return GroupOffsets.from_json(doc, str(path))
 
 
+def coordinated(admin: Admin, call: Callable[[], Any]) -> Any:
+    """Run a group request, riding out a coordinator that is not ready yet.
+
+    A cluster where no group ever committed has no `__consumer_offsets` yet: the first
+    group request creates it and meanwhile fails fast with NOT_COORDINATOR. Such fast
+    failures are retried for up to the cluster's timeout; a cluster that does not answer
+    at all already took that long and is reported at once.
+    """
+    deadline = time.monotonic() + admin.timeout
+    while True:
+        started = time.monotonic()
+        try:
+            return call()
+        except ClusterUnavailable:
+            if time.monotonic() - started > 2.0 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def export(admin: Admin, cluster: str, group: str, now_ms: int) -> GroupOffsets:
-    return GroupOffsets(cluster, group, now_ms, admin.group_offsets(group))
+    return GroupOffsets(cluster, group, now_ms, coordinated(admin, lambda: admin.group_offsets(group)))
 
 
 def require_idle(admin: Admin, cluster: str, group: str) -> None:
     """Exit 3 while the group has members: their next commit would overwrite ours anyway."""
-    members = admin.group_members(group)
+    members = coordinated(admin, lambda: admin.group_members(group))
     if members:
         raise UnsafeOperation(
             f"group {group!r} has {members} active member{'s' if members != 1 else ''} on cluster {cluster!r}; nothing was changed",
@@ -93,7 +114,7 @@ def restore(admin: Admin, doc: GroupOffsets) -> dict[tuple[str, int], int]:
     first (allowed only while it is empty, which `require_idle` checked).
     """
     require_idle(admin, doc.cluster, doc.group)
-    before = admin.group_offsets(doc.group)
+    before = coordinated(admin, lambda: admin.group_offsets(doc.group))
     extra = set(before) - set(doc.offsets)
     if extra:
         admin.delete_groups([doc.group])

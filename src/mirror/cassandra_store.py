@@ -124,6 +124,7 @@ class CassandraStore:
         ks = self.ks
         stmts = {
             "put_sync": f"INSERT INTO {ks}.offset_syncs (flow, topic, partition, source_offset, target_offset) VALUES (?, ?, ?, ?, ?)",
+            "del_syncs": f"DELETE FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND partition=?",
             "syncs": f"SELECT source_offset, target_offset FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND partition=?",
             "floor": f"SELECT source_offset, target_offset FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND partition=? AND source_offset<=? LIMIT 1",
             "next": f"SELECT source_offset, target_offset FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND partition=? AND source_offset>? "
@@ -173,6 +174,9 @@ class CassandraStore:
     # -- offset map
     def write_syncs(self, flow: str, rows: Sequence[OffsetSync]) -> None:
         self._write_many("write offset syncs", "put_sync", [(flow, r.topic, r.partition, r.source_offset, r.target_offset) for r in rows])
+
+    def delete_syncs(self, flow: str, partitions: Sequence[tuple[str, int]]) -> None:
+        self._write_many("delete offset syncs", "del_syncs", [(flow, t, p) for t, p in partitions])
 
     def syncs(self, flow: str, topic: str, partition: int) -> list[OffsetSync]:
         rows = self._run("read offset syncs", lambda s: list(s.execute(self._stmts["syncs"], (flow, topic, partition))))

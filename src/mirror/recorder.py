@@ -63,6 +63,7 @@ class OffsetMapRecorder:
         self.store = store
         self.flow = flow
         self._pending: list[OffsetSync] = []
+        self._resets: set[SourcePartition] = set()  # partitions whose stored rows must go first
         # Last delta written per partition: the engine reports the first record after every
         # start as a change; writing a row whose delta equals the stored one adds nothing.
         self._written_delta: dict[SourcePartition, int] = {}
@@ -88,15 +89,30 @@ class OffsetMapRecorder:
                 self._buffer_delta[key] = delta
                 self._pending.append(OffsetSync(b.source_topic, b.partition, source_offset, target_offset))
 
+    def on_reset(self, flow: str, partitions: Sequence[SourcePartition]) -> None:
+        """The target topic was recreated: rows of the old one would mistranslate, drop them.
+
+        Deleted at the next flush, before any new row, so the same veto protects it.
+        """
+        keys = set(partitions)
+        self._pending = [r for r in self._pending if (r.topic, r.partition) not in keys]
+        for key in keys:
+            self._written_delta.pop(key, None)
+            self._buffer_delta.pop(key, None)
+        self._resets |= keys
+
     def before_commit(self, flow: str, positions: Mapping[SourcePartition, int]) -> None:
         self.flush()
 
     def flush(self) -> None:
         """Write every buffered row; raise `OffsetStoreError` (keeping the buffer) on failure."""
-        if not self._pending:
+        if not self._pending and not self._resets:
             return
         rows = list(self._pending)
         try:
+            if self._resets:
+                self.store.delete_syncs(self.flow, sorted(self._resets))  # type: ignore[attr-defined]
+                self._resets.clear()
             self.store.write_syncs(self.flow, rows)
         except MirrorError as exc:
             self._failed(exc)

@@ -37,6 +37,10 @@ class FullOffsetStore(OffsetStore, Protocol):
         """The oldest row with `source_offset > position` (where a gap ends)."""
         ...
 
+    def delete_syncs(self, flow: str, partitions: Sequence[tuple[str, int]]) -> None:
+        """Forget the rows of these source partitions (their target topic was recreated)."""
+        ...
+
     def write_source_ends(self, flow: str, ends: SourceEnds, time_ms: int) -> None: ...
 
     def source_ends(self, flow: str) -> dict[tuple[str, int], tuple[int, int]]:
@@ -116,6 +120,12 @@ class SqliteStore:
                 "INSERT OR REPLACE INTO offset_syncs VALUES (?, ?, ?, ?, ?)",
                 [(flow, r.topic, r.partition, r.source_offset, r.target_offset) for r in rows],
             )
+
+    def delete_syncs(self, flow: str, partitions: Sequence[tuple[str, int]]) -> None:
+        if not partitions:
+            return
+        with self._tx("delete offset syncs") as db:
+            db.executemany("DELETE FROM offset_syncs WHERE flow=? AND topic=? AND partition=?", [(flow, t, p) for t, p in partitions])
 
     def syncs(self, flow: str, topic: str, partition: int) -> list[OffsetSync]:
         rows = self._query(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.clusters import TestClusters, start_clusters
+from tests.support.clusters import TestClusters, start_cassandra, start_clusters
 
 
 @pytest.fixture(scope="session")
@@ -41,3 +41,13 @@ def write_config(tmp_path: Path, clusters: TestClusters):
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def cassandra(tmp_path_factory: pytest.TempPathFactory):
+    """One real Cassandra node for the whole session, started only if a test asks for it."""
+    node = start_cassandra(tmp_path_factory.mktemp("cassandra"))
+    try:
+        yield node
+    finally:
+        node.stop()

@@ -57,3 +57,24 @@ def start_clusters(home: Path, names: Sequence[str], *, cassandra: bool = False)
     tc = TestClusters(dev, base, list(names))
     tc.bootstraps = {n: c["bootstrap"] for n, c in result.status["clusters"].items()}
     return tc
+
+
+def start_cassandra(home: Path):
+    """One dev Cassandra node on a free native/storage port pair (never the dev default 19042)."""
+    from mirror.devcassandra import CassandraNode
+
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(46000, 52000, 2)
+        if port_free(port) and port_free(port + 1):
+            break
+    else:
+        raise RuntimeError("no free port pair found for test Cassandra")
+    node = CassandraNode(home, port)
+    node.start()
+    try:
+        node.wait_ready()
+    except BaseException:
+        node.stop(kill=True)
+        raise
+    return node

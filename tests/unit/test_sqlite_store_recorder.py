@@ -94,3 +94,15 @@ def test_recorder_skips_rows_repeating_the_stored_delta() -> None:
     rec.on_acked([batch("t", 0, [(100, 105), (200, 200), (300, 305)])])
     rec.before_commit("f", {})
     assert [(r.source_offset, r.target_offset) for r in store.rows] == [(0, 5), (200, 200), (300, 305)]
+
+
+def test_recorder_reset_deletes_old_rows_before_new_ones(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "o.db")
+    rec = OffsetMapRecorder(store, "f", registry=None)
+    rec.on_acked([batch("t", 0, [(0, 0), (500, 480)]), batch("t", 1, [(0, 3)])])
+    rec.before_commit("f", {})
+    rec.on_reset("f", [("t", 0)])
+    rec.on_acked([batch("t", 0, [(0, 0)])])  # mirrored again into a new target topic
+    rec.before_commit("f", {})
+    assert store.syncs("f", "t", 0) == [OffsetSync("t", 0, 0, 0)]
+    assert store.syncs("f", "t", 1) == [OffsetSync("t", 1, 0, 3)]

@@ -1,0 +1,383 @@
+"""Offset map, checkpoints and failover on real Kafka (and real Cassandra): issue 4's "Shown by"."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from prometheus_client import CollectorRegistry
+
+from mirror.checkpointer import GroupCheckpointer
+from mirror.cli import main
+from mirror.config import load
+from mirror.store import open_store
+from tests.support.kafkautil import create_topic, read_partition, wait_for
+from tests.support.offsetmirror import mirror_until_caught_up
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+@pytest.fixture(params=["sqlite", "cassandra"])
+def store_yaml(request: pytest.FixtureRequest, tmp_path: Path, unique: str) -> str:
+    if request.param == "sqlite":
+        return f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'offsets.db'}\n"
+    node = request.getfixturevalue("cassandra")
+    return (
+        f"offset_store:\n  kind: cassandra\n  contact_points: ['{node.contact_point}']\n  keyspace: mirror_{unique}\n"
+        "  consistency: ONE\n  timeout: 5s\n"
+    )
+
+
+def topology(unique: str, include: str, store: str, *, groups: str = "['app-.*']", extra: str = "") -> str:
+    return f"""\
+flows:
+  - name: f-{unique}
+    source: src
+    target: dst
+    consumer_group: mirror-{unique}
+    refresh_interval: 1s
+    commit_interval: 300ms
+    checkpoint_interval: 1s
+    topics: {{include: {include}}}
+    groups: {groups}
+{extra}{store}"""
+
+
+def produce(bootstrap: str, topic: str, partition: int, values: list[bytes], *, key: bytes | None = None, timestamp: int | None = None) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for v in values:
+        kwargs = {"timestamp": timestamp} if timestamp is not None else {}
+        p.produce(topic, value=v, key=key if key is not None else v, partition=partition, **kwargs)
+    assert p.flush(30) == 0
+
+
+def produce_transactions(bootstrap: str, topic: str, partition: int, batches: list[tuple[list[bytes], bool]], tid: str) -> None:
+    """Each batch in its own transaction, committed or aborted: aborted records and the
+    commit/abort markers are source offsets with no record on the target (gaps)."""
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 5})
+    p.init_transactions(30)
+    for values, commit in batches:
+        p.begin_transaction()
+        for v in values:
+            p.produce(topic, value=v, key=v, partition=partition)
+        p.flush(30)
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.abort_transaction(30)
+
+
+def consume_and_commit(bootstrap: str, group: str, topic: str, counts: dict[int, int]) -> dict[int, tuple[bytes, int]]:
+    """Read `counts[p]` records of each partition as `group` and commit the consumer's position.
+
+    Returns per partition (value of the last record read, committed position)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    out: dict[int, tuple[bytes, int]] = {}
+    try:
+        for p, n in counts.items():
+            committed = _committed(c, topic, p)
+            c.assign([TopicPartition(topic, p, committed if committed >= 0 else 0)])
+            last = None
+            got = 0
+            deadline = time.monotonic() + 30
+            while got < n and time.monotonic() < deadline:
+                for m in c.consume(n - got, timeout=0.5):
+                    if m.error() is None:
+                        last, got = m.value(), got + 1
+            assert got == n, f"{topic}[{p}]: read {got} of {n}"
+            # librdkafka's position after the last record: what a real consumer commits.
+            pos = c.position([TopicPartition(topic, p)])[0].offset
+            c.commit(offsets=[TopicPartition(topic, p, pos)], asynchronous=False)
+            out[p] = (last, pos)
+            c.unassign()
+    finally:
+        c.close()
+    return out
+
+
+def _committed(c: Consumer, topic: str, partition: int) -> int:
+    """The group's committed offset; a new cluster answers NOT_COORDINATOR for a moment."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return c.committed([TopicPartition(topic, partition)], timeout=10)[0].offset
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        return {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)}
+    finally:
+        c.close()
+
+
+def values_from(bootstrap: str, topic: str, partition: int, offset: int) -> list[bytes]:
+    return [r.value for r in read_partition(bootstrap, topic, partition) if r.offset >= offset]
+
+
+def cli(*args: str) -> int:
+    return main(list(args))
+
+
+# ---------------------------------------------------------------------------- exactness
+
+
+def test_planned_failover_is_exact_across_gaps(clusters, write_config, unique, store_yaml, capsys) -> None:
+    """Transactional topic with aborted batches + plain topic, group part-way: apply --translate,
+    and the group's first record on the target is exactly the one after its last on the source."""
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    txn, plain, group = f"txn-{unique}", f"plain-{unique}", f"app-{unique}"
+    create_topic(src, txn, 1)
+    create_topic(src, plain, 2)
+    produce_transactions(src, txn, 0, [
+        ([b"t%d" % i for i in range(0, 5)], True),
+        ([b"aborted%d" % i for i in range(5)], False),
+        ([b"t%d" % i for i in range(5, 12)], True),
+        ([b"aborted-b%d" % i for i in range(3)], False),
+        ([b"t%d" % i for i in range(12, 20)], True),
+    ], tid=f"tx-{unique}")
+    for p in range(2):
+        produce(src, plain, p, [b"p%d-%d" % (p, i) for i in range(40)])
+    config = write_config(topology(unique, f"['{txn}', '{plain}']", store_yaml))
+
+    mirror_until_caught_up(config)
+
+    # The group read part of each partition on the source (positions fall inside gaps too).
+    read_txn = consume_and_commit(src, group, txn, {0: 7})
+    read_plain = consume_and_commit(src, group, plain, {0: 13, 1: 1})
+
+    rc = cli("failover", "plan", "-c", str(config), "--flow", f"f-{unique}", "--group", group, "--translate", "--json")
+    plan = json.loads(capsys.readouterr().out)
+    assert rc == 0 and plan["method"] == "translate" and plan["source_of_truth"] == "source-offsets"
+    assert all(p["unmirrored"] == 0 for p in plan["partitions"]), plan
+
+    backup = config.parent / f"backup-{unique}.json"
+    assert cli("failover", "apply", "-c", str(config), "--flow", f"f-{unique}", "--group", group, "--translate", "--yes", "--backup", str(backup)) == 0
+    assert backup.exists()
+
+    expected = {
+        (f"src.{txn}", 0): (read_txn[0][0], b"t7"),
+        (f"src.{plain}", 0): (read_plain[0][0], b"p0-13"),
+        (f"src.{plain}", 1): (read_plain[1][0], b"p1-1"),
+    }
+    for (ttopic, p), (last_read, next_value) in expected.items():
+        off = group_offsets(dst, group, ttopic, p + 1)[p]
+        target = read_partition(dst, ttopic, p)
+        at = [r for r in target if r.offset >= off]
+        before = [r for r in target if r.offset < off]
+        assert at and at[0].value == next_value, f"{ttopic}[{p}] starts at {at[0].value if at else None}, want {next_value}"
+        assert before[-1].value == last_read  # nothing skipped (lost) and nothing repeated
+
+
+# ---------------------------------------------------------------------------- growth
+
+
+def test_offset_map_grows_with_partitions_not_records(clusters, write_config, unique, store_yaml) -> None:
+    src = clusters.bootstrap("src")
+    topic = f"grow-{unique}"
+    create_topic(src, topic, 4)
+    p = Producer({"bootstrap.servers": src, "linger.ms": 20, "batch.num.messages": 10000})
+    for i in range(100_000):
+        while True:
+            try:
+                p.produce(topic, value=b"%d" % i, partition=i % 4)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+    config = write_config(topology(unique, f"['{topic}']", store_yaml))
+    mirror_until_caught_up(config)
+    store = open_store(load(config).offset_store)
+    try:
+        rows = store.sync_count(f"f-{unique}")
+    finally:
+        store.close()
+    assert rows == 4, f"{rows} offset-map rows for 100000 gap-free records in 4 partitions"
+
+
+# ---------------------------------------------------------------------------- timestamps
+
+
+def test_at_time_starts_each_partition_at_first_record_not_before(clusters, write_config, unique, tmp_path, capsys) -> None:
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic, group = f"ts-{unique}", f"app-{unique}"
+    create_topic(src, topic, 2)
+    base = int(time.time() * 1000) - 600_000
+    for p in range(2):
+        produce(src, topic, p, [b"early%d" % i for i in range(3)], timestamp=base)
+        produce(src, topic, p, [b"same%d" % i for i in range(4 + p)], timestamp=base + 1000)  # share one ms
+        produce(src, topic, p, [b"late%d" % i for i in range(3)], timestamp=base + 2000)
+    config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n"))
+    mirror_until_caught_up(config)
+    consume_and_commit(src, group, topic, {0: 1, 1: 1})
+
+    rc = cli("failover", "plan", "-c", str(config), "--flow", f"f-{unique}", "--group", group, "--at", str(base + 1000), "--json")
+    plan = json.loads(capsys.readouterr().out)
+    assert rc == 0 and plan["method"] == "timestamp" and plan["source_of_truth"] == "target-timestamps"
+    by_part = {p["partition"]: p for p in plan["partitions"]}
+    for p in range(2):
+        target = read_partition(dst, f"src.{topic}", p)
+        first = next(r for r in target if r.timestamp >= base + 1000)
+        assert by_part[p]["target_offset"] == first.offset and first.value == b"same0"
+        assert by_part[p]["boundary_records"] == 4 + p
+    assert plan["boundary_records"] == 9
+
+    # Between two timestamps: the first record after; ISO 8601 works the same.
+    from failover.times import format_ms
+
+    rc = cli("failover", "apply", "-c", str(config), "--flow", f"f-{unique}", "--group", group, "--at", format_ms(base + 1500), "--yes",
+             "--backup", str(tmp_path / "b.json"))
+    assert rc == 0
+    offs = group_offsets(dst, group, f"src.{topic}", 2)
+    for p in range(2):
+        target = read_partition(dst, f"src.{topic}", p)
+        assert [r.value for r in target if r.offset == offs[p]] == [b"late0"]
+
+
+# ---------------------------------------------------------------------------- active group, backup, import
+
+
+def test_active_group_refused_then_backup_and_import_restore(clusters, write_config, unique, tmp_path, capsys) -> None:
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic, group = f"act-{unique}", f"app-{unique}"
+    create_topic(src, topic, 1)
+    produce(src, topic, 0, [b"v%d" % i for i in range(30)])
+    config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n"))
+    mirror_until_caught_up(config)
+    consume_and_commit(src, group, topic, {0: 20})
+    consume_and_commit(dst, group, f"src.{topic}", {0: 3})  # the group's own offsets on the target: 3
+    args = ["failover", "apply", "-c", str(config), "--flow", f"f-{unique}", "--group", group, "--translate", "--yes", "--backup", str(tmp_path / "b.json")]
+
+    member = Consumer({"bootstrap.servers": dst, "group.id": group, "enable.auto.commit": False})
+    member.subscribe([f"src.{topic}"])
+    stop = threading.Event()
+    t = threading.Thread(target=lambda: [member.poll(0.2) for _ in iter(stop.is_set, True)], daemon=True)
+    t.start()
+    try:
+        wait_for(lambda: _members(dst, group) > 0, 30, "consumer joined the target group")
+        capsys.readouterr()
+        assert cli(*args) == 3
+        assert "active member" in capsys.readouterr().err
+        assert group_offsets(dst, group, f"src.{topic}", 1)[0] == 3
+        assert not (tmp_path / "b.json").exists()
+    finally:
+        stop.set()
+        t.join(10)
+        member.close()
+
+    assert cli(*args) == 0
+    assert group_offsets(dst, group, f"src.{topic}", 1)[0] == 20
+    backup = json.loads((tmp_path / "b.json").read_text())
+    assert backup["group"] == group and backup["offsets"] == [{"topic": f"src.{topic}", "partition": 0, "offset": 3}]
+    assert cli("failover", "import", "-c", str(config), "--cluster", "dst", str(tmp_path / "b.json"), "--yes") == 0
+    assert group_offsets(dst, group, f"src.{topic}", 1)[0] == 3
+    # export writes the same format import reads.
+    assert cli("failover", "export", "-c", str(config), "--cluster", "dst", "--group", group, "-o", str(tmp_path / "e.json")) == 0
+    assert json.loads((tmp_path / "e.json").read_text())["offsets"] == backup["offsets"]
+
+
+def _members(bootstrap: str, group: str) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
+    desc = admin.describe_consumer_groups([group])[group].result(10)
+    return len(desc.members or [])
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+def test_bad_input_exit_codes_and_nothing_changed(clusters, write_config, unique, tmp_path, capsys) -> None:
+    src = clusters.bootstrap("src")
+    topic = f"bad-{unique}"
+    create_topic(src, topic, 1)
+    produce(src, topic, 0, [b"x"])
+    second = f"  - name: nogroups-{unique}\n    source: dst\n    target: src\n    topics: {{include: ['{topic}']}}\n"
+    config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n", extra=second))
+    flow = f"f-{unique}"
+    capsys.readouterr()
+    assert cli("failover", "plan", "-c", str(config), "--flow", flow, "--group", f"app-nobody-{unique}", "--translate") == 2
+    assert "no committed offsets" in capsys.readouterr().err
+    assert cli("failover", "plan", "-c", str(config), "--flow", f"nogroups-{unique}", "--group", "app-x", "--translate") == 2
+    assert "groups" in capsys.readouterr().err
+    assert cli("failover", "plan", "-c", str(config), "--flow", flow, "--group", "app-x", "--at", "2999-01-01T00:00:00Z") == 2
+    assert "--at" in capsys.readouterr().err
+    assert cli("failover", "plan", "-c", str(config), "--flow", flow, "--group", "app-x", "--at", "tuesday") == 2
+    assert "--at" in capsys.readouterr().err
+    assert cli("failover", "apply", "-c", str(config), "--flow", flow, "--group", "app-x", "--translate") == 2  # no --yes
+    assert "--yes" in capsys.readouterr().err
+    assert not list(tmp_path.glob("failover-backup-*"))
+
+    # The group's topic not mirrored yet: nothing to plan (exit 1, one line).
+    group = f"app-{unique}"
+    consume_and_commit(src, group, topic, {0: 1})
+    assert cli("failover", "plan", "-c", str(config), "--flow", flow, "--group", group, "--translate") == 1
+    assert "nothing to fail over" in capsys.readouterr().err
+
+    # The store unreachable during plan: exit 1, one line.
+    mirror_until_caught_up(config)
+    dead = write_config(topology(unique, f"['{topic}']",
+                                 "offset_store:\n  kind: cassandra\n  contact_points: ['127.0.0.1:9']\n  timeout: 2s\n"))
+    assert cli("failover", "plan", "-c", str(dead), "--flow", flow, "--group", group, "--translate") == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("Error: offset store") and len(err.splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------- checkpoints + unplanned
+
+
+def test_unplanned_failover_uses_checkpoints(clusters, write_config, unique, tmp_path, capsys) -> None:
+    """Source cluster stopped: the plan falls back to checkpoints; duplicates are at most what
+    the group consumed since its last checkpoint; unmirrored is what never arrived."""
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic, group = f"unp-{unique}", f"app-{unique}"
+    create_topic(src, topic, 2)
+    for p in range(2):
+        produce(src, topic, p, [b"%d-%d" % (p, i) for i in range(100)])
+    config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n",
+                                   extra="    sync_group_offsets: true\n"))
+    mirror_until_caught_up(config)
+    consume_and_commit(src, group, topic, {0: 30, 1: 30})
+    for p in range(2):
+        produce(src, topic, p, [b"%d-%d" % (p, i) for i in range(100, 125)])  # never mirrored
+
+    cfg = load(config)
+    store = open_store(cfg.offset_store)
+    try:
+        result = GroupCheckpointer(cfg, cfg.flows[0], store).tick()
+    finally:
+        store.close()
+    assert sorted((c.partition, c.source_offset, c.target_offset) for c in result.checkpoints) == [(0, 30, 30), (1, 30, 30)]
+    assert result.synced_groups == [group]  # idle on the target: sync_group_offsets wrote it there
+    assert group_offsets(dst, group, f"src.{topic}", 2) == {0: 30, 1: 30}
+    since = {0: 20, 1: 5}
+    last_read = consume_and_commit(src, group, topic, since)  # consumed after the last checkpoint
+
+    clusters.stop("src", kill=True)
+    try:
+        rc = cli("failover", "plan", "-c", str(config), "--flow", f"f-{unique}", "--group", group, "--translate", "--json")
+        plan = json.loads(capsys.readouterr().out)
+        assert rc == 0 and plan["source_of_truth"] == "checkpoints"
+        for part in plan["partitions"]:
+            assert part["source_offset"] == 30 and part["target_offset"] == 30
+            assert part["unmirrored"] == 25  # 125 on the source, 100 reached the target
+        assert cli("failover", "apply", "-c", str(config), "--flow", f"f-{unique}", "--group", group, "--translate", "--yes",
+                   "--backup", str(tmp_path / "b.json")) == 0
+        offs = group_offsets(dst, group, f"src.{topic}", 2)
+        for p in range(2):
+            resumed = values_from(dst, f"src.{topic}", p, offs[p])
+            assert resumed[0] == b"%d-30" % p  # nothing lost: the record after the checkpoint
+            duplicates = resumed.index(last_read[p][0]) + 1  # records it will read a second time
+            assert duplicates <= since[p]
+    finally:
+        clusters.start("src")
