@@ -98,7 +98,9 @@ class FlowProber:
             config.clusters[flow.source],
             # Idempotent and unbatched: per-partition order is what makes a gap mean loss,
             # and a probe must not wait for company before leaving.
-            {"enable.idempotence": True, "linger.ms": 0, "acks": "all", "message.timeout.ms": int(config.canary.max_latency * 1000)},
+            # Never auto-created by a probe: a deleted topic must be seen missing (and recreated
+            # by ensure_topic, with a new run) rather than silently reappear with old numbering.
+            {"enable.idempotence": True, "linger.ms": 0, "acks": "all", "message.timeout.ms": int(config.canary.max_latency * 1000), "allow.auto.create.topics": False},
         )
         self._reader = PartitionReader(f"{flow.target}-canary-{flow.name}", config.clusters[flow.target])
         self._started = clock()
@@ -107,6 +109,10 @@ class FlowProber:
         self._next_attach = 0.0
         if metrics is not None:
             metrics.max_latency.labels(flow.name).set(config.canary.max_latency)
+            # Every series exists from the start at 0, so increase()/rate() in the alert
+            # rules see the first loss rather than a series appearing out of nowhere.
+            for c in (metrics.sent, metrics.received, metrics.lost, metrics.late, metrics.duplicated, metrics.send_errors, metrics.runs, metrics.latency):
+                c.labels(flow.name)
 
     # -- source side
     def ensure_topic(self) -> None:
@@ -173,27 +179,27 @@ class FlowProber:
         return True
 
     def poll(self, timeout: float = 0.5) -> int:
-        """Read what arrived on the target; returns the number of probes of this run."""
+        """Read what arrived on the target, expire what is overdue; returns this run's probes read."""
         if not self._reader.assigned or time.monotonic() >= self._next_attach:
             # Also re-checked every interval: the target topic may gain partitions.
             self._next_attach = time.monotonic() + self.config.canary.interval
             try:
-                if not self.attach() and not self._reader.assigned:
-                    time.sleep(min(timeout, 0.5))
-                    return 0
+                self.attach()
             except MirrorError as exc:
                 log.warning("flow %s: canary target not readable: %s", self.flow.name, exc)
-                time.sleep(min(timeout, 0.5))
-                return 0
         mine = 0
-        for rec in self._reader.read(timeout=timeout):
-            probe = Probe.decode(rec.value)
-            if probe is None:
-                continue
-            with self._lock:
-                outcome = self.ledger.receive(probe)
-            if outcome is not Outcome.FOREIGN:
-                mine += 1
+        if self._reader.assigned:
+            for rec in self._reader.read(timeout=timeout):
+                probe = Probe.decode(rec.value)
+                if probe is None:
+                    continue
+                with self._lock:
+                    outcome = self.ledger.receive(probe)
+                if outcome is not Outcome.FOREIGN:
+                    mine += 1
+        else:
+            time.sleep(min(timeout, 0.5))  # the mirror has not created the target topic yet
+        # Expired whether or not the target is readable: a missing topic is loss too.
         with self._lock:
             self.ledger.expire()
         self.publish()

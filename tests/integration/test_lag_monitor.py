@@ -197,3 +197,66 @@ canary: {{topic: canary-{unique}}}
     finally:
         server.shutdown()
         collector.close()
+
+
+def test_checkpoint_age_and_group_lag_on_metrics(clusters, write_config, unique, tmp_path, monkeypatch):
+    from mirror.offsetmap import Checkpoint
+    from mirror.store import open_store
+
+    monkeypatch.chdir(tmp_path)
+    src = clusters.bootstrap("src")
+    topic = f"orders-{unique}"
+    _topic(src, topic, 1)
+    _produce(src, topic, {0: 50})
+    _path, config = _config(write_config, unique)
+    flow = config.flows[0]
+    group = f"billing-{unique}"
+    commit(Admin("src", config.clusters["src"]), group, {(topic, 0): 20})
+    store = open_store(config.offset_store)
+    store.write_checkpoints(flow.name, [Checkpoint(group, topic, 0, 20, 20, int(time.time() * 1000) - 120_000)])
+    registry = CollectorRegistry()
+    collector = monitor.build(config, registry=registry, deadline=10.0, store=store)
+    server = m.serve(0, "127.0.0.1", registry)
+    try:
+        s = scrape(server.server_port)
+        age = total(s, "mirror_group_checkpoint_age_seconds", flow=flow.name, group=group)
+        assert 119 <= age <= 180
+        assert total(s, "mirror_group_lag_records", flow=flow.name, group=group, cluster="src") == 30
+        assert total(s, "mirror_group_unmirrored_records", flow=flow.name, group=group) == 30  # no mirror ever ran
+    finally:
+        server.shutdown()
+        collector.close()
+        store.close()
+
+
+def test_monitor_command_serves_until_sigterm(clusters, write_config, unique, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from tests.support.metrics import poll
+    from tests.support.prometheus import free_port
+
+    src = clusters.bootstrap("src")
+    topic = f"orders-{unique}"
+    _topic(src, topic, 2)
+    _produce(src, topic, {0: 7, 1: 5})
+    path, _config_ = _config(write_config, unique)
+    port = free_port()
+    log = open(tmp_path / "monitor.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "mirror", "monitor", "-c", str(path), "--port", str(port), "--host", "127.0.0.1"], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def lag() -> float | None:
+            try:
+                return total(scrape(port, timeout=15), "mirror_replication_lag_records", flow=f"lagtest-{unique}")
+            except OSError:
+                return None
+
+        assert poll(lag, timeout=60, what="monitor answering") == 12
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        log.close()
