@@ -114,7 +114,7 @@ class FlowConfig(_Model):
 
 class SqliteStoreConfig(_Model):
     kind: Literal["sqlite"] = "sqlite"
-    path: str = ".mirror/offsets.db"
+    path: str = ".mirror/offsets.db"  # a relative path is taken from the config file's directory
 
 
 class CassandraStoreConfig(_Model):
@@ -182,7 +182,14 @@ def load(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> 
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError("-c/--config", f"cannot read {str(p)!r}: {exc.strerror}", hint="pass the path of a topology YAML file") from None
-    return parse(text, env=os.environ if env is None else env, source=str(p))
+    config = parse(text, env=os.environ if env is None else env, source=str(p))
+    store = config.offset_store
+    if isinstance(store, SqliteStoreConfig) and not Path(store.path).is_absolute():
+        # Relative to the file, not the working directory: a daemon started from another
+        # directory (systemd, cron, a container) must find the same offset map.
+        resolved = store.model_copy(update={"path": str((p.resolve().parent / store.path))})
+        config = config.model_copy(update={"offset_store": resolved})
+    return config
 
 
 def parse(text: str, *, env: Mapping[str, str], source: str = "<config>") -> Config:

@@ -1,7 +1,8 @@
 """Assembles a mirror process: the flows' workers and what listens to them.
 
-This is the one place that decides which listeners (offset map, metrics) a worker gets,
-so the engine itself knows nothing of stores or Prometheus.
+This is the one place that decides which listeners a worker gets (the offset-map
+recorder, the metrics counters), which side loops run next to it (group checkpointers)
+and what is served (/metrics), so the engine itself knows nothing of stores or Prometheus.
 """
 
 from __future__ import annotations
@@ -9,12 +10,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from contextlib import ExitStack
 
 from .acks import AckListener
 from .config import Config, FlowConfig
 from .engine import Runner
 
 log = logging.getLogger(__name__)
+
+STATS_INTERVAL_MS = 15000  # librdkafka statistics for /metrics; cheap at this rate
 
 
 def run_flows(
@@ -24,9 +28,66 @@ def run_flows(
     stop: threading.Event,
     until_caught_up: bool = False,
     metrics_port: int | None = None,
+    offset_store: bool = True,
 ) -> None:
-    def listeners(flow: FlowConfig) -> list[AckListener]:
-        return []
+    """Mirror `flows` until `stop` is set (or caught up); raises `MirrorError` on failure."""
+    with ExitStack() as stack:
+        store = None
+        if offset_store:
+            from .store import open_store
 
-    runner = Runner(config, flows, stop=stop, listeners=listeners, until_caught_up=until_caught_up)
-    runner.run()
+            store = open_store(config.offset_store)
+            stack.callback(store.close)
+        else:
+            log.warning("offset store off: no offset map, no checkpoints; failover cannot translate offsets for this run")
+
+        run_metrics = None
+        if metrics_port is not None:
+            from .metrics import RunMetrics, serve
+
+            run_metrics = RunMetrics.create()
+            server = serve(metrics_port, config.metrics.host, run_metrics.registry)
+            stack.callback(server.shutdown)
+
+        def listeners(flow: FlowConfig) -> list[AckListener]:
+            out: list[AckListener] = []
+            if store is not None:
+                from .recorder import OffsetMapRecorder
+
+                out.append(OffsetMapRecorder(store, flow.name, registry=run_metrics.registry if run_metrics else None))
+            if run_metrics is not None:
+                out.append(run_metrics.listener)
+            return out
+
+        checkpointers = []
+        side_stop = threading.Event()  # checkpointers stop after the workers have drained
+        if store is not None:
+            from .checkpointer import GroupCheckpointer
+
+            for flow in flows:
+                if flow.groups:
+                    cp = GroupCheckpointer(config, flow, store)
+                    t = threading.Thread(target=cp.run, args=(side_stop,), name=f"checkpoint-{flow.name}", daemon=True)
+                    t.start()
+                    checkpointers.append((cp, t))
+
+        runner = Runner(
+            config,
+            flows,
+            stop=stop,
+            listeners=listeners,
+            until_caught_up=until_caught_up,
+            stats_cb=run_metrics.stats.on_stats if run_metrics else None,
+            stats_interval_ms=STATS_INTERVAL_MS if run_metrics else 0,
+        )
+        try:
+            runner.run()
+        finally:
+            side_stop.set()
+            for _, t in checkpointers:
+                t.join(timeout=30)
+        if until_caught_up:
+            # One last checkpoint of every group against the final, fully committed state,
+            # so a migration that ends here leaves translations as fresh as they can be.
+            for cp, _ in checkpointers:
+                cp.tick()

@@ -80,3 +80,11 @@ flows:
   - {name: b, source: sf, target: nyc, rename: identity, topics: {include: ["users"]}}
 """
     assert len(config.parse(text, env={}).flows) == 2
+
+
+def test_relative_sqlite_path_is_taken_from_the_config_file(tmp_path, monkeypatch):
+    (tmp_path / "etc").mkdir()
+    path = tmp_path / "etc" / "m.yaml"
+    path.write_text('clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: [{name: f, source: a, target: b, topics: {include: [t]}}]\n')
+    monkeypatch.chdir(tmp_path)
+    assert config.load(path).offset_store.path == str(tmp_path / "etc" / ".mirror" / "offsets.db")
