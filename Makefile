@@ -15,7 +15,7 @@ MM2_LIBS := $(CACHE)/mm2-$(KAFKA_VERSION)/libs
 MVN := mvn -q -B
 PYTEST_ARGS ?=
 
-.PHONY: setup test unit integration demo bench bench-setup clean-dev lint
+.PHONY: setup test unit integration demo demo-down bench bench-setup clean-dev lint
 
 # MM2 is in setup because the bench smoke test (tests/integration/test_bench_smoke.py) runs it.
 setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete $(CASSANDRA_LIBS)/.complete $(MM2_LIBS)/.complete
@@ -56,6 +56,9 @@ integration: setup
 
 demo: setup
 	$(PY) -m mirror.demo
+
+demo-down:
+	$(PY) -m mirror.demo down
 
 # `make bench` (default size, ~15 min on 2 cores) or `make bench QUICK=1` (tiny, ~1-2 min);
 # extra flags through BENCH_ARGS, e.g. BENCH_ARGS="--skip mm2-t2 --reps 5". See bench/README.md.
