@@ -81,6 +81,7 @@ _COMMANDS = {
     "monitor": "mirror.cli.monitor:monitor",
     "canary": "canary.cli:canary",
     "run": "mirror.cli.run:run",
+    "topics": "mirror.cli.topics:topics",
     "failover": "failover.cli:failover",
     "failback": "failover.cli:failback",
 }

@@ -1,0 +1,51 @@
+"""`mirror topics`: source -> target topic mapping, partition counts, replication, config drift."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+
+from ..kafka import Admin
+from ..topics import match_topics
+from ..topicsync import compare_topics
+from . import AppContext, config_option, json_option, pass_app
+
+
+@click.command()
+@config_option
+@click.option("--flow", "flows", multiple=True, help="Only this flow (repeatable); default all.")
+@json_option
+@pass_app
+def topics(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: bool) -> None:
+    """Show each flow's topics on both clusters and where the target differs from the source."""
+    config = app.config(config_path)
+    result = []
+    for flow in config.select_flows(flows):
+        source = Admin(flow.source, config.clusters[flow.source])
+        target = Admin(flow.target, config.clusters[flow.target])
+        reports = compare_topics(source, target, match_topics(config, flow, source.topics()))
+        result.append((flow, reports))
+    if as_json:
+        click.echo(json.dumps([{"flow": f.name, "source": f.source, "target": f.target, "topics": [{**asdict(r), "ok": r.ok} for r in reps]} for f, reps in result], indent=2))
+    else:
+        for flow, reps in result:
+            click.echo(f"flow {flow.name}: {flow.source} -> {flow.target}")
+            if not reps:
+                click.echo("  no matching topics")
+                continue
+            w = max(len(r.source) for r in reps)
+            tw = max(len(r.target) for r in reps)
+            click.echo(f"  {'SOURCE':<{w}}  {'TARGET':<{tw}}  PARTITIONS  RF    DRIFT")
+            for r in reps:
+                parts = f"{r.source_partitions}/{'-' if r.target_partitions is None else r.target_partitions}"
+                rf = f"{r.source_replication}/{'-' if r.target_replication is None else r.target_replication}"
+                if r.target_partitions is None:
+                    drift = "not created yet (the mirror creates it)"
+                elif r.target_partitions < r.source_partitions:
+                    drift = "fewer partitions (the mirror grows it)"
+                else:
+                    drift = ", ".join(f"{k}: {a or 'default'} -> {b or 'default'}" for k, (a, b) in r.drift.items()) or "-"
+                click.echo(f"  {r.source:<{w}}  {r.target:<{tw}}  {parts:<10}  {rf:<4}  {drift}")
