@@ -280,6 +280,7 @@ class Admin:
 
     def group_members(self, group: str) -> int:
         """Active members of a group (0 for an empty, dead or unknown group)."""
+        self._wait_for_coordinator(group)  # a new cluster answers NOT_COORDINATOR for a moment
         futs = self._client.describe_consumer_groups([group], request_timeout=self.timeout)
         desc = self._result(f"describe group {group!r}", futs[group])
         return len(desc.members or [])
