@@ -83,6 +83,7 @@ class Spec:
     options: dict[str, Any] = field(default_factory=dict)
     reason: str = ""  # why it is not available
     exits_when_done: bool = True  # False: the harness watches the target and stops it
+    opt_in: bool = False  # a diagnostic row, run only when named in --only
 
     def start(self, env: Env, alias: str, topic: str, target: str, *, daemon: bool = False) -> Contender:
         """Start copying `topic` -> `target` (daemon: keep running, for latency runs)."""
@@ -93,6 +94,10 @@ class Spec:
             cfg = run_dir / "mirror.yaml"
             cfg.write_text(mirror_config(env, alias, topic, run_dir, self.options))
             argv = [sys.executable, "-m", "mirror", "run", "-c", str(cfg)]
+            if "gc" in self.options:
+                # Diagnostic: the same CLI with the cyclic GC tuned before anything is imported.
+                argv = [sys.executable, "-c", f"import gc, runpy, sys; {self.options['gc']}; sys.argv = ['mirror'] + sys.argv[1:]; "
+                        "runpy.run_module('mirror', run_name='__main__', alter_sys=True)", "run", "-c", str(cfg)]
             if not daemon:
                 argv.append("--until-caught-up")
             if self.workers > 1:
@@ -147,6 +152,12 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
     else:
         specs.append(Spec("mirror-nostore", "mirror run (1 worker), offset store off", "unavailable",
                           reason="pending: `mirror run` has no way to switch the offset store off yet"))
+    specs.append(Spec("mirror-noprov", "mirror run (1 worker), provenance headers off", "mirror",
+                      options={"flow": {"provenance_headers": False}}, opt_in=True))
+    specs.append(Spec("mirror-gc", "mirror run (1 worker), gc thresholds 50000/50/100 + freeze", "mirror",
+                      options={"gc": "gc.set_threshold(50000, 50, 100); gc.freeze()"}, opt_in=True))
+    specs.append(Spec("mirror-nogc", "mirror run (1 worker), cyclic gc disabled", "mirror",
+                      options={"gc": "gc.disable()"}, opt_in=True))
     specs.append(Spec("spark", "mirror spark run (local mode)", "unavailable",
                       reason="not available: the Spark engine does not exist yet"))
     return specs

@@ -92,7 +92,7 @@ def _free_base_port(count: int) -> int:
 
 
 def _alias(spec: Spec, phase: str, rep: int) -> str:
-    short = {"mirror": "m1", "mirror-w2": "m2", "mm2": "k1", "mm2-t2": "k2", "ceiling": "c", "mirror-nostore": "m0"}
+    short = {"mirror": "m1", "mirror-w2": "m2", "mm2": "k1", "mm2-t2": "k2", "ceiling": "c", "mirror-nostore": "m0", "mirror-noprov": "mh", "mirror-gc": "mg", "mirror-nogc": "mn"}
     return f"{phase}{short.get(spec.key, spec.key)}r{rep}x{uuid.uuid4().hex[:4]}"
 
 
@@ -288,7 +288,8 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
     for s in specs:
         if s.kind == "mirror" and not mirror_ok:
             s.kind, s.reason = "unavailable", f"pending: {mirror_reason}"
-    chosen = [s for s in specs if (not p.only or s.key in p.only) and s.key not in p.skip]
+    # Opt-in rows (diagnostics such as mirror-noprov) run only when named in --only.
+    chosen = [s for s in specs if (s.key in p.only if (p.only or s.opt_in) else True) and s.key not in p.skip]
     runnable = [s for s in chosen if s.kind != "unavailable"]
 
     own_tmp = workdir is None
@@ -391,7 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--latency-reps", type=int)
     ap.add_argument("--latency-duration", type=float, help="seconds of steady load per latency run")
     ap.add_argument("--latency-rate", type=float, help="records/s of the steady load (default: a third of the slower capacity)")
-    ap.add_argument("--only", default="", help="comma-separated contender keys to run")
+    ap.add_argument("--only", default="", help="comma-separated contender keys to run (opt-in diagnostics: mirror-noprov)")
     ap.add_argument("--skip", default="", help="comma-separated contender keys to leave out (e.g. mm2,mm2-t2); --quick skips mm2-t2 unless this is given")
     ap.add_argument("--out", type=Path, help="JSON result path (default bench/results/bench-<time>.json)")
     ap.add_argument("--workdir", type=Path, help="keep clusters' data and contender logs here")
