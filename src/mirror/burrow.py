@@ -65,6 +65,9 @@ class Verdict:
 
 WINDOW = 10  # observations kept per partition, as Burrow's default
 MIN_OBSERVATIONS = 3  # fewer than this is not a trend
+# Reported (as OK: no evidence of a problem yet) while a lagging partition has fewer
+# observations than a trend needs; `mirror lag` shows it as "?" rather than a confident OK.
+NOT_JUDGED = "behind; not enough observations to judge yet"
 
 
 def evaluate(window: Iterable[Observation], *, min_span: float = 0.0, size: int = WINDOW) -> Verdict:
@@ -96,6 +99,8 @@ def evaluate(window: Iterable[Observation], *, min_span: float = 0.0, size: int 
         if last.active is False:
             return Verdict(Status.STOP, f"not moving for {span:.0f}s with {last.lag} records behind and no mirror running")
         return Verdict(Status.STALL, f"not moving for {span:.0f}s with {last.lag} records behind although the mirror runs")
+    if len(tail) < MIN_OBSERVATIONS:
+        return Verdict(Status.OK, NOT_JUDGED)
     lags = [o.lag for o in tail]
     if len(tail) >= size and all(b >= a for a, b in zip(lags, lags[1:])) and lags[-1] > lags[0]:
         return Verdict(Status.WARN, f"falling behind: lag grew from {lags[0]} to {lags[-1]} over {last.time - tail[0].time:.0f}s")

@@ -260,3 +260,22 @@ def test_monitor_command_serves_until_sigterm(clusters, write_config, unique, tm
             proc.kill()
             proc.wait(10)
         log.close()
+
+
+def test_lag_watch_refreshes_and_judges_a_stopped_mirror(clusters, write_config, unique, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    src = clusters.bootstrap("src")
+    topic = f"orders-{unique}"
+    _topic(src, topic, 1)
+    _produce(src, topic, {0: 30})
+    path, config = _config(write_config, unique)
+    commit(Admin("src", config.clusters["src"]), config.flows[0].group_id, {(topic, 0): 10})
+    # commit_interval 1s by default: "not moving" needs 3 observations over >= 3 s
+    assert main(["lag", "-c", str(path), "--watch", "--interval", "0.7", "--count", "7", "--json"]) == 0
+    rounds = [json.loads(line)["flows"][0] for line in capsys.readouterr().out.splitlines()]
+    assert len(rounds) == 7
+    assert all(r["lag_records"] == 20 for r in rounds)
+    assert rounds[0]["status"] == "OK" and rounds[0]["partitions"][0]["reason"].startswith("behind; not enough")
+    assert rounds[-1]["status"] == "STOP" and rounds[-1]["mirror_active"] is False
+    ages = [r["lag_seconds"] for r in rounds]
+    assert ages == sorted(ages) and ages[-1] > ages[0]

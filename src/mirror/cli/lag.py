@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ..burrow import Evaluator
+from ..burrow import NOT_JUDGED, Evaluator
 from ..lag import FlowLag, TimestampCache, gather_flow, judge
 from . import AppContext, config_option, json_option, pass_app
 
@@ -19,9 +19,10 @@ from . import AppContext, config_option, json_option, pass_app
 @click.option("--flow", "flows", multiple=True, help="Only this flow (repeatable); default all.")
 @json_option
 @click.option("--watch", is_flag=True, help="Refresh in place until Ctrl-C; status becomes meaningful after a few rounds.")
-@click.option("--interval", type=float, default=5.0, show_default=True, help="Seconds between refreshes with --watch.")
+@click.option("--interval", type=click.FloatRange(0.1), default=5.0, show_default=True, help="Seconds between refreshes with --watch.")
+@click.option("--count", type=click.IntRange(1), default=None, help="With --watch: stop after this many refreshes.")
 @pass_app
-def lag(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: bool, watch: bool, interval: float) -> None:
+def lag(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: bool, watch: bool, interval: float, count: int | None) -> None:
     """Per partition: source end, mirrored position, target end, lag in records and seconds, status."""
     from ..kafka import Admin, PartitionReader
     from ..monitor import open_store_if_any
@@ -40,8 +41,10 @@ def lag(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: boo
     evaluators = {f.name: Evaluator(min_span=3 * f.commit_interval) for f in selected}
     store = open_store_if_any(config)
     stop = threading.Event()
+    rounds = 0
     try:
         while True:
+            rounds += 1
             results = []
             for f in selected:
                 raw = gather_flow(config, f, source=admin(f.source), target=admin(f.target), reader=readers[f.name], store=store, cache=caches[f.name])
@@ -52,7 +55,7 @@ def lag(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: boo
                 if watch:
                     click.clear()
                 click.echo(render(results))
-            if not watch or stop.wait(interval):
+            if not watch or (count is not None and rounds >= count) or stop.wait(interval):
                 break
     finally:
         for r in readers.values():
@@ -72,21 +75,24 @@ def _fmt_secs(value: float | None) -> str:
 
 
 def _table(rows: list[list[str]]) -> list[str]:
+    """Columns padded to their widest cell; numeric columns (header included) right-aligned."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  " + "  ".join(c.rjust(w) if c[:1].isdigit() or c == "-" else c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    numeric = [all(r[i][:1].isdigit() or r[i] in ("-", "?") for r in rows[1:]) for i in range(len(widths))]
+    return ["  " + "  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(r, widths, numeric)).rstrip() for r in rows]
 
 
 def render(results: list[FlowLag]) -> str:
     out: list[str] = []
     for r in results:
         running = {True: "mirror running", False: "no mirror running", None: "mirror liveness unknown"}[r.mirror_active]
-        out.append(f"flow {r.flow}: {r.source} -> {r.target}  status {r.status}  lag {r.lag_records} records, {_fmt_secs(r.lag_seconds)}  ({running})")
+        judged = not any(p.reason == NOT_JUDGED for p in r.partitions) or r.status != "OK"
+        out.append(f"flow {r.flow}: {r.source} -> {r.target}  status {r.status if judged else '? (use --watch)'}  lag {r.lag_records} records, {_fmt_secs(r.lag_seconds)}  ({running})")
         rows = [["TOPIC", "PART", "SOURCE-END", "MIRRORED", "TARGET-END", "LAG", "LAG-TIME", "STATUS"]]
         for p in r.partitions:
             rows.append([
                 p.source_topic, str(p.partition), str(p.source_end), "-" if p.position is None else str(p.position),
                 "-" if p.target_end is None else str(p.target_end), str(p.lag_records),
-                _fmt_secs(p.lag_seconds) + ("*" if p.lag_basis == "next-existing" else ""), p.status,
+                _fmt_secs(p.lag_seconds) + ("*" if p.lag_basis == "next-existing" else ""), "?" if p.reason == NOT_JUDGED else p.status,
             ])
         out += _table(rows) if r.partitions else ["  no topics match"]
         if r.groups:
