@@ -1,0 +1,410 @@
+"""What can be checked of docker/ without a Docker engine.
+
+The compose file, the Dockerfile, the Prometheus and Grafana files are read as data and
+cross-checked against each other and against the code: files they mount exist, every
+mirror container's command is one the `mirror` CLI parses, the topology they mount
+validates, Prometheus scrapes the compose services on the ports they serve, and the
+dashboard only queries metrics the project exports. Whether the images pull, build and
+start is left to a machine with Docker.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import click
+import pytest
+import yaml
+
+from mirror import config as cfg
+from mirror.cli import cli, main
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKER = ROOT / "docker"
+COMPOSE: dict[str, Any] = yaml.safe_load((DOCKER / "compose.yaml").read_text(encoding="utf-8"))
+SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
+DOCKERFILE = DOCKER / "Dockerfile"
+PROMETHEUS = DOCKER / "prometheus" / "prometheus.yml"
+DASHBOARDS = DOCKER / "grafana" / "dashboards"
+TOPOLOGY_IN_CONTAINER = "/etc/mirror/mirror.yaml"
+
+# DESIGN.md, "Metric names": fixed names as Prometheus stores them (counters with _total,
+# the histogram as its _bucket/_sum/_count series).
+DESIGN_SERIES = {
+    "mirror_records_total",
+    "mirror_bytes_total",
+    "mirror_replication_lag_records",
+    "mirror_replication_lag_seconds",
+    "mirror_flow_status",
+    "mirror_group_checkpoint_age_seconds",
+    "mirror_canary_latency_seconds_bucket",
+    "mirror_canary_latency_seconds_sum",
+    "mirror_canary_latency_seconds_count",
+    "mirror_canary_sent_total",
+    "mirror_canary_received_total",
+    "mirror_canary_lost_total",
+    "mirror_canary_duplicated_total",
+}
+# Series Prometheus itself writes for every target.
+PROMETHEUS_SERIES = {"up"}
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _mounts(service: dict[str, Any]) -> list[tuple[Path, str]]:
+    """(host path, container path) of each bind mount; named volumes are skipped."""
+    out = []
+    for v in service.get("volumes", []):
+        if isinstance(v, dict):
+            if v.get("type") == "bind":
+                out.append(((DOCKER / v["source"]).resolve(), v["target"]))
+            continue
+        source, target = v.split(":")[:2]
+        if source.startswith((".", "/")):
+            out.append(((DOCKER / source).resolve(), target))
+    return out
+
+
+def _is_mirror_image(service: dict[str, Any]) -> bool:
+    build = service.get("build")
+    return isinstance(build, dict) and build.get("dockerfile") == "docker/Dockerfile"
+
+
+MIRROR_SERVICES = {name: s for name, s in SERVICES.items() if _is_mirror_image(s)}
+
+
+def _command(service: dict[str, Any]) -> list[str]:
+    cmd = service["command"]
+    return shlex.split(cmd) if isinstance(cmd, str) else list(cmd)
+
+
+def _parse(argv: list[str]) -> tuple[str, click.Context]:
+    """Resolve `mirror ARGV` to its command and parse its arguments, without running it.
+
+    Parsing is everything click does before calling the command: unknown options,
+    missing required ones, and types (ports in range, paths) all fail here.
+    """
+    ctx = click.Context(cli, info_name="mirror")
+    group: click.Group = cli
+    path = []
+    args = list(argv)
+    while True:
+        name, args = args[0], args[1:]
+        sub = group.get_command(ctx, name)
+        assert sub is not None, f"`mirror {' '.join(path + [name])}` is not a command"
+        path.append(name)
+        if isinstance(sub, click.Group):
+            ctx = click.Context(sub, info_name=name, parent=ctx)
+            group = sub
+            continue
+        return " ".join(path), sub.make_context(name, args, parent=ctx)
+
+
+def _metrics_port(params: dict[str, Any]) -> int | None:
+    return params.get("metrics_port") or params.get("port")
+
+
+def _dockerfile_instructions() -> list[tuple[str, str]]:
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    joined = re.sub(r"\\\n", " ", text)
+    out = []
+    for line in joined.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def _env_of_image() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for word, rest in _dockerfile_instructions():
+        if word == "ENV":
+            for key, value in re.findall(r"(\w+)=(\S+)", rest):
+                env[key] = value
+    return env
+
+
+# ---------------------------------------------------------------------------- compose
+
+
+def test_compose_has_the_whole_stack():
+    assert {"kafka-nyc", "kafka-sf", "mirror", "canary", "monitor", "cassandra", "prometheus", "grafana"} <= set(SERVICES)
+    kafkas = [s for s in SERVICES.values() if str(s.get("image", "")).startswith("apache/kafka")]
+    assert len(kafkas) == 2
+    for s in kafkas:
+        assert s["image"] == "apache/kafka:4.1.1"
+        assert s["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft, one node
+    assert len({s["environment"]["CLUSTER_ID"] for s in kafkas}) == 2
+    assert SERVICES["cassandra"]["image"].startswith("cassandra:5.0")
+
+
+def test_kafka_listeners_name_their_own_service():
+    for name, s in SERVICES.items():
+        env = s.get("environment", {})
+        if "KAFKA_ADVERTISED_LISTENERS" not in env:
+            continue
+        advertised = dict(l.split("://") for l in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
+        assert advertised["PLAINTEXT"] == f"{name}:9092", "containers must reach the broker by its service name"
+        assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == f"1@{name}:9093"
+        host_port = advertised["HOST"].rpartition(":")[2]
+        assert f"{host_port}:{host_port}" in s["ports"], "the listener advertised to the host must be published"
+        assert f"HOST://:{host_port}" in env["KAFKA_LISTENERS"]
+
+
+def test_the_mirror_scales():
+    mirror = SERVICES["mirror"]
+    assert mirror["deploy"]["replicas"] >= 2
+    # A fixed name or host port would make a second replica fail to start.
+    assert "container_name" not in mirror and "ports" not in mirror
+    assert mirror.get("stop_grace_period"), "SIGTERM drains and commits; Docker's 10 s default may cut that short"
+
+
+def test_everything_compose_mounts_or_builds_exists():
+    for name, s in SERVICES.items():
+        for host, _target in _mounts(s):
+            assert host.exists(), f"service {name} mounts {host}, which is not in the repository"
+        build = s.get("build")
+        if isinstance(build, dict):
+            context = (DOCKER / build["context"]).resolve()
+            assert context == ROOT
+            assert (context / build["dockerfile"]).is_file()
+        for env_file in s.get("env_file", []) if isinstance(s.get("env_file"), list) else [s.get("env_file")] if s.get("env_file") else []:
+            assert (DOCKER / env_file).is_file()
+        for dep in s.get("depends_on", {}):
+            assert dep in SERVICES, f"service {name} depends on unknown service {dep}"
+
+
+def test_mirror_commands_are_real_cli_invocations():
+    assert MIRROR_SERVICES, "no service builds docker/Dockerfile"
+    commands = {}
+    for name, s in MIRROR_SERVICES.items():
+        path, ctx = _parse(_command(s))
+        commands[path] = name
+        assert str(ctx.params["config_path"]) == TOPOLOGY_IN_CONTAINER, f"service {name} must use the mounted topology"
+        mounted = dict((target, host) for host, target in _mounts(s))
+        assert mounted[TOPOLOGY_IN_CONTAINER] == DOCKER / "mirror.yaml"
+    assert {"run", "canary run", "monitor"} <= set(commands)
+
+
+def test_parser_rejects_what_the_cli_would_reject():
+    """The check above is only worth something if a wrong command fails it."""
+    with pytest.raises(click.UsageError):
+        _parse(["run", "-c", TOPOLOGY_IN_CONTAINER, "--metrics-port", "99999"])
+    with pytest.raises(click.UsageError):
+        _parse(["monitor", "-c", TOPOLOGY_IN_CONTAINER, "--metrics-port", "9308"])  # monitor's flag is --port
+    with pytest.raises(click.UsageError):
+        _parse(["canary", "run"])  # -c missing
+    with pytest.raises(AssertionError):
+        _parse(["mirrror", "-c", TOPOLOGY_IN_CONTAINER])
+
+
+def test_daemons_serve_metrics_where_healthcheck_and_prometheus_look():
+    image_port = int(_env_of_image()["MIRROR_METRICS_PORT"])
+    for name, s in MIRROR_SERVICES.items():
+        _path, ctx = _parse(_command(s))
+        assert _metrics_port(ctx.params) == image_port, f"service {name}: the healthcheck probes port {image_port}"
+
+
+def test_docker_topology_validates_and_uses_compose_names(capsys: pytest.CaptureFixture[str]):
+    topology = DOCKER / "mirror.yaml"
+    assert main(["validate", "--offline", "-c", str(topology)]) == 0
+    capsys.readouterr()
+    config = cfg.load(topology, env={})
+    for name, cluster in config.clusters.items():
+        for hostport in cluster.bootstrap.split(","):
+            host, _, port = hostport.rpartition(":")
+            assert host in SERVICES, f"cluster {name}: {host} is not a compose service"
+            assert f"PLAINTEXT://{host}:{port}" in SERVICES[host]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
+    store = config.offset_store
+    assert store.kind == "cassandra"  # replicas of the mirror share one offset map
+    for point in store.contact_points:
+        assert point.partition(":")[0] in SERVICES
+    assert config.metrics.host == "0.0.0.0", "Prometheus scrapes from another container"
+    assert config.metrics.port == int(_env_of_image()["MIRROR_METRICS_PORT"])
+
+
+# ---------------------------------------------------------------------------- Dockerfile
+
+
+def test_dockerfile_builds_a_non_root_mirror_image():
+    instructions = _dockerfile_instructions()
+    froms = [rest for word, rest in instructions if word == "FROM"]
+    assert froms and all(f.split()[0] == "python:3.11-slim" for f in froms)
+    users = [rest for word, rest in instructions if word == "USER"]
+    assert users and users[-1] not in ("root", "0")
+    entrypoints = [rest for word, rest in instructions if word == "ENTRYPOINT"]
+    assert json.loads(entrypoints[-1]) == ["mirror"]
+    (health,) = [rest for word, rest in instructions if word == "HEALTHCHECK"]
+    assert "/metrics" in health and "MIRROR_METRICS_PORT" in health
+    for word, rest in instructions:
+        if word == "COPY" and "--from" not in rest:
+            *sources, _dest = rest.split()
+            for src in sources:
+                assert (ROOT / src).exists(), f"COPY {src}: not in the build context (the repository root)"
+    # Everything pip needs to build the package is copied (pyproject's package-dir).
+    copied = {src for word, rest in instructions if word == "COPY" for src in rest.split()[:-1]}
+    assert {"pyproject.toml", "README.md", "src", "failover", "canary"} <= copied
+
+
+def test_dockerignore_keeps_what_the_image_copies():
+    ignore = (DOCKER / "Dockerfile.dockerignore").read_text(encoding="utf-8").split()
+    for needed in ("pyproject.toml", "README.md", "src/", "failover/", "canary/"):
+        assert f"!{needed}" in ignore
+
+
+# ---------------------------------------------------------------------------- Prometheus
+
+
+def test_prometheus_scrapes_the_compose_services_and_loads_the_alert_rules():
+    prom = yaml.safe_load(PROMETHEUS.read_text(encoding="utf-8"))
+    ports = {name: _metrics_port(_parse(_command(s))[1].params) for name, s in MIRROR_SERVICES.items()}
+    scraped: set[str] = set()
+    for job in prom["scrape_configs"]:
+        targets = [t for sc in job.get("static_configs", []) for t in sc["targets"]]
+        targets += [f"{n}:{sd['port']}" for sd in job.get("dns_sd_configs", []) for n in sd["names"]]
+        assert targets, f"job {job['job_name']} has no targets"
+        for target in targets:
+            host, _, port = target.rpartition(":")
+            assert host in SERVICES, f"job {job['job_name']}: {host} is not a compose service"
+            assert int(port) == ports[host], f"job {job['job_name']}: {host} serves /metrics on {ports[host]}"
+            scraped.add(host)
+        if "scrape_timeout" in job:
+            assert _seconds(job["scrape_timeout"]) <= _seconds(prom["global"]["scrape_interval"])
+    assert set(MIRROR_SERVICES) <= scraped
+    # The scaled service must be discovered by DNS: a static target reaches one replica.
+    assert any("mirror" in sd["names"] for job in prom["scrape_configs"] for sd in job.get("dns_sd_configs", []))
+
+    mounted = {target: host for host, target in _mounts(SERVICES["prometheus"])}
+    assert mounted["/etc/prometheus/prometheus.yml"] == PROMETHEUS
+    rule_targets = [t for t, h in mounted.items() if h == ROOT / "configs" / "alerts.yaml"]
+    assert rule_targets, "configs/alerts.yaml is not mounted into Prometheus"
+    assert any(PurePosixPath(rule_targets[0]).match(glob) for glob in prom["rule_files"])
+
+
+def _seconds(duration: str) -> float:
+    return cfg.parse_duration(duration)
+
+
+# ---------------------------------------------------------------------------- Grafana
+
+
+def test_grafana_provisioning_points_at_prometheus_and_the_dashboards():
+    mounted = {target: host for host, target in _mounts(SERVICES["grafana"])}
+    provisioning = mounted["/etc/grafana/provisioning"]
+    (ds,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yaml").read_text(encoding="utf-8"))["datasources"]
+    assert ds["type"] == "prometheus" and ds["url"] == "http://prometheus:9090"
+    (provider,) = yaml.safe_load((provisioning / "dashboards" / "mirror.yaml").read_text(encoding="utf-8"))["providers"]
+    assert mounted[provider["options"]["path"]] == DASHBOARDS
+    assert list(DASHBOARDS.glob("*.json"))
+
+
+_FUNCTIONS = {
+    "sum", "max", "min", "avg", "count", "topk", "bottomk", "quantile", "stddev", "group",
+    "rate", "irate", "increase", "delta", "deriv", "histogram_quantile", "clamp_min", "clamp_max",
+    "abs", "time", "vector", "scalar", "max_over_time", "min_over_time", "avg_over_time", "absent",
+    "and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left", "group_right",
+}
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names a PromQL expression (or a Grafana `label_values(...)` query) selects."""
+    e = re.sub(r"label_values\(\s*([^,()]+?)\s*,\s*\w+\s*\)", r"\1", expr)
+    e = re.sub(r'"(?:[^"\\]|\\.)*"', "", e)
+    e = re.sub(r"\{[^}]*\}", "", e)  # label matchers
+    e = re.sub(r"\[[^\]]*\]", "", e)  # range and subquery windows
+    e = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", e)
+    e = re.sub(r"\$\w+", "", e)  # Grafana variables
+    return {t for t in re.findall(r"[A-Za-z_:][A-Za-z0-9_:]*", e) if t not in _FUNCTIONS}
+
+
+def test_metric_name_extraction():
+    assert metric_names('histogram_quantile(0.99, sum by (flow, le) (rate(a_bucket{flow=~"$flow"}[$__rate_interval])))') == {"a_bucket"}
+    assert metric_names("label_values(mirror_flow_status, flow)") == {"mirror_flow_status"}
+    assert metric_names('count(up{job="mirror"} == 1) / on (flow) b') == {"up", "b"}
+
+
+def _exported_series() -> set[str]:
+    """Every series name the project's code exports, as Prometheus stores it."""
+    from prometheus_client import CollectorRegistry
+
+    from mirror import metrics as m
+
+    registry = CollectorRegistry()
+    m.RunMetrics.create(registry)
+    m.CanaryMetrics(registry)
+    m.MonitorMetrics(registry)
+    families = list(registry.collect())
+    families += [getattr(m, n)() for n in dir(m) if n.endswith("_family") and callable(getattr(m, n))]
+    names: set[str] = set()
+    for f in families:
+        if f.type == "counter":
+            names.add(f"{f.name}_total")
+        elif f.type == "histogram":
+            names |= {f"{f.name}{s}" for s in ("_bucket", "_sum", "_count")}
+        else:
+            names.add(f.name)
+    # Families built elsewhere at scrape time (monitor, offset-map recorder, lag).
+    for py in [*(ROOT / "src" / "mirror").glob("*.py"), *(ROOT / "canary").glob("*.py"), *(ROOT / "failover").glob("*.py")]:
+        for kind, name in re.findall(r"\b(Counter|CounterMetricFamily|Gauge|GaugeMetricFamily|Histogram)\(\s*\"(mirror_\w+)\"", py.read_text(encoding="utf-8")):
+            if kind.startswith("Counter"):
+                names.add(f"{name}_total")
+            elif kind == "Histogram":
+                names |= {f"{name}{s}" for s in ("_bucket", "_sum", "_count")}
+            else:
+                names.add(name)
+    return names
+
+
+def test_design_metric_names_are_exported():
+    assert DESIGN_SERIES <= _exported_series()
+
+
+def _queries(dashboard: dict[str, Any]) -> list[str]:
+    out = []
+
+    def panels(items: list[dict[str, Any]]) -> None:
+        for p in items:
+            out.extend(t["expr"] for t in p.get("targets", []) if t.get("expr"))
+            panels(p.get("panels", []))
+
+    panels(dashboard.get("panels", []))
+    for var in dashboard.get("templating", {}).get("list", []):
+        q = var.get("query")
+        if var.get("type") == "query":
+            out.append(q["query"] if isinstance(q, dict) else q)
+    return out
+
+
+@pytest.mark.parametrize("path", sorted(DASHBOARDS.glob("*.json")), ids=lambda p: p.name)
+def test_dashboard_queries_only_exported_metrics(path: Path):
+    dashboard = json.loads(path.read_text(encoding="utf-8"))
+    queried = set().union(*(metric_names(q) for q in _queries(dashboard)))
+    unknown = queried - _exported_series() - PROMETHEUS_SERIES
+    assert not unknown, f"{path.name} queries metrics nobody exports: {sorted(unknown)}"
+    # The panels an SRE opens it for: lag, status, throughput, canary, checkpoints.
+    wanted = {
+        "mirror_replication_lag_records", "mirror_replication_lag_seconds", "mirror_flow_status",
+        "mirror_records_total", "mirror_bytes_total", "mirror_canary_latency_seconds_bucket",
+        "mirror_canary_lost_total", "mirror_canary_duplicated_total", "mirror_group_checkpoint_age_seconds",
+    }
+    assert wanted <= queried, f"{path.name} has no panel for {sorted(wanted - queried)}"
+    quantiles = {float(q) for e in _queries(dashboard) for q in re.findall(r"histogram_quantile\(\s*([0-9.]+)", e)}
+    assert {0.5, 0.99} <= quantiles
+
+
+def test_dashboard_panels_use_a_provisioned_datasource():
+    ds_uids = {d["uid"] for d in yaml.safe_load((DOCKER / "grafana" / "provisioning" / "datasources" / "prometheus.yaml").read_text(encoding="utf-8"))["datasources"]}
+    for path in DASHBOARDS.glob("*.json"):
+        dashboard = json.loads(path.read_text(encoding="utf-8"))
+        variables = {v["name"] for v in dashboard.get("templating", {}).get("list", []) if v.get("type") == "datasource"}
+        for p in dashboard["panels"]:
+            if p["type"] == "row":
+                continue
+            uid = p["datasource"]["uid"]
+            assert uid in ds_uids or uid.strip("${}") in variables, f"{path.name}: panel {p['title']!r} uses datasource {uid}"
