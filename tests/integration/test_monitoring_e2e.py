@@ -213,3 +213,34 @@ def test_deleted_canary_topic_is_recreated_and_the_restart_is_not_loss(clusters,
         if runner.is_alive():
             runner.join(30)
         mirror.stop()
+
+
+def test_mirror_run_metrics_port_counts_acked_records_and_client_figures(clusters, write_config, unique, tmp_path, monkeypatch):
+    from tests.support.prometheus import free_port
+
+    monkeypatch.chdir(tmp_path)
+    src = clusters.bootstrap("src")
+    topic = f"orders-{unique}"
+    _topic(src, topic, 2)
+    _produce(src, topic, {0: 300, 1: 200})  # key "i" + 10-byte value each
+    key_bytes = sum(len(str(i)) for i in range(300)) + sum(len(str(i)) for i in range(200))
+    path = write_config(_flow_yaml(unique, topic))
+    port = free_port()
+    mirror = Mirror(path, "--metrics-port", str(port))
+    flow = f"f-{unique}"
+    try:
+        def counted() -> dict | None:
+            try:
+                s = scrape(port, timeout=5)
+            except OSError:
+                return None
+            return s if total(s, "mirror_records_total", flow=flow, topic=topic) == 500 else None
+
+        s = poll(counted, timeout=90, what=f"500 records counted\n{mirror.output()}")
+        assert total(s, "mirror_bytes_total", flow=flow, topic=topic) == 500 * 10 + key_bytes
+        # librdkafka statistics of the mirror's own clients (emitted every 15 s)
+        s = poll(lambda: (lambda s: s if total(s, "mirror_client_rtt_avg_seconds", flow=flow, role="producer") else None)(scrape(port)), timeout=60, interval=1, what="client statistics")
+        assert total(s, "mirror_client_batch_size_avg_bytes", flow=flow, role="producer") > 0
+        assert total(s, "mirror_client_requests_in_flight", flow=flow, role="consumer") is not None
+    finally:
+        mirror.stop()
