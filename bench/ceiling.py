@@ -12,6 +12,7 @@ Run as `python -m bench.ceiling …`; the harness samples its RSS and CPU like a
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 
@@ -23,7 +24,9 @@ class _Quiet:
         pass
 
 
-def copy(src: str, dst: str, topic: str, target: str, partitions: list[int], producer: dict[str, str], batch: int) -> int:
+def copy(src: str, dst: str, topic: str, target: str, partitions: list[int], producer: dict[str, str], batch: int,
+         follow: bool = False) -> int:
+    """Copy until every partition hit its end (or, with `follow`, until SIGTERM)."""
     c = Consumer({
         "bootstrap.servers": src, "group.id": "bench-ceiling", "enable.auto.commit": False,
         "enable.partition.eof": True, "logger": _Quiet(),
@@ -31,16 +34,25 @@ def copy(src: str, dst: str, topic: str, target: str, partitions: list[int], pro
     p = Producer({"bootstrap.servers": dst, "logger": _Quiet(), **producer, "acks": 1, "enable.idempotence": False})
     ends = {q: c.get_watermark_offsets(TopicPartition(topic, q), timeout=30)[1] for q in partitions}
     todo = {q for q, end in ends.items() if end > 0}
-    c.assign([TopicPartition(topic, q, OFFSET_BEGINNING) for q in todo])
+    c.assign([TopicPartition(topic, q, OFFSET_BEGINNING) for q in (partitions if follow else todo)])
+    if follow:
+        stop = []
+        signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+        todo = {-1}  # never empties by EOF; the loop ends on SIGTERM
     copied = 0
     produce = p.produce
     eof = KafkaError._PARTITION_EOF
     while todo:
-        for msg in c.consume(batch, 0.5):
+        # consume(n, timeout) waits until n records are there OR the timeout passes, so a
+        # blocking call with a big n adds up to `timeout` of latency at low rates. Take what
+        # is already fetched without waiting; block only for the first record when idle.
+        msgs = c.consume(batch, 0) or c.consume(1, 0.5)
+        for msg in msgs:
             err = msg.error()
             if err is not None:
                 if err.code() == eof:
-                    todo.discard(msg.partition())
+                    if not follow:
+                        todo.discard(msg.partition())
                     continue
                 raise SystemExit(f"consume error: {err}")
             while True:
@@ -52,6 +64,8 @@ def copy(src: str, dst: str, topic: str, target: str, partitions: list[int], pro
                     p.poll(0.01)
             copied += 1
         p.poll(0)
+        if follow and stop:
+            break
     left = p.flush(120)
     c.close()
     if left:
@@ -67,11 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target-topic", required=True)
     ap.add_argument("--partitions", required=True, help="comma-separated partition numbers")
     ap.add_argument("--batch", type=int, default=10000)
+    ap.add_argument("--follow", action="store_true", help="keep copying new records until SIGTERM (latency runs)")
     ap.add_argument("-X", dest="settings", action="append", default=[], help="producer setting key=value")
     args = ap.parse_args(argv)
     producer = dict(s.split("=", 1) for s in args.settings)
     start = time.monotonic()
-    n = copy(args.src, args.dst, args.topic, args.target_topic, [int(x) for x in args.partitions.split(",")], producer, args.batch)
+    n = copy(args.src, args.dst, args.topic, args.target_topic, [int(x) for x in args.partitions.split(",")], producer, args.batch, args.follow)
     print(f"copied {n} records in {time.monotonic() - start:.2f}s")
     return 0
 

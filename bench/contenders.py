@@ -98,6 +98,8 @@ class Spec:
                 # Diagnostic: the same CLI with the cyclic GC tuned before anything is imported.
                 argv = [sys.executable, "-c", f"import gc, runpy, sys; {self.options['gc']}; sys.argv = ['mirror'] + sys.argv[1:]; "
                         "runpy.run_module('mirror', run_name='__main__', alter_sys=True)", "run", "-c", str(cfg)]
+            # Metrics on, as an SRE runs it (its counters are on the hot path; MM2's are always on).
+            argv += ["--metrics-port", str(env.free_port())]
             if not daemon:
                 argv.append("--until-caught-up")
             if self.workers > 1:
@@ -112,7 +114,7 @@ class Spec:
         if self.kind == "ceiling":
             argv = [sys.executable, "-m", "bench.ceiling", "--src", env.src, "--dst", env.dst, "--topic", topic,
                     "--target-topic", target, "--partitions", ",".join(str(p) for p in range(env.partitions)),
-                    "--batch", str(env.batch)]
+                    "--batch", str(env.batch), *(["--follow"] if daemon else [])]
             for k in ("linger.ms", "batch.size", "compression.type", "queue.buffering.max.kbytes"):
                 if k in env.producer:
                     argv += ["-X", f"{k}={env.producer[k]}"]
@@ -128,6 +130,7 @@ def mirror_config(env: Env, alias: str, topic: str, run_dir: Path, options: Mapp
         "flows": [{
             "name": alias, "source": alias, "target": f"{alias}t",
             "topics": {"include": [topic]}, "rename": "prefix",
+            "groups": ["bench-app"],  # checkpoints for the group the harness commits on the source
             **options.get("flow", {}),
         }],
         "offset_store": store,

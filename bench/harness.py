@@ -37,6 +37,7 @@ from .procs import Contender
 from .report import render, summarise
 
 SOURCE_TOPIC = "bench-load"
+BENCH_GROUP = "bench-app"  # mirrored consumer group (checkpoints); see contenders.mirror_config
 RESULTS = ROOT / "bench" / "results"
 
 
@@ -243,14 +244,15 @@ def _machine() -> dict[str, Any]:
 def _nostore_option() -> dict[str, Any] | None:
     """How to run `mirror run` with the offset store off, if this checkout's engine allows it.
 
-    Either a `--no-offset-store` flag of `mirror run`, or a config that accepts
+    Either a (hidden) `--no-offset-store` flag of `mirror run`, or a config that accepts
     `offset_store: {kind: none}`; anything else reports the row as pending.
     """
     try:
-        out = subprocess.run([sys.executable, "-m", "mirror", "run", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60).stdout
+        flag = subprocess.run([sys.executable, "-m", "mirror", "run", "--no-offset-store", "--help"],
+                              capture_output=True, text=True, cwd=ROOT, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    if "--no-offset-store" in out:
+    if flag.returncode == 0:
         return {"extra_args": ["--no-offset-store"]}
     try:
         from mirror import config as cfg
@@ -312,6 +314,9 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
         _log(f"preloading {p.records:,} x {p.record_size} B over {p.partitions} partitions")
         phases["preload_s"] = round(load.preload(env.src, SOURCE_TOPIC, p.records, p.partitions, p.record_size), 1)
         env.source_ends = [hi for _lo, hi in load.watermarks(env.src, SOURCE_TOPIC, p.partitions)]
+        # An application group halfway through the topic, so both mirrors' checkpointers
+        # (ours: flow.groups; MM2: its checkpoint connector) have a group to translate.
+        load.commit_group(env.src, BENCH_GROUP, SOURCE_TOPIC, {q: end // 2 for q, end in enumerate(env.source_ends)})
         _log(f"preloaded in {phases['preload_s']} s")
 
         t = time.monotonic()
@@ -323,9 +328,10 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
                 _log(f"  -> {_brief(r)}")
         phases["throughput_s"] = round(time.monotonic() - t, 1)
 
-        lat_specs = [s for s in runnable if s.key in ("mirror", "mm2")]
+        # The ceiling's latency is the floor this machine allows (a reference, not a target).
+        lat_specs = [s for s in runnable if s.key in ("mirror", "mm2", "ceiling")]
         if lat_specs and p.latency_reps > 0:
-            latency_rate = p.latency_rate or _latency_rate(runs, lat_specs)
+            latency_rate = p.latency_rate or _latency_rate(runs, [s for s in lat_specs if s.key != "ceiling"] or lat_specs)
             if latency_rate:
                 t = time.monotonic()
                 for rep in range(p.latency_reps):

@@ -165,6 +165,15 @@ def preload(bootstrap: str, topic: str, records: int, partitions: int, record_si
     return took
 
 
+def commit_group(bootstrap: str, group: str, topic: str, offsets: Mapping[int, int]) -> None:
+    """Commit `offsets` for an idle consumer group (no members): work for the checkpointers."""
+    c = _consumer(bootstrap, **{"group.id": group})
+    try:
+        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+    finally:
+        c.close()
+
+
 def _records_in(records: int, partitions: int, p: int) -> int:
     return records // partitions + (1 if p < records % partitions else 0)
 

@@ -49,7 +49,7 @@ def test_quick_bench_writes_a_complete_result(tmp_path: Path) -> None:
     assert nostore.get("reason") or nostore["ok_runs"] == res["params"]["reps"]
 
     lat = {r["key"]: r for r in res["latency"]}
-    assert set(lat) == {"mirror", "mm2"}
+    assert set(lat) == {"mirror", "mm2", "ceiling"}
     for key, row in lat.items():
         assert row["ok_runs"] == res["params"]["latency_reps"], (key, row["runs"])
         for field in LATENCY_FIELDS:
