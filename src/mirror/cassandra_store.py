@@ -25,7 +25,7 @@ from typing import Any
 from cassandra import ConsistencyLevel, DriverException
 from cassandra.cluster import Cluster, NoHostAvailable, Session
 from cassandra.concurrent import execute_concurrent_with_args
-from cassandra.policies import DCAwareRoundRobinPolicy, RoundRobinPolicy
+from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy, RoundRobinPolicy
 from cassandra.query import PreparedStatement
 
 from .config import CassandraStoreConfig
@@ -50,6 +50,15 @@ _TABLES = [
         PRIMARY KEY ((flow), topic, partition)
     )""",
 ]
+
+
+def _connection_class() -> Any:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # asyncore: fine on the 3.11 we pin
+        from cassandra.io.asyncorereactor import AsyncoreConnection
+    return AsyncoreConnection
 
 
 def _replication_cql(replication: dict[str, str | int]) -> str:
@@ -92,6 +101,13 @@ class CassandraStore:
                 "connect_timeout": self.config.timeout,
                 "control_connection_timeout": self.config.timeout,
                 "protocol_version": 5,
+                # Back within seconds after a restart: every failed write holds source
+                # commits back, so the driver's default (up to 10 min between attempts) is too lazy.
+                "reconnection_policy": ExponentialReconnectionPolicy(0.5, 10.0),
+                # The pure-Python reactor: the libev one aborted the whole process (SIGABRT in
+                # its loop thread) when sessions were opened and shut down repeatedly next to
+                # forked JVMs; the store's few batched writes do not need libev's speed.
+                "connection_class": _connection_class(),
             }
             policy = DCAwareRoundRobinPolicy(local_dc=self.config.local_dc) if self.config.local_dc else RoundRobinPolicy()
             from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
