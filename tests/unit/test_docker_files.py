@@ -408,3 +408,48 @@ def test_dashboard_panels_use_a_provisioned_datasource():
                 continue
             uid = p["datasource"]["uid"]
             assert uid in ds_uids or uid.strip("${}") in variables, f"{path.name}: panel {p['title']!r} uses datasource {uid}"
+
+
+# ---------------------------------------------------------------------------- promtool (a project dependency: make setup)
+
+
+@pytest.fixture(scope="module")
+def promtool() -> str:
+    import shutil
+
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.fail("promtool not found: run `make setup` (installs the Debian package prometheus)")
+    return path
+
+
+def test_prometheus_config_passes_promtool_with_the_alert_rules(promtool: str, tmp_path: Path):
+    """promtool reads prometheus.yml as the container would, rules file included."""
+    import subprocess
+
+    prom = yaml.safe_load(PROMETHEUS.read_text(encoding="utf-8"))
+    prom["rule_files"] = [str(ROOT / "configs" / "alerts.yaml")]  # where the mount puts it, here
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump(prom), encoding="utf-8")
+    out = subprocess.run([promtool, "check", "config", str(config)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_dashboard_queries_are_valid_promql(promtool: str, tmp_path: Path):
+    """Each panel's query, with Grafana's variables filled in, parsed by promtool as a recording rule."""
+    import subprocess
+
+    grafana_vars = {"$__rate_interval": "1m", "$__interval": "1m", "$__range": "1h", "$flow": ".*"}
+    rules = []
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        for i, expr in enumerate(_queries(json.loads(path.read_text(encoding="utf-8")))):
+            if expr.startswith("label_values("):
+                continue  # a Grafana function, not PromQL
+            for var, value in grafana_vars.items():
+                expr = expr.replace(var, value)
+            assert "$" not in expr, f"{path.name}: unknown Grafana variable in {expr!r}"
+            rules.append({"record": f"dashboard:{path.stem}:{i}", "expr": expr})
+    rules_file = tmp_path / "dashboard_rules.yaml"
+    rules_file.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}), encoding="utf-8")
+    out = subprocess.run([promtool, "check", "rules", str(rules_file)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
