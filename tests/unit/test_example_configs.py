@@ -30,6 +30,7 @@ def _is_topology(path: Path) -> bool:
 
 
 TOPOLOGIES = sorted(p for p in CONFIGS.glob("*.yaml") if _is_topology(p))
+EXAMPLES = {"active-standby.yaml", "active-active.yaml", "hub-and-spoke.yaml"}  # README's "Topologies"
 
 
 def _env_for(path: Path) -> dict[str, str]:
@@ -44,7 +45,7 @@ def _load(name: str) -> cfg.Config:
 
 def test_the_documented_examples_exist_and_alerts_is_not_a_topology():
     names = {p.name for p in TOPOLOGIES}
-    assert {"active-standby.yaml", "active-active.yaml", "hub-and-spoke.yaml", "dev.yaml"} <= names
+    assert EXAMPLES | {"dev.yaml"} <= names
     assert "alerts.yaml" not in names
 
 
@@ -77,12 +78,15 @@ def test_secrets_only_through_environment_variables(path: Path):
             assert isinstance(node, str) and _REQUIRED_VAR.fullmatch(node), f"{path.name}: {key} must be a bare ${{VAR}}, got {node!r}"
 
     walk(raw)
-    assert found, f"{path.name}: a production example should show where its credentials come from"
+    if path.name in EXAMPLES:
+        assert found, f"{path.name}: a production example should show where its credentials come from"
 
 
 @pytest.mark.parametrize("path", [p for p in TOPOLOGIES if p.name != "dev.yaml"], ids=lambda p: p.name)
 def test_a_missing_secret_is_a_config_error_naming_it(path: Path):
     env = _env_for(path)
+    if not env:
+        pytest.skip("no required variables")
     name = sorted(env)[0]
     del env[name]
     with pytest.raises(ConfigError, match=name):
