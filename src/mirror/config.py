@@ -18,7 +18,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from .errors import ConfigError
-from .naming import FlowEdge, RenamePolicy, TopicFilter, find_identity_cycles
+from .naming import FlowEdge, RenamePolicy, TopicFilter, find_identity_collisions, find_identity_cycles
 
 # ---------------------------------------------------------------------------- value types
 
@@ -292,6 +292,14 @@ def _check_topology(config: Config) -> None:
             )
         pairs[pair] = flow.name
     edges = [FlowEdge(f.name, f.source, f.target, f.rename, tuple(f.topics.include)) for f in config.flows]
+    collisions = find_identity_collisions(edges)
+    if collisions:
+        a, b = collisions[0]
+        raise ConfigError(
+            "flows",
+            f"flows {a} and {b} both write topics with their source names into one target cluster; records from two sources would share a topic",
+            hint="use rename: prefix on at least one of them, or make their include patterns disjoint literals",
+        )
     cycles = find_identity_cycles(edges)
     if cycles:
         loop = " -> ".join(cycles[0])

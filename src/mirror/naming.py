@@ -162,3 +162,19 @@ def _may_overlap(a: Sequence[str], b: Sequence[str]) -> bool:
             else:
                 return True
     return False
+
+
+def find_identity_collisions(flows: Sequence[FlowEdge]) -> list[tuple[str, str]]:
+    """Pairs of identity flows from different sources that could write into one target topic.
+
+    Two sources feeding one target topic interleave their records: per-partition order
+    and the offset map (one delta sequence per target partition) stop meaning anything.
+    Prefixing keeps them apart (`nyc.prices`, `sf.prices`).
+    """
+    identity = [f for f in flows if f.policy is RenamePolicy.IDENTITY]
+    out = []
+    for i, a in enumerate(identity):
+        for b in identity[i + 1:]:
+            if a.target == b.target and a.source != b.source and _may_overlap(a.include, b.include):
+                out.append((a.name, b.name))
+    return out

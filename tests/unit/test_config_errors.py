@@ -51,6 +51,13 @@ CASES = {
         + "  - {name: b, source: sf, target: nyc, rename: identity, topics: {include: ['.*']}}\n",
         "flows: flows a -> b form a loop with rename: identity",
     ),
+    "identity_fan_in_collision": (
+        "clusters:\n  nyc: {bootstrap: '127.0.0.1:1'}\n  sf: {bootstrap: '127.0.0.1:2'}\n  hub: {bootstrap: '127.0.0.1:3'}\n"
+        + "flows:\n"
+        + "  - {name: a, source: nyc, target: hub, rename: identity, topics: {include: ['prices']}}\n"
+        + "  - {name: b, source: sf, target: hub, rename: identity, topics: {include: ['pri.*']}}\n",
+        "flows: flows a and b both write topics with their source names into one target cluster",
+    ),
     "same_pair_twice": (GOOD_CLUSTERS + GOOD_FLOW + "  - {name: again, source: nyc, target: sf, topics: {include: [x]}}\n", "flows[1]: flow 'again' mirrors nyc -> sf like flow 'nyc-to-sf'"),
     "bool_as_duration": (GOOD_CLUSTERS + GOOD_FLOW + "canary: {max_latency: yes}\n", "canary.max_latency: expected a duration"),
 }
