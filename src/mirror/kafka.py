@@ -375,9 +375,14 @@ class PartitionReader:
         return frozenset(self._assigned)
 
     def read(self, max_records: int = 500, timeout: float = 0.5) -> list[Record]:
-        """Records available now (waits at most `timeout`); transient errors are skipped."""
+        """Records available now (waits at most `timeout` for the first); transient errors are skipped.
+
+        Returns as soon as one record is there: `consume(n, timeout)` would wait for n
+        records or the whole timeout, and the canary would count that wait as latency.
+        """
         try:
-            msgs = self._consumer.consume(max_records, timeout=timeout)
+            first = self._consumer.poll(timeout)
+            msgs = [first, *self._consumer.consume(max_records - 1, timeout=0)] if first is not None and max_records > 1 else [first] if first is not None else []
         except KafkaException as exc:
             raise_for(self.name, "read records", exc)
         out = []
