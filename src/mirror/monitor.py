@@ -46,8 +46,15 @@ class FlowProbe:
         self.timeout = timeout
         self.cache = TimestampCache()
         self.evaluator = Evaluator(min_span=3 * flow.commit_interval)
-        src = config.clusters[flow.source].model_copy(update={"timeout": min(config.clusters[flow.source].timeout, timeout)})
-        self.reader = PartitionReader(f"{flow.source}-lag-{flow.name}", src)
+        self._reader_cluster = config.clusters[flow.source].model_copy(update={"timeout": min(config.clusters[flow.source].timeout, timeout)})
+        self.reader = PartitionReader(f"{flow.source}-lag-{flow.name}", self._reader_cluster)
+
+    def reset(self) -> None:
+        """Start over with a new reader (called after the source stopped answering)."""
+        from .kafka import PartitionReader
+
+        self.reader.close()
+        self.reader = PartitionReader(f"{self.flow.source}-lag-{self.flow.name}", self._reader_cluster)
 
     def gather(self) -> FlowLag:
         lag = gather_flow(
@@ -105,6 +112,15 @@ class MonitorCollector(Collector):
         started = time.monotonic()
         try:
             return probe.gather()
+        except ClusterUnavailable:
+            # Fresh clients for the next scrape: a librdkafka admin client that lived
+            # through a broker restart can keep failing group requests long after the
+            # broker is back (seen with 2.16), while a new one answers at once.
+            with self._lock:
+                self._admin_cache.pop(probe.flow.source, None)
+                self._admin_cache.pop(probe.flow.target, None)
+            probe.reset()
+            raise
         finally:
             self.metrics.gather_seconds.labels(probe.flow.name).observe(time.monotonic() - started)
 

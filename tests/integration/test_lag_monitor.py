@@ -279,3 +279,37 @@ def test_lag_watch_refreshes_and_judges_a_stopped_mirror(clusters, write_config,
     assert rounds[-1]["status"] == "STOP" and rounds[-1]["mirror_active"] is False
     ages = [r["lag_seconds"] for r in rounds]
     assert ages == sorted(ages) and ages[-1] > ages[0]
+
+
+def test_source_cluster_going_down_mid_run_leaves_series_out_then_recovers(clusters, write_config, unique, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    src = clusters.bootstrap("src")
+    topic = f"orders-{unique}"
+    _topic(src, topic, 1)
+    _produce(src, topic, {0: 25})
+    _path, config = _config(write_config, unique)
+    flow = config.flows[0].name
+    registry = CollectorRegistry()
+    collector = monitor.build(config, registry=registry, deadline=4.0)
+    server = m.serve(0, "127.0.0.1", registry)
+    try:
+        port = server.server_port
+        assert total(scrape(port), "mirror_replication_lag_records", flow=flow) == 25
+        clusters.stop("src")
+        try:
+            for _ in range(2):
+                started = time.monotonic()
+                s = scrape(port, timeout=30)
+                assert time.monotonic() - started < 12  # the deadline, not librdkafka's retries
+                assert total(s, "mirror_replication_lag_records", flow=flow) is None
+                assert total(s, "mirror_flow_status", flow=flow) is None
+                assert total(s, "mirror_monitor_flow_up", flow=flow) is None
+            assert total(s, "mirror_monitor_errors_total", flow=flow) >= 2
+        finally:
+            clusters.start("src")
+        from tests.support.metrics import poll
+
+        poll(lambda: total(scrape(port, timeout=30), "mirror_replication_lag_records", flow=flow) == 25, timeout=90, what="lag back after the cluster returned")
+    finally:
+        server.shutdown()
+        collector.close()
