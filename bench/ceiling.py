@@ -16,12 +16,24 @@ import signal
 import sys
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 
 class _Quiet:
     def log(self, *args: object) -> None:
         pass
+
+
+def _end(c: Consumer, topic: str, partition: int, timeout: float = 30.0) -> int:
+    """End offset, riding out NOT_LEADER on a topic created a moment ago."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def copy(src: str, dst: str, topic: str, target: str, partitions: list[int], producer: dict[str, str], batch: int,
@@ -32,7 +44,7 @@ def copy(src: str, dst: str, topic: str, target: str, partitions: list[int], pro
         "enable.partition.eof": True, "logger": _Quiet(),
     })
     p = Producer({"bootstrap.servers": dst, "logger": _Quiet(), **producer, "acks": 1, "enable.idempotence": False})
-    ends = {q: c.get_watermark_offsets(TopicPartition(topic, q), timeout=30)[1] for q in partitions}
+    ends = {q: _end(c, topic, q) for q in partitions}
     todo = {q for q, end in ends.items() if end > 0}
     c.assign([TopicPartition(topic, q, OFFSET_BEGINNING) for q in (partitions if follow else todo)])
     if follow:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import mm2
+from . import experiments, mm2
 from .procs import Contender
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,9 +94,9 @@ class Spec:
             cfg = run_dir / "mirror.yaml"
             cfg.write_text(mirror_config(env, alias, topic, run_dir, self.options))
             argv = [sys.executable, "-m", "mirror", "run", "-c", str(cfg)]
-            if "gc" in self.options:
-                # Diagnostic: the same CLI with the cyclic GC tuned before anything is imported.
-                argv = [sys.executable, "-c", f"import gc, runpy, sys; {self.options['gc']}; sys.argv = ['mirror'] + sys.argv[1:]; "
+            if "prelude" in self.options:
+                # Diagnostic: the same CLI with a prelude (bench/experiments.py) run first.
+                argv = [sys.executable, "-c", f"import gc, runpy, sys\n{self.options['prelude']}\nsys.argv = ['mirror'] + sys.argv[1:]\n"
                         "runpy.run_module('mirror', run_name='__main__', alter_sys=True)", "run", "-c", str(cfg)]
             # Metrics on, as an SRE runs it (its counters are on the hot path; MM2's are always on).
             argv += ["--metrics-port", str(env.free_port())]
@@ -157,10 +157,13 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
                           reason="pending: `mirror run` has no way to switch the offset store off yet"))
     specs.append(Spec("mirror-noprov", "mirror run (1 worker), provenance headers off", "mirror",
                       options={"flow": {"provenance_headers": False}}, opt_in=True))
-    specs.append(Spec("mirror-gc", "mirror run (1 worker), gc thresholds 50000/50/100 + freeze", "mirror",
-                      options={"gc": "gc.set_threshold(50000, 50, 100); gc.freeze()"}, opt_in=True))
-    specs.append(Spec("mirror-nogc", "mirror run (1 worker), cyclic gc disabled", "mirror",
-                      options={"gc": "gc.disable()"}, opt_in=True))
+    for key, label, prelude in (
+        ("mirror-gc", "gc thresholds 50000/50/100 + freeze", experiments.GC_TUNED),
+        ("mirror-nogc", "cyclic gc disabled", experiments.GC_OFF),
+        ("mirror-1hdr", "one provenance header instead of four", experiments.ONE_HEADER),
+        ("mirror-lowlat", "consume without waiting for a full batch", experiments.LOW_LATENCY_CONSUME),
+    ):
+        specs.append(Spec(key, f"mirror run (1 worker), {label}", "mirror", options={"prelude": prelude}, opt_in=True))
     specs.append(Spec("spark", "mirror spark run (local mode)", "unavailable",
                       reason="not available: the Spark engine does not exist yet"))
     return specs

@@ -93,7 +93,8 @@ def _free_base_port(count: int) -> int:
 
 
 def _alias(spec: Spec, phase: str, rep: int) -> str:
-    short = {"mirror": "m1", "mirror-w2": "m2", "mm2": "k1", "mm2-t2": "k2", "ceiling": "c", "mirror-nostore": "m0", "mirror-noprov": "mh", "mirror-gc": "mg", "mirror-nogc": "mn"}
+    short = {"mirror": "m1", "mirror-w2": "m2", "mm2": "k1", "mm2-t2": "k2", "ceiling": "c", "mirror-nostore": "m0", "mirror-noprov": "mh", "mirror-gc": "mg", "mirror-nogc": "mn",
+             "mirror-1hdr": "m4", "mirror-lowlat": "ml"}
     return f"{phase}{short.get(spec.key, spec.key)}r{rep}x{uuid.uuid4().hex[:4]}"
 
 
@@ -329,9 +330,9 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
         phases["throughput_s"] = round(time.monotonic() - t, 1)
 
         # The ceiling's latency is the floor this machine allows (a reference, not a target).
-        lat_specs = [s for s in runnable if s.key in ("mirror", "mm2", "ceiling")]
+        lat_specs = [s for s in runnable if s.key in ("mirror", "mm2", "ceiling") or s.opt_in]
         if lat_specs and p.latency_reps > 0:
-            latency_rate = p.latency_rate or _latency_rate(runs, [s for s in lat_specs if s.key != "ceiling"] or lat_specs)
+            latency_rate = p.latency_rate or _latency_rate(runs, [s for s in lat_specs if s.key in ("mirror", "mm2")] or lat_specs)
             if latency_rate:
                 t = time.monotonic()
                 for rep in range(p.latency_reps):

@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     ap.add_argument("--native", action="store_true", help="include native (librdkafka, C extension) frames")
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--prelude", default="", help='Python run before mirror starts, e.g. "gc.disable()" (to try a fix)')
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args(argv)
 
@@ -74,9 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         run_dir.mkdir(parents=True, exist_ok=True)
         cfg = run_dir / "mirror.yaml"
         cfg.write_text(mirror_config(env, alias, SOURCE_TOPIC, run_dir, {}))
-        argv = [sys.executable, "-m", "mirror", "run", "-c", str(cfg), "--until-caught-up"]
+        argv = [sys.executable, "-m", "mirror", "run", "-c", str(cfg), "--until-caught-up", "--metrics-port", str(_free_port())]
         if args.workers > 1:
             argv += ["--workers", str(args.workers)]
+        if args.prelude:
+            # The same CLI with a Python prelude run first (e.g. "gc.disable()"), to test a fix.
+            argv = [sys.executable, "-c", f"import gc, runpy, sys; {args.prelude}; sys.argv = ['mirror'] + sys.argv[1:]; "
+                    "runpy.run_module('mirror', run_name='__main__', alter_sys=True)", *argv[3:]]
         t0 = time.monotonic()
         subprocess.run([py_spy, "record", "--rate", str(args.rate), "--format", "raw", "-o", str(raw),
                         *(["--native"] if args.native else []), "--subprocesses", "--", *argv], cwd=ROOT, check=True)
