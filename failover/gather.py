@@ -83,6 +83,11 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
     truth = Truth.SOURCE
     checkpoint_time: int | None = None
     try:
+        # Metadata first: group requests against a dead cluster wait on a coordinator
+        # lookup that librdkafka (2.16) can abort the process on when it times out
+        # (`eonce->refcnt > 0` assertion), so a source that does not answer this is
+        # treated as gone before any group request is sent to it.
+        ctx.source.topics()
         positions = {k: v for k, v in ctx.source.group_offsets(group).items() if topic_ok(k[0])}
         if positions:
             source_ends = {k: w.high for k, w in ctx.source.watermarks(positions).items()}

@@ -8,15 +8,18 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from prometheus_client import CollectorRegistry
 
 from mirror.checkpointer import GroupCheckpointer
 from mirror.cli import main
-from mirror.config import load
+from mirror.config import load, parse
 from mirror.store import open_store
 from tests.support.kafkautil import create_topic, read_partition, wait_for
+from tests.support.metrics import poll, scrape, total
+from tests.support.mirrorproc import MirrorProcess
 from tests.support.offsetmirror import mirror_until_caught_up
+from tests.support.prometheus import free_port
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -286,6 +289,13 @@ def test_active_group_refused_then_backup_and_import_restore(clusters, write_con
     assert json.loads((tmp_path / "e.json").read_text())["offsets"] == backup["offsets"]
 
 
+def _metric(port: int, name: str, labels: dict[str, str]) -> float | None:
+    try:
+        return total(scrape(port, timeout=5), name, **labels)
+    except OSError:
+        return None  # not serving yet
+
+
 def _members(bootstrap: str, group: str) -> int:
     from confluent_kafka.admin import AdminClient
 
@@ -405,28 +415,27 @@ def test_cassandra_stopped_while_mirroring_loses_nothing(clusters, write_config,
         # New data with a delta change (an aborted transaction leaves a gap): a row that
         # must be stored before the mirror may commit past it.
         produce_transactions(src, topic, 0, [([b"x%d" % i for i in range(5)], False), ([b"b%d" % i for i in range(30)], True)], tid=f"tx-{unique}")
-        registry = CollectorRegistry()
-        stop = threading.Event()
-        done: list[object] = []
-        worker = threading.Thread(target=lambda: done.append(mirror_until_caught_up(config, registry=registry, stop=stop)), daemon=True)
-        worker.start()
-        wait_for(lambda: len(read_partition(dst, f"src.{topic}", 0)) == 80, 60, "records mirrored while the store is down")
-        wait_for(lambda: registry.get_sample_value("mirror_offset_store_healthy", {"flow": f"f-{unique}"}) == 0, 30, "the store-health metric to drop")
-        assert group_offsets(src, f"mirror-{unique}", topic, 1)[0] == 50  # no commit past the unsaved delta
-        assert worker.is_alive() and not done
+        port = free_port()
+        flow_label = {"flow": f"f-{unique}"}
+        with MirrorProcess(config, "--until-caught-up", "--metrics-port", str(port)) as mirror:
+            wait_for(lambda: len(read_partition(dst, f"src.{topic}", 0)) == 80, 60, "records mirrored while the store is down")
+            poll(lambda: _metric(port, "mirror_offset_store_healthy", flow_label) == 0, 60, what="the store-health metric to drop")
+            assert group_offsets(src, f"mirror-{unique}", topic, 1)[0] == 50  # no commit past the unsaved delta
+            assert mirror.alive()  # not caught up: it keeps trying, it does not give up
+            errors = _metric(port, "mirror_offset_store_errors_total", flow_label)
 
-        cassandra.start()
-        cassandra.wait_ready()
-        restarted = True
-        worker.join(180)
-        assert not worker.is_alive(), "mirror did not catch up after Cassandra came back"
-        stop.set()
+            cassandra.start()
+            cassandra.wait_ready()
+            restarted = True
+            # Recovers by itself: the metric goes back to 1 and the run finishes (caught up, committed).
+            poll(lambda: not mirror.alive() or _metric(port, "mirror_offset_store_healthy", flow_label) == 1, 120,
+                 what="the store-health metric to recover")
+            assert mirror.wait(180) == 0, mirror.output()[-3000:]
     finally:
         if not restarted:
             cassandra.start()
             cassandra.wait_ready()
-    assert registry.get_sample_value("mirror_offset_store_healthy", {"flow": f"f-{unique}"}) == 1
-    assert registry.get_sample_value("mirror_offset_store_errors_total", {"flow": f"f-{unique}"}) >= 1
+    assert errors is not None and errors >= 1
     end = group_offsets(src, f"mirror-{unique}", topic, 1)[0]
     assert end >= 86  # 50 + 5 aborted + marker + 30 (+ marker): committed to the end
     values = [r.value for r in read_partition(dst, f"src.{topic}", 0)]
@@ -438,3 +447,46 @@ def test_cassandra_stopped_while_mirroring_loses_nothing(clusters, write_config,
                "--backup", str(config.parent / "b.json")) == 0
     off = group_offsets(dst, group, f"src.{topic}", 1)[0]
     assert values[off] == b"b10"
+
+
+# ---------------------------------------------------------------------------- failback
+
+
+def test_failback_reports_stranded_records_scrapes_and_reverses(clusters, write_config, unique, tmp_path, capsys) -> None:
+    src = clusters.bootstrap("src")
+    topic, group = f"fb-{unique}", f"app-{unique}"
+    create_topic(src, topic, 2)
+    for p in range(2):
+        produce(src, topic, p, [b"v%d" % i for i in range(40)])
+    config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n"))
+    mirror_until_caught_up(config)
+    produce(src, topic, 1, [b"late%d" % i for i in range(7)])  # accepted by the old primary, never mirrored
+    consume_and_commit(src, group, topic, {0: 10})
+    flow = f"f-{unique}"
+
+    capsys.readouterr()
+    assert cli("failback", "-c", str(config), "--flow", flow, "--json") == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["old_primary"] == "src" and rep["new_primary"] == "dst" and rep["never_mirrored"] == 7
+    assert {p["partition"]: p["never_mirrored"] for p in rep["partitions"]} == {0: 0, 1: 7}
+    assert sorted(rep["groups"]) == sorted([group, f"mirror-{unique}"]) and not rep["scraped"]
+
+    reversed_doc = yaml.safe_load(rep["reversed_flow"])
+    assert reversed_doc["flows"][0]["source"] == "dst" and reversed_doc["flows"][0]["target"] == "src"
+    clusters_yaml = config.read_text().split("flows:")[0]
+    parse(clusters_yaml + rep["reversed_flow"], env={})  # the printed flow is a valid config
+
+    assert cli("failback", "-c", str(config), "--flow", flow, "--scrape") == 2  # needs --yes
+    assert cli("failback", "-c", str(config), "--flow", flow, "--scrape", "--yes") == 0
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": src})
+    left = {g.group_id for g in admin.list_consumer_groups().result(10).valid}
+    assert group not in left and f"mirror-{unique}" not in left
+    c = Consumer({"bootstrap.servers": src, "group.id": "probe"})
+    try:
+        for p in range(2):
+            lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            assert lo == hi  # the old primary's copy is gone; the new primary is the truth
+    finally:
+        c.close()

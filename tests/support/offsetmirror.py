@@ -1,37 +1,23 @@
-"""Run the mirror with the offset-map recorder, in-process, for the failover tests.
+"""`mirror run -c CONFIG --until-caught-up` in-process, for the failover tests.
 
-`mirror_until_caught_up` is what `mirror run -c CONFIG --until-caught-up` does once the
-recorder is wired into `mirror.daemon` (the engine's `Runner` with an
-`OffsetMapRecorder` per flow on one shared store); it takes a registry so tests can read
-the recorder's metrics.
+`mirror run` wires the offset-map recorder and the group checkpointers itself
+(`mirror.daemon`), so what these tests exercise is exactly what an operator runs.
 """
 
 from __future__ import annotations
 
-import threading
+import signal
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry
-
-from mirror.config import Config, load
-from mirror.recorder import OffsetMapRecorder
-from mirror.store import FullOffsetStore, open_store
+from mirror.cli import main
 
 
-def mirror_until_caught_up(config_path: Path, *, registry: CollectorRegistry | None = None, stop: threading.Event | None = None) -> list[OffsetMapRecorder]:
-    from mirror.engine import Runner
-
-    config: Config = load(config_path)
-    store: FullOffsetStore = open_store(config.offset_store)
-    recorders: list[OffsetMapRecorder] = []
-
-    def listeners(flow):  # type: ignore[no-untyped-def]
-        rec = OffsetMapRecorder(store, flow.name, registry=registry)
-        recorders.append(rec)
-        return [rec]
-
+def mirror_until_caught_up(config_path: Path, *args: str) -> None:
+    # `mirror run` installs SIGINT/SIGTERM handlers for its drain; give pytest its own back.
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        Runner(config, config.flows, stop=stop or threading.Event(), listeners=listeners, until_caught_up=True).run()
+        rc = main(["run", "-c", str(config_path), "--until-caught-up", *args])
     finally:
-        store.close()
-    return recorders
+        for s, h in saved.items():
+            signal.signal(s, h)
+    assert rc == 0, f"mirror run --until-caught-up exited {rc}"
