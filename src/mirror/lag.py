@@ -321,7 +321,7 @@ def _gather_groups(
     return out
 
 
-def judge(evaluator: Evaluator, lag: FlowLag, min_span: float = 0.0) -> FlowLag:
+def judge(evaluator: Evaluator, lag: FlowLag) -> FlowLag:
     """Feed one observation per partition to the Burrow-style evaluator; fill in statuses."""
     parts = []
     verdicts = []
