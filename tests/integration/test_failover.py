@@ -255,7 +255,8 @@ def test_active_group_refused_then_backup_and_import_restore(clusters, write_con
     topic, group = f"act-{unique}", f"app-{unique}"
     create_topic(src, topic, 1)
     produce(src, topic, 0, [b"v%d" % i for i in range(30)])
-    config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n"))
+    config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n",
+                                   extra="    sync_group_offsets: true\n"))
     mirror_until_caught_up(config)
     consume_and_commit(src, group, topic, {0: 20})
     consume_and_commit(dst, group, f"src.{topic}", {0: 3})  # the group's own offsets on the target: 3
@@ -273,6 +274,15 @@ def test_active_group_refused_then_backup_and_import_restore(clusters, write_con
         assert "active member" in capsys.readouterr().err
         assert group_offsets(dst, group, f"src.{topic}", 1)[0] == 3
         assert not (tmp_path / "b.json").exists()
+        # sync_group_offsets never writes for a group with members on the target.
+        cfg = load(config)
+        store = open_store(cfg.offset_store)
+        try:
+            tick = GroupCheckpointer(cfg, cfg.flows[0], store).tick()
+        finally:
+            store.close()
+        assert tick.skipped_active == [group] and not tick.synced_groups
+        assert group_offsets(dst, group, f"src.{topic}", 1)[0] == 3
     finally:
         stop.set()
         t.join(10)
@@ -458,7 +468,9 @@ def test_failback_reports_stranded_records_scrapes_and_reverses(clusters, write_
     create_topic(src, topic, 2)
     for p in range(2):
         produce(src, topic, p, [b"v%d" % i for i in range(40)])
-    config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n"))
+    # Only this test's group: the scrape deletes every group the patterns match.
+    config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n",
+                                   groups=f"['{group}']"))
     mirror_until_caught_up(config)
     produce(src, topic, 1, [b"late%d" % i for i in range(7)])  # accepted by the old primary, never mirrored
     consume_and_commit(src, group, topic, {0: 10})
