@@ -20,7 +20,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .devcluster import CACHE, START_TIMEOUT, _java, log_tail, owned_pid, port_free, terminate, wait_until
+from .devcluster import CACHE, START_TIMEOUT, _java, log_tail, owned_pid, port_free, spawn_options, terminate, wait_until
 from .errors import DevClusterError
 
 log = logging.getLogger(__name__)
@@ -198,7 +198,7 @@ class CassandraNode:
             "org.apache.cassandra.service.CassandraDaemon",
         ]
         with open(self.log_file, "ab") as logf:
-            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=d)
+            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=d, **spawn_options())
         self.pid_file.write_text(str(proc.pid))
         # Until the child has exec'ed java, /proc shows Python's command line and `pid()`
         # would call the node dead; wait for the exec (or the exit) before returning.

@@ -140,6 +140,24 @@ def terminate(pid: int, *, grace: float = 30.0, kill: bool = False) -> None:
         time.sleep(0.1)
 
 
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def spawn_options() -> dict:
+    """Extra Popen arguments for a dev server.
+
+    `mirror dev up` detaches its servers on purpose: they outlive the command. Test
+    sessions set MIRROR_DEV_DIE_WITH_PARENT=1 so that a session killed before its teardown
+    (a CI time-out, Ctrl-C twice) cannot leave JVMs behind: the kernel kills them with it.
+    """
+    if os.environ.get("MIRROR_DEV_DIE_WITH_PARENT") == "1" and os.path.exists("/proc/self"):
+        return {"preexec_fn": _die_with_parent}
+    return {}
+
+
 def log_tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -250,7 +268,7 @@ class KafkaNode:
             f"-Dkafka.logs.dir={d}", "-cp", f"{kafka_libs()}/*", "kafka.Kafka", str(self.spec.props),
         ]
         with open(self.spec.log_file, "ab") as logf:
-            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=d)
+            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=d, **spawn_options())
         self.spec.pid_file.write_text(str(proc.pid))
         log.info("started kafka %s pid=%d on %s", self.spec.name, proc.pid, self.spec.bootstrap)
         return proc.pid

@@ -498,6 +498,10 @@ class FlowWorker:
             result = ensure_targets(self._source_admin, self._target_admin, mappings, existing=existing)
         except ClusterUnavailable as exc:
             self._set_state(FlowState.RETRYING, str(exc))
+            # An admin client that lived through a broker restart can keep failing long after
+            # the broker is back; a new one answers at once.
+            self._source_admin = Admin(self.flow.source, self._source)
+            self._target_admin = Admin(self.flow.target, self._target)
             return False
         self._fresh_targets.update(result.created)
         self._mappings = {m.source: m for m in mappings}
