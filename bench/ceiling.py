@@ -37,13 +37,14 @@ def _end(c: Consumer, topic: str, partition: int, timeout: float = 30.0) -> int:
 
 
 def copy(src: str, dst: str, topic: str, target: str, partitions: list[int], producer: dict[str, str], batch: int,
-         follow: bool = False) -> int:
+         follow: bool = False, consumer: dict[str, str] | None = None) -> int:
     """Copy until every partition hit its end (or, with `follow`, until SIGTERM)."""
     c = Consumer({
         "bootstrap.servers": src, "group.id": "bench-ceiling", "enable.auto.commit": False,
-        "enable.partition.eof": True, "logger": _Quiet(),
+        "enable.partition.eof": True, "logger": _Quiet(), **(consumer or {}),
     })
-    p = Producer({"bootstrap.servers": dst, "logger": _Quiet(), **producer, "acks": 1, "enable.idempotence": False})
+    # No guarantees by default; -X acks=all -X enable.idempotence=true measures what they cost.
+    p = Producer({"bootstrap.servers": dst, "logger": _Quiet(), "acks": 1, "enable.idempotence": False, **producer})
     ends = {q: _end(c, topic, q) for q in partitions}
     todo = {q for q, end in ends.items() if end > 0}
     c.assign([TopicPartition(topic, q, OFFSET_BEGINNING) for q in (partitions if follow else todo)])
@@ -95,10 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=10000)
     ap.add_argument("--follow", action="store_true", help="keep copying new records until SIGTERM (latency runs)")
     ap.add_argument("-X", dest="settings", action="append", default=[], help="producer setting key=value")
+    ap.add_argument("-C", dest="consumer", action="append", default=[], help="consumer setting key=value")
     args = ap.parse_args(argv)
     producer = dict(s.split("=", 1) for s in args.settings)
     start = time.monotonic()
-    n = copy(args.src, args.dst, args.topic, args.target_topic, [int(x) for x in args.partitions.split(",")], producer, args.batch, args.follow)
+    n = copy(args.src, args.dst, args.topic, args.target_topic, [int(x) for x in args.partitions.split(",")], producer, args.batch, args.follow,
+             dict(x.split("=", 1) for x in args.consumer))
     print(f"copied {n} records in {time.monotonic() - start:.2f}s")
     return 0
 

@@ -118,6 +118,10 @@ class Spec:
             for k in ("linger.ms", "batch.size", "compression.type", "queue.buffering.max.kbytes"):
                 if k in env.producer:
                     argv += ["-X", f"{k}={env.producer[k]}"]
+            for k, v in self.options.get("producer", {}).items():
+                argv += ["-X", f"{k}={v}"]
+            for k, v in self.options.get("consumer", {}).items():
+                argv += ["-C", f"{k}={v}"]
             return Contender(argv, log, cwd=ROOT).start()
         raise RuntimeError(f"contender {self.key} cannot run: {self.reason}")
 
@@ -148,7 +152,10 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
              exits_when_done=False, reason="" if mm2_ok else "MM2 jars missing: run `make bench-setup`"),
         Spec("mm2-t2", "MirrorMaker 2 (dedicated, tasks.max=2)", "mm2" if mm2_ok else "unavailable", workers=2,
              exits_when_done=False, reason="" if mm2_ok else "MM2 jars missing: run `make bench-setup`"),
-        Spec("ceiling", "raw ceiling (confluent-kafka copy loop)", "ceiling"),
+        # librdkafka waits fetch.queue.backoff.ms (default 1 s) before fetching again once its
+        # prefetch queue is full; a copy loop drains the queue at once, so the default halves
+        # the loop's speed on this load. The ceiling is the best a Python loop can do: 20 ms.
+        Spec("ceiling", "raw ceiling (confluent-kafka copy loop)", "ceiling", options={"consumer": {"fetch.queue.backoff.ms": 20}}),
     ]
     if nostore is not None:
         specs.append(Spec("mirror-nostore", "mirror run (1 worker), offset store off", "mirror", options=nostore))
@@ -164,6 +171,19 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
         ("mirror-lowlat", "consume without waiting for a full batch", experiments.LOW_LATENCY_CONSUME),
     ):
         specs.append(Spec(key, f"mirror run (1 worker), {label}", "mirror", options={"prelude": prelude}, opt_in=True))
+    specs.append(Spec("mirror-lowmem", "mirror run (1 worker), prefetch 8 MB + fetch.queue.backoff.ms=20, producer queue 16 MB", "mirror",
+                      opt_in=True, options={"flow": {
+                          # librdkafka postpones the next fetch by fetch.queue.backoff.ms (1 s) once
+                          # the prefetch queue is full: a small queue alone starves the worker.
+                          "consumer": {"queued.max.messages.kbytes": 8192, "fetch.max.bytes": 8388608, "fetch.queue.backoff.ms": 20},
+                          "producer": {"queue.buffering.max.kbytes": 16384}}}))
+    specs.append(Spec("mirror-lowmem2", "mirror run (1 worker), producer queue 16 MB (not 64)", "mirror", opt_in=True, options={"flow": {
+        "producer": {"queue.buffering.max.kbytes": 16384}}}))
+    specs.append(Spec("mirror-fqb", "mirror run (1 worker), fetch.queue.backoff.ms=20", "mirror", opt_in=True,
+                      options={"flow": {"consumer": {"fetch.queue.backoff.ms": 20}}}))
+    specs.append(Spec("ceiling-rdk", "raw ceiling, librdkafka's default fetch.queue.backoff.ms (1 s)", "ceiling", opt_in=True))
+    specs.append(Spec("ceiling-idem", "raw ceiling with acks=all + idempotence", "ceiling", opt_in=True,
+                      options={"producer": {"acks": "all", "enable.idempotence": "true"}, "consumer": {"fetch.queue.backoff.ms": 20}}))
     specs.append(Spec("spark", "mirror spark run (local mode)", "unavailable",
                       reason="not available: the Spark engine does not exist yet"))
     return specs
