@@ -135,11 +135,39 @@ def cli(*args: str) -> int:
 # ---------------------------------------------------------------------------- exactness
 
 
+def make_compacted(bootstrap: str, topic: str, timeout: float = 90.0) -> list[int]:
+    """A compacted topic whose log really has holes; returns the surviving offsets.
+
+    The broker's cleaner wakes every 15 s and never touches the active segment, so the
+    topic rolls segments every 100 ms and a new record is written until holes show up."""
+    create_topic(bootstrap, topic, 1, {
+        "cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
+        "min.compaction.lag.ms": "0", "delete.retention.ms": "100",
+    })
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for rnd in range(4):  # 8 keys written 4 times: compaction keeps the last round
+        for k in range(8):
+            p.produce(topic, key=b"k%d" % k, value=b"c%d-k%d" % (rnd, k), partition=0)
+    assert p.flush(30) == 0
+    deadline = time.monotonic() + timeout
+    n = 0
+    while time.monotonic() < deadline:
+        offsets = [r.offset for r in read_partition(bootstrap, topic, 0)]
+        if offsets and offsets[-1] - offsets[0] + 1 > len(offsets) + 8:
+            return offsets
+        produce(bootstrap, topic, 0, [b"tick%d" % n], key=b"tick")  # rolls the segment; one key, so it compacts too
+        n += 1
+        time.sleep(1.0)  # the cleaner's own pace (15 s backoff); polled, bounded by the deadline
+    raise AssertionError(f"{topic} was not compacted within {timeout:g}s")
+
+
 def test_planned_failover_is_exact_across_gaps(clusters, write_config, unique, store_yaml, capsys) -> None:
-    """Transactional topic with aborted batches + plain topic, group part-way: apply --translate,
-    and the group's first record on the target is exactly the one after its last on the source."""
+    """Compacted topic, transactional topic with aborted batches, plain topic; group part-way:
+    apply --translate, and on every partition the group's first record on the target is
+    exactly the one after its last on the source. Zero lost, zero duplicated."""
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
-    txn, plain, group = f"txn-{unique}", f"plain-{unique}", f"app-{unique}"
+    txn, plain, cmp, group = f"txn-{unique}", f"plain-{unique}", f"cmp-{unique}", f"app-{unique}"
+    make_compacted(src, cmp)
     create_topic(src, txn, 1)
     create_topic(src, plain, 2)
     produce_transactions(src, txn, 0, [
@@ -151,13 +179,22 @@ def test_planned_failover_is_exact_across_gaps(clusters, write_config, unique, s
     ], tid=f"tx-{unique}")
     for p in range(2):
         produce(src, plain, p, [b"p%d-%d" % (p, i) for i in range(40)])
-    config = write_config(topology(unique, f"['{txn}', '{plain}']", store_yaml))
+    config = write_config(topology(unique, f"['{txn}', '{plain}', '{cmp}']", store_yaml))
 
     mirror_until_caught_up(config)
+    store = open_store(load(config).offset_store)
+    try:  # the gaps really are there: each one started a new offset-map row
+        assert len(store.syncs(f"f-{unique}", cmp, 0)) > 1 and len(store.syncs(f"f-{unique}", txn, 0)) >= 3
+        assert len(store.syncs(f"f-{unique}", plain, 0)) == 1
+    finally:
+        store.close()
 
     # The group read part of each partition on the source (positions fall inside gaps too).
     read_txn = consume_and_commit(src, group, txn, {0: 7})
     read_plain = consume_and_commit(src, group, plain, {0: 13, 1: 1})
+    read_cmp = consume_and_commit(src, group, cmp, {0: 3})
+    cmp_src = read_partition(src, cmp, 0)
+    cmp_next = next(r.value for r in cmp_src if r.offset >= read_cmp[0][1])
 
     rc = cli("failover", "plan", "-c", str(config), "--flow", f"f-{unique}", "--group", group, "--translate", "--json")
     plan = json.loads(capsys.readouterr().out)
@@ -172,7 +209,9 @@ def test_planned_failover_is_exact_across_gaps(clusters, write_config, unique, s
         (f"src.{txn}", 0): (read_txn[0][0], b"t7"),
         (f"src.{plain}", 0): (read_plain[0][0], b"p0-13"),
         (f"src.{plain}", 1): (read_plain[1][0], b"p1-1"),
+        (f"src.{cmp}", 0): (read_cmp[0][0], cmp_next),
     }
+    assert len(plan["partitions"]) == 4
     for (ttopic, p), (last_read, next_value) in expected.items():
         off = group_offsets(dst, group, ttopic, p + 1)[p]
         target = read_partition(dst, ttopic, p)
