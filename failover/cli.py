@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from mirror.cli import AppContext, config_option, json_option, pass_app
-from mirror.errors import UsageError
+from mirror.errors import NotFound, UsageError
 from mirror.kafka import Admin
 from mirror.store import open_store
 
@@ -135,8 +135,6 @@ def export(app: AppContext, config_path: Path, cluster: str, group: str, output:
     config = app.config(config_path)
     doc = offsets_file.export(Admin(cluster, config.cluster(cluster)), cluster, group, _now_ms())
     if not doc.offsets:
-        from mirror.errors import NotFound
-
         raise NotFound(f"group {group!r} has no committed offsets on cluster {cluster!r}", hint="check the group name")
     if output:
         offsets_file.write(output, doc)
