@@ -406,6 +406,10 @@ class DevClusters:
             for node in nodes:
                 if node.spec.name in started:
                     node.stop(kill=True)
+            if "cassandra" in started:
+                from .devcassandra import CassandraNode
+
+                CassandraNode(self.home, base_port - 50).stop(kill=True)
             raise
         return UpResult(started, running, self.status())
 
