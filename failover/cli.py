@@ -70,7 +70,7 @@ def _render(plan: Plan) -> None:
         if p.boundary_records is not None:
             line += f" {p.boundary_records:>8}"
         click.echo(line)
-    click.echo(f"records at risk (never reached {plan.flow}'s target): {plan.unmirrored}")
+    click.echo(f"records at risk (on the source, never mirrored to the target): {plan.unmirrored}")
     if plan.at_ms is not None:
         click.echo(f"records sharing the boundary millisecond (may be processed twice): {plan.boundary_records}")
     for note in plan.notes:
