@@ -541,3 +541,30 @@ def test_failback_reports_stranded_records_scrapes_and_reverses(clusters, write_
             assert lo == hi  # the old primary's copy is gone; the new primary is the truth
     finally:
         c.close()
+
+
+# ---------------------------------------------------------------------------- mirror run's checkpointer
+
+
+def test_mirror_run_stores_checkpoints_of_the_flow_groups(clusters, write_config, unique, tmp_path) -> None:
+    """`mirror run` checkpoints the groups matching `groups` (and only those), translated."""
+    src = clusters.bootstrap("src")
+    topic, group, other = f"cp-{unique}", f"app-{unique}", f"other-{unique}"
+    create_topic(src, topic, 2)
+    for p in range(2):
+        produce(src, topic, p, [b"%d" % i for i in range(30)])
+    consume_and_commit(src, group, topic, {0: 12, 1: 30})
+    consume_and_commit(src, other, topic, {0: 5})
+    config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n",
+                                   groups=f"['{group}']"))
+    before_ms = int(time.time() * 1000)
+    mirror_until_caught_up(config)
+    store = open_store(load(config).offset_store)
+    try:
+        cps = store.checkpoints(f"f-{unique}", group)
+        assert [(c.partition, c.source_offset, c.target_offset) for c in cps] == [(0, 12, 12), (1, 30, 30)]
+        assert all(c.time_ms >= before_ms for c in cps)
+        assert store.checkpoints(f"f-{unique}", other) == []
+        assert store.source_ends(f"f-{unique}")[(topic, 0)][0] == 30
+    finally:
+        store.close()

@@ -106,3 +106,14 @@ def test_recorder_reset_deletes_old_rows_before_new_ones(tmp_path: Path) -> None
     rec.before_commit("f", {})
     assert store.syncs("f", "t", 0) == [OffsetSync("t", 0, 0, 0)]
     assert store.syncs("f", "t", 1) == [OffsetSync("t", 1, 0, 3)]
+
+
+def test_sync_window_and_group_patterns(tmp_path: Path) -> None:
+    from mirror.checkpointer import matching_groups, sync_window
+
+    store = SqliteStore(tmp_path / "o.db")
+    store.write_syncs("f", [OffsetSync("t", 0, 0, 0), OffsetSync("t", 0, 20, 10)])
+    assert sync_window(store, "f", "t", 0, 15) == [OffsetSync("t", 0, 0, 0), OffsetSync("t", 0, 20, 10)]
+    assert sync_window(store, "f", "t", 0, 25) == [OffsetSync("t", 0, 20, 10)]
+    assert sync_window(store, "f", "t", 1, 5) == []
+    assert matching_groups(["billing.*", "analytics"], ["billing-a", "analytics", "analytics2", "mirror.f"], exclude={"mirror.f"}) == ["billing-a", "analytics"]
