@@ -181,6 +181,10 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
         "producer": {"queue.buffering.max.kbytes": 16384}}}))
     specs.append(Spec("mirror-fqb", "mirror run (1 worker), fetch.queue.backoff.ms=20", "mirror", opt_in=True,
                       options={"flow": {"consumer": {"fetch.queue.backoff.ms": 20}}}))
+    specs.append(Spec("mirror-tuned", "mirror run (1 worker), all suggestions: lowmem + low-latency consume + one header", "mirror",
+                      opt_in=True, options={"prelude": experiments.LOW_LATENCY_CONSUME + experiments.ONE_HEADER, "flow": {
+                          "consumer": {"queued.max.messages.kbytes": 8192, "fetch.max.bytes": 8388608, "fetch.queue.backoff.ms": 20},
+                          "producer": {"queue.buffering.max.kbytes": 16384}}}))
     specs.append(Spec("ceiling-rdk", "raw ceiling, librdkafka's default fetch.queue.backoff.ms (1 s)", "ceiling", opt_in=True))
     specs.append(Spec("ceiling-idem", "raw ceiling with acks=all + idempotence", "ceiling", opt_in=True,
                       options={"producer": {"acks": "all", "enable.idempotence": "true"}, "consumer": {"fetch.queue.backoff.ms": 20}}))
