@@ -141,6 +141,7 @@ class CassandraStore:
         stmts = {
             "put_sync": f"INSERT INTO {ks}.offset_syncs (flow, topic, partition, source_offset, target_offset) VALUES (?, ?, ?, ?, ?)",
             "del_syncs": f"DELETE FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND partition=?",
+            "del_after": f"DELETE FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND partition=? AND source_offset>?",
             "syncs": f"SELECT source_offset, target_offset FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND partition=?",
             "floor": f"SELECT source_offset, target_offset FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND partition=? AND source_offset<=? LIMIT 1",
             "next": f"SELECT source_offset, target_offset FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND partition=? AND source_offset>? "
@@ -193,6 +194,9 @@ class CassandraStore:
 
     def delete_syncs(self, flow: str, partitions: Sequence[tuple[str, int]]) -> None:
         self._write_many("delete offset syncs", "del_syncs", [(flow, t, p) for t, p in partitions])
+
+    def delete_syncs_after(self, flow: str, topic: str, partition: int, source_offset: int) -> None:
+        self._write_many("delete offset syncs", "del_after", [(flow, topic, partition, source_offset)])
 
     def syncs(self, flow: str, topic: str, partition: int) -> list[OffsetSync]:
         rows = self._run("read offset syncs", lambda s: list(s.execute(self._stmts["syncs"], (flow, topic, partition))))

@@ -64,6 +64,7 @@ class OffsetMapRecorder:
         self.flow = flow
         self._pending: list[OffsetSync] = []
         self._resets: set[SourcePartition] = set()  # partitions whose stored rows must go first
+        self._seen: set[SourcePartition] = set()  # partitions reconciled with earlier runs' rows
         # Last delta written per partition: the engine reports the first record after every
         # start as a change; writing a row whose delta equals the stored one adds nothing.
         self._written_delta: dict[SourcePartition, int] = {}
@@ -99,6 +100,7 @@ class OffsetMapRecorder:
         for key in keys:
             self._written_delta.pop(key, None)
             self._buffer_delta.pop(key, None)
+            self._seen.discard(key)
         self._resets |= keys
 
     def before_commit(self, flow: str, positions: Mapping[SourcePartition, int]) -> None:
@@ -108,12 +110,14 @@ class OffsetMapRecorder:
         """Write every buffered row; raise `OffsetStoreError` (keeping the buffer) on failure."""
         if not self._pending and not self._resets:
             return
-        rows = list(self._pending)
+        pending = list(self._pending)
         try:
             if self._resets:
                 self.store.delete_syncs(self.flow, sorted(self._resets))  # type: ignore[attr-defined]
                 self._resets.clear()
-            self.store.write_syncs(self.flow, rows)
+            rows = self._against_stored(pending)
+            if rows:
+                self.store.write_syncs(self.flow, rows)
         except MirrorError as exc:
             self._failed(exc)
             raise
@@ -121,7 +125,9 @@ class OffsetMapRecorder:
             err = OffsetStoreError(f"offset store write failed: {exc}")
             self._failed(err)
             raise err from exc
-        del self._pending[: len(rows)]
+        del self._pending[: len(pending)]
+        for r in rows:
+            self._written_delta[(r.topic, r.partition)] = r.delta
         self._written_delta.update(self._buffer_delta)
         self._buffer_delta.clear()
         self.rows_written += len(rows)
@@ -136,6 +142,36 @@ class OffsetMapRecorder:
             self.last_error = None
             if self._metrics:
                 self._metrics.healthy.labels(self.flow).set(1)
+
+    def _against_stored(self, pending: list[OffsetSync]) -> list[OffsetSync]:
+        """Reconcile the first rows of this run with what earlier runs stored.
+
+        The first record of a partition after a (re)start always comes as a change. Rows an
+        earlier run stored *beyond* it describe copies on the target that this run is
+        writing again (it restarted from an older committed position); left in place they
+        would translate to the older copies and repeat records, so they are removed. And a
+        first row with the delta already stored below it adds nothing and is dropped, so
+        restarts do not grow the map. One read and one delete per partition per process.
+        """
+        floor = getattr(self.store, "floor_sync", None)
+        trim = getattr(self.store, "delete_syncs_after", None)
+        last: dict[SourcePartition, int | None] = {}
+        out = []
+        for r in pending:
+            key = (r.topic, r.partition)
+            if key not in self._seen:
+                self._seen.add(key)
+                if trim is not None:
+                    trim(self.flow, r.topic, r.partition, r.source_offset)
+                if floor is not None and key not in self._written_delta:
+                    below = floor(self.flow, r.topic, r.partition, r.source_offset)
+                    last[key] = below.delta if below is not None else None
+            previous = last.get(key, self._written_delta.get(key))
+            if previous == r.delta:
+                continue
+            last[key] = r.delta
+            out.append(r)
+        return out
 
     def _failed(self, exc: MirrorError) -> None:
         if self._metrics:

@@ -41,6 +41,10 @@ class FullOffsetStore(OffsetStore, Protocol):
         """Forget the rows of these source partitions (their target topic was recreated)."""
         ...
 
+    def delete_syncs_after(self, flow: str, topic: str, partition: int, source_offset: int) -> None:
+        """Forget rows with `source_offset` greater than this (superseded by a re-mirror)."""
+        ...
+
     def write_source_ends(self, flow: str, ends: SourceEnds, time_ms: int) -> None: ...
 
     def source_ends(self, flow: str) -> dict[tuple[str, int], tuple[int, int]]:
@@ -126,6 +130,10 @@ class SqliteStore:
             return
         with self._tx("delete offset syncs") as db:
             db.executemany("DELETE FROM offset_syncs WHERE flow=? AND topic=? AND partition=?", [(flow, t, p) for t, p in partitions])
+
+    def delete_syncs_after(self, flow: str, topic: str, partition: int, source_offset: int) -> None:
+        with self._tx("delete offset syncs") as db:
+            db.execute("DELETE FROM offset_syncs WHERE flow=? AND topic=? AND partition=? AND source_offset>?", (flow, topic, partition, source_offset))
 
     def syncs(self, flow: str, topic: str, partition: int) -> list[OffsetSync]:
         rows = self._query(

@@ -117,3 +117,20 @@ def test_sync_window_and_group_patterns(tmp_path: Path) -> None:
     assert sync_window(store, "f", "t", 0, 25) == [OffsetSync("t", 0, 20, 10)]
     assert sync_window(store, "f", "t", 1, 5) == []
     assert matching_groups(["billing.*", "analytics"], ["billing-a", "analytics", "analytics2", "mirror.f"], exclude={"mirror.f"}) == ["billing-a", "analytics"]
+
+
+def test_restart_trims_rows_of_superseded_copies_and_skips_repeats(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "o.db")
+    first = OffsetMapRecorder(store, "f", registry=None)
+    first.on_acked([batch("t", 0, [(0, 0), (50, 45), (80, 77)])])  # gaps at 45..49 and a duplicate at 77
+    first.before_commit("f", {})
+    # Crash: committed position was 60. The next run re-mirrors 60.. into new copies (target 90..).
+    second = OffsetMapRecorder(store, "f", registry=None)
+    second.on_acked([batch("t", 0, [(60, 90)])])
+    second.before_commit("f", {})
+    assert store.syncs("f", "t", 0) == [OffsetSync("t", 0, 0, 0), OffsetSync("t", 0, 50, 45), OffsetSync("t", 0, 60, 90)]
+    # A clean restart at the same delta writes nothing new.
+    third = OffsetMapRecorder(store, "f", registry=None)
+    third.on_acked([batch("t", 0, [(100, 130)])])
+    third.before_commit("f", {})
+    assert store.sync_count("f") == 3 and third.rows_written == 0
