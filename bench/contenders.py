@@ -185,6 +185,9 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
                       opt_in=True, options={"prelude": experiments.LOW_LATENCY_CONSUME + experiments.ONE_HEADER, "flow": {
                           "consumer": {"queued.max.messages.kbytes": 8192, "fetch.max.bytes": 8388608, "fetch.queue.backoff.ms": 20},
                           "producer": {"queue.buffering.max.kbytes": 16384}}}))
+    specs.append(Spec("mirror-fast", "mirror run (1 worker), fetch backoff 20 ms + low-latency consume + one header + producer queue 16 MB",
+                      "mirror", opt_in=True, options={"prelude": experiments.LOW_LATENCY_CONSUME + experiments.ONE_HEADER, "flow": {
+                          "consumer": {"fetch.queue.backoff.ms": 20}, "producer": {"queue.buffering.max.kbytes": 16384}}}))
     specs.append(Spec("ceiling-rdk", "raw ceiling, librdkafka's default fetch.queue.backoff.ms (1 s)", "ceiling", opt_in=True))
     specs.append(Spec("ceiling-idem", "raw ceiling with acks=all + idempotence", "ceiling", opt_in=True,
                       options={"producer": {"acks": "all", "enable.idempotence": "true"}, "consumer": {"fetch.queue.backoff.ms": 20}}))
