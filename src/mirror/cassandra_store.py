@@ -56,8 +56,13 @@ def _connection_class() -> Any:
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # asyncore: fine on the 3.11 we pin
-        from cassandra.io.asyncorereactor import AsyncoreConnection
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            from cassandra.io.asyncorereactor import AsyncoreConnection
+        except ImportError:  # Python 3.12+ without pyasyncore: the driver's own default
+            from cassandra.cluster import DefaultConnection
+
+            return DefaultConnection
     return AsyncoreConnection
 
 
