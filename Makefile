@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 .PHONY: setup test unit integration demo demo-down bench bench-setup clean-dev lint
 
 # MM2 is in setup because the bench smoke test (tests/integration/test_bench_smoke.py) runs it.
-setup: $(VENV)/.installed $(KAFKA_LIBS)/.complete $(CASSANDRA_LIBS)/.complete $(MM2_LIBS)/.complete
+setup: $(VENV)/.installed jars
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,22 +28,24 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-$(KAFKA_LIBS)/.complete: deps/kafka/pom.xml
-	rm -rf $(KAFKA_LIBS)
-	$(MVN) -f deps/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(KAFKA_LIBS)
-	touch $@
+# Jars from Maven Central, keyed by the pom's content (not its mtime: every fresh clone has
+# a new mtime, and must not re-fetch). Fetched into a temporary folder and moved in whole,
+# so a test running at the same time never sees half a classpath.
+# $(1): the pom, $(2): the cache folder.
+define fetch_jars
+	@if ! cmp -s $(1) $(2)/.pom 2>/dev/null; then \
+	  echo "fetching the jars of $(1) from Maven Central into $(2)"; \
+	  rm -rf $(2).tmp && \
+	  $(MVN) -f $(1) dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(2).tmp && \
+	  cp $(1) $(2).tmp/.pom && rm -rf $(2) && mv $(2).tmp $(2); \
+	fi
+endef
 
-# Apache Cassandra for the offset store (`mirror dev up --cassandra`, integration tests).
-$(CASSANDRA_LIBS)/.complete: deps/cassandra/pom.xml
-	rm -rf $(CASSANDRA_LIBS)
-	$(MVN) -f deps/cassandra/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CASSANDRA_LIBS)
-	touch $@
-
-# MirrorMaker 2 (connect-mirror, same Kafka release) for bench/ only: ~36 MB, a few seconds.
-$(MM2_LIBS)/.complete: deps/mm2/pom.xml
-	rm -rf $(MM2_LIBS)
-	$(MVN) -f deps/mm2/pom.xml dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(MM2_LIBS)
-	touch $@
+.PHONY: jars
+jars:
+	$(call fetch_jars,deps/kafka/pom.xml,$(KAFKA_LIBS))
+	$(call fetch_jars,deps/cassandra/pom.xml,$(CASSANDRA_LIBS))
+	$(call fetch_jars,deps/mm2/pom.xml,$(MM2_LIBS))
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
