@@ -7,7 +7,6 @@ seconds (the expressions themselves are untouched), so the test takes seconds.
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest

@@ -18,7 +18,6 @@ from mirror.store import open_store
 from tests.support.kafkautil import create_topic, read_partition, wait_for
 from tests.support.metrics import poll, scrape, total
 from tests.support.mirrorproc import MirrorProcess
-from tests.support.offsetmirror import mirror_until_caught_up
 from tests.support.prometheus import free_port
 
 
@@ -181,7 +180,7 @@ def test_planned_failover_is_exact_across_gaps(clusters, write_config, unique, s
         produce(src, plain, p, [b"p%d-%d" % (p, i) for i in range(40)])
     config = write_config(topology(unique, f"['{txn}', '{plain}', '{cmp}']", store_yaml))
 
-    mirror_until_caught_up(config)
+    assert main(["run", "-c", str(config), "--until-caught-up"]) == 0
     store = open_store(load(config).offset_store)
     try:  # the gaps really are there: each one started a new offset-map row
         assert len(store.syncs(f"f-{unique}", cmp, 0)) > 1 and len(store.syncs(f"f-{unique}", txn, 0)) >= 3
@@ -238,7 +237,7 @@ def test_offset_map_grows_with_partitions_not_records(clusters, write_config, un
                 p.poll(0.05)
     assert p.flush(60) == 0
     config = write_config(topology(unique, f"['{topic}']", store_yaml))
-    mirror_until_caught_up(config)
+    assert main(["run", "-c", str(config), "--until-caught-up"]) == 0
     store = open_store(load(config).offset_store)
     try:
         rows = store.sync_count(f"f-{unique}")
@@ -260,7 +259,7 @@ def test_at_time_starts_each_partition_at_first_record_not_before(clusters, writ
         produce(src, topic, p, [b"same%d" % i for i in range(4 + p)], timestamp=base + 1000)  # share one ms
         produce(src, topic, p, [b"late%d" % i for i in range(3)], timestamp=base + 2000)
     config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n"))
-    mirror_until_caught_up(config)
+    assert main(["run", "-c", str(config), "--until-caught-up"]) == 0
     consume_and_commit(src, group, topic, {0: 1, 1: 1})
 
     rc = cli("failover", "plan", "-c", str(config), "--flow", f"f-{unique}", "--group", group, "--at", str(base + 1000), "--json")
@@ -296,7 +295,7 @@ def test_active_group_refused_then_backup_and_import_restore(clusters, write_con
     produce(src, topic, 0, [b"v%d" % i for i in range(30)])
     config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n",
                                    extra="    sync_group_offsets: true\n"))
-    mirror_until_caught_up(config)
+    assert main(["run", "-c", str(config), "--until-caught-up"]) == 0
     consume_and_commit(src, group, topic, {0: 20})
     consume_and_commit(dst, group, f"src.{topic}", {0: 3})  # the group's own offsets on the target: 3
     args = ["failover", "apply", "-c", str(config), "--flow", f"f-{unique}", "--group", group, "--translate", "--yes", "--backup", str(tmp_path / "b.json")]
@@ -384,7 +383,7 @@ def test_bad_input_exit_codes_and_nothing_changed(clusters, write_config, unique
     assert "nothing to fail over" in capsys.readouterr().err
 
     # The store unreachable during plan: exit 1, one line.
-    mirror_until_caught_up(config)
+    assert main(["run", "-c", str(config), "--until-caught-up"]) == 0
     dead = write_config(topology(unique, f"['{topic}']",
                                  "offset_store:\n  kind: cassandra\n  contact_points: ['127.0.0.1:9']\n  timeout: 2s\n"))
     assert cli("failover", "plan", "-c", str(dead), "--flow", flow, "--group", group, "--translate") == 1
@@ -404,7 +403,7 @@ def test_unplanned_failover_uses_checkpoints(clusters, write_config, unique, tmp
     for p in range(2):
         produce(src, topic, p, [b"%d-%d" % (p, i) for i in range(100)])
     config = write_config(topology(unique, f"['{topic}']", store_yaml, extra="    sync_group_offsets: true\n"))
-    mirror_until_caught_up(config)
+    assert main(["run", "-c", str(config), "--until-caught-up"]) == 0
     consume_and_commit(src, group, topic, {0: 30, 1: 30})
     for p in range(2):
         produce(src, topic, p, [b"%d-%d" % (p, i) for i in range(100, 125)])  # never mirrored
@@ -455,7 +454,7 @@ def test_cassandra_stopped_while_mirroring_loses_nothing(clusters, write_config,
     store = (f"offset_store:\n  kind: cassandra\n  contact_points: ['{cassandra.contact_point}']\n"
              f"  keyspace: mirror_{unique}\n  consistency: ONE\n  timeout: 3s\n")
     config = write_config(topology(unique, f"['{topic}']", store))
-    mirror_until_caught_up(config)
+    assert main(["run", "-c", str(config), "--until-caught-up"]) == 0
     assert group_offsets(src, f"mirror-{unique}", topic, 1)[0] == 50
 
     cassandra.stop()
@@ -510,7 +509,7 @@ def test_failback_reports_stranded_records_scrapes_and_reverses(clusters, write_
     # Only this test's group: the scrape deletes every group the patterns match.
     config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n",
                                    groups=f"['{group}']"))
-    mirror_until_caught_up(config)
+    assert main(["run", "-c", str(config), "--until-caught-up"]) == 0
     produce(src, topic, 1, [b"late%d" % i for i in range(7)])  # accepted by the old primary, never mirrored
     consume_and_commit(src, group, topic, {0: 10})
     flow = f"f-{unique}"
@@ -558,7 +557,7 @@ def test_mirror_run_stores_checkpoints_of_the_flow_groups(clusters, write_config
     config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n",
                                    groups=f"['{group}']"))
     before_ms = int(time.time() * 1000)
-    mirror_until_caught_up(config)
+    assert main(["run", "-c", str(config), "--until-caught-up"]) == 0
     store = open_store(load(config).offset_store)
     try:
         cps = store.checkpoints(f"f-{unique}", group)

@@ -8,7 +8,6 @@ and real record timestamps, independent of the engine.
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import pytest

@@ -7,9 +7,6 @@ canary latency with the mirror running, loss/lateness while it is stopped, dupli
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -26,34 +23,9 @@ from mirror.cli import main
 from mirror.kafka import Admin
 from tests.integration.test_lag_monitor import _produce, _topic
 from tests.support.metrics import poll, scrape, total
+from tests.support.mirrorproc import MirrorProcess as Mirror
 
 pytestmark = pytest.mark.timeout(300)
-
-
-class Mirror:
-    """`mirror run` as a child process (the real engine, not an imitation)."""
-
-    def __init__(self, config: Path, *args: str) -> None:
-        self.log = config.with_suffix(f".{time.monotonic_ns()}.log")
-        self._f = open(self.log, "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "mirror", "-v", "run", "-c", str(config), *args], stdout=self._f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    def wait(self, timeout: float = 180) -> int:
-        return self.proc.wait(timeout)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(30)
-        self._f.close()
-
-    def output(self) -> str:
-        self._f.flush()
-        return self.log.read_text(errors="replace")[-3000:]
 
 
 def _flow_yaml(unique: str, topic: str, canary: str = "", extra: str = "") -> str:

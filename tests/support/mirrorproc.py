@@ -40,6 +40,16 @@ class MirrorProcess:
             self._logf.flush()
         return self.log.read_text(errors="replace")
 
+    def stop(self) -> None:
+        """SIGTERM (drain and commit), then close; killed if it does not exit in time."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                pass
+        self.close()
+
     def close(self) -> None:
         if self.alive():
             self.proc.kill()
