@@ -49,6 +49,7 @@ class Params:
     reps: int = 3
     latency_reps: int = 3
     latency_duration: float = 20.0
+    latency_warmup: float = 5.0  # seconds of steady load before the measured window
     latency_rate: float | None = None
     run_timeout: float = 600.0
     only: Sequence[str] = ()
@@ -58,7 +59,7 @@ class Params:
     @classmethod
     def quick_mode(cls) -> Params:
         # mm2-t2 is left out: the same code path as mm2, and 30 s of JVM start-up and shutdown.
-        return cls(records=20_000, record_size=512, partitions=4, reps=1, latency_reps=1, latency_duration=4.0,
+        return cls(records=20_000, record_size=512, partitions=4, reps=1, latency_reps=1, latency_duration=4.0, latency_warmup=1.0,
                    run_timeout=180.0, skip=("mm2-t2",), quick=True)
 
 
@@ -187,7 +188,10 @@ def latency_run(env: Env, spec: Spec, p: Params, rep: int, rate: float) -> dict[
             result["error"] = "warm-up never arrived: " + err
             return result
         t0_us = time.time_ns() // 1000
-        run = subprocess.run(_steady_argv(env, topic, p, rate=rate, duration=p.latency_duration), capture_output=True, text=True, cwd=ROOT)
+        # The load runs warm-up + duration; only the last `duration` seconds count, so a JVM's
+        # JIT and heap sizing (or any contender's ramp) are not read as steady-state latency.
+        run = subprocess.run(_steady_argv(env, topic, p, rate=rate, duration=p.latency_warmup + p.latency_duration),
+                             capture_output=True, text=True, cwd=ROOT)
         if run.returncode != 0:
             raise RuntimeError(f"latency load failed: {run.stderr[-500:]}")
         sent = int(run.stdout.strip().splitlines()[-1])
@@ -197,8 +201,7 @@ def latency_run(env: Env, spec: Spec, p: Params, rep: int, rate: float) -> dict[
         if err:
             result["error"] = "load never fully arrived: " + err
             return result
-        # The first second of steady load is a ramp (the generator's own connection warm-up).
-        lat = sorted(load.latencies_ms(env.dst, target, p.partitions, skip_before_us=t0_us + 1_000_000))
+        lat = sorted(load.latencies_ms(env.dst, target, p.partitions, skip_before_us=t0_us + int(p.latency_warmup * 1e6)))
         if not lat:
             result["error"] = "no latency samples"
             return result
@@ -399,6 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, help="throughput repetitions per contender (median of these)")
     ap.add_argument("--latency-reps", type=int)
     ap.add_argument("--latency-duration", type=float, help="seconds of steady load per latency run")
+    ap.add_argument("--latency-warmup", type=float, help="seconds of steady load before the measured window (default 5)")
     ap.add_argument("--latency-rate", type=float, help="records/s of the steady load (default: a third of the slower capacity)")
     ap.add_argument("--only", default="", help="comma-separated contender keys to run (opt-in diagnostics: mirror-noprov)")
     ap.add_argument("--skip", default="", help="comma-separated contender keys to leave out (e.g. mm2,mm2-t2); --quick skips mm2-t2 unless this is given")
@@ -407,7 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary workdir (logs) after the run")
     args = ap.parse_args(argv)
     p = Params.quick_mode() if args.quick else Params()
-    for name in ("records", "record_size", "partitions", "reps", "latency_reps", "latency_duration", "latency_rate"):
+    for name in ("records", "record_size", "partitions", "reps", "latency_reps", "latency_duration", "latency_warmup", "latency_rate"):
         value = getattr(args, name)
         if value is not None:
             setattr(p, name, value)

@@ -138,7 +138,8 @@ def render(res: dict[str, Any]) -> str:
     lines += _grid(table)
     if res["latency"]:
         lines += ["", f"end-to-end latency at {res['params'].get('latency_rate_used') or 0:,.0f} records/s for "
-                      f"{p['latency_duration']:g} s (produce -> target append), median [min-max] of {p['latency_reps']} run(s)"]
+                      f"{p['latency_duration']:g} s after {p.get('latency_warmup', 0):g} s of warm-up (produce -> target append), "
+                      f"median [min-max] of {p['latency_reps']} run(s)"]
         lt = [("contender", "p50 ms", "p99 ms", "max ms")]
         for r in res["latency"]:
             lt.append((r["label"], _fmt(r["p50_ms"], 1), _fmt(r["p99_ms"], 1), _fmt(r["max_ms"], 1)))
