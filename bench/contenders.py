@@ -167,27 +167,10 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
     for key, label, prelude in (
         ("mirror-gc", "gc thresholds 50000/50/100 + freeze", experiments.GC_TUNED),
         ("mirror-nogc", "cyclic gc disabled", experiments.GC_OFF),
-        ("mirror-1hdr", "one provenance header instead of four", experiments.ONE_HEADER),
-        ("mirror-lowlat", "consume without waiting for a full batch", experiments.LOW_LATENCY_CONSUME),
     ):
         specs.append(Spec(key, f"mirror run (1 worker), {label}", "mirror", options={"prelude": prelude}, opt_in=True))
-    specs.append(Spec("mirror-lowmem", "mirror run (1 worker), prefetch 8 MB + fetch.queue.backoff.ms=20, producer queue 16 MB", "mirror",
-                      opt_in=True, options={"flow": {
-                          # librdkafka postpones the next fetch by fetch.queue.backoff.ms (1 s) once
-                          # the prefetch queue is full: a small queue alone starves the worker.
-                          "consumer": {"queued.max.messages.kbytes": 8192, "fetch.max.bytes": 8388608, "fetch.queue.backoff.ms": 20},
-                          "producer": {"queue.buffering.max.kbytes": 16384}}}))
-    specs.append(Spec("mirror-lowmem2", "mirror run (1 worker), producer queue 16 MB (not 64)", "mirror", opt_in=True, options={"flow": {
-        "producer": {"queue.buffering.max.kbytes": 16384}}}))
-    specs.append(Spec("mirror-fqb", "mirror run (1 worker), fetch.queue.backoff.ms=20", "mirror", opt_in=True,
-                      options={"flow": {"consumer": {"fetch.queue.backoff.ms": 20}}}))
-    specs.append(Spec("mirror-tuned", "mirror run (1 worker), all suggestions: lowmem + low-latency consume + one header", "mirror",
-                      opt_in=True, options={"prelude": experiments.LOW_LATENCY_CONSUME + experiments.ONE_HEADER, "flow": {
-                          "consumer": {"queued.max.messages.kbytes": 8192, "fetch.max.bytes": 8388608, "fetch.queue.backoff.ms": 20},
-                          "producer": {"queue.buffering.max.kbytes": 16384}}}))
-    specs.append(Spec("mirror-fast", "mirror run (1 worker), fetch backoff 20 ms + low-latency consume + one header + producer queue 16 MB",
-                      "mirror", opt_in=True, options={"prelude": experiments.LOW_LATENCY_CONSUME + experiments.ONE_HEADER, "flow": {
-                          "consumer": {"fetch.queue.backoff.ms": 20}, "producer": {"queue.buffering.max.kbytes": 16384}}}))
+    specs.append(Spec("mirror-lowmem", "mirror run (1 worker), prefetch 8 MB (not 16)", "mirror",
+                      opt_in=True, options={"flow": {"consumer": {"queued.max.messages.kbytes": 8192, "fetch.max.bytes": 8388608}}}))
     specs.append(Spec("ceiling-rdk", "raw ceiling, librdkafka's default fetch.queue.backoff.ms (1 s)", "ceiling", opt_in=True))
     specs.append(Spec("ceiling-idem", "raw ceiling with acks=all + idempotence", "ceiling", opt_in=True,
                       options={"producer": {"acks": "all", "enable.idempotence": "true"}, "consumer": {"fetch.queue.backoff.ms": 20}}))

@@ -95,8 +95,7 @@ def _free_base_port(count: int) -> int:
 
 def _alias(spec: Spec, phase: str, rep: int) -> str:
     short = {"mirror": "m1", "mirror-w2": "m2", "mm2": "k1", "mm2-t2": "k2", "ceiling": "c", "mirror-nostore": "m0", "mirror-noprov": "mh", "mirror-gc": "mg", "mirror-nogc": "mn",
-             "mirror-1hdr": "m4", "mirror-lowlat": "ml", "ceiling-idem": "ci", "mirror-lowmem": "mb", "mirror-lowmem2": "mq",
-             "mirror-fqb": "mf", "ceiling-rdk": "cr", "mirror-tuned": "mt", "mirror-fast": "mz"}
+             "ceiling-idem": "ci", "mirror-lowmem": "mb", "ceiling-rdk": "cr"}
     return f"{phase}{short.get(spec.key, spec.key)}r{rep}x{uuid.uuid4().hex[:4]}"
 
 

@@ -73,8 +73,12 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "session.timeout.ms": 10000,
     "heartbeat.interval.ms": 2000,
     "fetch.wait.max.ms": 100,
-    # Bounded prefetch keeps a worker's memory flat whatever the partition count.
-    "queued.max.messages.kbytes": 32768,
+    # Bounded prefetch keeps a worker's memory flat whatever the partition count...
+    "queued.max.messages.kbytes": 16384,
+    # ...but once it is full librdkafka waits fetch.queue.backoff.ms (1 s by default) before
+    # fetching again: with a fast target that idles the mirror half the time (bench: 84k ->
+    # 180k records/s with 20 ms).
+    "fetch.queue.backoff.ms": 20,
 }
 
 # Target producer: idempotent with acks=all; infinite message timeout so a target outage
@@ -88,7 +92,7 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "linger.ms": 10,
     "batch.size": 1048576,
     "compression.type": "lz4",
-    "queue.buffering.max.kbytes": 65536,
+    "queue.buffering.max.kbytes": 16384,  # same throughput as 64 MB, ~40 MB less peak RSS (bench)
     "queue.buffering.max.messages": 200000,
 }
 
@@ -236,7 +240,10 @@ class FlowWorker:
                 next_refresh = now + (self.flow.refresh_interval if self._refresh_topics() else min(5.0, self.flow.refresh_interval))
             if self._pending:
                 self._drain_pending()
-            msgs = self._consumer.consume(CONSUME_BATCH, timeout=0.1)
+            # Take what is there without waiting for a full batch (consume(n, t) returns only
+            # when n records arrived or t passed, so at low rates every record would wait t);
+            # only when nothing is there, block briefly for the next one.
+            msgs = self._consumer.consume(CONSUME_BATCH, 0) or self._consumer.consume(1, 0.1)
             if msgs:
                 self._forward(msgs)
             self._poll(0)
@@ -270,6 +277,8 @@ class FlowWorker:
             offset = m.offset()
             key = m.key()
             value = m.value()
+            ts = m.timestamp()[1]
+            headers = st.route.headers(offset, m.headers())
             waited = 0.0
             try:
                 while True:
@@ -279,8 +288,8 @@ class FlowWorker:
                             value,
                             key,
                             partition=part,
-                            timestamp=m.timestamp()[1],
-                            headers=st.route.headers(offset, m.headers()),
+                            timestamp=ts,
+                            headers=headers,
                             on_delivery=on_delivery,
                         )
                         break
@@ -297,7 +306,7 @@ class FlowWorker:
             except KafkaException as exc:
                 self._produce_refused(st, offset, (len(key) if key else 0) + (len(value) if value else 0), exc.args[0])
                 return
-            st.inflight.append((offset, (len(key) if key else 0) + (len(value) if value else 0), m.timestamp()[1]))
+            st.inflight.append((offset, (len(key) if key else 0) + (len(value) if value else 0), ts))
 
     def _drain_pending(self) -> None:
         msgs = list(self._pending)

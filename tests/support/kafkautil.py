@@ -19,10 +19,12 @@ class Rec:
     headers: tuple[tuple[str, bytes | None], ...]
 
     def own_headers(self) -> tuple[tuple[str, bytes | None], ...]:
-        return tuple(h for h in self.headers if not h[0].startswith("mirror.origin."))
+        return tuple(h for h in self.headers if h[0] != "mirror.origin")
 
-    def provenance(self) -> dict[str, str]:
-        return {k: v.decode() for k, v in self.headers if k.startswith("mirror.origin.") and v is not None}
+    def provenance(self) -> dict[str, str] | None:
+        from mirror.pipeline import provenance
+
+        return provenance(self.headers)
 
     def content(self) -> tuple:
         """What must survive mirroring unchanged."""

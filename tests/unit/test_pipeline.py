@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from mirror import config
-from mirror.pipeline import HEADER_OFFSET, provenance, route
+from mirror.pipeline import HEADER_ORIGIN, provenance, route
 
 TEXT = """\
 clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}
@@ -23,13 +23,8 @@ def test_headers_keep_originals_in_order_then_add_provenance():
     original = [("b", b"2"), ("a", None), ("b", b"1")]
     headers = r.headers(42, original)
     assert headers[:3] == original
-    assert provenance(headers) == {
-        "mirror.origin.cluster": "nyc",
-        "mirror.origin.topic": "orders",
-        "mirror.origin.partition": "3",
-        "mirror.origin.offset": "42",
-    }
-    assert headers[-1] == (HEADER_OFFSET, b"42")
+    assert headers[3:] == [(HEADER_ORIGIN, b"nyc/orders/3/42")]
+    assert provenance(headers) == {"cluster": "nyc", "topic": "orders", "partition": "3", "offset": "42"}
     assert original == [("b", b"2"), ("a", None), ("b", b"1")]  # not mutated
 
 
@@ -39,3 +34,9 @@ def test_without_provenance_headers_pass_through_untouched():
     assert r.target_topic == "x"
     assert r.headers(5, None) is None
     assert r.headers(5, [("k", b"v")]) == [("k", b"v")]
+
+
+def test_provenance_of_a_record_mirrored_twice_is_the_newest_hop():
+    headers = [("own", b"x"), (HEADER_ORIGIN, b"nyc/orders/0/7"), (HEADER_ORIGIN, b"hub/nyc.orders/0/3")]
+    assert provenance(headers) == {"cluster": "hub", "topic": "nyc.orders", "partition": "0", "offset": "3"}
+    assert provenance([("own", b"x")]) is None
