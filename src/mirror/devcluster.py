@@ -34,8 +34,10 @@ CACHE = Path(os.environ.get("MIRROR_CACHE", Path.home() / ".cache" / "mirror"))
 DEFAULT_HOME = Path(".mirror/dev")
 DEFAULT_BASE_PORT = 19092
 PORT_STEP = 100  # cluster i listens on base + 100*i; its controller on base + 100*i + 1
-# A shared 2-core machine runs several of these next to the mirror: keep the heap small.
-DEFAULT_HEAP = os.environ.get("MIRROR_DEV_HEAP", "384m")
+def default_heap() -> str:
+    """A shared 2-core machine runs several brokers next to the mirror: keep the heap small
+    (MIRROR_DEV_HEAP overrides; read at start, not at import)."""
+    return os.environ.get("MIRROR_DEV_HEAP", "384m")
 START_TIMEOUT = float(os.environ.get("MIRROR_DEV_START_TIMEOUT", "120"))
 
 
@@ -231,9 +233,9 @@ def _java() -> str:
 class KafkaNode:
     """One dev Kafka cluster: format, start, stop, readiness."""
 
-    def __init__(self, spec: ClusterSpec, heap: str = DEFAULT_HEAP) -> None:
+    def __init__(self, spec: ClusterSpec, heap: str | None = None) -> None:
         self.spec = spec
-        self.heap = heap
+        self.heap = heap or default_heap()
 
     def pid(self) -> int | None:
         return owned_pid(self.spec.pid_file, str(self.spec.props))
@@ -365,7 +367,7 @@ class DevClusters:
                 return n
         raise DevClusterError(f"no dev cluster named {name!r} under {self.home}")
 
-    def up(self, names: Sequence[str], base_port: int = DEFAULT_BASE_PORT, *, cassandra: bool = False, heap: str = DEFAULT_HEAP) -> UpResult:
+    def up(self, names: Sequence[str], base_port: int = DEFAULT_BASE_PORT, *, cassandra: bool = False, heap: str | None = None) -> UpResult:
         state = self._state()
         started, running = [], []
         nodes = [KafkaNode(s, heap) for s in specs(names, base_port, self.home)]

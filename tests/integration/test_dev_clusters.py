@@ -86,3 +86,15 @@ def test_down_does_not_touch_foreign_processes(tmp_path: Path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_a_cluster_that_fails_to_start_is_reported_with_its_log(tmp_path: Path, capsys, monkeypatch):
+    """The JVM refuses an impossible heap size and exits: `up` says so, shows the log, exits 1."""
+    monkeypatch.setenv("MIRROR_DEV_HEAP", "1q")  # not a size the JVM understands
+    home = tmp_path / "dev"
+    rc = main(["dev", "up", "--clusters", "broken", "--base-port", str(free_base_port(1)), "--home", str(home)])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "kafka cluster 'broken' exited during start" in err
+    assert "Invalid" in err and "heap" in err.lower()  # the JVM's own words, from the log tail
+    assert DevClusters(home).node("broken").pid() is None
