@@ -80,6 +80,11 @@ def run_flows(
             stats_cb=run_metrics.stats.on_stats if run_metrics else None,
             stats_interval_ms=STATS_INTERVAL_MS if run_metrics else 0,
         )
+        if run_metrics is not None:
+            from .engine import FlowState
+            from .metrics import FlowStateCollector
+
+            FlowStateCollector(lambda: {w.flow.name: w.state.value for w in runner.workers}, [s.value for s in FlowState], run_metrics.registry)
         try:
             runner.run()
         finally:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -333,6 +333,27 @@ class ClientStatsCollector(Collector):
                     fam.add_metric([flow, role], float(value))
             retries.add_metric([flow, role], float(s.retries))
         return [*g.values(), retries]
+
+
+class FlowStateCollector(Collector):
+    """`mirror_flow_state{flow,state}`: 1 for the state each flow of this process is in, 0 for the others.
+
+    Read from the workers at scrape time. It is the daemon's own view (running, retrying
+    while a cluster is away, failed, …); `mirror_flow_status` is the monitor's judgement
+    from outside.
+    """
+
+    def __init__(self, states: Callable[[], Mapping[str, str]], all_states: Sequence[str], registry: CollectorRegistry) -> None:
+        self._states = states
+        self._all = list(all_states)
+        registry.register(self)
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        g = GaugeMetricFamily("mirror_flow_state", "The state each flow of this mirror process is in (1) or not (0).", labels=["flow", "state"])
+        for flow, current in self._states().items():
+            for state in self._all:
+                g.add_metric([flow, state], 1.0 if state == current else 0.0)
+        yield g
 
 
 # ---------------------------------------------------------------------------- serving

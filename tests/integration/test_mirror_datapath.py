@@ -20,7 +20,9 @@ from tests.support.kafkautil import (
     topics,
     wait_for,
 )
+from tests.support.metrics import scrape
 from tests.support.mirrorproc import MirrorProcess
+from tests.support.prometheus import free_port
 
 
 def flow_yaml(unique: str, include: str, *, exclude: str = "[]", extra: str = "") -> str:
@@ -201,18 +203,28 @@ def test_target_outage_of_20s_needs_no_manual_step(clusters, write_config, uniqu
     create_topic(src, t, n)
     produce_numbered(src, t, 3000, n)
     cfg = write_config(flow_yaml(unique, f'["{t}"]'))
-    with MirrorProcess(cfg) as m:
+    port = free_port()
+    flow = f"f-{unique}"
+
+    def state() -> str | None:
+        on = [labels["state"] for labels, v in scrape(port).get("mirror_flow_state", []) if labels["flow"] == flow and v == 1]
+        return on[0] if on else None
+
+    with MirrorProcess(cfg, "--metrics-port", str(port)) as m:
         wait_for(lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) == 3000, 60, "the first records")
+        assert state() == "running"
         clusters.stop("dst")
         try:
             stopped_at = time.monotonic()
             produce_numbered(src, t, 3000, n, start=3000)  # written while the target is down
+            wait_for(lambda: state() == "retrying", 30, "the flow to report it is retrying")
             while time.monotonic() - stopped_at < 20:
                 assert m.alive(), m.output()
                 time.sleep(0.5)
         finally:
             clusters.start("dst")
         wait_for(lambda: sum(end_offsets(dst, f"src.{t}", n).values()) >= 6000, 120, "the mirror to resume by itself")
+        wait_for(lambda: state() == "running", 30, "the flow to report it is running again")
         m.signal(signal.SIGTERM)
         assert m.wait(60) == 0, m.output()
     target = read_topic(dst, f"src.{t}", n)
