@@ -15,6 +15,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from mirror.devcluster import LOG4J2_PROPERTIES
+
 KAFKA_VERSION = "4.1.1"
 CACHE = Path(os.environ.get("MIRROR_CACHE", Path.home() / ".cache" / "mirror"))
 
@@ -32,17 +34,6 @@ def available() -> bool:
     except FileNotFoundError:
         return False
     return True
-
-
-_LOG4J = """\
-status = warn
-appender.out.type = Console
-appender.out.name = STDOUT
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.out.ref = STDOUT
-"""
 
 
 def properties(
@@ -103,7 +94,7 @@ def _java_value(value: object) -> str:
 
 def command(workdir: Path, props: Path, target_alias: str, heap: str = "-Xms256M -Xmx2G") -> list[str]:
     log4j = workdir / "log4j2.properties"
-    log4j.write_text(_LOG4J)
+    log4j.write_text(LOG4J2_PROPERTIES)
     java = str(Path(os.environ["JAVA_HOME"]) / "bin" / "java") if os.environ.get("JAVA_HOME") else "java"
     return [
         java, *heap.split(), "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",

@@ -178,7 +178,8 @@ def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.25
 
 # ---------------------------------------------------------------------------- kafka
 
-_LOG4J = """\
+# log4j2 for the JVMs this project starts (brokers; MirrorMaker 2 in bench/): plain lines to one file.
+LOG4J2_PROPERTIES = """\
 status = warn
 appender.out.type = Console
 appender.out.name = STDOUT
@@ -244,7 +245,7 @@ class KafkaNode:
         d = self.spec.dir
         d.mkdir(parents=True, exist_ok=True)
         self.spec.props.write_text(_server_properties(self.spec))
-        (d / "log4j2.properties").write_text(_LOG4J)
+        (d / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
         if not (d / "data" / "meta.properties").exists():
             out = subprocess.run(
                 [_java(), "-Xmx256m", "-cp", f"{kafka_libs()}/*", f"-Dlog4j2.configurationFile={d / 'log4j2.properties'}",
