@@ -47,6 +47,7 @@ from .kafka import (
     TopicPartition,
     make_consumer,
     make_producer,
+    raise_for,
 )
 from .pipeline import Route, route
 from .topics import TopicMapping, match_topics
@@ -154,7 +155,9 @@ class FlowWorker:
         self._parts: dict[SourcePartition, _Partition] = {}
         self._by_target: dict[tuple[str, int], _Partition] = {}
         self._mappings: dict[str, TopicMapping] = {}
-        self._fresh_targets: set[str] = set()  # target topics this worker created: start them from the beginning
+        # Source partitions whose target topic this worker created, with the group's committed
+        # offset at that moment (None: nothing committed). See `_on_assign`.
+        self._created_at: dict[SourcePartition, int | None] = {}
         self._pending: deque[Message] = deque()  # consumed, not yet accepted by a full producer queue
         self._paused = False
         self._failure: MirrorError | None = None
@@ -512,7 +515,17 @@ class FlowWorker:
             self._source_admin = Admin(self.flow.source, self._source)
             self._target_admin = Admin(self.flow.target, self._target)
             return False
-        self._fresh_targets.update(result.created)
+        if result.created:
+            created = [TopicPartition(m.source, p) for m in mappings if m.target in result.created for p in range(m.partitions)]
+            try:
+                # Bounded: a new group's coordinator may take a while, and the loop waits here.
+                self._created_at.update(self._committed(created, timeout=min(5.0, self._source.timeout)))
+            except MirrorError as exc:
+                # A brand-new group's coordinator may not answer yet. Take it as "nothing
+                # committed": right for a new group; for a group whose old target topic was
+                # deleted, the partitions then resume at the group's offsets (logged).
+                log.warning("flow %s: could not read the group's offsets when creating %s (%s); mirroring them from the group's committed offsets", self.flow.name, ", ".join(result.created), exc)
+                self._created_at.update({(tp.topic, tp.partition): None for tp in created})
         self._mappings = {m.source: m for m in mappings}
         if self._caught_up_at is None and self.until_caught_up:
             self._caught_up_at = self._end_offsets(mappings)
@@ -568,21 +581,32 @@ class FlowWorker:
         for listener in self.listeners:
             listener.on_reset(self.flow.name, reset)
 
+    def _committed(self, partitions: list[TopicPartition], timeout: float | None = None) -> dict[SourcePartition, int | None]:
+        timeout = timeout or self._source.timeout
+        try:
+            got = self._consumer.committed(partitions, timeout=timeout)
+        except KafkaException as exc:
+            raise_for(self.flow.source, f"read the committed offsets of group {self.flow.group_id!r}", exc, timeout)
+        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in got}
+
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        fresh = []
         for tp in partitions:
             r = route(self.flow, tp.topic, tp.partition)
             st = _Partition(r)
             self._parts[(tp.topic, tp.partition)] = st
             self._by_target[(r.target_topic, tp.partition)] = st
-            if r.target_topic in self._fresh_targets:
-                # An empty target topic this worker just created must receive everything
-                # the source still holds, whatever the group committed before (the old
-                # target topic was deleted): start from the beginning.
-                fresh.append(TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING))
-            else:
-                fresh.append(tp)
-        consumer.incremental_assign(fresh)
+        # A target topic this worker created is empty: it must receive everything the source
+        # still holds, even if the group committed offsets for an earlier, deleted incarnation
+        # of it. But only if nobody committed since the creation: another worker may have
+        # filled it in the meantime (then the group's offsets are right, as always).
+        created = [tp for tp in partitions if (tp.topic, tp.partition) in self._created_at]
+        start = {}
+        if created:
+            now = self._committed([TopicPartition(tp.topic, tp.partition) for tp in created])
+            for key, offset in now.items():
+                if offset == self._created_at.pop(key):
+                    start[key] = OFFSET_BEGINNING
+        consumer.incremental_assign([TopicPartition(tp.topic, tp.partition, start[(tp.topic, tp.partition)]) if (tp.topic, tp.partition) in start else tp for tp in partitions])
         if self._paused:
             consumer.pause(partitions)
         log.info("flow %s: assigned %d partitions (now %d)", self.flow.name, len(partitions), len(self._parts))
