@@ -326,7 +326,14 @@ class FlowWorker:
 
     def _resume(self) -> None:
         if self._paused:
-            self._consumer.resume(self._consumer.assignment())
+            assignment = self._consumer.assignment()
+            self._consumer.resume(assignment)
+            # Pausing drops librdkafka's prefetched records; make sure fetching restarts at
+            # the record after the last one handed to us (all of which are produced by now),
+            # not after the last one fetched, or the dropped ones would be skipped.
+            for tp in self._consumer.position(assignment):
+                if tp.offset >= 0:
+                    self._consumer.seek(tp)
             self._paused = False
             self._set_state(FlowState.RUNNING, "reading resumed")
 

@@ -328,3 +328,14 @@ def test_deleted_target_topic_is_recreated_and_refilled(clusters, write_config, 
     target = read_topic(dst, f"src.{t}", n)
     source = read_topic(src, t, n)
     assert_same(source, target)
+
+
+def test_backpressure_pauses_without_skipping_or_reordering(clusters, write_config, unique):
+    """A producer queue of 500 records forces the pause/resume path again and again."""
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    t, n = f"bp-{unique}", 4
+    create_topic(src, t, n)
+    produce_numbered(src, t, 40_000, n)
+    cfg = write_config(flow_yaml(unique, f'["{t}"]', extra="    producer: {queue.buffering.max.messages: 500}\n"))
+    assert main(["run", "-c", str(cfg), "--until-caught-up"]) == 0
+    assert_same(read_topic(src, t, n), read_topic(dst, f"src.{t}", n))
