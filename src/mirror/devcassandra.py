@@ -20,7 +20,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .devcluster import CACHE, START_TIMEOUT, _java, log_tail, owned_pid, port_free, spawn_options, terminate, wait_until
+from .devcluster import CACHE, START_TIMEOUT, _java, log_tail, owned_pid, port_free, spawn_prefix, terminate, wait_until
 from .errors import DevClusterError
 
 log = logging.getLogger(__name__)
@@ -182,6 +182,7 @@ class CassandraNode:
         self.config_file.write_text(_yaml(d, self.port, self.storage_port))
         (d / "logback.xml").write_text(_LOGBACK)
         cmd = [
+            *spawn_prefix(),
             _java(), f"-Xms{self.heap}", f"-Xmx{self.heap}", "-Xss512k",
             "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=100", "-XX:+AlwaysPreTouch",
             "-XX:TieredStopAtLevel=1",  # C1 only: most of start-up is class loading, not hot loops
@@ -198,7 +199,7 @@ class CassandraNode:
             "org.apache.cassandra.service.CassandraDaemon",
         ]
         with open(self.log_file, "ab") as logf:
-            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=d, **spawn_options())
+            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=d)
         self.pid_file.write_text(str(proc.pid))
         # Until the child has exec'ed java, /proc shows Python's command line and `pid()`
         # would call the node dead; wait for the exec (or the exit) before returning.

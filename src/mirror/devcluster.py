@@ -16,6 +16,7 @@ import base64
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -142,22 +143,20 @@ def terminate(pid: int, *, grace: float = 30.0, kill: bool = False) -> None:
         time.sleep(0.1)
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    import ctypes
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def spawn_options() -> dict:
-    """Extra Popen arguments for a dev server.
+def spawn_prefix() -> list[str]:
+    """A command prefix for dev servers started by test sessions.
 
     `mirror dev up` detaches its servers on purpose: they outlive the command. Test
     sessions set MIRROR_DEV_DIE_WITH_PARENT=1 so that a session killed before its teardown
-    (a CI time-out, Ctrl-C twice) cannot leave JVMs behind: the kernel kills them with it.
+    (a CI time-out) cannot leave JVMs behind: util-linux's `setpriv --pdeathsig` makes the
+    kernel kill the server with the thread that started it. (Not a Python preexec_fn: code
+    run between fork and exec in a process with librdkafka threads can crash the child.)
     """
-    if os.environ.get("MIRROR_DEV_DIE_WITH_PARENT") == "1" and os.path.exists("/proc/self"):
-        return {"preexec_fn": _die_with_parent}
-    return {}
+    if os.environ.get("MIRROR_DEV_DIE_WITH_PARENT") == "1":
+        setpriv = shutil.which("setpriv")
+        if setpriv:
+            return [setpriv, "--pdeathsig", "KILL", "--"]
+    return []
 
 
 def log_tail(path: Path, lines: int = 15) -> str:
@@ -266,12 +265,13 @@ class KafkaNode:
         self._prepare()
         d = self.spec.dir
         cmd = [
+            *spawn_prefix(),
             _java(), f"-Xms{self.heap}", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
             "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={d / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={d}", "-cp", f"{kafka_libs()}/*", "kafka.Kafka", str(self.spec.props),
         ]
         with open(self.spec.log_file, "ab") as logf:
-            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=d, **spawn_options())
+            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=d)
         self.spec.pid_file.write_text(str(proc.pid))
         log.info("started kafka %s pid=%d on %s", self.spec.name, proc.pid, self.spec.bootstrap)
         return proc.pid
