@@ -51,7 +51,7 @@ flows:
 
 
 def produce(bootstrap: str, topic: str, partition: int, values: list[bytes], *, key: bytes | None = None, timestamp: int | None = None) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})  # keeps produce order
     for v in values:
         kwargs = {"timestamp": timestamp} if timestamp is not None else {}
         p.produce(topic, value=v, key=key if key is not None else v, partition=partition, **kwargs)
@@ -143,7 +143,7 @@ def make_compacted(bootstrap: str, topic: str, timeout: float = 90.0) -> list[in
         "cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
         "min.compaction.lag.ms": "0", "delete.retention.ms": "100",
     })
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})  # keeps produce order
     for rnd in range(4):  # 8 keys written 4 times: compaction keeps the last round
         for k in range(8):
             p.produce(topic, key=b"k%d" % k, value=b"c%d-k%d" % (rnd, k), partition=0)
@@ -227,7 +227,7 @@ def test_offset_map_grows_with_partitions_not_records(clusters, write_config, un
     src = clusters.bootstrap("src")
     topic = f"grow-{unique}"
     create_topic(src, topic, 4)
-    p = Producer({"bootstrap.servers": src, "linger.ms": 20, "batch.num.messages": 10000})
+    p = Producer({"bootstrap.servers": src, "linger.ms": 20, "batch.num.messages": 10000, "enable.idempotence": True})
     for i in range(100_000):
         while True:
             try:

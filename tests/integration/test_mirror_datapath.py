@@ -6,7 +6,6 @@ import os
 import signal
 import time
 
-import pytest
 from confluent_kafka import Producer
 
 from mirror.cli import main
@@ -186,23 +185,17 @@ def test_sigkill_mid_stream_loses_nothing(clusters, write_config, unique):
     assert set(seen) == set(range(total)), "records lost"
     duplicates = len(seen) - total
     assert duplicates <= sum(in_flight.values())
-    disordered = []
+    # Order within each partition is the source's: the first occurrences on the target, in
+    # target order, are exactly the source partition. (Compared with the source as read,
+    # not with the numbering: a test producer's retries could reorder the source itself.)
+    source = read_topic(src, t, n)
     for p, recs in target.items():
-        # order within the partition: first occurrences are strictly increasing
-        firsts, last = [], -1
+        firsts, seen_p = [], set()
         for r in recs:
-            i = int(r.value.split(b":")[0])
-            if i > last:
-                firsts.append(i)
-                last = i
-        if firsts != list(range(p, total, n)):
-            disordered.append(f"partition {p} starts at {firsts[:1]}")
-    if disordered:
-        # KNOWN BUG (open, issue 3): in about 1 of 4 runs on a loaded machine, a partition
-        # with nothing committed and nothing on the target at the kill is resumed by the
-        # restarted mirror part way in; the records before arrive later (nothing lost, the
-        # assertions above hold) but out of order. Not understood yet; see the issue note.
-        pytest.xfail(f"known restart-ordering bug: {disordered}; at kill: committed={committed} heads={heads}")
+            if r.value not in seen_p:
+                seen_p.add(r.value)
+                firsts.append(r.value)
+        assert firsts == [r.value for r in source[p]], f"partition {p} out of order; at kill: committed={committed} heads={heads}"
 
 
 def test_target_outage_of_20s_needs_no_manual_step(clusters, write_config, unique):
@@ -253,7 +246,7 @@ def test_two_processes_share_partitions_and_one_finishes_alone(clusters, write_c
     admin = Admin("src", ClusterConfig(bootstrap=src))
     a, b = MirrorProcess(cfg), MirrorProcess(cfg)
     try:
-        wait_for(lambda: admin.group_members(f"mirror-{unique}") == 2, 60, "both workers in the group")
+        wait_for(lambda: admin.group_members(f"mirror-{unique}") == 2, 60, "both workers in the group", detail=lambda: f"\n--- a:\n{a.output()}\n--- b:\n{b.output()}")
         wait_for(lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) == 600, 60, "the first records")
         # Kill one before the bulk arrives: its partitions can only be finished by the other.
         a.kill()

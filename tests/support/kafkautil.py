@@ -47,7 +47,9 @@ def topics(bootstrap: str) -> dict[str, int]:
 
 
 def producer(bootstrap: str, **extra) -> Producer:
-    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **extra})
+    # Idempotent, so the source holds records in the order the test produced them: without
+    # it, a retry after a new topic's first NOT_LEADER lets later batches land first.
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True, **extra})
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int, *, committed: bool = True) -> dict[int, int]:
@@ -94,9 +96,10 @@ def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> di
         c.close()
 
 
-def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.25) -> None:
+def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.25, detail: Callable[[], str] | None = None) -> None:
     """Poll `check` until true; a Kafka error while polling (a leader moving, a topic being
-    created) counts as "not yet", and the last one is reported on time-out."""
+    created) counts as "not yet", and the last one is reported on time-out, followed by
+    `detail()` (a mirror's log, say)."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:
@@ -106,4 +109,4 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: flo
         except KafkaException as exc:
             last = exc
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last})" if last else ""))
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last})" if last else "") + (detail() if detail else ""))
