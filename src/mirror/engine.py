@@ -609,9 +609,17 @@ class FlowWorker:
         created = [tp for tp in partitions if (tp.topic, tp.partition) in self._created_at]
         start = {}
         if created:
-            now = self._committed([TopicPartition(tp.topic, tp.partition) for tp in created])
-            for key, offset in now.items():
-                if offset == self._created_at.pop(key):
+            try:
+                now = self._committed([TopicPartition(tp.topic, tp.partition) for tp in created])
+            except MirrorError as exc:
+                # Raising here would kill the worker from inside the rebalance. Fall back to
+                # the group's offsets: for a new group (the usual reason a target is created)
+                # that is the beginning anyway.
+                log.warning("flow %s: could not read the group's offsets for newly created targets (%s); starting from the group's committed offsets", self.flow.name, exc)
+                now = {}
+            for key in [(tp.topic, tp.partition) for tp in created]:
+                created_with = self._created_at.pop(key)
+                if key in now and now[key] == created_with:
                     start[key] = OFFSET_BEGINNING
         consumer.incremental_assign([TopicPartition(tp.topic, tp.partition, start[(tp.topic, tp.partition)]) if (tp.topic, tp.partition) in start else tp for tp in partitions])
         if self._paused:

@@ -246,7 +246,13 @@ def test_two_processes_share_partitions_and_one_finishes_alone(clusters, write_c
     admin = Admin("src", ClusterConfig(bootstrap=src))
     a, b = MirrorProcess(cfg), MirrorProcess(cfg)
     try:
-        wait_for(lambda: admin.group_members(f"mirror-{unique}") == 2, 60, "both workers in the group", detail=lambda: f"\n--- a:\n{a.output()}\n--- b:\n{b.output()}")
+        logs = lambda: f"\n--- a:\n{a.output()}\n--- b:\n{b.output()}"  # noqa: E731
+
+        def both_in_group() -> bool:
+            assert a.alive() and b.alive(), "a worker exited early" + logs()
+            return admin.group_members(f"mirror-{unique}") == 2
+
+        wait_for(both_in_group, 60, "both workers in the group", detail=logs)
         wait_for(lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) == 600, 60, "the first records")
         # Kill one before the bulk arrives: its partitions can only be finished by the other.
         a.kill()
