@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Read from the engine when it is importable so the match cannot silently drift.
 _FALLBACK_PRODUCER: dict[str, Any] = {
     "enable.idempotence": True, "acks": "all", "linger.ms": 10, "batch.size": 1048576,
-    "compression.type": "lz4", "queue.buffering.max.kbytes": 65536,
+    "compression.type": "lz4", "queue.buffering.max.kbytes": 16384,
 }
 _FALLBACK_CONSUMER: dict[str, Any] = {"isolation.level": "read_committed", "fetch.wait.max.ms": 100}
 _FALLBACK_BATCH = 2000
