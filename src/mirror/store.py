@@ -14,8 +14,10 @@ arrived) and count rows (storage growth is a promise: DESIGN.md invariant 4).
 
 from __future__ import annotations
 
+import random
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -75,6 +77,9 @@ CREATE TABLE IF NOT EXISTS source_ends (
 """
 
 
+OPEN_BUDGET = 30.0  # seconds an open may wait for other processes opening the same file
+
+
 class SqliteStore:
     """`OffsetStore` in one SQLite file; safe to share between the flow and checkpoint threads."""
 
@@ -82,14 +87,35 @@ class SqliteStore:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            # One connection behind a lock: writes are small and batched, so a pool buys nothing.
-            self._db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")  # WAL + FULL: fsynced before commit returns
-            self._db.executescript(_SCHEMA)
+            self._db = self._connect()
         except (OSError, sqlite3.Error) as exc:
             raise OffsetStoreError(f"cannot open the SQLite offset store {str(self.path)!r}: {exc}", hint="check offset_store.path and its directory's permissions") from exc
         self._lock = threading.Lock()
+
+    def _connect(self, budget: float = OPEN_BUDGET) -> sqlite3.Connection:
+        """One connection behind a lock: writes are small and batched, so a pool buys nothing.
+
+        Several workers (`--workers N`, or containers sharing a volume) open the same file
+        at once. Switching a new file to WAL, and WAL recovery, answer "database is locked"
+        at once, without the busy handler; so the whole open is retried for a while.
+        """
+        deadline = time.monotonic() + budget
+        while True:
+            db = sqlite3.connect(str(self.path), timeout=budget, isolation_level=None, check_same_thread=False)
+            try:
+                if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=FULL")  # WAL + FULL: fsynced before commit returns
+                db.executescript(_SCHEMA)
+                return db
+            except sqlite3.OperationalError as exc:
+                db.close()
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            except BaseException:
+                db.close()
+                raise
+            time.sleep(random.uniform(0.01, 0.05))  # jittered: the openers must not retry in step
 
     def describe(self) -> str:
         return f"sqlite:{self.path}"

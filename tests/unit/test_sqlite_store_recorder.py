@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -134,3 +136,13 @@ def test_restart_trims_rows_of_superseded_copies_and_skips_repeats(tmp_path: Pat
     third.on_acked([batch("t", 0, [(100, 130)])])
     third.before_commit("f", {})
     assert store.sync_count("f") == 3 and third.rows_written == 0
+
+
+
+def test_workers_opening_one_new_store_at_once_all_succeed(tmp_path: Path) -> None:
+    """`--workers N` starts N processes that open the same new file together; switching it to
+    WAL failed some of them at once with "database is locked" (busy handler not consulted)
+    until the open was retried. Before the fix: ~1 round in 4 had a failure."""
+    script = Path(__file__).resolve().parents[1] / "support" / "store_race.py"
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), "40", "6"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
