@@ -35,21 +35,21 @@ from .store import SourceEnds
 
 log = logging.getLogger(__name__)
 
-_TABLES = [
-    """CREATE TABLE IF NOT EXISTS {ks}.offset_syncs (
+_TABLES = {
+    "offset_syncs": """CREATE TABLE IF NOT EXISTS {ks}.offset_syncs (
         flow text, topic text, partition int, source_offset bigint, target_offset bigint,
         PRIMARY KEY ((flow, topic, partition), source_offset)
     ) WITH CLUSTERING ORDER BY (source_offset DESC)""",
-    """CREATE TABLE IF NOT EXISTS {ks}.checkpoints (
+    "checkpoints": """CREATE TABLE IF NOT EXISTS {ks}.checkpoints (
         flow text, grp text, topic text, partition int,
         source_offset bigint, target_offset bigint, time_ms bigint,
         PRIMARY KEY ((flow, grp), topic, partition)
     )""",
-    """CREATE TABLE IF NOT EXISTS {ks}.source_ends (
+    "source_ends": """CREATE TABLE IF NOT EXISTS {ks}.source_ends (
         flow text, topic text, partition int, source_end bigint, time_ms bigint,
         PRIMARY KEY ((flow), topic, partition)
     )""",
-]
+}
 
 
 def _connection_class() -> Any:
@@ -127,12 +127,19 @@ class CassandraStore:
             cluster = Cluster(**kwargs)
             try:
                 session = cluster.connect()
-                session.execute(
-                    f"CREATE KEYSPACE IF NOT EXISTS {self.ks} WITH replication = {_replication_cql(self.config.replication)}",
-                    timeout=max(self.config.timeout, 30.0),
-                )
-                for ddl in _TABLES:
-                    session.execute(ddl.format(ks=self.ks), timeout=max(self.config.timeout, 30.0))
+                # DDL only for what is missing: every worker opens the store at start, and
+                # concurrent schema changes from several coordinators are what Cassandra
+                # handles worst. The usual restart issues none.
+                keyspace = cluster.metadata.keyspaces.get(self.ks)
+                if keyspace is None:
+                    session.execute(
+                        f"CREATE KEYSPACE IF NOT EXISTS {self.ks} WITH replication = {_replication_cql(self.config.replication)}",
+                        timeout=max(self.config.timeout, 30.0),
+                    )
+                have = set(keyspace.tables) if keyspace is not None else set()
+                for name, ddl in _TABLES.items():
+                    if name not in have:
+                        session.execute(ddl.format(ks=self.ks), timeout=max(self.config.timeout, 30.0))
                 self._stmts = self._prepare(session)
             except Exception as exc:
                 cluster.shutdown()
