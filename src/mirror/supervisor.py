@@ -21,6 +21,27 @@ from .errors import ExitCode
 log = logging.getLogger(__name__)
 
 RESTART_BACKOFF = 2.0
+SUPERVISOR_PID = "MIRROR_SUPERVISOR_PID"  # set in each worker's environment
+
+
+def stop_with_supervisor(stop: threading.Event, interval: float = 1.0) -> None:
+    """In a worker: set `stop` (drain, commit, exit) once the supervisor is gone.
+
+    A supervisor killed with SIGKILL cannot forward SIGTERM, and orphaned workers would go
+    on mirroring unsupervised, with nobody to stop them. Polling the parent pid is portable
+    and needs no code between fork and exec. No-op outside a supervised worker.
+    """
+    expected = os.environ.get(SUPERVISOR_PID)
+    if not expected:
+        return
+
+    def watch() -> None:
+        while not stop.wait(interval):
+            if os.getppid() != int(expected):
+                log.warning("supervisor (pid %s) is gone; stopping this worker", expected)
+                stop.set()
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
 
 
 def supervise(argv: Sequence[str], workers: int, *, metrics_port: int | None, stop: threading.Event, restart: bool = True) -> int:
@@ -30,7 +51,7 @@ def supervise(argv: Sequence[str], workers: int, *, metrics_port: int | None, st
         args = [sys.executable, "-m", "mirror", *argv]
         if metrics_port:
             args += ["--metrics-port", str(metrics_port + i)]  # one exporter per worker
-        env = {**os.environ, "MIRROR_WORKER_INDEX": str(i)}
+        env = {**os.environ, "MIRROR_WORKER_INDEX": str(i), SUPERVISOR_PID: str(os.getpid())}
         proc = subprocess.Popen(args, env=env)
         log.info("worker %d started (pid %d)", i, proc.pid)
         return proc

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 from confluent_kafka import Producer
 
@@ -280,6 +281,50 @@ def test_workers_flag_runs_processes_that_finish_together(clusters, write_config
         assert m.wait(120) == 0, m.output()
     assert group_offsets(src, f"mirror-{unique}", t, n) == end_offsets(src, t, n)
     assert sum(end_offsets(dst, f"src.{t}", n).values()) == 20_000
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_workers_stop_cleanly_when_their_supervisor_is_killed(clusters, write_config, unique):
+    src = clusters.bootstrap("src")
+    t, n = f"orphan-{unique}", 4
+    create_topic(src, t, n)
+    produce_numbered(src, t, 2000, n)
+    cfg = write_config(flow_yaml(unique, f'["{t}"]'))
+    from mirror.config import ClusterConfig
+    from mirror.kafka import Admin
+
+    admin = Admin("src", ClusterConfig(bootstrap=src))
+    with MirrorProcess(cfg, "--workers", "2") as m:
+        wait_for(lambda: admin.group_members(f"mirror-{unique}") == 2, 60, "both workers in the group", detail=m.output)
+        workers = _children(m.proc.pid)
+        assert len(workers) == 2, workers
+        m.kill()  # SIGKILL: the supervisor cannot forward anything
+        try:
+            wait_for(lambda: not any(_alive(w) for w in workers), 30, "the orphaned workers to stop", detail=m.output)
+        finally:
+            for w in filter(_alive, workers):
+                os.kill(w, signal.SIGKILL)
+    assert "supervisor (pid" in m.output()
+    # they drained and committed on the way out (a SIGKILLed worker commits nothing)
+    assert group_offsets(src, f"mirror-{unique}", t, n) == end_offsets(src, t, n)
 
 
 def test_record_too_large_stops_without_committing_past_it(clusters, write_config, unique, capsys):

@@ -109,4 +109,4 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: flo
         except KafkaException as exc:
             last = exc
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last})" if last else "") + (detail() if detail else ""))
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last})" if last else "") + ("\n" + detail() if detail else ""))

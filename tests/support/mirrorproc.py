@@ -8,13 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mirror.devcluster import spawn_prefix
+
 
 class MirrorProcess:
     def __init__(self, config: Path, *args: str, log: Path | None = None) -> None:
         self.log = log or config.with_suffix(f".{os.getpid()}.{id(self)}.log")
         self._logf = open(self.log, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mirror", "-v", "run", "-c", str(config), *args],
+            # dies with the test session even if it is SIGKILLed before its teardown
+            [*spawn_prefix(), sys.executable, "-m", "mirror", "-v", "run", "-c", str(config), *args],
             stdout=self._logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from mirror.devcluster import spawn_prefix
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -37,7 +39,7 @@ class PrometheusServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = open(home / "prometheus.log", "wb")
         self.proc = subprocess.Popen(
-            [binary, f"--config.file={home / 'prometheus.yml'}", f"--storage.tsdb.path={home / 'data'}",
+            [*spawn_prefix(), binary, f"--config.file={home / 'prometheus.yml'}", f"--storage.tsdb.path={home / 'data'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
             stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )

@@ -32,25 +32,31 @@ def run(app: AppContext, config_path: Path, flows: tuple[str, ...], until_caught
         signals.append(signum)
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # Restored on return: `main()` is also called in-process (tests, embedding), where a
+    # handler left behind would swallow the caller's own SIGTERM.
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        if workers > 1:
+            from ..supervisor import supervise
 
-    if workers > 1:
-        from ..supervisor import supervise
+            argv = ["run", "-c", str(config_path), *[a for f in flows for a in ("--flow", f)]]
+            if until_caught_up:
+                argv.append("--until-caught-up")
+            if no_offset_store:
+                argv.append("--no-offset-store")
+            if app.debug:
+                argv.insert(0, "--debug")
+            rc = supervise(argv, workers, metrics_port=metrics_port, stop=stop)
+        else:
+            from ..daemon import run_flows
+            from ..supervisor import stop_with_supervisor
 
-        argv = ["run", "-c", str(config_path), *[a for f in flows for a in ("--flow", f)]]
-        if until_caught_up:
-            argv.append("--until-caught-up")
-        if no_offset_store:
-            argv.append("--no-offset-store")
-        if app.debug:
-            argv.insert(0, "--debug")
-        rc = supervise(argv, workers, metrics_port=metrics_port, stop=stop)
-    else:
-        from ..daemon import run_flows
-
-        run_flows(config, selected, stop=stop, until_caught_up=until_caught_up, metrics_port=metrics_port, offset_store=not no_offset_store)
-        rc = ExitCode.OK
+            stop_with_supervisor(stop)
+            run_flows(config, selected, stop=stop, until_caught_up=until_caught_up, metrics_port=metrics_port, offset_store=not no_offset_store)
+            rc = ExitCode.OK
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if signal.SIGINT in signals:
         click.echo("Interrupted: drained and committed.", err=True)
         return ExitCode.INTERRUPTED
