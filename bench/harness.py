@@ -285,7 +285,7 @@ def _mirror_available() -> tuple[bool, str]:
 def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: bool = False) -> dict[str, Any]:
     from mirror.devcluster import DevClusters
 
-    started = dt.datetime.now(dt.timezone.utc)
+    started = dt.datetime.now(dt.UTC)
     t_start = time.monotonic()
     machine = _machine()
     producer, consumer, batch = engine_settings()
@@ -352,7 +352,7 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
         if own_tmp and not keep:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    finished = dt.datetime.now(dt.timezone.utc)
+    finished = dt.datetime.now(dt.UTC)
     machine["load_avg_end"] = list(os.getloadavg())
     result = summarise(
         params={**p.__dict__, "only": list(p.only), "skip": list(p.skip), "producer": _jsonable(producer),

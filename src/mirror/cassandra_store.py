@@ -25,7 +25,11 @@ from typing import Any
 from cassandra import ConsistencyLevel, DriverException
 from cassandra.cluster import Cluster, NoHostAvailable, Session
 from cassandra.concurrent import execute_concurrent_with_args
-from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy, RoundRobinPolicy
+from cassandra.policies import (
+    DCAwareRoundRobinPolicy,
+    ExponentialReconnectionPolicy,
+    RoundRobinPolicy,
+)
 from cassandra.query import PreparedStatement
 
 from .config import CassandraStoreConfig

@@ -12,13 +12,26 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+)
 
 from .errors import ConfigError
-from .naming import FlowEdge, RenamePolicy, TopicFilter, find_identity_collisions, find_identity_cycles
+from .naming import (
+    FlowEdge,
+    RenamePolicy,
+    TopicFilter,
+    find_identity_collisions,
+    find_identity_cycles,
+)
 
 # ---------------------------------------------------------------------------- value types
 
@@ -61,7 +74,7 @@ def _check_bootstrap(value: str) -> str:
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 Regex = Annotated[str, AfterValidator(_check_regex)]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+$", min_length=1)]
-ClientSettings = dict[str, Union[str, int, float, bool]]
+ClientSettings = dict[str, str | int | float | bool]
 
 
 class _Model(BaseModel):
@@ -122,7 +135,7 @@ class CassandraStoreConfig(_Model):
     contact_points: Annotated[list[str], Field(min_length=1)]
     keyspace: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,47}$")] = "mirror"
     # SimpleStrategy/1 suits one dev node only; production files name their datacenters.
-    replication: dict[str, Union[str, int]] = {"class": "SimpleStrategy", "replication_factor": 1}
+    replication: dict[str, str | int] = {"class": "SimpleStrategy", "replication_factor": 1}
     consistency: Literal["ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"] = "LOCAL_QUORUM"
     local_dc: str | None = None
     username: str | None = None
@@ -130,7 +143,7 @@ class CassandraStoreConfig(_Model):
     timeout: Duration = 10.0
 
 
-OffsetStoreConfig = Annotated[Union[SqliteStoreConfig, CassandraStoreConfig], Field(discriminator="kind")]
+OffsetStoreConfig = Annotated[SqliteStoreConfig | CassandraStoreConfig, Field(discriminator="kind")]
 
 
 class CanaryConfig(_Model):
@@ -187,7 +200,7 @@ def load(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> 
     if isinstance(store, SqliteStoreConfig) and not Path(store.path).is_absolute():
         # Relative to the file, not the working directory: a daemon started from another
         # directory (systemd, cron, a container) must find the same offset map.
-        resolved = store.model_copy(update={"path": str((p.resolve().parent / store.path))})
+        resolved = store.model_copy(update={"path": str(p.resolve().parent / store.path)})
         config = config.model_copy(update={"offset_store": resolved})
     return config
 

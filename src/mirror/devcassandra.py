@@ -20,7 +20,17 @@ import subprocess
 import time
 from pathlib import Path
 
-from .devcluster import CACHE, START_TIMEOUT, _java, log_tail, owned_pid, port_free, spawn_prefix, terminate, wait_until
+from .devcluster import (
+    CACHE,
+    START_TIMEOUT,
+    _java,
+    log_tail,
+    owned_pid,
+    port_free,
+    spawn_prefix,
+    terminate,
+    wait_until,
+)
 from .errors import DevClusterError
 
 log = logging.getLogger(__name__)

@@ -278,7 +278,9 @@ class KafkaNode:
 
     def ready(self) -> bool:
         """The broker answers metadata and has a live broker registered."""
-        from confluent_kafka.admin import AdminClient  # dev tooling only; the data path uses mirror.kafka
+        from confluent_kafka.admin import (
+            AdminClient,  # dev tooling only; the data path uses mirror.kafka
+        )
 
         try:
             md = AdminClient({"bootstrap.servers": self.spec.bootstrap, "logger": _Quiet()}).list_topics(timeout=2)

@@ -362,8 +362,7 @@ class FlowWorker:
         b.next_offset = src + 1
         b.count += 1
         b.bytes += size
-        if ts > b.max_timestamp_ms:
-            b.max_timestamp_ms = ts
+        b.max_timestamp_ms = max(b.max_timestamp_ms, ts)
         st.acked_next = src + 1
 
     def _delivery_failed(self, st: _Partition, src: int, size: int, err: KafkaError) -> None:

@@ -24,7 +24,14 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, OffsetSpec, ResourceType
+from confluent_kafka.admin import (
+    AdminClient,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    OffsetSpec,
+    ResourceType,
+)
 
 from .config import ClusterConfig, redact
 from .errors import ClusterUnavailable, KafkaOperationError
@@ -41,9 +48,9 @@ __all__ = [
     "TopicPartition",
     "Watermarks",
     "client_settings",
+    "is_retriable",
     "make_consumer",
     "make_producer",
-    "is_retriable",
     "raise_for",
 ]
 

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
+from mirror import config as cfg
 from mirror.cli import main
 from mirror.kafka import Admin
-from mirror import config as cfg
 from tests.support.metrics import poll, scrape, total
 from tests.support.prometheus import free_port
 

@@ -20,7 +20,6 @@ from tests.support.metrics import poll, scrape, total
 from tests.support.mirrorproc import MirrorProcess
 from tests.support.prometheus import free_port
 
-
 # ---------------------------------------------------------------------------- helpers
 
 
@@ -84,7 +83,7 @@ def consume_and_commit(bootstrap: str, group: str, topic: str, counts: dict[int,
     try:
         for p, n in counts.items():
             committed = _committed(c, topic, p)
-            c.assign([TopicPartition(topic, p, committed if committed >= 0 else 0)])
+            c.assign([TopicPartition(topic, p, max(committed, 0))])
             last = None
             got = 0
             deadline = time.monotonic() + 30
@@ -170,7 +169,7 @@ def test_planned_failover_is_exact_across_gaps(clusters, write_config, unique, s
     create_topic(src, txn, 1)
     create_topic(src, plain, 2)
     produce_transactions(src, txn, 0, [
-        ([b"t%d" % i for i in range(0, 5)], True),
+        ([b"t%d" % i for i in range(5)], True),
         ([b"aborted%d" % i for i in range(5)], False),
         ([b"t%d" % i for i in range(5, 12)], True),
         ([b"aborted-b%d" % i for i in range(3)], False),

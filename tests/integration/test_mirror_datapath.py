@@ -247,7 +247,7 @@ def test_two_processes_share_partitions_and_one_finishes_alone(clusters, write_c
     admin = Admin("src", ClusterConfig(bootstrap=src))
     a, b = MirrorProcess(cfg), MirrorProcess(cfg)
     try:
-        logs = lambda: f"\n--- a:\n{a.output()}\n--- b:\n{b.output()}"  # noqa: E731
+        logs = lambda: f"\n--- a:\n{a.output()}\n--- b:\n{b.output()}"
 
         def both_in_group() -> bool:
             assert a.alive() and b.alive(), "a worker exited early" + logs()

@@ -8,7 +8,14 @@ import time
 from pathlib import Path
 
 from mirror.cli import main
-from tests.support.kafkautil import create_topic, end_offsets, group_offsets, producer, topics, wait_for
+from tests.support.kafkautil import (
+    create_topic,
+    end_offsets,
+    group_offsets,
+    producer,
+    topics,
+    wait_for,
+)
 from tests.support.mirrorproc import MirrorProcess
 
 

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from mirror.burrow import Evaluator
-from mirror.lag import FlowLag, PartitionLag, effective_position, judge, lag_records, lag_seconds, unmirrored
+from mirror.lag import (
+    FlowLag,
+    PartitionLag,
+    effective_position,
+    judge,
+    lag_records,
+    lag_seconds,
+    unmirrored,
+)
 
 
 def test_lag_records_counts_only_records_that_still_exist():

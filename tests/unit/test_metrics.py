@@ -10,7 +10,15 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from mirror.acks import AckBatch
-from mirror.metrics import CanaryMetrics, ClientStatsCollector, MirrorMetrics, MetricsListener, RunMetrics, parse_stats, serve
+from mirror.metrics import (
+    CanaryMetrics,
+    ClientStatsCollector,
+    MetricsListener,
+    MirrorMetrics,
+    RunMetrics,
+    parse_stats,
+    serve,
+)
 
 
 def _stats(rxbytes: int, fetches: int, *, txretries: int = 0) -> dict:

@@ -1,6 +1,15 @@
 from __future__ import annotations
 
-from mirror.naming import FlowEdge, RenamePolicy, TopicFilter, find_identity_cycles, origin_chain, source_topic, target_topic, would_loop
+from mirror.naming import (
+    FlowEdge,
+    RenamePolicy,
+    TopicFilter,
+    find_identity_cycles,
+    origin_chain,
+    source_topic,
+    target_topic,
+    would_loop,
+)
 
 CLUSTERS = ["nyc", "sf", "hub"]
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from failover.plan import Method, PartitionFacts, Truth, make_plan, mirrored_end_from_target, plan_partition
+from failover.plan import (
+    Method,
+    PartitionFacts,
+    Truth,
+    make_plan,
+    mirrored_end_from_target,
+    plan_partition,
+)
 from mirror.offsetmap import OffsetSync, translate
 
 
