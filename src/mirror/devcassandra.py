@@ -28,6 +28,7 @@ from .devcluster import (
     owned_pid,
     port_free,
     spawn_prefix,
+    started_alive,
     terminate,
     wait_until,
 )
@@ -228,7 +229,7 @@ class CassandraNode:
     def wait_ready(self, timeout: float = max(START_TIMEOUT, 180.0)) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.pid() is None:
+            if not started_alive(self.pid_file):
                 raise DevClusterError(f"cassandra exited during start; last lines of {self.log_file}:\n{log_tail(self.log_file)}")
             if self.ready():
                 return

@@ -119,6 +119,19 @@ def owned_pid(pid_file: Path, marker: str) -> int | None:
     return None
 
 
+def started_alive(pid_file: Path) -> bool:
+    """Is the process we started (pid in `pid_file`) still running?
+
+    For readiness waits only, not ownership: while a child execs (setpriv, then java),
+    /proc briefly shows an empty or foreign command line, and `owned_pid` would call a
+    starting server dead.
+    """
+    try:
+        return pid_alive(int(pid_file.read_text().strip()))
+    except (OSError, ValueError):
+        return False
+
+
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -291,7 +304,7 @@ class KafkaNode:
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.pid() is None:
+            if not started_alive(self.spec.pid_file):
                 raise DevClusterError(f"kafka cluster {self.spec.name!r} exited during start; last lines of {self.spec.log_file}:\n{log_tail(self.spec.log_file)}")
             if self.ready() and self._probe_topic():
                 return
