@@ -7,7 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from mirror.cli import main
 from tests.support.kafkautil import (
@@ -116,24 +116,32 @@ def test_aborted_transactions_never_reach_the_target(clusters, write_config, uni
     create_topic(src, t, 2)
     p = Producer({"bootstrap.servers": src, "transactional.id": f"tx-{unique}"})
     p.init_transactions(30)
-    expected = {0: [], 1: []}
     for batch in range(6):
         p.begin_transaction()
         for i in range(50):
-            value = b"b%d-%d" % (batch, i)
-            p.produce(t, value=value, partition=i % 2)
+            p.produce(t, value=b"b%d-%d" % (batch, i), partition=i % 2)
+        p.flush(30)
+        try:
             if batch % 2 == 0:
-                expected[i % 2].append(value)
-        if batch % 2 == 0:
-            p.commit_transaction(30)
-        else:
-            p.abort_transaction(30)
+                p.commit_transaction(30)
+            else:
+                p.abort_transaction(30)
+        except KafkaException as exc:
+            # The test's own producer, not the mirror: librdkafka 2.16 against Kafka 4.1 once
+            # failed a commit with a fatal INVALID_TXN_STATE. A new producer with the same id
+            # aborts that transaction; the source as read below stays the truth.
+            if not exc.args[0].fatal():
+                raise
+            p = Producer({"bootstrap.servers": src, "transactional.id": f"tx-{unique}"})
+            p.init_transactions(30)
+    expected = {part: [r.value for r in read_partition(src, t, part)] for part in (0, 1)}  # read_committed
+    assert any(v.startswith((b"b0-", b"b2-", b"b4-")) for v in expected[0]), "no committed transaction on the source; the test proves nothing"
     cfg = write_config(flow_yaml(unique, f'["{t}"]'))
     assert main(["run", "-c", str(cfg), "--until-caught-up"]) == 0
     for part in (0, 1):
         got = [r.value for r in read_partition(dst, f"src.{t}", part)]
-        assert got == expected[part]
-        assert not any(v.startswith((b"b1-", b"b3-", b"b5-")) for v in got)
+        assert got == expected[part]  # every committed record, in order
+        assert not any(v.startswith((b"b1-", b"b3-", b"b5-")) for v in got)  # no aborted one
     # the committed position passes the final commit marker: the group is truly caught up
     assert group_offsets(src, f"mirror-{unique}", t, 2) == end_offsets(src, t, 2)
 
