@@ -294,8 +294,9 @@ class FlowWorker:
         produce = self._producer.produce
         parts = self._parts
         # A record ends its segment where the next message is of another partition (consume
-        # returns each fetched partition's records as one run).
-        keys = [(m.topic(), m.partition()) for m in msgs]
+        # returns each fetched partition's records as one run) or is an error event: a
+        # segment must never be left without its closing report at the end of a batch.
+        keys: list[SourcePartition | None] = [(m.topic(), m.partition()) if m.error() is None else None for m in msgs]
         keys.append(None)
         for i, m in enumerate(msgs):
             err = m.error()

@@ -99,3 +99,55 @@ def test_a_dropped_segment_is_ignored_and_nothing_else_is_attributed_to_it():
     w._on_segment_start(st, seg, None, Report(0))
     w._on_segment_end(st, seg, None, Report(1))
     assert st.acked_next is None and not st.inflight and st.open is None
+
+
+class Msg:
+    """The accessors FlowWorker._forward reads from a consumed message."""
+
+    def __init__(self, offset: int, partition: int = 0, error: KafkaError | None = None) -> None:
+        self._offset, self._partition, self._error = offset, partition, error
+
+    def error(self):
+        return self._error
+
+    def topic(self) -> str:
+        return "orders"
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes:
+        return b"k"
+
+    def value(self) -> bytes:
+        return b"v%d" % self._offset
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1000 + self._offset)
+
+    def headers(self):
+        return None
+
+
+class Produced:
+    def __init__(self) -> None:
+        self.calls: list[tuple[bytes, object]] = []
+
+    def produce(self, topic, value, key, *, partition, timestamp, headers, on_delivery=None) -> None:
+        self.calls.append((value, on_delivery))
+
+
+def test_forward_asks_for_reports_only_at_segment_edges_and_closes_before_an_error_event():
+    w, st = worker_and_partition()
+    w._producer = Produced()
+    eof = KafkaError(KafkaError._PARTITION_EOF)
+    w._forward([Msg(0), Msg(1), Msg(2), Msg(-1, error=eof), Msg(3), Msg(4)])
+    asked = [(v, cb.func.__name__ if cb else None) for v, cb in w._producer.calls]
+    assert asked == [
+        (b"v0", "_on_segment_start"), (b"v1", None), (b"v2", "_on_segment_end"),
+        (b"v3", "_on_segment_start"), (b"v4", "_on_segment_end"),
+    ]
+    assert st.open is None and [(s.first, s.last, s.count) for s in st.inflight] == [(0, 2, 3), (3, 4, 2)]
