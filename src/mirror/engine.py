@@ -148,6 +148,10 @@ class _Partition:
     # middle of its run, and the rest of the run is pending.
     inflight: deque[_Segment] = field(default_factory=deque)
     open: _Segment | None = None
+    # Records the consumer returned were dropped unacknowledged (pending records of a stop,
+    # a revoke or a resync; an abandoned or purged segment): the consumer's position is then
+    # past records the target may not hold, and only `acked_next` may be committed.
+    tainted: bool = False
     acked_next: int | None = None  # last acknowledged source offset + 1
     committed: int | None = None
     delta: int | None = None  # target - source of the last acknowledged record
@@ -231,7 +235,7 @@ class FlowWorker:
     def _close(self) -> None:
         """Drain, flush, commit, close: in that order, whatever happened before."""
         self._set_state(FlowState.STOPPING, "draining")
-        self._pending.clear()  # never produced; uncommitted, so the next owner re-reads them
+        self._drop_pending()  # never produced; uncommitted, so the next owner re-reads them
         for st in self._by_target.values():
             self._drop_open(st)
         deadline = self.clock() + DRAIN_TIMEOUT
@@ -449,6 +453,20 @@ class FlowWorker:
             b.syncs.append((src, tgt))
             st.delta = d
 
+    def _drop_pending(self, keys: set[SourcePartition] | None = None) -> None:
+        """Forget pending records (of `keys`, or all): they will not be produced, so their
+        partitions must not commit the consumer's position, which is past them."""
+        keep: deque[Message] = deque()
+        for m in self._pending:
+            tp = (m.topic(), m.partition())
+            if keys is None or tp in keys:
+                st = self._parts.get(tp)
+                if st is not None:
+                    st.tainted = True
+            else:
+                keep.append(m)
+        self._pending = keep
+
     def _drop_open(self, st: _Partition) -> None:
         """Its pending rest will never be produced: the segment can never be acknowledged.
         Its records stay uncommitted (re-read by the next owner: duplicates, not loss)."""
@@ -456,12 +474,14 @@ class FlowWorker:
         if seg is not None:
             seg.dead = True
             st.open = None
+            st.tainted = True
             if st.inflight and st.inflight[-1] is seg:
                 st.inflight.pop()
 
     def _delivery_failed(self, st: _Partition, seg: _Segment, err: KafkaError) -> None:
         if err.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
-            return  # purged at shutdown; uncommitted, so re-read by the next owner
+            st.tainted = True  # purged: uncommitted, so re-read by the next owner
+            return
         if st.failed_at is None or seg.first < st.failed_at:
             st.failed_at = seg.first
         if self._failure is None or (err.code() in _SIZE_ERRORS and seg.big_size > getattr(self._failure, "size", 0)):
@@ -524,7 +544,9 @@ class FlowWorker:
 
     def _on_producer_error(self, err: KafkaError) -> None:
         if err.fatal():
-            self._failure = self._failure or MirrorError(f"flow {self.flow.name}: the producer to {self.flow.target} failed: {err.str()}")
+            # Typically the gapless guarantee: a refused request of records that asked for
+            # no report. Name the partition and record, and stop acknowledging anything.
+            self._producer_fatal(err)
         elif err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
             self._set_state(FlowState.RETRYING, f"target {self.flow.target} unreachable: {err.str()}")
 
@@ -561,9 +583,9 @@ class FlowWorker:
 
     def _positions(self, partitions: Mapping[SourcePartition, _Partition]) -> dict[SourcePartition, int]:
         """Source positions safe to commit: everything before them is on the target."""
-        quiet = [tp for tp, st in partitions.items() if not st.inflight and st.failed_at is None]
+        quiet = [tp for tp, st in partitions.items() if not st.inflight and st.failed_at is None and not st.tainted]
         consumed: dict[SourcePartition, int] = {}
-        if quiet and not self._pending:
+        if quiet and not self._pending and self._failure is None and not self._producer_dead:
             # Nothing of these partitions is in flight, so everything the consumer has
             # returned is acknowledged; its position also skips transaction markers and
             # aborted records, which have no record to acknowledge.
@@ -666,10 +688,12 @@ class FlowWorker:
         # expects sequence 0 again, so only a new producer (new producer id) can write to it.
         self._producer = make_producer(self.flow.target, self._target, self._producer_cfg)
         self._producer_dead = False
-        self._pending.clear()
+        self._drop_pending()
         gone = set(target_topics)
         keep = {tp: st for tp, st in self._parts.items() if st.route.target_topic not in gone}
         for st in self._by_target.values():
+            if st.inflight:
+                st.tainted = True
             for seg in st.inflight:
                 seg.dead = True
             st.inflight.clear()
@@ -685,9 +709,11 @@ class FlowWorker:
                 reset.append(tp)
             elif st.acked_next is not None:
                 self._consumer.seek(TopicPartition(tp[0], tp[1], st.acked_next))
+                st.tainted = False  # re-read from the last acknowledged record on
             else:
                 committed = self._consumer.committed([TopicPartition(tp[0], tp[1])], timeout=self._source.timeout)[0].offset
                 self._consumer.seek(TopicPartition(tp[0], tp[1], committed if committed >= 0 else OFFSET_BEGINNING))
+                st.tainted = False
         for listener in self.listeners:
             listener.on_reset(self.flow.name, reset)
 
@@ -733,7 +759,7 @@ class FlowWorker:
         """Hand partitions over cleanly: wait for their acknowledgements, commit, forget."""
         keys = {(tp.topic, tp.partition) for tp in partitions}
         revoked = {k: self._parts[k] for k in keys if k in self._parts}
-        self._pending = deque(m for m in self._pending if (m.topic(), m.partition()) not in keys)
+        self._drop_pending(keys)
         for st in revoked.values():
             self._drop_open(st)
         deadline = self.clock() + DRAIN_TIMEOUT
@@ -750,7 +776,7 @@ class FlowWorker:
     def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         # Another worker owns these now; committing would overwrite its progress.
         keys = {(tp.topic, tp.partition) for tp in partitions}
-        self._pending = deque(m for m in self._pending if (m.topic(), m.partition()) not in keys)
+        self._drop_pending(keys)
         for k in keys:
             if k in self._parts:
                 self._drop_open(self._parts[k])

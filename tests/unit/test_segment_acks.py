@@ -151,3 +151,52 @@ def test_forward_asks_for_reports_only_at_segment_edges_and_closes_before_an_err
         (b"v3", "_on_segment_start"), (b"v4", "_on_segment_end"),
     ]
     assert st.open is None and [(s.first, s.last, s.count) for s in st.inflight] == [(0, 2, 3), (3, 4, 2)]
+
+
+class Positions:
+    """consumer.position(): what librdkafka would answer after handing over offsets < 2000."""
+
+    def position(self, tps):
+        from mirror.kafka import TopicPartition
+
+        return [TopicPartition(tp.topic, tp.partition, 2000) for tp in tps]
+
+
+def test_quiet_partition_commits_the_consumer_position_past_transaction_markers():
+    w, st = worker_and_partition()
+    w._consumer = Positions()
+    st.acked_next = 1998  # 1998-1999: a commit marker, no record to acknowledge
+    assert w._positions(w._parts) == {("orders", 0): 2000}
+
+
+def test_dropped_pending_records_are_never_committed_by_position():
+    """A stop (or revoke) drops records read but never produced: the consumer's position is
+    past them, so only what the target acknowledged may be committed."""
+    from collections import deque
+
+    w, st = worker_and_partition()
+    w._consumer = Positions()
+    st.acked_next = 500
+    w._pending = deque([Msg(500), Msg(501)])
+    w._drop_pending()
+    assert not w._pending and st.tainted
+    assert w._positions(w._parts) == {("orders", 0): 500}
+
+
+def test_an_abandoned_open_segment_is_never_committed_by_position():
+    w, st = worker_and_partition()
+    w._consumer = Positions()
+    st.acked_next = 100
+    st.open = segment(st, [100, 101])
+    w._drop_open(st)
+    assert w._positions(w._parts) == {("orders", 0): 100}
+
+
+def test_a_purged_segment_is_never_committed_by_position():
+    w, st = worker_and_partition()
+    w._consumer = Positions()
+    st.acked_next = 100
+    seg = segment(st, [100, 101])
+    w._on_segment_end(st, seg, KafkaError(KafkaError._PURGE_QUEUE), Report(-1))
+    assert not st.inflight and w._failure is None
+    assert w._positions(w._parts) == {("orders", 0): 100}
