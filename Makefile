@@ -57,10 +57,10 @@ integration: setup
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 demo: setup
-	$(PY) -m mirror.demo
+	$(PY) -m mirror.devenv.demo
 
 demo-down:
-	$(PY) -m mirror.demo down
+	$(PY) -m mirror.devenv.demo down
 
 # `make bench` (default size, ~15 min on 2 cores) or `make bench QUICK=1` (tiny, ~1-2 min);
 # extra flags through BENCH_ARGS, e.g. BENCH_ARGS="--skip mm2-t2 --reps 5". See bench/README.md.
@@ -70,8 +70,16 @@ $(VENV)/.bench-installed: pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[test,bench]'
 	touch $@
 
+# `make bench SCALE=1`: one flow over 10,000 partitions instead (bench/scale.py, ~5 min).
 bench: bench-setup
-	$(PY) -m bench $(if $(QUICK),--quick) $(BENCH_ARGS)
+	$(PY) -m bench $(if $(SCALE),--scale,$(if $(QUICK),--quick)) $(BENCH_ARGS)
+
+# ruff (defects and import order), import-linter (the layers of docs/design.md; also run by
+# `make test` through tests/unit/test_layers.py) and mypy on the package.
+lint: setup
+	$(VENV)/bin/ruff check src failover canary bench tests
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy src/mirror failover canary
 
 clean-dev:
 	-$(VENV)/bin/mirror dev down --home .mirror/dev

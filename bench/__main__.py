@@ -1,5 +1,8 @@
 import sys
 
-from .harness import main
+if "--scale" in sys.argv[1:]:
+    from bench.scale import main
+else:
+    from bench.harness import main
 
 sys.exit(main())

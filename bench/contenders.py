@@ -14,29 +14,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import experiments, mm2
-from .procs import Contender
+from bench import experiments, mm2
+from bench.procs import Contender
+from mirror.engine.worker import CONSUME_BATCH
+from mirror.kafka.settings import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# What `mirror run` uses when the flow sets nothing (src/mirror/engine.py); MirrorMaker 2
+# What `mirror run` uses when the flow sets nothing (mirror.kafka.settings); MirrorMaker 2
 # and the ceiling get the same values so that batching and compression are not what differs.
-# Read from the engine when it is importable so the match cannot silently drift.
-_FALLBACK_PRODUCER: dict[str, Any] = {
-    "enable.idempotence": True, "acks": "all", "linger.ms": 10, "batch.size": 1048576,
-    "compression.type": "lz4", "queue.buffering.max.kbytes": 16384,
-}
-_FALLBACK_CONSUMER: dict[str, Any] = {"isolation.level": "read_committed", "fetch.wait.max.ms": 100}
-_FALLBACK_BATCH = 2000
 
 
 def engine_settings() -> tuple[dict[str, Any], dict[str, Any], int]:
     """(producer, consumer, consume batch) as `mirror run` ships them."""
-    try:
-        from mirror import engine
-    except Exception:  # noqa: BLE001 - the engine may not exist yet in this checkout
-        return dict(_FALLBACK_PRODUCER), dict(_FALLBACK_CONSUMER), _FALLBACK_BATCH
-    return dict(engine.PRODUCER_DEFAULTS), dict(engine.CONSUMER_DEFAULTS), int(getattr(engine, "CONSUME_BATCH", _FALLBACK_BATCH))
+    return dict(PRODUCER_DEFAULTS), dict(CONSUMER_DEFAULTS), CONSUME_BATCH
 
 
 def mm2_client_settings(producer: Mapping[str, Any], consumer: Mapping[str, Any], batch: int) -> tuple[dict[str, Any], dict[str, Any]]:

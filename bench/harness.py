@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import load, mm2
-from .contenders import ROOT, Env, Spec, catalogue, engine_settings
-from .procs import Contender
-from .report import render, summarise
+from bench import load, mm2
+from bench.contenders import ROOT, Env, Spec, catalogue, engine_settings
+from bench.procs import Contender
+from bench.report import render, summarise
 
 SOURCE_TOPIC = "bench-load"
 BENCH_GROUP = "bench-app"  # mirrored consumer group (checkpoints); see contenders.mirror_config
@@ -79,7 +79,8 @@ def _free_base_port(count: int) -> int:
     """A base port whose cluster ports (base + 100 i, +1) are all free; never the dev defaults."""
     import random
 
-    from mirror.devcluster import PORT_STEP, port_free
+    from mirror.devenv.common import port_free
+    from mirror.devenv.kafka import PORT_STEP
 
     rng = random.Random()
     for _ in range(200):
@@ -283,7 +284,7 @@ def _mirror_available() -> tuple[bool, str]:
 
 
 def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: bool = False) -> dict[str, Any]:
-    from mirror.devcluster import DevClusters
+    from mirror.devenv.kafka import DevClusters
 
     started = dt.datetime.now(dt.UTC)
     t_start = time.monotonic()

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from mirror.devcluster import LOG4J2_PROPERTIES
+from mirror.devenv.kafka import LOG4J2_PROPERTIES
 
 KAFKA_VERSION = "4.1.1"
 CACHE = Path(os.environ.get("MIRROR_CACHE", Path.home() / ".cache" / "mirror"))

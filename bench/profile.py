@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import load
-from .contenders import ROOT, Env, engine_settings, mirror_config
-from .harness import RESULTS, SOURCE_TOPIC, _free_base_port, _free_port
+from bench import load
+from bench.contenders import ROOT, Env, engine_settings, mirror_config
+from bench.harness import RESULTS, SOURCE_TOPIC, _free_base_port, _free_port
 
 
 def _top(collapsed: Path, n: int = 25) -> tuple[list[tuple[str, int]], list[tuple[str, int]], int]:
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         print("py-spy not found: run `make bench-setup` (installs the bench extra)", file=sys.stderr)
         return 2
 
-    from mirror.devcluster import DevClusters
+    from mirror.devenv.kafka import DevClusters
 
     workdir = Path(tempfile.mkdtemp(prefix="mirror-profile-"))
     dev = DevClusters(workdir / "clusters")

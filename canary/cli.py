@@ -8,9 +8,12 @@ import threading
 from pathlib import Path
 
 import click
+from prometheus_client import CollectorRegistry
 
+from canary.prober import FlowProber, Prober
 from mirror.cli import AppContext, config_option, json_option, pass_app
 from mirror.errors import MirrorError
+from mirror.metrics import CanaryMetrics, serve
 
 
 class CanaryFailed(MirrorError):
@@ -30,12 +33,6 @@ def canary() -> None:
 @pass_app
 def run(app: AppContext, config_path: Path, metrics_port: int | None, host: str | None, flows: tuple[str, ...]) -> None:
     """Probe every flow every canary.interval until stopped; serve the results on /metrics."""
-    from prometheus_client import CollectorRegistry
-
-    from mirror.metrics import CanaryMetrics, serve
-
-    from .prober import Prober
-
     config = app.config(config_path)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -59,8 +56,6 @@ def once(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: bo
 
     Exits 1 when a probe was lost, late or duplicated.
     """
-    from .prober import FlowProber
-
     config = app.config(config_path)
     results = []
     for flow in config.select_flows(flows):

@@ -19,21 +19,20 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from mirror.config import Config, FlowConfig
-from mirror.errors import MirrorError
-from mirror.metrics import CanaryMetrics
-from mirror.naming import target_topic
+from apscheduler.schedulers.background import BackgroundScheduler
 
-from .ledger import Counts, Ledger, Outcome, Probe
+from canary.ledger import Counts, Ledger, Outcome, Probe
+from mirror.config import Config, FlowConfig
+from mirror.domain.naming import target_topic
+from mirror.errors import MirrorError
+from mirror.kafka import Admin, KafkaError, Message, PartitionReader, make_producer
+from mirror.metrics import CanaryMetrics
+from mirror.run.canary_topic import ensure_canary_topic
 
 log = logging.getLogger(__name__)
-
-# The canary topic is small and only its recent probes matter; an hour of retention keeps
-# a restarted reader's backlog short.
-TOPIC_CONFIG = {"retention.ms": str(3_600_000)}
-
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     if not values:
@@ -81,14 +80,14 @@ class RoundResult:
 
 class FlowProber:
     def __init__(self, config: Config, flow: FlowConfig, *, metrics: CanaryMetrics | None = None, clock: Callable[[], float] = time.time) -> None:
-        from mirror.kafka import Admin, PartitionReader, make_producer
-
         self.config, self.flow = config, flow
         self.topic = config.canary.topic
         self.target_topic = target_topic(self.topic, flow.source, flow.rename)
         self.metrics = metrics
         self.clock = clock
-        self.ledger = Ledger(flow.name, config.canary.max_latency, clock)
+        # A fresh or recreated canary topic reaches the target only after the mirror's next
+        # topic refresh; probes sent before then are not graded (see canary.ledger).
+        self.ledger = Ledger(flow.name, config.canary.max_latency, clock, route_grace=flow.refresh_interval + config.canary.max_latency)
         self._lock = threading.Lock()
         self._published = Counts()
         self._source = Admin(flow.source, config.clusters[flow.source])
@@ -113,19 +112,15 @@ class FlowProber:
             metrics.max_latency.labels(flow.name).set(config.canary.max_latency)
             # Every series exists from the start at 0, so increase()/rate() in the alert
             # rules see the first loss rather than a series appearing out of nowhere.
-            for c in (metrics.sent, metrics.received, metrics.lost, metrics.late, metrics.duplicated, metrics.send_errors, metrics.runs, metrics.latency):
+            for c in (metrics.sent, metrics.received, metrics.lost, metrics.late, metrics.missing, metrics.duplicated, metrics.send_errors, metrics.runs, metrics.latency):
                 c.labels(flow.name)
 
     # -- source side
     def ensure_topic(self) -> None:
         """Create the canary topic when missing; a recreated topic starts a new run."""
-        topics = self._source.topics()
-        count = topics.get(self.topic)
-        if count is None:
-            brokers = max(1, self._source.broker_count())
-            created = self._source.create_topic(self.topic, brokers, config=TOPIC_CONFIG)
-            log.info("flow %s: %s canary topic %s on %s (%d partitions)", self.flow.name, "created" if created else "found", self.topic, self.flow.source, brokers)
-            count = self._source.topics().get(self.topic, brokers)
+        count, created = ensure_canary_topic(self._source, self.topic)
+        if created:
+            log.info("flow %s: created canary topic %s on %s (%d partitions)", self.flow.name, self.topic, self.flow.source, count)
             if self.partitions:  # it existed before: deleted and recreated under us
                 with self._lock:
                     self.ledger.start_run()
@@ -150,8 +145,8 @@ class FlowProber:
         self.publish()
         return sent
 
-    def _delivered(self, probe: Probe) -> Callable[[Any, Any], None]:
-        def cb(err: Any, _msg: Any) -> None:
+    def _delivered(self, probe: Probe) -> Callable[[KafkaError | None, Message], None]:
+        def cb(err: KafkaError | None, _msg: Message) -> None:
             with self._lock:
                 if err is None:
                     self.ledger.sent(probe)
@@ -218,7 +213,7 @@ class FlowProber:
             outstanding = self.ledger.outstanding
         name = self.flow.name
         m = self.metrics
-        for attr, counter in (("sent", m.sent), ("received", m.received), ("lost", m.lost), ("late", m.late), ("duplicated", m.duplicated), ("send_errors", m.send_errors), ("runs", m.runs)):
+        for attr, counter in (("sent", m.sent), ("received", m.received), ("lost", m.lost), ("late", m.late), ("missing", m.missing), ("duplicated", m.duplicated), ("send_errors", m.send_errors), ("runs", m.runs)):
             delta = getattr(now, attr) - getattr(self._published, attr)
             if delta > 0:
                 counter.labels(name).inc(delta)
@@ -236,6 +231,7 @@ class FlowProber:
             log.warning("flow %s: canary target not readable yet: %s", self.flow.name, exc)
         self._warm_up()
         with self._lock:
+            self.ledger.assume_route()
             self.ledger.drain_latencies()
         latencies: list[float] = []
         self.send_round()
@@ -275,15 +271,21 @@ class Prober:
 
     def __init__(self, config: Config, flows: Sequence[FlowConfig], *, metrics: CanaryMetrics | None = None) -> None:
         self.config = config
+        self.metrics = metrics
         self.probers = [FlowProber(config, f, metrics=metrics) for f in flows]
+
+    def _unexpected(self, where: str) -> None:
+        if self.metrics is not None:
+            self.metrics.unexpected.labels(where).inc()
 
     def _round(self, prober: FlowProber) -> None:
         try:
             prober.send_round(flush_timeout=min(self.config.canary.interval, self.config.canary.max_latency))
         except MirrorError as exc:
             log.warning("flow %s: canary round failed: %s", prober.flow.name, exc)
-        except Exception:  # unknown: logged with context; the next round tries again
+        except Exception:  # unknown: logged with context and counted; the next round tries again
             log.exception("flow %s: canary round failed", prober.flow.name)
+            self._unexpected("canary_round")
 
     def _read_loop(self, prober: FlowProber, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -294,13 +296,10 @@ class Prober:
                 stop.wait(1.0)
             except Exception:
                 log.exception("flow %s: canary read failed", prober.flow.name)
+                self._unexpected("canary_read")
                 stop.wait(1.0)
 
     def run(self, stop: threading.Event) -> None:
-        from datetime import datetime
-
-        from apscheduler.schedulers.background import BackgroundScheduler
-
         readers = [threading.Thread(target=self._read_loop, args=(p, stop), name=f"canary-read-{p.flow.name}", daemon=True) for p in self.probers]
         for t in readers:
             t.start()

@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import offsets_file
-from .gather import FlowContext
-from .plan import Plan
+from failover import offsets_file
+from failover.gather import FlowContext
+from failover.plan import Plan
 
 
 @dataclass(frozen=True)

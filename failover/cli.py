@@ -10,16 +10,17 @@ from pathlib import Path
 
 import click
 
+from failover import offsets_file
+from failover.apply import apply_plan
+from failover.failback import report, reversed_flow
+from failover.failback import scrape as do_scrape
+from failover.gather import FlowContext, build_plan
+from failover.plan import Method, Plan
+from failover.times import format_ms, parse_time
 from mirror.cli import AppContext, config_option, json_option, pass_app
 from mirror.errors import NotFound, UsageError
 from mirror.kafka import Admin
 from mirror.store import open_store
-
-from . import offsets_file
-from .apply import apply_plan
-from .gather import FlowContext, build_plan
-from .plan import Method, Plan
-from .times import format_ms, parse_time
 
 
 def _now_ms() -> int:
@@ -175,8 +176,6 @@ def import_(app: AppContext, config_path: Path, cluster: str, file: Path, yes: b
 @pass_app
 def failback(app: AppContext, config_path: Path, flow: str, scrape: bool, yes: bool, as_json: bool) -> None:
     """Report what the old primary holds that never reached the new one; print the reversed flow."""
-    from .failback import report, reversed_flow, scrape as do_scrape
-
     if scrape and not yes:
         raise UsageError("--scrape deletes data on the old primary and needs --yes", hint="review the report without --scrape first")
     with _flow_context(app, config_path, flow) as ctx:

@@ -15,12 +15,12 @@ from typing import Any
 
 import yaml
 
+from failover.gather import FlowContext
+from failover.plan import mirrored_end_from_target
+from mirror.domain.topics import match_topics
 from mirror.errors import UnsafeOperation
 from mirror.kafka import OFFSET_END
-from mirror.topics import match_topics
-
-from .gather import _NEWEST, FlowContext
-from .plan import mirrored_end_from_target
+from mirror.store import NEWEST, sync_windows
 
 
 @dataclass(frozen=True)
@@ -75,13 +75,14 @@ def report(ctx: FlowContext) -> FailbackReport:
     tparts = [(names[t], p) for t, p in parts if names[t] in new_topics]
     new_marks = new.watermarks(tparts)
     committed = old.group_offsets(flow.group_id)
+    windows = sync_windows(ctx.store, flow.name, {(t, p): NEWEST for t, p in parts if (names[t], p) in new_marks})
     out = []
     for t, p in parts:
         w = old_marks[(t, p)]
         mirrored: int | None = None
         tw = new_marks.get((names[t], p))
         if tw is not None:
-            mirrored = mirrored_end_from_target(tw.high, ctx.store.floor_sync(flow.name, t, p, _NEWEST))
+            mirrored = mirrored_end_from_target(tw.high, windows[(t, p)].newest)
         if (t, p) in committed:
             mirrored = max(mirrored or 0, committed[(t, p)])
         start = mirrored if mirrored is not None else w.low

@@ -8,23 +8,28 @@ target's timestamp index. It changes nothing anywhere.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from failover.plan import (
+    Method,
+    PartitionFacts,
+    Plan,
+    Truth,
+    make_plan,
+    mirrored_end_from_target,
+)
 from mirror.config import Config, FlowConfig
+from mirror.domain.naming import target_topic
+from mirror.domain.offsetmap import OffsetSync
 from mirror.errors import ClusterUnavailable, MirrorError, NotFound, UsageError
 from mirror.kafka import Admin, TopicPartition, make_consumer
-from mirror.naming import target_topic
-from mirror.offsetmap import OffsetSync
-from mirror.checkpointer import sync_window
-from mirror.store import FullOffsetStore
-
-from .plan import Method, PartitionFacts, Plan, Truth, make_plan, mirrored_end_from_target
+from mirror.store import FullOffsetStore, sync_windows
 
 log = logging.getLogger(__name__)
 
-_NEWEST = 2**62  # a position past any real offset: floor_sync(…, _NEWEST) is the newest row
 
 
 @dataclass
@@ -63,8 +68,6 @@ class FlowContext:
 
 def check_group(flow: FlowConfig, flow_index: int, group: str) -> None:
     """The flow must name the group in `groups`: only those are checkpointed and trusted."""
-    import re
-
     key = f"flows[{flow_index}].groups"
     if not flow.groups:
         raise UsageError(f"flow {flow.name!r} has no consumer groups to fail over", hint=f"add the group's pattern to {key} in the config")
@@ -79,6 +82,8 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
 
     positions: dict[tuple[str, int], int] = {}
     source_ends: dict[tuple[str, int], int] = {}
+    source_logs: dict[tuple[str, int], tuple[int, int]] = {}
+    checkpoint_offsets: dict[tuple[str, int], int] = {}
     mirror_committed: dict[tuple[str, int], int] = {}
     truth = Truth.SOURCE
     checkpoint_time: int | None = None
@@ -90,7 +95,7 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
         ctx.source.topics()
         positions = {k: v for k, v in ctx.source.group_offsets(group).items() if topic_ok(k[0])}
         if positions:
-            source_ends = {k: w.high for k, w in ctx.source.watermarks(positions).items()}
+            source_ends = ctx.source.end_offsets(positions)
             mirror_committed = ctx.source.group_offsets(flow.group_id)
     except ClusterUnavailable as exc:
         log.warning("source %s did not answer (%s); using the newest checkpoints", flow.source, exc)
@@ -100,6 +105,7 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
         checkpoints = ctx.store.checkpoints(flow.name, group)
         if checkpoints:
             positions = {(c.topic, c.partition): c.source_offset for c in checkpoints if topic_ok(c.topic)}
+            checkpoint_offsets = {(c.topic, c.partition): c.target_offset for c in checkpoints}
             checkpoint_time = min(c.time_ms for c in checkpoints)
             truth = Truth.CHECKPOINTS
             if not source_ends:
@@ -125,6 +131,15 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
         )
     tparts = [(names[t], p) for t, p in keys]
     marks = ctx.target.watermarks(tparts)
+    if truth is Truth.SOURCE and method is Method.TRANSLATE:
+        # The source's ends again, after the target's: every copy the target holds is then
+        # of a record below them, which translating a partition with no offset-map row
+        # relies on (see `translate`).
+        try:
+            source_logs = {k: (w.low, w.high) for k, w in ctx.source.watermarks(keys).items()}
+            source_ends = {k: high for k, (_low, high) in source_logs.items()}
+        except ClusterUnavailable as exc:
+            log.warning("source %s did not answer again (%s); partitions without offset-map rows start at the target's beginning", flow.source, exc)
     time_offsets: dict[tuple[str, int], int] = {}
     boundary: dict[tuple[str, int], int] = {}
     if method is Method.TIMESTAMP and at_ms is not None:
@@ -132,21 +147,30 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
         boundary = count_boundary(ctx, {k: o for k, o in time_offsets.items() if o >= 0}, at_ms, {k: marks[k].high for k in marks})
 
     facts = []
+    # The tips before the rows: the rows read after them are then complete up to them (a
+    # store write landing between the reads only adds rows; read after the rows, a newer
+    # write's tip could vouch for rows this plan does not have). The rows of every
+    # partition in one bulk read (a plan covers them all).
+    tips = {k: ctx.store.tip(flow.name, k[0], k[1]) for k in keys} if method is Method.TRANSLATE else {}
+    windows = sync_windows(ctx.store, flow.name, {k: positions[k] for k in keys})
     for (topic, part), tkey in zip(keys, tparts):
         pos = positions[(topic, part)]
         w = marks[tkey]
-        newest = ctx.store.floor_sync(flow.name, topic, part, _NEWEST)
-        mirrored = mirrored_end_from_target(w.high, newest)
+        window = windows[(topic, part)]
+        mirrored = mirrored_end_from_target(w.high, window.newest)
         if (topic, part) in mirror_committed:
             mirrored = max(mirrored or 0, mirror_committed[(topic, part)])
         syncs: list[OffsetSync] = []
+        tip = None
         if method is Method.TRANSLATE:
-            syncs = sync_window(ctx.store, flow.name, topic, part, pos)
+            tip = tips[(topic, part)]
+            syncs = window.rows
         facts.append(
             PartitionFacts(
                 topic, tkey[0], part, w.low, w.high,
                 source_offset=pos, syncs=syncs, mirrored_end=mirrored,
-                source_end=source_ends.get((topic, part)),
+                source_end=source_ends.get((topic, part)), source_log=source_logs.get((topic, part)), tip=tip,
+                checkpoint_offset=checkpoint_offsets.get((topic, part)),
                 time_offset=time_offsets.get(tkey), boundary_records=boundary.get(tkey, 0),
             )
         )
@@ -176,14 +200,15 @@ def count_boundary(ctx: FlowContext, starts: dict[tuple[str, int], int], at_ms: 
         deadline = time.monotonic() + timeout
         while todo and time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=500, timeout=0.5):
-                if msg.error():
+                topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+                if msg.error() or topic is None or partition is None or offset is None:
                     continue
-                key = (msg.topic(), msg.partition())
+                key = (topic, partition)
                 if key not in todo:
                     continue
                 if msg.timestamp()[1] == at_ms:
                     counts[key] += 1
-                if msg.timestamp()[1] != at_ms or msg.offset() + 1 >= highs[key]:
+                if msg.timestamp()[1] != at_ms or offset + 1 >= highs[key]:
                     del todo[key]
                     consumer.pause([TopicPartition(*key)])
     finally:

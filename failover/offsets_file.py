@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from mirror.errors import ClusterUnavailable, UnsafeOperation, UsageError
 from mirror.kafka import Admin
@@ -73,7 +73,10 @@ def read(path: Path) -> GroupOffsets:
     return GroupOffsets.from_json(doc, str(path))
 
 
-def coordinated(admin: Admin, call: Callable[[], Any]) -> Any:
+T = TypeVar("T")
+
+
+def coordinated(admin: Admin, call: Callable[[], T]) -> T:
     """Run a group request, riding out a coordinator that is not ready yet.
 
     A cluster where no group ever committed has no `__consumer_offsets` yet: the first

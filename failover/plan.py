@@ -2,7 +2,7 @@
 
 The inputs are facts already gathered (`failover.gather` does the I/O): the group's source
 positions (live, or from its newest checkpoints when the source is gone), the offset map,
-the target's watermarks and timestamp lookups. The output is the plan DESIGN.md fixes for
+the target's watermarks and timestamp lookups. The output is the plan docs/design.md fixes for
 `mirror failover plan --json`, plus the facts a reviewer needs to trust it: which source of
 truth was used, how old the checkpoints are, and for `--at` how many records share the
 boundary millisecond (they may be processed twice).
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from mirror.offsetmap import OffsetSync, translate
+from mirror.domain.offsetmap import OffsetSync, translate
 
 
 class Method(str, Enum):
@@ -47,6 +47,11 @@ class PartitionFacts:
     syncs: Sequence[OffsetSync] = ()  # the floor row for source_offset (or the first rows)
     mirrored_end: int | None = None  # next source offset not on the target
     source_end: int | None = None  # live, or last seen by the checkpointer
+    # The source partition's log start and end, read after the target's watermarks (live
+    # only): what translating a partition with no offset-map row may rely on.
+    source_log: tuple[int, int] | None = None
+    tip: OffsetSync | None = None  # newest acknowledged record the stored rows are complete for
+    checkpoint_offset: int | None = None  # the checkpoint's own translation (CHECKPOINTS only)
     time_offset: int | None = None  # --at: first target offset with timestamp >= T, -1 if none
     boundary_records: int = 0  # --at: records sharing the boundary millisecond
 
@@ -134,8 +139,14 @@ def plan_partition(method: Method, f: PartitionFacts) -> PartitionPlan:
     if method is Method.TRANSLATE:
         if f.source_offset is None:
             raise ValueError(f"{f.source_topic}[{f.partition}]: translation needs the group's source offset")
-        tr = translate(f.syncs, f.source_offset, f.target_high, f.mirrored_end, f.source_end)
+        tr = translate(f.syncs, f.source_offset, f.target_high, f.mirrored_end, f.source_end,
+                       tip=f.tip, target_start=f.target_low, source_log=f.source_log)
         target, unmirrored, exact = max(tr.target_offset, f.target_low), tr.unmirrored, tr.exact
+        if not f.syncs and f.checkpoint_offset is not None:
+            # Nothing mirrored from this partition, source gone: the checkpointer translated
+            # it against a consistent view then (the target's end, if the group had read
+            # everything); later copies on the target are of records it had not read.
+            target, exact = min(max(f.checkpoint_offset, f.target_low), f.target_high), True
     elif method is Method.TIMESTAMP:
         # No record at or after T on the target: start at its end (nothing to re-read).
         target = f.target_high if f.time_offset is None or f.time_offset < 0 else f.time_offset
@@ -164,7 +175,10 @@ def make_plan(
         notes.append("the source did not answer: positions are the group's newest checkpoints; it may re-read what it consumed after them")
     inexact = [f"{p.source_topic}[{p.partition}]" for p in parts if not p.exact]
     if inexact:
-        notes.append(f"no offset-map row at or below the group's position for {', '.join(inexact)}: starting at the first mirrored record")
+        notes.append(
+            f"no offset-map row at or below the group's position for {', '.join(inexact)}: starting at the first mirrored record "
+            "(or the target's first offset when nothing was mirrored); records there may be read twice"
+        )
     return Plan(flow, group, method, truth, parts, at_ms, checkpoint_time_ms, notes)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from mirror.errors import UsageError
 
@@ -32,7 +32,7 @@ def parse_time(value: str, now_ms: int) -> int:
         if dt.tzinfo is None:
             # A bare local time in an incident is ambiguous across datacenters; UTC is the
             # only reading that means the same thing on every host.
-            dt = dt.replace(tzinfo=timezone.utc)
+            dt = dt.replace(tzinfo=UTC)
         ms = int(dt.timestamp() * 1000)
     if ms > now_ms:
         raise UsageError(f"--at: {value!r} is in the future", hint="a failover can only start from a time that has passed")
@@ -40,4 +40,4 @@ def parse_time(value: str, now_ms: int) -> int:
 
 
 def format_ms(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -3,14 +3,16 @@
 Everything a user can get wrong in the file is caught here, once, with the key path of
 the offending entry (`flows[1].topics.include[0]`) and how to fix it. Nothing downstream
 re-validates. pydantic does the typing and unknown-key rejection; the cross-references
-(cluster names, duplicate flows, loops) are checked in `_check_topology`.
+(cluster names, duplicate flows, loops) are checked in `_topology_problems`, and client
+settings that would switch the mirror's guarantees off in `_client_problems`. Every problem
+is reported, one line each, not only the first.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,14 +26,15 @@ from pydantic import (
     ValidationError,
 )
 
-from .errors import ConfigError
-from .naming import (
+from mirror.domain.naming import (
     FlowEdge,
     RenamePolicy,
     TopicFilter,
     find_identity_collisions,
     find_identity_cycles,
+    find_relay_collisions,
 )
+from mirror.errors import ConfigError, ConfigProblems
 
 # ---------------------------------------------------------------------------- value types
 
@@ -114,6 +117,13 @@ class FlowConfig(_Model):
     # no members there, and surprising if nobody asked for it.
     sync_group_offsets: bool = False
     commit_interval: Duration = 1.0  # source offset commits are batched this often
+    # Target topics follow their source's copied configs (retention, cleanup.policy, ...)
+    # and partition increases. Off when the target's owners manage their topics themselves
+    # (partitions are still grown before mirroring: records keep their partition number).
+    sync_topic_configs: bool = True
+    # MM2 syncs every 10 minutes; a DR copy keeping data for the wrong time that long is
+    # an incident waiting for a failover. One comparison per interval costs a few requests.
+    sync_topic_configs_interval: Duration = 60.0
     consumer: ClientSettings = {}  # extra librdkafka settings for the source consumer
     producer: ClientSettings = {}  # extra librdkafka settings for the target producer
 
@@ -215,20 +225,32 @@ def parse(text: str, *, env: Mapping[str, str], source: str = "<config>") -> Con
         raise ConfigError(None, f"{source}: YAML syntax error at {where}: {problem}", hint="fix the YAML syntax") from None
     if not isinstance(raw, dict):
         raise ConfigError(None, f"{source}: expected a mapping with 'clusters' and 'flows' at the top", hint="see configs/dev.yaml for the shape")
-    raw = _interpolate(raw, env, "")
+    # Every problem in the file is collected and reported at once: fixing a config one
+    # error per run is how a 3 a.m. change takes an hour.
+    problems: list[ConfigError] = []
+    raw = _interpolate(raw, env, "", problems)
+    unset = {p.key for p in problems}
+    config: Config | None = None
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:
-        raise _config_error(exc) from None
-    _check_topology(config)
+        # An unset ${VAR} already explains whatever its empty value breaks.
+        problems += [p for p in _validation_problems(exc) if p.key not in unset]
+    clusters, flows = _salvage(raw, config)
+    problems += _client_problems(clusters, flows)
+    canary_topic = config.canary.topic if config is not None else str(((raw.get("canary") or {}) if isinstance(raw.get("canary"), dict) else {}).get("topic", CanaryConfig().topic))
+    problems += _topology_problems(clusters, flows, canary_topic)
+    if problems:
+        raise problems[0] if len(problems) == 1 else ConfigProblems(problems)
+    assert config is not None
     return config
 
 
-def _interpolate(node: Any, env: Mapping[str, str], path: str) -> Any:
+def _interpolate(node: Any, env: Mapping[str, str], path: str, problems: list[ConfigError]) -> Any:
     if isinstance(node, dict):
-        return {k: _interpolate(v, env, _join(path, k)) for k, v in node.items()}
+        return {k: _interpolate(v, env, _join(path, k), problems) for k, v in node.items()}
     if isinstance(node, list):
-        return [_interpolate(v, env, f"{path}[{i}]") for i, v in enumerate(node)]
+        return [_interpolate(v, env, f"{path}[{i}]", problems) for i, v in enumerate(node)]
     if isinstance(node, str) and "${" in node:
 
         def sub(m: re.Match[str]) -> str:
@@ -237,7 +259,8 @@ def _interpolate(node: Any, env: Mapping[str, str], path: str) -> Any:
                 return env[name]
             if default is not None:
                 return default
-            raise ConfigError(path, f"environment variable {name} is not set", hint=f"export {name}, or write ${{{name}:-default}}")
+            problems.append(ConfigError(path, f"environment variable {name} is not set", hint=f"export {name}, or write ${{{name}:-default}}"))
+            return ""
 
         return _VAR.sub(sub, node)
     return node
@@ -252,6 +275,8 @@ def _loc_path(loc: Sequence[Any]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
+        elif part == "[key]":
+            continue  # pydantic's marker for "the dict key itself is invalid"
         elif part in ("sqlite", "cassandra") and out.endswith("offset_store"):
             continue  # pydantic's discriminated-union tag, not a key the user wrote
         else:
@@ -259,68 +284,203 @@ def _loc_path(loc: Sequence[Any]) -> str:
     return out
 
 
-def _config_error(exc: ValidationError) -> ConfigError:
-    errors = exc.errors(include_url=False)
-    first = errors[0]
-    key = _loc_path(first["loc"])
-    kind = first["type"]
-    if kind == "extra_forbidden":
-        message, hint = "unknown key", "check the spelling against DESIGN.md's config shape"
-    elif kind == "missing":
-        message, hint = "required key is missing", "add it"
-    elif kind == "union_tag_invalid":
-        message, hint = "unknown kind", "use 'sqlite' or 'cassandra'"
-    elif kind == "string_pattern_mismatch":
-        message, hint = f"{first['input']!r} is not a valid name", "use letters, digits, '_' and '-' only"
-    else:
-        message = first["msg"].removeprefix("Value error, ")
-        hint = None
-    if len(errors) > 1:
-        message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-    return ConfigError(key, message, hint=hint)
+def _validation_problems(exc: ValidationError) -> list[ConfigError]:
+    out = []
+    for err in exc.errors(include_url=False):
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            message, hint = "unknown key", "check the spelling against the config shape in docs/design.md"
+        elif kind == "missing":
+            message, hint = "required key is missing", "add it"
+        elif kind == "union_tag_invalid":
+            message, hint = "unknown kind", "use 'sqlite' or 'cassandra'"
+        elif kind == "string_pattern_mismatch":
+            message, hint = f"{err['input']!r} is not a valid name", "use letters, digits, '_' and '-' only"
+        else:
+            message, hint = err["msg"].removeprefix("Value error, "), None
+        out.append(ConfigError(_loc_path(err["loc"]), message, hint=hint))
+    return out
 
 
-def _check_topology(config: Config) -> None:
+def _salvage(raw: dict[str, Any], config: Config | None) -> tuple[dict[str, ClusterConfig | None] | None, list[tuple[int, FlowConfig]]]:
+    """The clusters and flows the cross-checks can look at, even when others are invalid.
+
+    A cluster that failed validation still counts as defined (its own error is already
+    reported; "unknown cluster" for every flow naming it would be noise); a flow that failed
+    is left out of the cross-checks for the same reason.
+    """
+    if config is not None:
+        return dict(config.clusters), list(enumerate(config.flows))
+    clusters: dict[str, ClusterConfig | None] | None = None  # None: no usable `clusters:` at all
+    if isinstance(raw.get("clusters"), dict):
+        clusters = {}
+        for name, body in raw["clusters"].items():
+            try:
+                clusters[str(name)] = ClusterConfig.model_validate(body)
+            except ValidationError:
+                clusters[str(name)] = None
+    flows: list[tuple[int, FlowConfig]] = []
+    if isinstance(raw.get("flows"), list):
+        for i, body in enumerate(raw["flows"]):
+            try:
+                flows.append((i, FlowConfig.model_validate(body)))
+            except ValidationError:
+                pass
+    return clusters, flows
+
+
+def _topology_problems(clusters: Mapping[str, ClusterConfig | None] | None, flows: Sequence[tuple[int, FlowConfig]], canary_topic: str) -> list[ConfigError]:
     """Cross-references pydantic cannot see: cluster names, duplicate flows, loops."""
+    out: list[ConfigError] = []
     names: dict[str, int] = {}
-    for i, flow in enumerate(config.flows):
+    for i, flow in flows:
         for role in ("source", "target"):
             cluster = getattr(flow, role)
-            if cluster not in config.clusters:
-                known = ", ".join(config.clusters)
-                raise ConfigError(f"flows[{i}].{role}", f"unknown cluster {cluster!r}", hint=f"clusters defined: {known}")
+            if clusters is not None and cluster not in clusters:
+                known = ", ".join(clusters)
+                out.append(ConfigError(f"flows[{i}].{role}", f"unknown cluster {cluster!r}", hint=f"clusters defined: {known}"))
         if flow.source == flow.target:
-            raise ConfigError(f"flows[{i}].target", f"source and target are both {flow.source!r}", hint="a flow mirrors between two different clusters")
+            out.append(ConfigError(f"flows[{i}].target", f"source and target are both {flow.source!r}", hint="a flow mirrors between two different clusters"))
         if flow.name in names:
-            raise ConfigError(f"flows[{i}].name", f"duplicate flow name {flow.name!r} (also flows[{names[flow.name]}])", hint="give each flow its own name")
-        names[flow.name] = i
+            out.append(ConfigError(f"flows[{i}].name", f"duplicate flow name {flow.name!r} (also flows[{names[flow.name]}])", hint="give each flow its own name"))
+        else:
+            names[flow.name] = i
     pairs: dict[tuple[str, str], str] = {}
-    for i, flow in enumerate(config.flows):
+    for i, flow in flows:
         pair = (flow.source, flow.target)
         if pair in pairs:
-            raise ConfigError(
+            out.append(ConfigError(
                 f"flows[{i}]",
                 f"flow {flow.name!r} mirrors {flow.source} -> {flow.target} like flow {pairs[pair]!r}",
                 hint="merge their topic patterns into one flow",
-            )
-        pairs[pair] = flow.name
-    edges = [FlowEdge(f.name, f.source, f.target, f.rename, tuple(f.topics.include)) for f in config.flows]
-    collisions = find_identity_collisions(edges)
-    if collisions:
-        a, b = collisions[0]
-        raise ConfigError(
+            ))
+        else:
+            pairs[pair] = flow.name
+    edges = [FlowEdge(f.name, f.source, f.target, f.rename, tuple(f.topics.include)) for _, f in flows]
+    for a, b in find_identity_collisions(edges):
+        out.append(ConfigError(
             "flows",
             f"flows {a} and {b} both write topics with their source names into one target cluster; records from two sources would share a topic",
             hint="use rename: prefix on at least one of them, or make their include patterns disjoint literals",
-        )
-    cycles = find_identity_cycles(edges)
-    if cycles:
-        loop = " -> ".join(cycles[0])
-        raise ConfigError(
+        ))
+    for r in find_relay_collisions(edges):
+        out.append(ConfigError(
             "flows",
-            f"flows {loop} form a loop with rename: identity; a record would be mirrored back to where it came from",
-            hint="use rename: prefix on at least one of them, or make their include patterns disjoint literals",
-        )
+            f"flows {r.relay} and {r.direct} could both write {r.origin}.* topics into {r.target}: {r.relay} relays the copies it receives from {r.origin} under the same names",
+            hint=f"exclude {r.origin}\\..* in {r.relay}, or use rename: prefix on it",
+        ))
+    cycles = find_identity_cycles(edges)
+    canary = ""
+    if not cycles:
+        # The canary topic is mirrored by every flow whatever its patterns, so disjoint
+        # patterns do not keep it from going round an identity cycle forever.
+        cycles = find_identity_cycles(edges, always=[canary_topic])
+        canary = f" (the canary topic {canary_topic!r}, which every flow mirrors, would circulate forever)"
+    for cycle in cycles:
+        loop = " -> ".join(cycle)
+        out.append(ConfigError(
+            "flows",
+            f"flows {loop} form a loop with rename: identity; a record would be mirrored back to where it came from{canary}",
+            hint="use rename: prefix on at least one of them" + ("" if canary else ", or make their include patterns disjoint literals"),
+        ))
+    return out
+
+
+# ---------------------------------------------------------------------------- client settings
+#
+# The engine's guarantees rest on a few librdkafka settings (mirror.kafka.settings and
+# mirror.engine.worker): a flow's `producer:` / `consumer:` overrides, or a cluster's
+# `client:` settings, that switch one of them off are refused here, at load, with the reason.
+# librdkafka also accepts aliases (`request.required.acks` for `acks`) and a `topic.` prefix
+# for topic-level properties (`topic.acks`); both are matched, and values are compared the
+# way librdkafka parses them (case-insensitive; true/t/1, false/f/0).
+
+_ALIASES = {
+    "request.required.acks": "acks",
+    "delivery.timeout.ms": "message.timeout.ms",
+    "max.in.flight": "max.in.flight.requests.per.connection",
+    "message.send.max.retries": "retries",
+    "metadata.broker.list": "bootstrap.servers",
+    "auto.commit.enable": "enable.auto.commit",
+}
+_TRUE, _FALSE = {"true", "t", "1"}, {"false", "f", "0"}
+_INT32_MAX = 2147483647
+
+
+def _text(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value).strip().lower()
+
+
+def _is(allowed: set[str]) -> Callable[[Any], bool]:
+    return lambda v: _text(v) in allowed
+
+
+def _is_exactly(allowed: str) -> Callable[[Any], bool]:
+    return lambda v: str(v).strip() == allowed  # librdkafka matches assignor names case-sensitively
+
+
+def _int_at_most(limit: int) -> Callable[[Any], bool]:
+    return lambda v: _text(v).isdigit() and 1 <= int(_text(v)) <= limit
+
+
+def _never(_: Any) -> bool:
+    return False
+
+
+# canonical name -> (accepted value, why the engine needs it)
+_PRODUCER_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "acks": (_is({"all", "-1"}), "must be all: a source offset is committed once the target acknowledged the records, and with fewer acks a target broker failure loses acknowledged records"),
+    "enable.idempotence": (_is(_TRUE), "must stay true: without it a retried batch can be written twice or out of order"),
+    "enable.gapless.guarantee": (_is(_TRUE), "must stay true: the mirror takes a run of records as acknowledged from its last delivery report, which holds only if a refused record stops the producer instead of leaving a gap"),
+    "message.timeout.ms": (_is({"0"}), "must stay 0 (no limit): a record that times out while the target is unreachable fails the flow instead of waiting for the target"),
+    "retries": (_is({str(_INT32_MAX)}), "must stay unlimited: a target outage longer than the retries fails the flow instead of only growing lag"),
+    "max.in.flight.requests.per.connection": (_int_at_most(5), "must be 1-5: the idempotent producer keeps a partition's order only with at most 5 requests in flight"),
+    "queuing.strategy": (_is({"fifo"}), "must stay fifo: records must reach the target in source order"),
+    "delivery.report.only.error": (_is(_FALSE), "must stay false: source offsets are committed from successful delivery reports, so nothing would ever be committed"),
+    "transactional.id": (_never, "is not supported: the mirror's producer is idempotent, not transactional, and a transactional producer refuses records sent outside a transaction"),
+}
+_CONSUMER_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "isolation.level": (_is({"read_committed"}), "must stay read_committed: with read_uncommitted, records of aborted transactions reach the target"),
+    "enable.auto.commit": (_is(_FALSE), "must stay false: source offsets would be committed before the target acknowledged the records, and a crash would lose them"),
+    "enable.auto.offset.store": (_is(_FALSE), "must stay false: the mirror stores and commits offsets itself, only after the target acknowledged the records"),
+    "auto.offset.reset": (_is({"earliest", "smallest", "beginning"}), "must stay earliest: when the mirror's position is out of range (records deleted before it mirrored them) any other value skips records still on the source"),
+    "group.id": (_never, "cannot be set here: lag, checkpoints and --until-caught-up read the flow's group; set the flow's consumer_group instead"),
+    "group.instance.id": (_never, "is not supported: every worker of a flow runs with these settings, and workers sharing one static member id fence each other"),
+    "group.protocol": (_is({"classic"}), "must stay classic: the mirror hands partitions over with the cooperative-sticky assignor and its own session timeout, which the consumer protocol does not accept"),
+    "partition.assignment.strategy": (_is_exactly("cooperative-sticky"), "must stay cooperative-sticky: the mirror hands partitions over incrementally (only moved partitions pause), which eager assignors do not do"),
+}
+_COMMON_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "allow.auto.create.topics": (_is(_FALSE), "must stay false: the mirror creates target topics itself, with the source's partition count and configs; an auto-created topic gets the broker's defaults"),
+    "bootstrap.servers": (_never, "cannot be set here: the flow's clients must talk to the clusters the flow names; set clusters.NAME.bootstrap instead"),
+}
+
+
+def _setting_problems(path: str, settings: Mapping[str, Any], rules: Mapping[str, tuple[Callable[[Any], bool], str]]) -> list[ConfigError]:
+    out = []
+    for key, value in settings.items():
+        name = key.removeprefix("topic.")
+        name = _ALIASES.get(name, name)
+        rule = rules.get(name)
+        if rule is not None and not rule[0](value):
+            what = name if name == key else f"{name} (which {key} sets)"
+            shown = "" if rule[0] is _never else f"{(_text(value) if isinstance(value, bool) else str(value))!r} "
+            out.append(ConfigError(f"{path}.{key}", f"{shown}refused: {what} {rule[1]}", hint="remove it; the mirror sets what it needs"))
+    return out
+
+
+def _client_problems(clusters: Mapping[str, ClusterConfig | None] | None, flows: Sequence[tuple[int, FlowConfig]]) -> list[ConfigError]:
+    """Client settings that would switch the mirror's guarantees off (see the rules above)."""
+    out: list[ConfigError] = []
+    everything = {**_PRODUCER_RULES, **_CONSUMER_RULES, **_COMMON_RULES}
+    for name, cluster in (clusters or {}).items():
+        if cluster is not None:
+            # A cluster's `client:` settings reach the mirror's producer and consumer too
+            # (under the engine's own, but aliases and settings it does not set get through).
+            out += _setting_problems(f"clusters.{name}.client", cluster.client, everything)
+    for i, flow in flows:
+        out += _setting_problems(f"flows[{i}].producer", flow.producer, {**_PRODUCER_RULES, **_COMMON_RULES})
+        out += _setting_problems(f"flows[{i}].consumer", flow.consumer, {**_CONSUMER_RULES, **_COMMON_RULES})
+    return out
 
 
 _SECRET = re.compile(r"password|secret|token|(^|\.)key$|jaas", re.IGNORECASE)

@@ -11,7 +11,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """Process exit statuses; a contract with scripts and runbooks (DESIGN.md)."""
+    """Process exit statuses; a contract with scripts and runbooks (docs/design.md)."""
 
     OK = 0
     FAILURE = 1  # runtime failure: cluster unreachable past its timeout, fatal produce error
@@ -50,6 +50,18 @@ class ConfigError(UsageError):
     def __init__(self, key: str | None, message: str, *, hint: str | None = None) -> None:
         super().__init__(f"{key}: {message}" if key else message, hint=hint)
         self.key = key
+
+
+class ConfigProblems(ConfigError):
+    """Several things are wrong in the config file: all of them, one line each."""
+
+    def __init__(self, problems: list[ConfigError]) -> None:
+        super().__init__(None, f"{len(problems)} problems in the config:")
+        self.key = problems[0].key
+        self.problems = problems
+
+    def __str__(self) -> str:
+        return "\n".join([self.message, *(f"  {p}" for p in self.problems)])
 
 
 class ClusterUnavailable(MirrorError):

@@ -1,7 +1,7 @@
 """Every Prometheus metric the project exposes, defined in this one module.
 
 Names and labels marked FIXED are a contract with dashboards and alert rules
-(DESIGN.md, "Metric names"); everything else may grow. Each group of metrics is built
+(docs/design.md, "Metric names"); everything else may grow. Each group of metrics is built
 against an explicit `registry` so tests get a fresh `CollectorRegistry` and one process
 can serve the mirror's counters, the canary's and the monitor's side by side.
 
@@ -12,7 +12,7 @@ Three kinds of metric live here:
 * librdkafka client statistics, parsed when a client's `stats_cb` fires and turned into
   samples only when Prometheus scrapes (`ClientStatsCollector`);
 * derived values (lag, status, checkpoint age) computed at scrape time by
-  `mirror.monitor.MonitorCollector`, which builds its families with the `*_family`
+  `mirror.monitor.exporter.MonitorCollector`, which builds its families with the `*_family`
   helpers below so their names are still defined here.
 """
 
@@ -21,15 +21,18 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .acks import AckBatch, SourcePartition
+from mirror.domain.acks import AckBatch, SourcePartition
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,9 @@ CANARY_SENT = "mirror_canary_sent"
 CANARY_RECEIVED = "mirror_canary_received"
 CANARY_LOST = "mirror_canary_lost"
 CANARY_DUPLICATED = "mirror_canary_duplicated"
+CANARY_MISSING = "mirror_canary_missing"  # never arrived: the one canary count that pages
+TOPIC_CONFIG_DRIFT = "mirror_topic_config_drift"
+UNEXPECTED_ERRORS = "mirror_unexpected_errors"  # {where}: failures of no known kind, caught by a loop that carries on
 
 # Canary latencies run from milliseconds (healthy, same region) to minutes (a stopped
 # mirror catching up); the buckets cover both so p99 stays meaningful in an incident.
@@ -55,10 +61,30 @@ CANARY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 # ---------------------------------------------------------------------------- data path counters
 
 
+_unexpected: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
+_unexpected_lock = threading.Lock()
+
+
+def unexpected_errors(registry: CollectorRegistry) -> Counter:
+    """Errors no handler knows (a bug, an unforeseen client failure): each is logged with its
+    traceback by the loop that caught it and carried on from; `where` names that loop. Any
+    increase deserves a look; the loop's own health shows in its other metrics.
+
+    One counter per registry, shared: `mirror run`'s and the canary's metrics may be served
+    from one registry, and a name can be registered only once in it.
+    """
+    with _unexpected_lock:
+        counter = _unexpected.get(registry)
+        if counter is None:
+            counter = _unexpected[registry] = Counter(UNEXPECTED_ERRORS, "Errors of no known kind, logged with a traceback by the loop that caught them (where) and carried on from.", ["where"], registry=registry)
+        return counter
+
+
 class MirrorMetrics:
     """Counters of `mirror run`, incremented per acknowledged batch (never per record)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.unexpected = unexpected_errors(registry)  # where="checkpointer"
         self.records = Counter(RECORDS_TOTAL, "Records acknowledged by the target (topic = source topic).", ["flow", "topic"], registry=registry)
         self.bytes = Counter(BYTES_TOTAL, "Key + value bytes acknowledged by the target.", ["flow", "topic"], registry=registry)
         self.last_ack = Gauge(
@@ -76,15 +102,13 @@ class MirrorMetrics:
 
 
 class MetricsListener:
-    """`mirror.acks.AckListener` that turns acknowledgements into counters.
+    """`mirror.domain.acks.AckListener` that turns acknowledgements into counters.
 
     Cheap on purpose: one label lookup per batch (a batch covers one source partition),
     no I/O, never vetoes a commit.
     """
 
-    def __init__(self, metrics: MirrorMetrics, clock: Any = None) -> None:
-        import time
-
+    def __init__(self, metrics: MirrorMetrics, clock: Callable[[], float] | None = None) -> None:
         self._m = metrics
         self._clock = clock or time.time
 
@@ -114,6 +138,38 @@ class MetricsListener:
         return None
 
 
+# ---------------------------------------------------------------------------- topic sync
+
+
+class TopicSyncMetrics:
+    """What `mirror.run.topicsync.TopicSyncer` reports: drift that remains, changes made, failures."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.drift = Gauge(
+            TOPIC_CONFIG_DRIFT,
+            "1 while a target topic's copied configs or partition count differ from its source's "
+            "and the mirror cannot change it (authorization, a broker policy); 0 when in line (topic = source topic).",
+            ["flow", "topic"],
+            registry=registry,
+        )
+        self.changes = Counter("mirror_topic_sync_changes", "Target topic changes made to follow the source (a config set or reset, a partition increase).", ["flow"], registry=registry)
+        self.failures = Counter("mirror_topic_sync_failures", "Target topics the mirror could not bring in line, and sync rounds that failed.", ["flow"], registry=registry)
+        self._topics: dict[str, set[str]] = {}
+
+    def observe(self, flow: str, drift: Mapping[str, int], synced: Sequence[Any]) -> None:
+        for topic in self._topics.get(flow, set()) - set(drift):
+            self.drift.remove(flow, topic)  # no longer mirrored: the series ends
+        self._topics[flow] = set(drift)
+        for topic, value in drift.items():
+            self.drift.labels(flow, topic).set(value)
+        changes = sum(len(s.applied) + (s.grown is not None) for s in synced)
+        if changes:
+            self.changes.labels(flow).inc(changes)
+        failed = sum(1 for s in synced if s.drifting)
+        if failed:
+            self.failures.labels(flow).inc(failed)
+
+
 # ---------------------------------------------------------------------------- canary
 
 
@@ -121,12 +177,14 @@ class CanaryMetrics:
     """Counters and the latency histogram of the canary prober (all FIXED but `late`)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.unexpected = unexpected_errors(registry)  # where="canary_round" or "canary_read"
         self.latency = Histogram(CANARY_LATENCY, "Canary probe latency: produce on the source to read on the target.", ["flow"], buckets=CANARY_BUCKETS, registry=registry)
         self.sent = Counter(CANARY_SENT, "Canary probes acknowledged by the source cluster.", ["flow"], registry=registry)
         self.received = Counter(CANARY_RECEIVED, "Canary probes read on the target (first copy of each).", ["flow"], registry=registry)
-        self.lost = Counter(CANARY_LOST, "Canary probes declared lost: a later sequence number arrived first, or none within max_latency.", ["flow"], registry=registry)
+        self.lost = Counter(CANARY_LOST, "Canary probes not seen within max_latency, or overtaken by a later one: late (see _late_total) or missing (see _missing_total). Probes sent before the flow's route existed are never counted.", ["flow"], registry=registry)
         self.duplicated = Counter(CANARY_DUPLICATED, "Canary probes read on the target more than once.", ["flow"], registry=registry)
-        self.late = Counter("mirror_canary_late", "Canary probes that arrived after max_latency (each was counted lost first).", ["flow"], registry=registry)
+        self.late = Counter("mirror_canary_late", "Canary probes that arrived after max_latency (each was counted lost first): slow, not lost.", ["flow"], registry=registry)
+        self.missing = Counter(CANARY_MISSING, "Canary probes that never arrived: overtaken by a later probe of their partition and still absent after max_latency (loss).", ["flow"], registry=registry)
         self.send_errors = Counter("mirror_canary_send_errors", "Canary probes the source cluster refused (not expected on the target).", ["flow"], registry=registry)
         self.outstanding = Gauge("mirror_canary_outstanding", "Probes sent and neither received nor declared lost yet.", ["flow"], registry=registry)
         self.max_latency = Gauge("mirror_canary_max_latency_seconds", "The configured canary.max_latency (alert rules compare p99 with it).", ["flow"], registry=registry)
@@ -299,7 +357,7 @@ class ClientStatsCollector(Collector):
         except (ValueError, TypeError, AttributeError) as exc:  # a malformed document must not break the client's poll loop
             log.warning("cannot parse librdkafka statistics of flow %s %s: %s", flow, role, exc)
 
-    def stats_cb(self, flow: str, role: str) -> Any:
+    def stats_cb(self, flow: str, role: str) -> Callable[[str], None]:
         """A `stats_cb` for a confluent-kafka client config (one argument: the JSON)."""
         return lambda raw: self.on_stats(flow, role, raw)
 
@@ -359,15 +417,13 @@ class FlowStateCollector(Collector):
 # ---------------------------------------------------------------------------- serving
 
 
-def serve(port: int, host: str = "127.0.0.1", registry: CollectorRegistry | None = None) -> Any:
+def serve(port: int, host: str = "127.0.0.1", registry: CollectorRegistry | None = None) -> WSGIServer:
     """Serve `registry` on http://host:port/metrics in a daemon thread.
 
     Returns the server: `server.server_port` is the bound port (useful with port 0) and
     `server.shutdown()` stops it. The default host is loopback; `metrics.host` in the
     config (0.0.0.0 in containers) is what the CLI passes.
     """
-    from prometheus_client import REGISTRY, start_http_server
-
     server, _thread = start_http_server(port, addr=host, registry=registry if registry is not None else REGISTRY)
     log.info("serving metrics on http://%s:%s/metrics", host, server.server_port)
     return server
@@ -381,9 +437,10 @@ class RunMetrics:
     mirror: MirrorMetrics
     stats: ClientStatsCollector
     listener: MetricsListener
+    topic_sync: TopicSyncMetrics
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> RunMetrics:
         reg = registry if registry is not None else CollectorRegistry()
         m = MirrorMetrics(reg)
-        return cls(reg, m, ClientStatsCollector(reg), MetricsListener(m))
+        return cls(reg, m, ClientStatsCollector(reg), MetricsListener(m), TopicSyncMetrics(reg))

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from mirror import config as cfg
 from mirror import metrics as m
-from mirror import monitor
+from mirror.monitor import exporter as monitor
 from tests.integration.test_lag_monitor import _produce, _topic
 from tests.support.metrics import poll
 from tests.support.prometheus import PrometheusServer

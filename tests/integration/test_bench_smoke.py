@@ -3,7 +3,7 @@
 The harness starts its own pair of clusters (on free ports, like the session fixture), so
 this test does not use the `clusters` fixture. It checks shape and completeness: every
 contender row has its figures, every run copied every record intact, and the rows that
-cannot run say why. Speed is never asserted (DESIGN.md: measured by bench/, not by tests).
+cannot run say why. Speed is never asserted (docs/design.md: measured by bench/, not by tests).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ def _yaml(unique: str) -> str:
     source: src
     target: dst
     topics: {{include: ["none-{unique}"]}}
+    refresh_interval: 1s  # probes are graded once a mirror could have seen the topic
 canary: {{topic: canary-{unique}, interval: 1s, max_latency: 2s}}
 """
 

@@ -9,7 +9,8 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from mirror.cli import main
-from mirror.devcluster import DevClusters, pid_alive, port_free
+from mirror.devenv.common import pid_alive, port_free
+from mirror.devenv.kafka import DevClusters
 from tests.support.clusters import free_base_port
 
 

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from mirror.checkpointer import GroupCheckpointer
 from mirror.cli import main
 from mirror.config import load, parse
+from mirror.run.checkpointer import GroupCheckpointer
 from mirror.store import open_store
 from tests.support.kafkautil import create_topic, read_partition, wait_for
 from tests.support.metrics import poll, scrape, total

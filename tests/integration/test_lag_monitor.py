@@ -17,11 +17,11 @@ from prometheus_client import CollectorRegistry
 
 from mirror import config as cfg
 from mirror import metrics as m
-from mirror import monitor
 from mirror.cli import main
-from mirror.devcluster import port_free
+from mirror.devenv.common import port_free
 from mirror.errors import MirrorError
 from mirror.kafka import Admin
+from mirror.monitor import exporter as monitor
 from tests.support.metrics import scrape, total
 
 pytestmark = pytest.mark.timeout(240)
@@ -199,7 +199,7 @@ canary: {{topic: canary-{unique}}}
 
 
 def test_checkpoint_age_and_group_lag_on_metrics(clusters, write_config, unique, tmp_path, monkeypatch):
-    from mirror.offsetmap import Checkpoint
+    from mirror.domain.offsetmap import Checkpoint
     from mirror.store import open_store
 
     monkeypatch.chdir(tmp_path)

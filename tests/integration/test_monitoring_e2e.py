@@ -18,9 +18,9 @@ from prometheus_client import CollectorRegistry
 from canary.prober import Prober
 from mirror import config as cfg
 from mirror import metrics as m
-from mirror import monitor
 from mirror.cli import main
 from mirror.kafka import Admin
+from mirror.monitor import exporter as monitor
 from tests.integration.test_lag_monitor import _produce, _topic
 from tests.support.metrics import poll, scrape, total
 from tests.support.mirrorproc import MirrorProcess as Mirror

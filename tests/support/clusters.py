@@ -1,4 +1,4 @@
-"""Session-wide real Kafka clusters for the integration tests, started by `mirror.devcluster`.
+"""Session-wide real Kafka clusters for the integration tests, started by `mirror.devenv.kafka`.
 
 Ports are chosen free at start (never the dev defaults 19092/19192), so a developer's
 running `mirror dev` clusters and a second test run on the same machine do not clash.
@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mirror.devcluster import PORT_STEP, DevClusters, port_free
+from mirror.devenv.common import port_free
+from mirror.devenv.kafka import PORT_STEP, DevClusters
 
 
 def free_base_port(count: int, *, extra_below: int = 50) -> int:
@@ -61,7 +62,7 @@ def start_clusters(home: Path, names: Sequence[str], *, cassandra: bool = False)
 
 def start_cassandra(home: Path):
     """One dev Cassandra node on a free native/storage port pair (never the dev default 19042)."""
-    from mirror.devcassandra import CassandraNode
+    from mirror.devenv.cassandra import CassandraNode
 
     rng = random.Random()
     for _ in range(200):

@@ -22,7 +22,7 @@ class Rec:
         return tuple(h for h in self.headers if h[0] != "mirror.origin")
 
     def provenance(self) -> dict[str, str] | None:
-        from mirror.pipeline import provenance
+        from mirror.domain.route import provenance
 
         return provenance(self.headers)
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mirror.devcluster import spawn_prefix
+from mirror.devenv.common import spawn_prefix
 
 
 class MirrorProcess:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from mirror.devcluster import spawn_prefix
+from mirror.devenv.common import spawn_prefix
 
 
 def free_port() -> int:

@@ -133,3 +133,73 @@ def test_force_expire_and_bounded_memory():
     lg2.expire()
     assert lg2.receive(q) is Outcome.FOREIGN  # too old to judge
     assert p.seq == 0
+
+
+# -- issue 15: a probe the mirror could not yet have mirrored is never loss; loss != lateness
+
+
+def test_probes_sent_before_the_route_exists_are_never_lost_nor_timed():
+    clock = Clock()
+    lg = Ledger("nyc-to-sf", 4.0, clock, route_grace=34.0)  # refresh 30 s + max_latency 4 s
+    early = []
+    for _ in range(27):  # the mirror picks the fresh canary topic up 27 s late
+        early.append(send(lg, 0))
+        clock.now += 1
+        lg.expire()
+    assert lg.counts.lost == 0 and lg.counts.missing == 0
+    # The mirror subscribes and copies the whole backlog, in order: all received, none late.
+    outcomes = [lg.receive(p) for p in early]
+    assert outcomes == [Outcome.EARLY] * 23 + [Outcome.RECEIVED] * 4  # the last 4 were sent within max_latency
+    assert lg.counts.received == 27 and lg.counts.late == 0 and lg.counts.lost == 0
+    assert max(lg.drain_latencies()) <= 4.0  # the wait for the route is not mirror latency
+    # From now on the route is known: a probe is graded as usual.
+    send(lg, 0)
+    clock.now += 5
+    assert lg.expire() == 1 and lg.counts.lost == 1
+
+
+def test_route_grace_runs_out_without_any_arrival():
+    clock = Clock()
+    lg = Ledger("f", 4.0, clock, route_grace=10.0)
+    e = send(lg, 0)
+    clock.now += 10
+    graded = send(lg, 0)  # the mirror had a whole refresh interval: this one counts
+    clock.now += 5
+    assert lg.expire() == 1  # only the graded one is declared lost
+    assert lg.counts.lost == 1
+    assert lg.receive(graded) is Outcome.LATE  # overtakes the early one, which is not loss
+    clock.now += 10
+    lg.expire()
+    assert lg.counts.missing == 0
+    assert lg.receive(e) is Outcome.EARLY
+
+
+def test_missing_is_a_gap_overtaken_and_still_absent_after_max_latency():
+    lg, clock = ledger(max_latency=4)
+    _, _, c = send(lg, 0), send(lg, 0), send(lg, 0)
+    clock.now += 1
+    assert lg.receive(c) is Outcome.RECEIVED  # a and b overtaken: lost at once, not yet missing
+    assert lg.counts.lost == 2 and lg.counts.missing == 0
+    lg.expire()
+    assert lg.counts.missing == 0  # only 1 s old
+    clock.now += 4
+    lg.expire()
+    assert lg.counts.missing == 2 and lg.counts.late == 0
+    lg.expire()
+    assert lg.counts.missing == 2  # counted once
+
+
+def test_a_stopped_mirror_makes_probes_late_never_missing():
+    lg, clock = ledger(max_latency=4)
+    probes = []
+    for _ in range(10):
+        probes.append(send(lg, 0))
+        clock.now += 1
+        lg.expire()
+    assert lg.counts.lost == 6  # not seen within 4 s
+    for p in probes:  # the mirror is back and copies the backlog in order
+        lg.receive(p)
+        lg.expire()
+    clock.now += 60
+    lg.expire()
+    assert lg.counts.received == 10 and lg.counts.late == 6 and lg.counts.missing == 0

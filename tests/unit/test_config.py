@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from mirror import config
+from mirror.domain.naming import RenamePolicy
 from mirror.errors import ConfigError
-from mirror.naming import RenamePolicy
 
 BASE = """\
 clusters:
@@ -72,14 +72,46 @@ flows:
     assert len(config.parse(text, env={}).flows) == 2
 
 
-def test_identity_both_ways_with_disjoint_literals_is_allowed():
+def test_identity_both_ways_loops_the_canary_even_with_disjoint_literals():
+    """Every flow mirrors the canary topic: identity both ways would bounce its probes forever."""
     text = """\
 clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}
 flows:
   - {name: a, source: nyc, target: sf, rename: identity, topics: {include: ["orders"]}}
   - {name: b, source: sf, target: nyc, rename: identity, topics: {include: ["users"]}}
 """
+    with pytest.raises(ConfigError, match=r"flows a -> b form a loop .*canary topic 'mirror-canary'"):
+        config.parse(text, env={})
+    # One direction prefixed: the canary comes back as nyc.mirror-canary once and stops there.
+    assert len(config.parse(text.replace("rename: identity, topics: {include: [\"users\"]}", "rename: prefix, topics: {include: [\"users\"]}"), env={}).flows) == 2
+
+
+def test_chain_spoke_hub_dr_is_allowed():
+    text = """\
+clusters: {spoke: {bootstrap: "a:1"}, hub: {bootstrap: "b:1"}, dr: {bootstrap: "c:1"}}
+flows:
+  - {name: spoke-to-hub, source: spoke, target: hub, rename: prefix, topics: {include: [".*"]}}
+  - {name: hub-to-dr, source: hub, target: dr, rename: identity, topics: {include: [".*"]}}
+"""
     assert len(config.parse(text, env={}).flows) == 2
+
+
+RELAY = """\
+clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}, dr: {bootstrap: "c:1"}}
+flows:
+  - {name: nyc-to-sf, source: nyc, target: sf, topics: {include: [".*"]}}
+  - {name: sf-to-nyc, source: sf, target: nyc, topics: {include: [".*"]}}
+  - {name: nyc-to-dr, source: nyc, target: dr, rename: identity, topics: {include: [INCLUDE]}}
+  - {name: sf-to-dr, source: sf, target: dr, rename: prefix, topics: {include: [".*"]}}
+"""
+
+
+def test_identity_relay_of_prefixed_copies_into_a_target_fed_by_their_origin_is_rejected():
+    """nyc holds sf.orders (from sf-to-nyc); nyc-to-dr copies it to dr as sf.orders, and so does sf-to-dr."""
+    with pytest.raises(ConfigError, match=r"flows nyc-to-dr and sf-to-dr could both write sf\.\* topics into dr"):
+        config.parse(RELAY.replace("INCLUDE", '".*"'), env={})
+    # Patterns that cannot select a sf.* name relay nothing of sf's.
+    assert len(config.parse(RELAY.replace("INCLUDE", '"orders", "users"'), env={}).flows) == 4
 
 
 def test_relative_sqlite_path_is_taken_from_the_config_file(tmp_path, monkeypatch):

@@ -32,7 +32,7 @@ PROMETHEUS = DOCKER / "prometheus" / "prometheus.yml"
 DASHBOARDS = DOCKER / "grafana" / "dashboards"
 TOPOLOGY_IN_CONTAINER = "/etc/mirror/mirror.yaml"
 
-# DESIGN.md, "Metric names": fixed names as Prometheus stores them (counters with _total,
+# docs/design.md, "Metric names": fixed names as Prometheus stores them (counters with _total,
 # the histogram as its _bucket/_sum/_count series).
 DESIGN_SERIES = {
     "mirror_records_total",

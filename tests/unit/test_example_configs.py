@@ -14,9 +14,9 @@ import yaml
 
 from mirror import config as cfg
 from mirror.cli import main
+from mirror.domain.naming import RenamePolicy, would_loop
+from mirror.domain.topics import match_topics
 from mirror.errors import ConfigError
-from mirror.naming import RenamePolicy, would_loop
-from mirror.topics import match_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"

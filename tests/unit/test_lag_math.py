@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mirror.burrow import Evaluator
-from mirror.lag import (
+from mirror.domain.burrow import Evaluator
+from mirror.domain.lag import (
     FlowLag,
     PartitionLag,
     effective_position,

@@ -9,7 +9,7 @@ import urllib.request
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from mirror.acks import AckBatch
+from mirror.domain.acks import AckBatch
 from mirror.metrics import (
     CanaryMetrics,
     ClientStatsCollector,

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
-from mirror.naming import (
+from mirror.domain.naming import (
     FlowEdge,
+    RelayCollision,
     RenamePolicy,
     TopicFilter,
     find_identity_cycles,
+    find_relay_collisions,
     origin_chain,
     source_topic,
     target_topic,
@@ -61,3 +63,27 @@ def test_identity_cycle_detection():
     c2 = FlowEdge("2", "sf", "hub", RenamePolicy.IDENTITY, (".*",))
     c3 = FlowEdge("3", "hub", "nyc", RenamePolicy.IDENTITY, (".*",))
     assert find_identity_cycles([c1, c2, c3]) == [["1", "2", "3"]]
+
+
+def test_identity_cycles_through_the_always_mirrored_canary():
+    a = FlowEdge("a", "nyc", "sf", RenamePolicy.IDENTITY, ("orders",))
+    b = FlowEdge("b", "sf", "nyc", RenamePolicy.IDENTITY, ("users",))
+    assert find_identity_cycles([a, b]) == []
+    assert find_identity_cycles([a, b], always=["mirror-canary"]) == [["a", "b"]]
+    assert find_identity_cycles([a, FlowEdge("b", "sf", "nyc", RenamePolicy.PREFIX, ("users",))], always=["mirror-canary"]) == []
+
+
+def test_relay_collisions_follow_prefixed_names_through_the_topology():
+    # sf's topics reach nyc as sf.x; an identity flow nyc -> dr carries them on as sf.x,
+    # which is exactly what the prefixing flow sf -> dr writes.
+    aa = [FlowEdge("n2s", "nyc", "sf", RenamePolicy.PREFIX, (".*",)), FlowEdge("s2n", "sf", "nyc", RenamePolicy.PREFIX, (".*",))]
+    relay = FlowEdge("n2dr", "nyc", "dr", RenamePolicy.IDENTITY, (".*",))
+    direct = FlowEdge("s2dr", "sf", "dr", RenamePolicy.PREFIX, (".*",))
+    assert find_relay_collisions([*aa, relay, direct]) == [RelayCollision("n2dr", "s2dr", "dr", "sf")]
+    # Without the flow bringing sf.* names to nyc there is nothing to relay.
+    assert find_relay_collisions([aa[0], relay, direct]) == []
+    # A relay whose patterns cannot select sf.* names.
+    assert find_relay_collisions([*aa, FlowEdge("n2dr", "nyc", "dr", RenamePolicy.IDENTITY, ("orders",)), direct]) == []
+    # A longer path: sf -> hub (prefix) -> nyc (identity) -> dr (identity) still carries sf.*.
+    longer = [FlowEdge("s2h", "sf", "hub", RenamePolicy.PREFIX, (".*",)), FlowEdge("h2n", "hub", "nyc", RenamePolicy.IDENTITY, (".*",)), relay, direct]
+    assert find_relay_collisions(longer) == [RelayCollision("n2dr", "s2dr", "dr", "sf")]

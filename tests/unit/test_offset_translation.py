@@ -1,4 +1,4 @@
-"""Offset translation (DESIGN.md invariants 2-3) and the failover plan math: no network."""
+"""Offset translation (docs/design.md invariants 2-3) and the failover plan math: no network."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from failover.plan import (
     mirrored_end_from_target,
     plan_partition,
 )
-from mirror.offsetmap import OffsetSync, translate
+from mirror.domain.offsetmap import OffsetSync, translate
 
 
 def rows(*pairs: tuple[int, int]) -> list[OffsetSync]:

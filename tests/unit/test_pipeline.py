@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from mirror import config
-from mirror.pipeline import HEADER_ORIGIN, provenance, route
+from mirror.domain.route import HEADER_ORIGIN, provenance, route
 
 TEXT = """\
 clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}

@@ -7,10 +7,10 @@ from __future__ import annotations
 import threading
 
 from mirror import config
-from mirror.engine import FlowWorker, _Partition, _Segment
+from mirror.domain.offsetmap import OffsetSync, translate
+from mirror.domain.route import route
+from mirror.engine.worker import FlowWorker, _Partition, _Segment
 from mirror.kafka import KafkaError
-from mirror.offsetmap import OffsetSync, translate
-from mirror.pipeline import route
 
 TEXT = """\
 clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}
@@ -142,7 +142,7 @@ class Produced:
 
 def test_forward_asks_for_reports_only_at_segment_edges_and_closes_before_an_error_event():
     w, st = worker_and_partition()
-    w._producer = Produced()
+    w._producer = st.producer = Produced()
     eof = KafkaError(KafkaError._PARTITION_EOF)
     w._forward([Msg(0), Msg(1), Msg(2), Msg(-1, error=eof), Msg(3), Msg(4)])
     asked = [(v, cb.func.__name__ if cb else None) for v, cb in w._producer.calls]

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from mirror.acks import AckBatch
 from mirror.config import SqliteStoreConfig
+from mirror.domain.acks import AckBatch
+from mirror.domain.offsetmap import Checkpoint, OffsetSync
 from mirror.errors import OffsetStoreError
-from mirror.offsetmap import Checkpoint, OffsetSync
-from mirror.recorder import OffsetMapRecorder
+from mirror.run.recorder import OffsetMapRecorder
 from mirror.store import SqliteStore, open_store
 
 
@@ -52,10 +52,11 @@ class FlakyStore:
         self.down = False
         self.rows: list[OffsetSync] = []
 
-    def write_syncs(self, flow: str, rows: Sequence[OffsetSync]) -> None:
+    def write_syncs(self, flow: str, rows: Sequence[OffsetSync], tips: Sequence[OffsetSync] = ()) -> None:
         if self.down:
             raise OffsetStoreError("store is down")
         self.rows += rows
+        self.tips = {(t.topic, t.partition): t for t in tips}
 
     def close(self) -> None:
         pass
@@ -111,7 +112,7 @@ def test_recorder_reset_deletes_old_rows_before_new_ones(tmp_path: Path) -> None
 
 
 def test_sync_window_and_group_patterns(tmp_path: Path) -> None:
-    from mirror.checkpointer import matching_groups, sync_window
+    from mirror.run.checkpointer import matching_groups, sync_window
 
     store = SqliteStore(tmp_path / "o.db")
     store.write_syncs("f", [OffsetSync("t", 0, 0, 0), OffsetSync("t", 0, 20, 10)])
@@ -146,3 +147,24 @@ def test_workers_opening_one_new_store_at_once_all_succeed(tmp_path: Path) -> No
     script = Path(__file__).resolve().parents[1] / "support" / "store_race.py"
     done = subprocess.run([sys.executable, str(script), str(tmp_path), "40", "6"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_bulk_windows_match_the_one_by_one_reads(tmp_path: Path) -> None:
+    """`sync_windows` (three statements for any number of partitions) answers what
+    `floor_sync`/`next_sync`/`floor_sync(NEWEST)` answer partition by partition."""
+    from mirror.store import NEWEST, SqliteStore, sync_window, sync_windows
+
+    store = SqliteStore(tmp_path / "w.db")
+    store.write_syncs("f", [OffsetSync("t", 0, 0, 0), OffsetSync("t", 0, 20, 10), OffsetSync("t", 0, 40, 35), OffsetSync("u", 3, 7, 9)])
+    store.write_syncs("other", [OffsetSync("t", 0, 5, 500)])  # another flow's rows never leak in
+    positions = {("t", 0): 25, ("u", 3): 1, ("u", 3 + 1): 4, ("v", 0): 0}
+    got = sync_windows(store, "f", positions)
+    assert set(got) == set(positions)
+    for (t, p), pos in positions.items():
+        assert got[(t, p)].rows == sync_window(store, "f", t, p, pos)
+        assert got[(t, p)].newest == store.floor_sync("f", t, p, NEWEST)
+    assert got[("t", 0)].floor == OffsetSync("t", 0, 20, 10) and got[("t", 0)].next == OffsetSync("t", 0, 40, 35)
+    assert got[("u", 3)].floor is None and got[("u", 3)].next == OffsetSync("u", 3, 7, 9)
+    assert sync_windows(store, "f", {}) == {}
+    assert sync_windows(store, "f", {("t", 0): 0})[("t", 0)].rows == [OffsetSync("t", 0, 0, 0), OffsetSync("t", 0, 20, 10)]  # reused temp table
+    store.close()

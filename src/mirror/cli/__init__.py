@@ -7,6 +7,7 @@ modules; `failover` and `canary` are separate packages mounted at the root.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -16,7 +17,8 @@ from typing import Any
 
 import click
 
-from ..errors import ExitCode, MirrorError
+from mirror import config as cfg
+from mirror.errors import ExitCode, MirrorError
 
 log = logging.getLogger("mirror")
 
@@ -26,12 +28,10 @@ class AppContext:
 
     def __init__(self, debug: bool) -> None:
         self.debug = debug
-        self._config: Any = None
+        self._config: cfg.Config | None = None
         self.config_path: Path | None = None
 
-    def config(self, path: str | Path) -> Any:
-        from .. import config as cfg
-
+    def config(self, path: str | Path) -> cfg.Config:
         if self._config is None or self.config_path != Path(path):
             self._config = cfg.load(path)
             self.config_path = Path(path)
@@ -67,8 +67,6 @@ class _LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self._lazy:
-            import importlib
-
             module, _, attr = self._lazy[name].partition(":")
             return getattr(importlib.import_module(module), attr)
         return super().get_command(ctx, name)
@@ -84,6 +82,7 @@ _COMMANDS = {
     "topics": "mirror.cli.topics:topics",
     "failover": "failover.cli:failover",
     "failback": "failover.cli:failback",
+    "drill": "mirror.cli.drill:drill",
 }
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..devcluster import DEFAULT_BASE_PORT, DEFAULT_HOME, DevClusters
+from mirror.devenv.kafka import DEFAULT_BASE_PORT, DEFAULT_HOME, DevClusters
 
 home_option = click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_HOME, show_default=True, help="Data, logs and pid files.")
 
@@ -21,13 +21,17 @@ def dev() -> None:
 @click.option("--clusters", default="nyc,sf", show_default=True, help="Comma-separated cluster names; cluster i listens on base-port + 100*i.")
 @click.option("--cassandra", is_flag=True, help="Also run one Cassandra node (on base-port - 50).")
 @click.option("--base-port", type=click.IntRange(1024, 65000), default=DEFAULT_BASE_PORT, show_default=True)
+@click.option(
+    "--broker-config", "broker_config", multiple=True, metavar="KEY=VALUE",
+    help="A server.properties line for every broker (repeatable), e.g. auto.create.topics.enable=false. Brokers otherwise run with Kafka's defaults.",
+)
 @home_option
-def up(clusters: str, cassandra: bool, base_port: int, home: Path) -> None:
+def up(clusters: str, cassandra: bool, base_port: int, broker_config: tuple[str, ...], home: Path) -> None:
     """Start the clusters; return once each answers metadata and accepts a topic."""
     names = [n.strip() for n in clusters.split(",") if n.strip()]
     if not names or len(set(names)) != len(names):
         raise click.BadParameter("give distinct, comma-separated names, e.g. nyc,sf", param_hint="--clusters")
-    result = DevClusters(home).up(names, base_port, cassandra=cassandra)
+    result = DevClusters(home).up(names, base_port, cassandra=cassandra, broker_config=parse_broker_config(broker_config))
     for name, c in result.status["clusters"].items():
         if name in names:
             what = "already running" if name in result.already_running else "started"
@@ -37,6 +41,18 @@ def up(clusters: str, cassandra: bool, base_port: int, home: Path) -> None:
         what = "already running" if "cassandra" in result.already_running else "started"
         click.echo(f"cassandra: {cas['contact_point']} ({what}; log {cas['log']})")
     click.echo(f"Stop with: mirror dev down --home {home}")
+
+
+def parse_broker_config(items: tuple[str, ...]) -> dict[str, str]:
+    """`KEY=VALUE` pairs; a later KEY wins. Anything else is a usage error naming the item."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(c.isspace() for c in key) or "\n" in value:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE (e.g. auto.create.topics.enable=false)", param_hint="--broker-config")
+        out[key] = value.strip()
+    return out
 
 
 @dev.command()

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from typing import Any
 
 import click
 
-from ..burrow import NOT_JUDGED, Evaluator
-from ..lag import FlowLag, TimestampCache, gather_flow, judge
-from . import AppContext, config_option, json_option, pass_app
+from mirror.cli import AppContext, config_option, json_option, pass_app
+from mirror.domain.burrow import NOT_JUDGED, Evaluator
+from mirror.domain.lag import FlowLag, judge
+from mirror.kafka import Admin, PartitionReader
+from mirror.monitor.gather import TimestampCache, gather_flow
+from mirror.store import open_optional
 
 
 @click.command()
@@ -24,14 +26,11 @@ from . import AppContext, config_option, json_option, pass_app
 @pass_app
 def lag(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: bool, watch: bool, interval: float, count: int | None) -> None:
     """Per partition: source end, mirrored position, target end, lag in records and seconds, status."""
-    from ..kafka import Admin, PartitionReader
-    from ..monitor import open_store_if_any
-
     config = app.config(config_path)
     selected = config.select_flows(flows)
-    admins: dict[str, Any] = {}
+    admins: dict[str, Admin] = {}
 
-    def admin(name: str) -> Any:
+    def admin(name: str) -> Admin:
         if name not in admins:
             admins[name] = Admin(name, config.clusters[name])
         return admins[name]
@@ -39,7 +38,7 @@ def lag(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: boo
     readers = {f.name: PartitionReader(f"{f.source}-lag-{f.name}", config.clusters[f.source]) for f in selected}
     caches = {f.name: TimestampCache() for f in selected}
     evaluators = {f.name: Evaluator(min_span=3 * f.commit_interval) for f in selected}
-    store = open_store_if_any(config)
+    store = open_optional(config)
     stop = threading.Event()
     rounds = 0
     try:

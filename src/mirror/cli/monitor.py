@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from . import AppContext, config_option, pass_app
+from mirror.cli import AppContext, config_option, pass_app
+from mirror.monitor import exporter as mon
 
 
 @click.command()
@@ -20,8 +21,6 @@ from . import AppContext, config_option, pass_app
 @pass_app
 def monitor(app: AppContext, config_path: Path, port: int | None, host: str | None, flows: tuple[str, ...], scrape_timeout: float) -> None:
     """Serve lag, flow status and checkpoint ages on /metrics, computed at each scrape."""
-    from .. import monitor as mon
-
     config = app.config(config_path)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import click
 
-from ..errors import ExitCode
-from . import AppContext, config_option, pass_app
+from mirror.cli import AppContext, config_option, pass_app
+from mirror.errors import ExitCode
+from mirror.run.daemon import run_flows
+from mirror.run.supervisor import stop_with_supervisor, supervise
 
 
 @click.command()
@@ -37,8 +39,6 @@ def run(app: AppContext, config_path: Path, flows: tuple[str, ...], until_caught
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         if workers > 1:
-            from ..supervisor import supervise
-
             argv = ["run", "-c", str(config_path), *[a for f in flows for a in ("--flow", f)]]
             if until_caught_up:
                 argv.append("--until-caught-up")
@@ -48,9 +48,6 @@ def run(app: AppContext, config_path: Path, flows: tuple[str, ...], until_caught
                 argv.insert(0, "--debug")
             rc = supervise(argv, workers, metrics_port=metrics_port, stop=stop)
         else:
-            from ..daemon import run_flows
-            from ..supervisor import stop_with_supervisor
-
             stop_with_supervisor(stop)
             run_flows(config, selected, stop=stop, until_caught_up=until_caught_up, metrics_port=metrics_port, offset_store=not no_offset_store)
             rc = ExitCode.OK

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from ..errors import ClusterUnavailable
-from ..kafka import Admin
-from ..topics import match_topics
-from . import AppContext, config_option, json_option, pass_app
+from mirror.cli import AppContext, config_option, json_option, pass_app
+from mirror.domain.topics import match_topics
+from mirror.errors import ClusterUnavailable
+from mirror.kafka import Admin
 
 
 @click.command()

@@ -1,0 +1,110 @@
+"""`python -m bench.limits`: does a topic with a small `max.message.bytes` mirror as fast as
+an unrestricted one?
+
+The broker checks each producer batch whole against the target topic's limit, so the mirror
+gives such topics a producer of their own with batches that fit (issue 10). This measures
+the cost: two source topics with the same records (N x 1 KiB random values, P partitions),
+one unrestricted and one with `max.message.bytes=65536` (copied to its target), each
+mirrored by `mirror run --until-caught-up` into a fresh target topic, in alternating rounds
+so a drift of the machine's load hits both alike. Prints records/s per run and the medians.
+
+Starts its own two clusters on free loopback ports in a temporary directory and always
+stops them. Figures on a loaded 2-core machine move a lot: compare the two columns of the
+same run, not runs of different days.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.harness import _free_base_port
+from mirror.devenv.kafka import DevClusters
+
+
+def _produce(bootstrap: str, topic: str, records: int, partitions: int, size: int, limit: int | None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    cfg = {"max.message.bytes": str(limit)} if limit else {}
+    admin.create_topics([NewTopic(topic, partitions, 1, config=cfg)])[topic].result(60)
+    # batches that fit the restricted topic, for both topics: the same source layout
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 60000, "enable.idempotence": True})
+    payload = os.urandom(size * 64)
+    for i in range(records):
+        j = (i * 7919) % 63 * size
+        while True:
+            try:
+                p.produce(topic, value=payload[j : j + size] + i.to_bytes(8, "big"), partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.1)
+    assert p.flush(120) == 0
+
+
+def _mirror(src: str, dst: str, topic: str, run: int, workdir: Path) -> float:
+    cfg = workdir / f"{topic}-{run}.yaml"
+    cfg.write_text(f"""\
+clusters:
+  src: {{bootstrap: "{src}"}}
+  dst: {{bootstrap: "{dst}"}}
+flows:
+  - name: b-{topic}-{run}
+    source: src
+    target: dst
+    consumer_group: bench-{topic}-{run}
+    rename: prefix
+    topics: {{include: ["{topic}"]}}
+offset_store: {{kind: sqlite, path: "{workdir / f'o-{topic}-{run}.db'}"}}
+""")
+    # each run writes a fresh target topic: delete the previous one first
+    admin = AdminClient({"bootstrap.servers": dst})
+    if f"src.{topic}" in admin.list_topics(timeout=10).topics:
+        admin.delete_topics([f"src.{topic}"], operation_timeout=30)[f"src.{topic}"].result(60)
+        deadline = time.monotonic() + 60
+        while f"src.{topic}" in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
+            time.sleep(0.5)
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-m", "mirror", "run", "-c", str(cfg), "--until-caught-up"], check=True, timeout=900)
+    return time.monotonic() - t0
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=50_000)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--limit", type=int, default=65536)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-limits-") as tmp:
+        dev = DevClusters(Path(tmp) / "clusters")
+        status = dev.up(["src", "dst"], _free_base_port(2)).status
+        try:
+            src, dst = (status["clusters"][n]["bootstrap"] for n in ("src", "dst"))
+            plain, small = "plain", "small"
+            _produce(src, plain, args.records, args.partitions, args.size, None)
+            _produce(src, small, args.records, args.partitions, args.size, args.limit)
+            rates: dict[str, list[float]] = {plain: [], small: []}
+            for run in range(args.reps):
+                for topic in (plain, small) if run % 2 == 0 else (small, plain):
+                    secs = _mirror(src, dst, topic, run, Path(tmp))
+                    rates[topic].append(args.records / secs)
+                    print(f"run {run + 1} {topic:>6}: {args.records / secs:>9,.0f} records/s ({secs:.1f} s, incl. ~start-up)", flush=True)
+            print(f"\n{args.records:,} x {args.size} B random records, {args.partitions} partitions, load average {os.getloadavg()[0]:.1f}")
+            for topic, label in ((plain, "unrestricted"), (small, f"max.message.bytes={args.limit}")):
+                r = rates[topic]
+                print(f"{label:>26}: median {statistics.median(r):>9,.0f} records/s (min {min(r):,.0f}, max {max(r):,.0f})")
+        finally:
+            dev.down()
+
+
+if __name__ == "__main__":
+    main()

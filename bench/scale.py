@@ -1,0 +1,275 @@
+"""`make bench SCALE=1`: one flow over 10,000 partitions, and what the tools around it cost.
+
+The estate: T topics x P partitions on the source (default 1,000 x 10), R records in each
+partition (default 5: 50,000 records), and an application group committed on every
+partition (for `failover plan --translate`). Measured, each once, in this order:
+
+1. `mirror run --until-caught-up` (one worker): start to caught up, peak RSS, CPU seconds;
+2. `mirror monitor`: the first scrape of /metrics (cold) and the next ones: seconds and bytes;
+3. `mirror lag --json`: wall seconds of the command (and its Python start-up, measured apart);
+4. `mirror failover plan --translate --json` for the group on all partitions: wall seconds.
+
+Figures only, never asserted (bench/README.md "10,000 partitions"); JSON under bench/results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.contenders import ROOT
+from bench.harness import _free_base_port, _free_port, _log, _machine
+from bench.procs import Contender
+
+RESULTS = ROOT / "bench" / "results"
+FLOW = "scale"
+GROUP = "scale-app"
+
+
+@dataclass
+class ScaleParams:
+    topics: int = 1000
+    partitions: int = 10
+    records: int = 5  # per partition
+    scrapes: int = 3  # warm scrapes after the first
+    # Per broker. 1 GB was not enough for 10,000 source partitions under the mirror's load
+    # (old generation full, 200 full GCs in 3 minutes, the broker stopped answering).
+    heap: str = "2g"
+    timeout: float = 900.0
+
+
+def _py() -> list[str]:
+    return [sys.executable, "-m", "mirror"]
+
+
+def _timed(argv: Sequence[str], log: Path, timeout: float) -> tuple[float, int, bytes]:
+    t = time.monotonic()
+    with open(log, "ab") as err:
+        # cwd outside the checkout: `python -m` puts the working directory first on sys.path,
+        # and the checkout's top-level `failover/` would shadow an older tree's (--before).
+        proc = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=err, timeout=timeout, check=False, cwd=log.parent)
+    return time.monotonic() - t, proc.returncode, proc.stdout
+
+
+def _estate(bootstrap: str, p: ScaleParams) -> list[str]:
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    names = [f"scale.t{i:04d}" for i in range(p.topics)]
+    for i in range(0, len(names), 100):
+        futs = admin.create_topics([NewTopic(n, p.partitions, 1) for n in names[i:i + 100]], operation_timeout=120)
+        for f in futs.values():
+            f.result(180)
+    prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "enable.idempotence": True, "queue.buffering.max.messages": 200000})
+    # Every delivery is checked: a partition whose leader is not known yet to a brand-new
+    # producer fails its records (flush() still returns 0), and the first scale run
+    # measured an estate with 4,000 of its 10,000 partitions empty because of that.
+    failed: list[tuple[str, int, bytes, bytes]] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            failed.append((msg.topic(), msg.partition(), msg.key(), msg.value()))
+
+    # New topics reach a producer's metadata a moment after they are created.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        known = {t: len(m.partitions) for t, m in prod.list_topics(timeout=30).topics.items() if m.error is None}
+        if all(known.get(n) == p.partitions for n in names):
+            break
+        time.sleep(1)
+    todo = [(n, q, b"%d" % r, b"v%d" % r) for n in names for q in range(p.partitions) for r in range(p.records)]
+    for _attempt in range(5):
+        for n, q, key, value in todo:
+            try:
+                prod.produce(n, key=key, value=value, partition=q, on_delivery=delivered)
+            except KafkaException:  # refused at once (topic not known yet, queue full): again next round
+                failed.append((n, q, key, value))
+            prod.poll(0)
+        assert prod.flush(300) == 0, "preload did not finish"
+        todo, failed = failed, []  # exactly the records that failed, again
+        if not todo:
+            break
+        time.sleep(2)
+    assert not todo, f"preload failed for {len(todo)} records"
+    # An application group halfway through every partition: failover plans translate it.
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(n, q, max(1, p.records // 2)) for n in names for q in range(p.partitions)], asynchronous=False)
+    finally:
+        c.close()
+    return names
+
+
+def _config(path: Path, src: str, dst: str, workdir: Path, flow: str, rename: str) -> Path:
+    path.write_text(f"""\
+clusters:
+  src: {{bootstrap: "{src}", timeout: 60s}}
+  dst: {{bootstrap: "{dst}", timeout: 60s}}
+flows:
+  - name: {flow}
+    source: src
+    target: dst
+    rename: {rename}
+    topics: {{include: ["scale\\\\..*"]}}
+    groups: ["{GROUP}"]
+offset_store: {{kind: sqlite, path: "{workdir}/offsets-{flow}.db"}}
+metrics: {{host: 127.0.0.1}}
+""")
+    return path
+
+
+_TICK = """
+import sys, time
+from mirror.config import load
+from mirror.run.checkpointer import GroupCheckpointer
+from mirror.store import open_store
+cfg = load(sys.argv[1]); store = open_store(cfg.offset_store)
+t = time.monotonic(); r = GroupCheckpointer(cfg, cfg.flows[0], store).tick()
+print(round(time.monotonic() - t, 2), len(r.checkpoints))
+"""
+
+
+def port_open(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _scrape(port: int, timeout: float) -> tuple[float, int]:
+    t = time.monotonic()
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout).read()
+    return time.monotonic() - t, len(body)
+
+
+def run(p: ScaleParams, out: Path | None = None, workdir: Path | None = None, keep: bool = False, before_python: str | None = None) -> dict[str, Any]:
+    from mirror.config import load as load_config
+    from mirror.devenv.kafka import DevClusters
+    from mirror.kafka import Admin
+
+    started = dt.datetime.now(dt.UTC)
+    machine = _machine()
+    own_tmp = workdir is None
+    workdir = Path(tempfile.mkdtemp(prefix="mirror-scale-")) if workdir is None else workdir
+    workdir.mkdir(parents=True, exist_ok=True)
+    logs = workdir / "logs"
+    logs.mkdir(exist_ok=True)
+    dev = DevClusters(workdir / "clusters")
+    base = _free_base_port(2)
+    res: dict[str, Any] = {"params": asdict(p), "partitions_total": p.topics * p.partitions, "records_total": p.topics * p.partitions * p.records}
+    try:
+        t = time.monotonic()
+        status = dev.up(["src", "dst"], base, heap=p.heap).status
+        src, dst = status["clusters"]["src"]["bootstrap"], status["clusters"]["dst"]["bootstrap"]
+        res["clusters_up_s"] = round(time.monotonic() - t, 1)
+        _log(f"clusters up in {res['clusters_up_s']} s; building {p.topics} x {p.partitions} partitions, {p.records} records each")
+        t = time.monotonic()
+        _estate(src, p)
+        res["estate_s"] = round(time.monotonic() - t, 1)
+        # Each variant mirrors the estate into its own target topics (identity names for the
+        # "before" code, prefixed for this tree) with its own group and offset store.
+        variants = [("before", before_python, f"{FLOW}-before", "identity"), ("after", sys.executable, FLOW, "prefix")]
+        for label, python, flow, rename in variants:
+            if python is None:
+                continue
+            cfg = _config(workdir / f"{flow}.yaml", src, dst, workdir, flow, rename)
+            res[label] = _measure(label, [python, "-m", "mirror"], cfg, flow, "src." if rename == "prefix" else "", p, logs, load_config, Admin)
+    finally:
+        dev.down()
+        if own_tmp and not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    machine["load_avg_end"] = list(os.getloadavg())
+    result = {"kind": "scale", "started_at": started.isoformat(timespec="seconds"), "machine": machine, **res}
+    out = out or RESULTS / f"scale-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    print(f"\nJSON: {out}")
+    return result
+
+
+def _measure(label: str, py: list[str], cfg: Path, flow: str, prefix: str, p: ScaleParams, logs: Path, load_config: Any, admin_cls: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"python": py[0]}
+    # 1. start to caught up, one worker
+    _log(f"{label}: mirror run --until-caught-up")
+    run_proc = Contender([*py, "-v", "run", "-c", str(cfg), "--until-caught-up"], logs / f"{label}-run.log", cwd=logs).start()
+    deadline = time.monotonic() + p.timeout
+    while run_proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    rc = run_proc.poll()
+    wall = run_proc.wall_seconds
+    usage = run_proc.finish()
+    config = load_config(cfg)
+    target = admin_cls("dst", config.cluster("dst"))
+    parts = [(f"{prefix}scale.t{i:04d}", q) for i in range(p.topics) for q in range(p.partitions)]
+    mirrored = sum(target.end_offsets(parts).values()) if hasattr(target, "end_offsets") else sum(w.high for w in target.watermarks(parts).values())
+    total = p.topics * p.partitions * p.records
+    out["run"] = {"exit": rc, "start_to_caught_up_s": round(wall, 1), "peak_rss_mb": round(usage.peak_rss_per_process_bytes / 1e6, 1),
+                  "cpu_s": round(usage.cpu_seconds, 1), "records_on_target": mirrored, "ok": rc == 0 and mirrored == total}
+    _log(f"  -> {out['run']}")
+
+    # 2. the exporter: cold scrape, then warm ones
+    port = _free_port()
+    _log(f"{label}: mirror monitor scrapes")
+    mon = Contender([*py, "monitor", "-c", str(cfg), "--port", str(port), "--scrape-timeout", "120"], logs / f"{label}-monitor.log", cwd=logs).start()
+    try:
+        deadline = time.monotonic() + 60
+        while not port_open(port):  # listening; no request yet: the first scrape is the cold one
+            if time.monotonic() > deadline or mon.poll() is not None:
+                raise RuntimeError("mirror monitor did not start:\n" + mon.log_tail())
+            time.sleep(0.2)
+        first = _scrape(port, 180)
+        warm = [_scrape(port, 180) for _ in range(p.scrapes)]
+    finally:
+        mon_usage = mon.finish()
+    out["monitor"] = {"first_scrape_s": round(first[0], 2), "scrape_s": [round(x, 2) for x, _ in warm], "bytes": warm[-1][1] if warm else first[1],
+                      "peak_rss_mb": round(mon_usage.peak_rss_per_process_bytes / 1e6, 1)}
+    _log(f"  -> {out['monitor']}")
+
+    # 3. and 4. the one-shot commands (their Python start-up measured apart), and one
+    # checkpoint tick of the group on every partition, in a process of its own
+    startup, _, _ = _timed([*py, "--version"], logs / f"{label}-cli.log", 60)
+    lag_s, lag_rc, lag_out = _timed([*py, "lag", "-c", str(cfg), "--json"], logs / f"{label}-lag.log", 300)
+    plan_s, plan_rc, plan_out = _timed([*py, "failover", "plan", "-c", str(cfg), "--flow", flow, "--group", GROUP, "--translate", "--json"], logs / f"{label}-plan.log", 300)
+    plan_parts = len(json.loads(plan_out).get("partitions", [])) if plan_rc == 0 else None
+    _, tick_rc, tick_out = _timed([py[0], "-c", _TICK, str(cfg)], logs / f"{label}-tick.log", 300)
+    tick = tick_out.decode().split() if tick_rc == 0 else [None, None]
+    out["cli"] = {"python_startup_s": round(startup, 2), "lag_json_s": round(lag_s, 2), "lag_exit": lag_rc, "lag_bytes": len(lag_out),
+                  "failover_plan_translate_s": round(plan_s, 2), "failover_plan_exit": plan_rc, "failover_plan_partitions": plan_parts,
+                  "checkpoint_tick_s": float(tick[0]) if tick[0] else None, "checkpoints": int(tick[1]) if tick[1] else None}
+    _log(f"  -> {out['cli']}")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench --scale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scale", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--topics", type=int)
+    ap.add_argument("--partitions", type=int)
+    ap.add_argument("--records", type=int, help="records per partition")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--workdir", type=Path)
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--before", metavar="PYTHON", help="also measure the mirror installed for this interpreter (an older tree), on the same estate, first")
+    args = ap.parse_args(argv)
+    p = ScaleParams()
+    for name in ("topics", "partitions", "records"):
+        if getattr(args, name) is not None:
+            setattr(p, name, getattr(args, name))
+    run(p, out=args.out, workdir=args.workdir, keep=args.keep, before_python=args.before)
+    return 0

@@ -1,0 +1,349 @@
+"""Real Apache Kafka (and Cassandra) clusters on 127.0.0.1, for development, demos and tests.
+
+Each Kafka cluster is one JVM running a combined KRaft broker+controller from the jars
+`make setup` fetched from Maven Central. Everything a cluster owns lives under
+`HOME/NAME/`: `server.properties`, `data/`, `kafka.log`, `kafka.pid`. `down` and `stop`
+signal only pids whose command line names that cluster's own properties file, so they
+never touch a process they did not start.
+
+The test fixtures call this same module, so what the tests run is what `mirror dev up`
+runs.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mirror.config import ClusterConfig
+from mirror.devenv.cassandra import CassandraNode
+from mirror.devenv.common import (
+    CACHE,
+    START_TIMEOUT,
+    java,
+    log_tail,
+    owned_pid,
+    port_free,
+    spawn_prefix,
+    started_alive,
+    terminate,
+)
+from mirror.errors import DevClusterError, MirrorError
+from mirror.kafka import Admin
+
+log = logging.getLogger(__name__)
+
+KAFKA_VERSION = "4.1.1"
+DEFAULT_HOME = Path(".mirror/dev")
+DEFAULT_BASE_PORT = 19092
+PORT_STEP = 100  # cluster i listens on base + 100*i; its controller on base + 100*i + 1
+def default_heap() -> str:
+    """A shared 2-core machine runs several brokers next to the mirror: keep the heap small
+    (MIRROR_DEV_HEAP overrides; read at start, not at import)."""
+    return os.environ.get("MIRROR_DEV_HEAP", "384m")
+
+
+def kafka_libs() -> Path:
+    libs = Path(os.environ.get("MIRROR_KAFKA_LIBS", CACHE / f"kafka-{KAFKA_VERSION}" / "libs"))
+    if not (libs / f"kafka_2.13-{KAFKA_VERSION}.jar").exists():
+        raise DevClusterError(f"Apache Kafka {KAFKA_VERSION} jars not found in {libs}", hint="run `make setup` to fetch them from Maven Central")
+    return libs
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    port: int
+    home: Path
+
+    @property
+    def controller_port(self) -> int:
+        return self.port + 1
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def dir(self) -> Path:
+        return self.home / self.name
+
+    @property
+    def props(self) -> Path:
+        return self.dir / "server.properties"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / "kafka.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / "kafka.pid"
+
+
+def specs(names: Sequence[str], base_port: int, home: Path) -> list[ClusterSpec]:
+    return [ClusterSpec(n, base_port + PORT_STEP * i, home.resolve()) for i, n in enumerate(names)]
+
+
+# ---------------------------------------------------------------------------- kafka
+
+# log4j2 for the JVMs this project starts (brokers; MirrorMaker 2 in bench/): plain lines to one file.
+LOG4J2_PROPERTIES = """\
+status = warn
+appender.out.type = Console
+appender.out.name = STDOUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = STDOUT
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+def _server_properties(spec: ClusterSpec, broker_config: Mapping[str, str] | None = None) -> str:
+    """Kafka's own defaults (auto-created topics included, as on most production clusters),
+    except what one loopback node needs; `broker_config` lines come last and win."""
+    extra = "".join(f"{k}={v}\n" for k, v in (broker_config or {}).items())
+    return f"""\
+# Written by `mirror dev`: one combined KRaft broker+controller on loopback.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{spec.controller_port}
+listeners=PLAINTEXT://127.0.0.1:{spec.port},CONTROLLER://127.0.0.1:{spec.controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{spec.port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs={spec.dir / 'data'}
+# Single node: internal topics cannot have more than one replica.
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=8
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+num.network.threads=2
+num.io.threads=4
+num.partitions=1
+log.retention.hours=-1
+{"# --broker-config" + chr(10) + extra if extra else ""}"""
+
+
+def _cluster_id(name: str) -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+class KafkaNode:
+    """One dev Kafka cluster: format, start, stop, readiness."""
+
+    def __init__(self, spec: ClusterSpec, heap: str | None = None, broker_config: Mapping[str, str] | None = None) -> None:
+        self.spec = spec
+        self.heap = heap or default_heap()
+        self.broker_config = dict(broker_config or {})
+
+    def pid(self) -> int | None:
+        return owned_pid(self.spec.pid_file, str(self.spec.props))
+
+    def _prepare(self) -> None:
+        d = self.spec.dir
+        d.mkdir(parents=True, exist_ok=True)
+        self.spec.props.write_text(_server_properties(self.spec, self.broker_config))
+        (d / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
+        if not (d / "data" / "meta.properties").exists():
+            out = subprocess.run(
+                [java(), "-Xmx256m", "-cp", f"{kafka_libs()}/*", f"-Dlog4j2.configurationFile={d / 'log4j2.properties'}",
+                 "kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id(self.spec.name)}", "-c", str(self.spec.props)],
+                capture_output=True, text=True, timeout=120,
+            )
+            if out.returncode != 0:
+                raise DevClusterError(f"cannot format storage of cluster {self.spec.name!r}: {(out.stderr or out.stdout).strip()[-500:]}")
+
+    def start(self) -> int:
+        """Start the JVM (detached) and return its pid; readiness is `wait_ready`'s job."""
+        for port in (self.spec.port, self.spec.controller_port):
+            if not port_free(port):
+                raise DevClusterError(
+                    f"port {port} on 127.0.0.1 is already in use (needed by cluster {self.spec.name!r})",
+                    hint="stop what holds it, or pick other ports with --base-port",
+                )
+        self._prepare()
+        d = self.spec.dir
+        cmd = [
+            *spawn_prefix(),
+            java(), f"-Xms{self.heap}", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={d / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={d}", "-cp", f"{kafka_libs()}/*", "kafka.Kafka", str(self.spec.props),
+        ]
+        with open(self.spec.log_file, "ab") as logf:
+            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=d)
+        self.spec.pid_file.write_text(str(proc.pid))
+        log.info("started kafka %s pid=%d on %s", self.spec.name, proc.pid, self.spec.bootstrap)
+        return proc.pid
+
+    def _admin(self) -> Admin:
+        return Admin(f"dev-{self.spec.name}", ClusterConfig(bootstrap=self.spec.bootstrap, timeout=2.0))
+
+    def ready(self) -> bool:
+        """The broker answers metadata and has a live broker registered."""
+        try:
+            return self._admin().broker_count() > 0
+        except MirrorError:
+            return False
+
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not started_alive(self.spec.pid_file):
+                raise DevClusterError(f"kafka cluster {self.spec.name!r} exited during start; last lines of {self.spec.log_file}:\n{log_tail(self.spec.log_file)}")
+            if self.ready() and self._probe_topic():
+                return
+            time.sleep(0.3)
+        raise DevClusterError(f"kafka cluster {self.spec.name!r} not ready after {timeout:g}s; last lines of {self.spec.log_file}:\n{log_tail(self.spec.log_file)}")
+
+    def _probe_topic(self) -> bool:
+        """Create and delete a topic: the controller is elected and accepts metadata writes."""
+        admin = Admin(f"dev-{self.spec.name}", ClusterConfig(bootstrap=self.spec.bootstrap, timeout=15.0))
+        try:
+            admin.create_topic("__mirror_dev_probe", 1, 1)
+            admin.delete_topics(["__mirror_dev_probe"])
+            return True
+        except MirrorError:
+            return False
+
+    def stop(self, *, kill: bool = False) -> bool:
+        pid = self.pid()
+        if pid is None:
+            return False
+        terminate(pid, kill=kill)
+        self.spec.pid_file.unlink(missing_ok=True)
+        log.info("stopped kafka %s (pid %d)", self.spec.name, pid)
+        return True
+
+
+
+# ---------------------------------------------------------------------------- the set
+
+
+@dataclass
+class UpResult:
+    started: list[str]
+    already_running: list[str]
+    status: dict
+
+
+class DevClusters:
+    """The clusters (and optional Cassandra) under one home directory."""
+
+    STATE = "state.json"
+
+    def __init__(self, home: Path | str = DEFAULT_HOME) -> None:
+        self.home = Path(home).resolve()
+
+    # state.json remembers names and ports so that `status` and `down` need no flags.
+    def _state(self) -> dict:
+        try:
+            return json.loads((self.home / self.STATE).read_text())
+        except (OSError, ValueError):
+            return {"clusters": {}, "cassandra": None}
+
+    def _save(self, state: dict) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / self.STATE).write_text(json.dumps(state, indent=2))
+
+    def nodes(self) -> list[KafkaNode]:
+        st = self._state()
+        return [KafkaNode(ClusterSpec(n, c["port"], self.home), broker_config=c.get("broker_config")) for n, c in st["clusters"].items()]
+
+    def node(self, name: str) -> KafkaNode:
+        for n in self.nodes():
+            if n.spec.name == name:
+                return n
+        raise DevClusterError(f"no dev cluster named {name!r} under {self.home}")
+
+    def up(
+        self, names: Sequence[str], base_port: int = DEFAULT_BASE_PORT, *, cassandra: bool = False, heap: str | None = None,
+        broker_config: Mapping[str, str] | None = None,
+    ) -> UpResult:
+        """Start the named clusters; `broker_config` lines are added to every broker's
+        server.properties (and remembered, so a restart of the node keeps them)."""
+        state = self._state()
+        started, running = [], []
+        nodes = [KafkaNode(s, heap, broker_config) for s in specs(names, base_port, self.home)]
+        for node in nodes:
+            prior = state["clusters"].get(node.spec.name)
+            if prior and prior["port"] != node.spec.port:
+                old = KafkaNode(ClusterSpec(node.spec.name, prior["port"], self.home))
+                if old.pid() is not None:
+                    raise DevClusterError(
+                        f"cluster {node.spec.name!r} already runs on port {prior['port']}, not {node.spec.port}",
+                        hint="run `mirror dev down` first to move it",
+                    )
+        try:
+            for node in nodes:
+                if node.pid() is not None:
+                    running.append(node.spec.name)
+                    continue
+                node.start()
+                started.append(node.spec.name)
+                state["clusters"][node.spec.name] = {"port": node.spec.port, "bootstrap": node.spec.bootstrap, "broker_config": node.broker_config}
+                self._save(state)
+            for node in nodes:
+                node.wait_ready()
+            if cassandra:
+
+                cas = CassandraNode(self.home, base_port - 50)
+                if cas.pid() is None:
+                    cas.start()
+                    started.append("cassandra")
+                else:
+                    running.append("cassandra")
+                state["cassandra"] = {"port": cas.port, "contact_point": cas.contact_point}
+                self._save(state)
+                cas.wait_ready()
+        except BaseException:
+            # Leave nothing half-started behind: stop what this call started.
+            for node in nodes:
+                if node.spec.name in started:
+                    node.stop(kill=True)
+            if "cassandra" in started:
+
+                CassandraNode(self.home, base_port - 50).stop(kill=True)
+            raise
+        return UpResult(started, running, self.status())
+
+    def status(self) -> dict:
+        """The `dev status --json` shape of docs/design.md, plus liveness for people."""
+        state = self._state()
+        clusters = {}
+        for node in self.nodes():
+            clusters[node.spec.name] = {
+                "bootstrap": node.spec.bootstrap,
+                "running": node.pid() is not None,
+                "pid": node.pid(),
+                "log": str(node.spec.log_file),
+            }
+        cas = None
+        if state.get("cassandra"):
+            cnode = CassandraNode(self.home, state["cassandra"]["port"])
+            cas = {"contact_point": cnode.contact_point, "running": cnode.pid() is not None, "pid": cnode.pid(), "log": str(cnode.log_file)}
+        return {"clusters": clusters, "cassandra": cas}
+
+    def down(self) -> list[str]:
+        stopped = [n.spec.name for n in self.nodes() if n.stop()]
+        state = self._state()
+        if state.get("cassandra"):
+
+            if CassandraNode(self.home, state["cassandra"]["port"]).stop():
+                stopped.append("cassandra")
+        return stopped

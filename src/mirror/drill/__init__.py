@@ -1,0 +1,1 @@
+"""`mirror drill`: executable runbooks, the drill's own workload, and the report."""

@@ -1,0 +1,49 @@
+"""The one package that talks to confluent-kafka.
+
+It builds consumers, producers and admin clients from a cluster's config (security
+settings passed through untouched, secrets never logged), and turns `KafkaError`s and
+librdkafka's `None`-on-timeout into this project's exceptions, so the rest of the code
+never imports `confluent_kafka` and never checks for `None`.
+"""
+
+from __future__ import annotations
+
+import confluent_kafka
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from mirror.kafka.admin import Admin, Watermarks
+from mirror.kafka.clients import client_settings, make_consumer, make_producer
+from mirror.kafka.errors import is_retriable, raise_for
+from mirror.kafka.reader import PartitionReader, Record
+
+__all__ = [
+    "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "OFFSET_INVALID",
+    "Admin",
+    "Consumer",
+    "KafkaError",
+    "KafkaException",
+    "Message",
+    "PartitionReader",
+    "Producer",
+    "Record",
+    "TopicPartition",
+    "Watermarks",
+    "client_settings",
+    "is_retriable",
+    "make_consumer",
+    "make_producer",
+    "raise_for",
+]
+
+OFFSET_BEGINNING = confluent_kafka.OFFSET_BEGINNING
+OFFSET_END = confluent_kafka.OFFSET_END
+OFFSET_INVALID = confluent_kafka.OFFSET_INVALID

@@ -1,0 +1,336 @@
+"""The admin client: topics, configs, partitions, offsets, groups, records deleted."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    TopicCollection,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    OffsetSpec,
+    ResourceType,
+)
+
+from mirror.config import ClusterConfig
+from mirror.errors import ClusterUnavailable, KafkaOperationError
+from mirror.kafka.clients import client_settings
+from mirror.kafka.errors import raise_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Watermarks:
+    low: int
+    high: int
+
+
+# A KRaft controller refuses one operation writing more than 10,000 metadata records
+# ("Unable to perform excessively large batch operation"): a topic costs one record, plus
+# one per partition and per config. Requests stay well below that.
+CREATE_BATCH_RECORDS = 5000
+
+
+def _create_chunks(topics: Mapping[str, tuple[int, int, Mapping[str, str]]]) -> list[dict[str, tuple[int, int, Mapping[str, str]]]]:
+    chunks: list[dict[str, tuple[int, int, Mapping[str, str]]]] = [{}]
+    size = 0
+    for name, spec in topics.items():
+        cost = 1 + spec[0] + len(spec[2])
+        if chunks[-1] and size + cost > CREATE_BATCH_RECORDS:
+            chunks.append({})
+            size = 0
+        chunks[-1][name] = spec
+        size += cost
+    return chunks if chunks[-1] else []
+
+
+class Admin:
+    """Admin requests against one cluster, each bounded by the cluster's timeout."""
+
+    def __init__(self, name: str, cluster: ClusterConfig) -> None:
+        self.name = name
+        self.timeout = cluster.timeout
+        self._client = AdminClient(client_settings(name, cluster))
+
+    # -- plumbing
+    def _result(self, what: str, future: Any) -> Any:
+        try:
+            return future.result(timeout=self.timeout)
+        except KafkaException as exc:
+            raise_for(self.name, what, exc, self.timeout)
+        except TimeoutError as exc:
+            raise ClusterUnavailable(
+                f"cluster {self.name!r} did not answer within {self.timeout:g}s while trying to {what}",
+                hint="check that its brokers are up and its bootstrap address is right",
+            ) from exc
+        except Exception as exc:
+            if type(exc).__name__ == "TimeoutError" or "timed out" in str(exc).lower():
+                raise ClusterUnavailable(f"cluster {self.name!r} did not answer within {self.timeout:g}s while trying to {what}") from exc
+            raise
+
+    # -- topics
+    def topics(self) -> dict[str, int]:
+        """Topic name -> partition count (internal topics included; callers filter)."""
+        try:
+            md = self._client.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise_for(self.name, "list topics", exc, self.timeout)
+        return {t.topic: len(t.partitions) for t in md.topics.values() if t.error is None and t.topic is not None}
+
+    def topic_details(self) -> dict[str, tuple[int, int]]:
+        """Topic name -> (partition count, replication factor)."""
+        try:
+            md = self._client.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise_for(self.name, "list topics", exc, self.timeout)
+        out = {}
+        for t in md.topics.values():
+            if t.error is None and t.topic is not None and t.partitions:
+                out[t.topic] = (len(t.partitions), max(len(p.replicas) for p in t.partitions.values()))
+        return out
+
+    def topic_ids(self, topics: Iterable[str]) -> dict[str, str]:
+        """Topic name -> topic id, for those that exist. A topic deleted and created again
+        under the same name gets a new id: how a worker that never saw it missing knows."""
+        names = list(topics)
+        if not names:
+            return {}
+        futures = self._client.describe_topics(TopicCollection(names), request_timeout=self.timeout)
+        out = {}
+        for name, fut in futures.items():
+            try:
+                out[name] = str(fut.result(timeout=self.timeout).topic_id)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise_for(self.name, f"describe topic {name!r}", exc, self.timeout)
+        return out
+
+    def broker_count(self) -> int:
+        try:
+            return len(self._client.list_topics(timeout=self.timeout).brokers)
+        except KafkaException as exc:
+            raise_for(self.name, "describe the cluster", exc, self.timeout)
+        return 0  # unreachable; raise_for always raises
+
+    def create_topic(self, topic: str, partitions: int, replication: int = -1, config: Mapping[str, str] | None = None) -> bool:
+        """Create a topic; False if it already existed."""
+        fut = self._client.create_topics([NewTopic(topic, partitions, replication, config=dict(config or {}))], operation_timeout=self.timeout)[topic]
+        try:
+            fut.result(timeout=self.timeout)
+            return True
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return False
+            raise_for(self.name, f"create topic {topic!r}", exc, self.timeout)
+        return False
+
+    def create_topics(self, topics: Mapping[str, tuple[int, int, Mapping[str, str]]]) -> list[str]:
+        """Create many topics in one request: name -> (partitions, replication, configs).
+
+        Returns the ones created (those that already existed are left out). One request,
+        not one round trip per topic: a flow starting over 1,000 topics waited ~50 s for
+        them one by one.
+        """
+        created = []
+        for chunk in _create_chunks(topics):
+            new = [NewTopic(t, n, rf, config=dict(cfg)) for t, (n, rf, cfg) in chunk.items()]
+            for topic, fut in self._client.create_topics(new, operation_timeout=self.timeout, request_timeout=self.timeout).items():
+                try:
+                    fut.result(timeout=self.timeout)
+                    created.append(topic)
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                        raise_for(self.name, f"create topic {topic!r}", exc, self.timeout)
+        return created
+
+    def delete_topics(self, topics: Iterable[str]) -> None:
+        topics = list(topics)
+        if not topics:
+            return
+        for topic, fut in self._client.delete_topics(topics, operation_timeout=self.timeout).items():
+            try:
+                fut.result(timeout=self.timeout)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise_for(self.name, f"delete topic {topic!r}", exc, self.timeout)
+
+    def create_partitions(self, topic: str, total: int) -> None:
+        fut = self._client.create_partitions([NewPartitions(topic, total)], operation_timeout=self.timeout)[topic]
+        self._result(f"grow {topic!r} to {total} partitions", fut)
+
+    def topic_configs(self, topics: Iterable[str]) -> dict[str, dict[str, str]]:
+        """Non-default configs of each topic (what a user or the cluster set on purpose)."""
+        resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
+        if not resources:
+            return {}
+        out: dict[str, dict[str, str]] = {}
+        for res, fut in self._client.describe_configs(resources, request_timeout=self.timeout).items():
+            entries = self._result(f"describe configs of {res.name!r}", fut)
+            # Only what was set on the topic itself: broker-wide settings belong to each cluster.
+            out[res.name] = {k: e.value for k, e in entries.items() if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and e.value is not None}
+        return out
+
+    def alter_topic_configs(self, topic: str, set_configs: Mapping[str, str], reset: Iterable[str] = ()) -> None:
+        """Set some topic configs and return others to the cluster's default, leaving the rest alone.
+
+        Incremental (KIP-339): a plain AlterConfigs would replace the topic's whole config,
+        wiping the target operator's own settings (segment sizes, placement).
+        """
+        entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in set_configs.items()]
+        entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in reset]
+        if not entries:
+            return
+        res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+        for fut in self._client.incremental_alter_configs([res], request_timeout=self.timeout).values():
+            self._result(f"alter the configs of topic {topic!r}", fut)
+
+    def max_message_bytes(self, topics: Iterable[str]) -> dict[str, int]:
+        """Each topic's effective `max.message.bytes` (set on it, or its broker's default):
+        the largest record batch the broker accepts for it."""
+        resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
+        out: dict[str, int] = {}
+        if not resources:
+            return out
+        for res, fut in self._client.describe_configs(resources, request_timeout=self.timeout).items():
+            try:
+                entry = fut.result(timeout=self.timeout).get("max.message.bytes")
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    continue  # deleted, or created a moment ago: not known yet
+                self._result(f"describe configs of {res.name!r}", fut)  # raises the right error
+                continue
+            if entry is not None and entry.value is not None:
+                out[res.name] = int(entry.value)
+        return out
+
+    # -- offsets
+    def watermarks(self, partitions: Iterable[tuple[str, int]], *, committed_only: bool = True) -> dict[tuple[str, int], Watermarks]:
+        """Low and high offsets per partition.
+
+        With `committed_only` the high mark is the last stable offset, i.e. what a
+        read_committed consumer (the mirror) can reach; open transactions are not "lag".
+        """
+        parts = [TopicPartition(t, p) for t, p in partitions]
+        if not parts:
+            return {}
+        iso = IsolationLevel.READ_COMMITTED if committed_only else IsolationLevel.READ_UNCOMMITTED
+        lows = self._list_offsets(parts, OffsetSpec.earliest(), iso)
+        highs = self._list_offsets(parts, OffsetSpec.latest(), iso)
+        return {k: Watermarks(lows[k], highs[k]) for k in highs}
+
+    def end_offsets(self, partitions: Iterable[tuple[str, int]], *, committed_only: bool = True) -> dict[tuple[str, int], int]:
+        """High offsets only: half the requests of `watermarks` when the low mark is not needed."""
+        parts = [TopicPartition(t, p) for t, p in partitions]
+        if not parts:
+            return {}
+        iso = IsolationLevel.READ_COMMITTED if committed_only else IsolationLevel.READ_UNCOMMITTED
+        return self._list_offsets(parts, OffsetSpec.latest(), iso)
+
+    def offsets_for_times(self, partitions: Iterable[tuple[str, int]], timestamp_ms: int) -> dict[tuple[str, int], int]:
+        """First offset with timestamp >= `timestamp_ms`, or -1 when there is none."""
+        parts = [TopicPartition(t, p) for t, p in partitions]
+        return self._list_offsets(parts, OffsetSpec.for_timestamp(timestamp_ms), IsolationLevel.READ_COMMITTED) if parts else {}
+
+    def _list_offsets(self, parts: list[TopicPartition], spec: Any, iso: Any) -> dict[tuple[str, int], int]:
+        futs = self._client.list_offsets({tp: spec for tp in parts}, isolation_level=iso, request_timeout=self.timeout)
+        out: dict[tuple[str, int], int] = {}
+        for tp, fut in futs.items():
+            out[(tp.topic, tp.partition)] = self._result(f"list offsets of {tp.topic}[{tp.partition}]", fut).offset
+        return out
+
+    # -- consumer groups
+    def list_groups(self) -> list[str]:
+        res = self._result("list consumer groups", self._client.list_consumer_groups(request_timeout=self.timeout))
+        return sorted(g.group_id for g in res.valid)
+
+    def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
+        """Committed offsets of a group (partitions without a commit are left out)."""
+        self._wait_for_coordinator(group)
+        futs = self._client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout)
+        res = self._result(f"read offsets of group {group!r}", futs[group])
+        return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions if tp.offset >= 0 and tp.error is None}
+
+    def group_offsets_with_metadata(self, group: str) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """Committed offsets of a group with their commit metadata (None when empty)."""
+        self._wait_for_coordinator(group)
+        futs = self._client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout)
+        res = self._result(f"read offsets of group {group!r}", futs[group])
+        return {(tp.topic, tp.partition): (tp.offset, tp.metadata or None) for tp in res.topic_partitions if tp.offset >= 0 and tp.error is None}
+
+    def _wait_for_coordinator(self, group: str) -> None:
+        """Return once the group's coordinator answers (a DescribeGroups round trip).
+
+        librdkafka (2.4-2.16 at least) crashes the process with SIGSEGV when a
+        ListConsumerGroupOffsets response says NOT_COORDINATOR (librdkafka#5040,
+        confluent-kafka-python#1982), which is what a cluster answers while it creates or
+        loads `__consumer_offsets`, e.g. the first group request on a new cluster.
+        DescribeGroups handles that error safely, so it goes first and is retried.
+        """
+        deadline = time.monotonic() + self.timeout
+        while True:
+            started = time.monotonic()
+            try:
+                futs = self._client.describe_consumer_groups([group], request_timeout=self.timeout)
+                self._result(f"find the coordinator of group {group!r}", futs[group])
+                return
+            except ClusterUnavailable:
+                # A quick "not coordinator" is the cluster getting ready; a slow failure
+                # means it is not there, and waiting longer would not help.
+                if time.monotonic() - started > 2.0 or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
+
+    def group_members(self, group: str) -> int:
+        """Active members of a group (0 for an empty, dead or unknown group)."""
+        self._wait_for_coordinator(group)  # a new cluster answers NOT_COORDINATOR for a moment
+        futs = self._client.describe_consumer_groups([group], request_timeout=self.timeout)
+        desc = self._result(f"describe group {group!r}", futs[group])
+        return len(desc.members or [])
+
+    def group_state(self, group: str) -> str:
+        futs = self._client.describe_consumer_groups([group], request_timeout=self.timeout)
+        desc = self._result(f"describe group {group!r}", futs[group])
+        return str(getattr(desc.state, "name", desc.state))
+
+    def alter_group_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], *, metadata: str | None = None) -> None:
+        tps = [TopicPartition(t, p, o, metadata=metadata) if metadata else TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        futs = self._client.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)], request_timeout=self.timeout)
+        res = self._result(f"set offsets of group {group!r}", futs[group])
+        for tp in res.topic_partitions:
+            if tp.error is not None:
+                raise KafkaOperationError(f"cluster {self.name!r}: cannot set {group!r} offset of {tp.topic}[{tp.partition}]: {tp.error.str()}")
+
+    def delete_groups(self, groups: Iterable[str]) -> None:
+        groups = list(groups)
+        if groups:
+            for group, fut in self._client.delete_consumer_groups(groups, request_timeout=self.timeout).items():
+                try:
+                    fut.result(timeout=self.timeout)
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.GROUP_ID_NOT_FOUND:
+                        raise_for(self.name, f"delete group {group!r}", exc, self.timeout)
+
+    def delete_records(self, before: Mapping[tuple[str, int], int]) -> None:
+        """Delete every record below the given offset (OFFSET_END for all) per partition."""
+        if not before:
+            return
+        tps = [TopicPartition(t, p, o) for (t, p), o in before.items()]
+        for tp, fut in self._client.delete_records(tps, request_timeout=self.timeout, operation_timeout=self.timeout).items():
+            self._result(f"delete records of {tp.topic}[{tp.partition}]", fut)

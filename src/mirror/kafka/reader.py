@@ -1,0 +1,128 @@
+"""`PartitionReader`: read a few records at given offsets (lag seconds, canary, audits)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from mirror.config import ClusterConfig
+from mirror.kafka.clients import client_settings
+from mirror.kafka.errors import is_retriable, raise_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A consumed record, detached from librdkafka's `Message`."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int  # -1 when the record carries none
+    key: bytes | None
+    value: bytes | None
+
+
+class PartitionReader:
+    """A group-less consumer that reads assigned partitions from explicit offsets.
+
+    Used by monitoring (the timestamp of the record at the mirror's position) and the
+    canary (probes on the target). It never joins a group and never commits, so it leaves
+    no trace in the cluster's group list. read_committed, like the mirror itself.
+    `auto.offset.reset=earliest`: an offset deleted by retention reads from the log start,
+    which is the oldest record that still exists (the documented lag-seconds fallback).
+    """
+
+    def __init__(self, name: str, cluster: ClusterConfig, settings: Mapping[str, Any] | None = None) -> None:
+        self.name = name
+        base = {
+            "group.id": f"mirror-reader-{id(self):x}",  # required by librdkafka; nothing is committed
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": False,
+        }
+        self._consumer = Consumer(client_settings(name, cluster, {**base, **(settings or {})}))
+        self._assigned: set[tuple[str, int]] = set()
+
+    def assign(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Read exactly these partitions, each from the given offset (OFFSET_BEGINNING/END allowed)."""
+        try:
+            self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
+        except KafkaException as exc:
+            raise_for(self.name, "assign partitions", exc)
+        self._assigned = set(offsets)
+
+    def add(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Start reading more partitions without moving the ones already assigned."""
+        new = {k: v for k, v in offsets.items() if k not in self._assigned}
+        if new:
+            try:
+                self._consumer.incremental_assign([TopicPartition(t, p, o) for (t, p), o in new.items()])
+            except KafkaException as exc:
+                raise_for(self.name, "assign partitions", exc)
+            self._assigned |= set(new)
+
+    @property
+    def assigned(self) -> frozenset[tuple[str, int]]:
+        return frozenset(self._assigned)
+
+    def read(self, max_records: int = 500, timeout: float = 0.5) -> list[Record]:
+        """Records available now (waits at most `timeout` for the first); transient errors are skipped.
+
+        Returns as soon as one record is there: `consume(n, timeout)` would wait for n
+        records or the whole timeout, and the canary would count that wait as latency.
+        """
+        try:
+            first = self._consumer.poll(timeout)
+            msgs = [first, *self._consumer.consume(max_records - 1, timeout=0)] if first is not None and max_records > 1 else [first] if first is not None else []
+        except KafkaException as exc:
+            raise_for(self.name, "read records", exc)
+        out = []
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if is_retriable(err) or err.code() in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
+                    log.debug("reader %s: %s", self.name, err.str())
+                    continue
+                raise_for(self.name, f"read {m.topic()}[{m.partition()}]", KafkaException(err))
+            topic, partition, offset = m.topic(), m.partition(), m.offset()
+            if topic is None or partition is None or offset is None:
+                continue  # only error events lack them, and those are handled above
+            _kind, ts = m.timestamp()
+            out.append(Record(topic, partition, offset, ts if ts is not None else -1, m.key(), m.value()))
+        return out
+
+    def first_records(self, offsets: Mapping[tuple[str, int], int], timeout: float) -> dict[tuple[str, int], Record]:
+        """The first readable record at or after each offset; partitions with none in time are absent."""
+        self.assign(offsets)
+        want = set(offsets)
+        got: dict[tuple[str, int], Record] = {}
+        deadline = time.monotonic() + timeout
+        while want - got.keys():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for r in self.read(max_records=len(want) * 4, timeout=min(left, 0.5)):
+                key = (r.topic, r.partition)
+                if key in want and key not in got:
+                    got[key] = r
+        try:
+            self._consumer.unassign()
+        except KafkaException:
+            pass
+        self._assigned = set()
+        return got
+
+    def close(self) -> None:
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError):
+            pass

@@ -1,0 +1,1 @@
+"""`mirror monitor`: lag gathered from the clusters (`gather`), exported at scrape time (`exporter`)."""

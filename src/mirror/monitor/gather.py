@@ -1,0 +1,223 @@
+"""Gathering a flow's lag from the clusters: one observation per call, no Prometheus here.
+
+`gather_flow` reads the source's end offsets and the mirror's committed positions, the
+target's end offsets, the flow's groups on both sides, and (through a `PartitionReader`)
+the timestamp of the oldest record not yet mirrored. The math is in `mirror.domain.lag`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from mirror.config import Config, FlowConfig
+from mirror.domain.burrow import Evaluator
+from mirror.domain.lag import (
+    Clock,
+    FlowLag,
+    GroupLag,
+    GroupPartitionLag,
+    PartitionKey,
+    PartitionLag,
+    effective_position,
+    judge,
+    lag_records,
+    lag_seconds,
+    unmirrored,
+)
+from mirror.domain.topics import TopicMapping, match_topics
+from mirror.errors import MirrorError
+from mirror.kafka import Admin, PartitionReader, Watermarks
+from mirror.store import FullOffsetStore
+
+
+class TimestampCache:
+    """Timestamp of the record at a position, per partition.
+
+    While the mirror is stopped its position stays put, so each scrape would read the
+    same record again; one entry per partition avoids that.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[PartitionKey, tuple[int, int, str]] = {}
+
+    def get(self, key: PartitionKey, offset: int) -> tuple[int, str] | None:
+        e = self._entries.get(key)
+        return (e[1], e[2]) if e and e[0] == offset else None
+
+    def put(self, key: PartitionKey, offset: int, ts_ms: int, basis: str) -> None:
+        self._entries[key] = (offset, ts_ms, basis)
+
+
+def _matches(patterns: Iterable[str], name: str) -> bool:
+    return any(re.fullmatch(p, name) for p in patterns)
+
+
+def gather_flow(
+    config: Config,
+    flow: FlowConfig,
+    *,
+    source: Admin,
+    target: Admin,
+    reader: PartitionReader | None = None,  # on the source; None: no lag seconds
+    store: FullOffsetStore | None = None,  # for checkpoint ages
+    cache: TimestampCache | None = None,
+    clock: Clock = time.time,
+    read_timeout: float = 3.0,
+    with_groups: bool = True,
+) -> FlowLag:
+    """One observation of a flow. Raises `ClusterUnavailable` when the source does not answer
+    (nothing can be said then); a target or group failure is reported in `errors`."""
+    cache = cache if cache is not None else TimestampCache()
+    errors: list[str] = []
+    mappings = match_topics(config, flow, source.topics())
+    parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
+    marks = source.watermarks(parts)
+    committed = source.group_offsets(flow.group_id)
+    try:
+        active: bool | None = source.group_members(flow.group_id) > 0
+    except MirrorError as exc:
+        active = None
+        errors.append(str(exc))
+    target_marks: dict[PartitionKey, Any] = {}
+    try:
+        existing = target.topics()
+        tparts = [(m.target, p) for m in mappings if m.target in existing for p in range(min(m.partitions, existing[m.target]))]
+        # Only the ends are used: half the ListOffsets of `watermarks` (10,000 partitions each).
+        target_marks = {k: Watermarks(-1, high) for k, high in target.end_offsets(tparts, committed_only=False).items()}
+    except MirrorError as exc:
+        errors.append(str(exc))
+    now = clock()
+
+    # Lag seconds: the record at each lagging partition's position, read from the source.
+    wanted: dict[PartitionKey, int] = {}
+    for key in parts:
+        wm = marks[key]
+        start = effective_position(committed.get(key), wm.low)
+        if wm.high > start and cache.get(key, start) is None:
+            wanted[key] = start
+    if wanted and reader is not None:
+        try:
+            for key, rec in reader.first_records(wanted, read_timeout).items():
+                if rec.timestamp_ms >= 0:
+                    cache.put(key, wanted[key], rec.timestamp_ms, "record" if rec.offset == wanted[key] else "next-existing")
+        except MirrorError as exc:
+            errors.append(str(exc))
+
+    by_source = {m.source: m for m in mappings}
+    out: list[PartitionLag] = []
+    for topic, p in parts:
+        key = (topic, p)
+        wm = marks[key]
+        pos = committed.get(key)
+        lag = lag_records(wm.high, pos, wm.low)
+        tm = by_source[topic]
+        tw = target_marks.get((tm.target, p))
+        secs: float | None
+        if lag == 0:
+            secs, basis = 0.0, "caught-up"
+        else:
+            hit = cache.get(key, effective_position(pos, wm.low))
+            secs, basis = (lag_seconds(now, hit[0]), hit[1]) if hit else (None, "unknown")
+        out.append(PartitionLag(topic, tm.target, p, wm.low, wm.high, pos, tw.high if tw else None, lag, secs, basis))
+
+    groups = _gather_groups(flow, mappings, marks, committed, target_marks, source, target, store, now, errors) if with_groups and flow.groups else []
+    return FlowLag(flow.name, flow.source, flow.target, now, out, groups, active, errors=errors)
+
+
+def _gather_groups(
+    flow: FlowConfig,
+    mappings: list[TopicMapping],
+    marks: Mapping[PartitionKey, Any],
+    mirror_committed: Mapping[PartitionKey, int],
+    target_marks: Mapping[PartitionKey, Any],
+    source: Admin,
+    target: Admin,
+    store: FullOffsetStore | None,
+    now: float,
+    errors: list[str],
+) -> list[GroupLag]:
+    try:
+        src_groups = {g for g in source.list_groups() if _matches(flow.groups, g)}
+    except MirrorError as exc:
+        errors.append(str(exc))
+        return []
+    try:
+        tgt_groups = {g for g in target.list_groups() if _matches(flow.groups, g)}
+    except MirrorError as exc:
+        errors.append(str(exc))
+        tgt_groups = set()
+    src_topics = {m.source: m for m in mappings}
+    tgt_topics = {m.target: m for m in mappings}
+    out = []
+    for group in sorted(src_groups | tgt_groups):
+        src_rows: list[GroupPartitionLag] = []
+        tgt_rows: list[GroupPartitionLag] = []
+        at_risk = 0
+        members: int | None = None
+        try:
+            offsets = source.group_offsets(group) if group in src_groups else {}
+            for (topic, p), off in sorted(offsets.items()):
+                if topic in src_topics and (topic, p) in marks:
+                    wm = marks[(topic, p)]
+                    src_rows.append(GroupPartitionLag(topic, p, off, wm.high, max(0, wm.high - off)))
+                    at_risk += unmirrored(wm.high, off, effective_position(mirror_committed.get((topic, p)), wm.low))
+            if group in tgt_groups:
+                members = target.group_members(group)
+                for (topic, p), off in sorted(target.group_offsets(group).items()):
+                    if topic in tgt_topics and (topic, p) in target_marks:
+                        high = target_marks[(topic, p)].high
+                        tgt_rows.append(GroupPartitionLag(topic, p, off, high, max(0, high - off)))
+            else:
+                members = 0
+        except MirrorError as exc:
+            errors.append(str(exc))
+        age = None
+        if store is not None:
+            try:
+                cps = store.checkpoints(flow.name, group)
+                if cps:
+                    age = max(0.0, now - max(c.time_ms for c in cps) / 1000.0)
+            except MirrorError as exc:
+                errors.append(str(exc))
+        out.append(GroupLag(group, src_rows, tgt_rows, at_risk, members, age))
+    return out
+
+
+class FlowProbe:
+    """What gathering one flow needs, kept across scrapes (clients, caches, Burrow windows)."""
+
+    def __init__(self, config: Config, flow: FlowConfig, admins: Callable[[str], Admin], store: FullOffsetStore | None, clock: Callable[[], float], timeout: float) -> None:
+        self.config, self.flow = config, flow
+        self._admins = admins
+        self.store = store
+        self.clock = clock
+        self.timeout = timeout
+        self.cache = TimestampCache()
+        self.evaluator = Evaluator(min_span=3 * flow.commit_interval)
+        self._reader_cluster = config.clusters[flow.source].model_copy(update={"timeout": min(config.clusters[flow.source].timeout, timeout)})
+        self.reader = PartitionReader(f"{flow.source}-lag-{flow.name}", self._reader_cluster)
+
+    def reset(self) -> None:
+        """Start over with a new reader (called after the source stopped answering)."""
+        self.reader.close()
+        self.reader = PartitionReader(f"{self.flow.source}-lag-{self.flow.name}", self._reader_cluster)
+
+    def gather(self) -> FlowLag:
+        lag = gather_flow(
+            self.config,
+            self.flow,
+            source=self._admins(self.flow.source),
+            target=self._admins(self.flow.target),
+            reader=self.reader,
+            store=self.store,
+            cache=self.cache,
+            clock=self.clock,
+            read_timeout=max(0.5, self.timeout / 2),
+        )
+        return judge(self.evaluator, lag)
+
+    def close(self) -> None:
+        self.reader.close()

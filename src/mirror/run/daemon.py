@@ -1,0 +1,124 @@
+"""Assembles a mirror process: the flows' workers and what listens to them.
+
+This is the one place that decides which listeners a worker gets (the offset-map
+recorder, the metrics counters), which side loops run next to it (group checkpointers,
+target topic syncers) and what is served (/metrics), so the engine itself knows nothing of
+stores or Prometheus.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from contextlib import ExitStack
+
+from mirror.config import Config, FlowConfig
+from mirror.domain.acks import AckListener
+from mirror.engine.runner import Runner
+from mirror.engine.worker import FlowState
+from mirror.errors import MirrorError
+from mirror.kafka import Admin
+from mirror.metrics import FlowStateCollector, RunMetrics, serve
+from mirror.run.canary_topic import ensure_canary_topic
+from mirror.run.checkpointer import GroupCheckpointer
+from mirror.run.recorder import OffsetMapRecorder
+from mirror.store import open_store
+
+log = logging.getLogger(__name__)
+
+STATS_INTERVAL_MS = 15000  # librdkafka statistics for /metrics; cheap at this rate
+
+
+def run_flows(
+    config: Config,
+    flows: Sequence[FlowConfig],
+    *,
+    stop: threading.Event,
+    until_caught_up: bool = False,
+    metrics_port: int | None = None,
+    offset_store: bool = True,
+) -> None:
+    """Mirror `flows` until `stop` is set (or caught up); raises `MirrorError` on failure."""
+    with ExitStack() as stack:
+        store = None
+        if offset_store:
+            store = open_store(config.offset_store)
+            stack.callback(store.close)
+        else:
+            log.warning("offset store off: no offset map, no checkpoints; failover cannot translate offsets for this run")
+
+        run_metrics = None
+        if metrics_port is not None:
+            run_metrics = RunMetrics.create()
+            server = serve(metrics_port, config.metrics.host, run_metrics.registry)
+            stack.callback(server.shutdown)
+
+        def listeners(flow: FlowConfig) -> list[AckListener]:
+            out: list[AckListener] = []
+            if store is not None:
+                out.append(OffsetMapRecorder(store, flow.name, registry=run_metrics.registry if run_metrics else None))
+            if run_metrics is not None:
+                out.append(run_metrics.listener)
+            return out
+
+        checkpointers = []
+        side_stop = threading.Event()  # checkpointers stop after the workers have drained
+        if store is not None:
+            for flow in flows:
+                if flow.groups:
+                    cp = GroupCheckpointer(config, flow, store, metrics=run_metrics.mirror if run_metrics else None)
+                    t = threading.Thread(target=cp.run, args=(side_stop,), name=f"checkpoint-{flow.name}", daemon=True)
+                    t.start()
+                    checkpointers.append((cp, t))
+
+        _ensure_canary_topics(config, flows)
+        # Target topics follow their sources (configs, partition increases) from a side
+        # thread, never from the record loop.
+        from mirror.run.topicsync import TopicSyncer
+
+        syncers = []
+        for flow in flows:
+            if flow.sync_topic_configs:
+                syncer = TopicSyncer(config, flow, run_metrics.topic_sync if run_metrics else None)
+                t = threading.Thread(target=syncer.run, args=(side_stop,), name=f"topicsync-{flow.name}", daemon=True)
+                t.start()
+                syncers.append(t)
+
+        runner = Runner(
+            config,
+            flows,
+            stop=stop,
+            listeners=listeners,
+            until_caught_up=until_caught_up,
+            stats_cb=run_metrics.stats.on_stats if run_metrics else None,
+            stats_interval_ms=STATS_INTERVAL_MS if run_metrics else 0,
+        )
+        if run_metrics is not None:
+            FlowStateCollector(lambda: {w.flow.name: w.state.value for w in runner.workers}, [s.value for s in FlowState], run_metrics.registry)
+        try:
+            runner.run()
+        finally:
+            side_stop.set()
+            for _, t in checkpointers:
+                t.join(timeout=30)
+            for t in syncers:
+                t.join(timeout=30)
+        if until_caught_up:
+            # One last checkpoint of every group against the final, fully committed state,
+            # so a migration that ends here leaves translations as fresh as they can be.
+            for cp, _ in checkpointers:
+                cp.tick()
+
+
+def _ensure_canary_topics(config: Config, flows: Sequence[FlowConfig]) -> None:
+    """Make the canary topic on each source before the first topic refresh, so the canary's
+    route exists from the start. Not fatal: a source that forbids it only delays the route."""
+    for source in sorted({f.source for f in flows}):
+        try:
+            count, created = ensure_canary_topic(Admin(source, config.clusters[source]), config.canary.topic)
+        except MirrorError as exc:
+            log.warning("could not make the canary topic %s on %s (probes reach the target after a later topic refresh): %s", config.canary.topic, source, exc)
+            continue
+        if created:
+            log.info("created the canary topic %s on %s (%d partitions)", config.canary.topic, source, count)

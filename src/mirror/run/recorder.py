@@ -1,0 +1,218 @@
+"""The offset-map recorder: the `AckListener` that makes delta changes durable.
+
+`on_acked` only buffers (it runs on the flow's thread, right after delivery reports);
+`before_commit` writes everything buffered in one store call and returns only once it is
+durable, so the engine's next source commit never passes a delta change the store does not
+hold (docs/design.md invariant 1).
+
+When the store fails, `before_commit` raises `OffsetStoreError`: the engine keeps
+mirroring but stops committing, so on a restart nothing is skipped (records are re-read,
+never lost). The buffer is kept and retried at the next commit; the first failure and the
+recovery are logged once each, and `mirror_offset_store_healthy{flow}` /
+`mirror_offset_store_errors_total{flow}` say why lag grows. The buffer is bounded: past
+`max_pending` rows `backlog_full` tells the engine to stop reading (one row per transaction
+on a transactional source would otherwise grow memory for as long as the store is away).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
+
+from mirror.domain.acks import AckBatch, SourcePartition
+from mirror.domain.offsetmap import OffsetStore, OffsetSync
+from mirror.errors import MirrorError, OffsetStoreError
+
+log = logging.getLogger(__name__)
+
+MAX_PENDING_ROWS = 10_000  # ~1 MB of rows; past it the engine pauses reading until the store answers
+
+
+class StoreMetrics:
+    """Health of offset-map writes (move into `mirror.metrics` once that module settles)."""
+
+    _by_registry: dict[int, StoreMetrics] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.healthy = Gauge("mirror_offset_store_healthy", "1 while offset-map writes succeed; 0 while they fail and source commits are held back.", ["flow"], registry=registry)
+        self.errors = Counter("mirror_offset_store_errors", "Offset-map writes that failed (each one held a source commit back).", ["flow"], registry=registry)
+        self.rows = Counter("mirror_offset_sync_rows", "Offset-map rows written (one per delta change).", ["flow"], registry=registry)
+
+    @classmethod
+    def for_registry(cls, registry: CollectorRegistry) -> StoreMetrics:
+        """One set per registry: several flows (and tests) share the process-wide registry."""
+        with cls._lock:
+            key = id(registry)
+            if key not in cls._by_registry:
+                cls._by_registry[key] = cls(registry)
+            return cls._by_registry[key]
+
+
+class OffsetMapRecorder:
+    """Buffers each partition's delta changes and writes them before every source commit."""
+
+    def __init__(
+        self,
+        store: OffsetStore,
+        flow: str,
+        *,
+        registry: CollectorRegistry | None = REGISTRY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.flow = flow
+        self._pending: list[OffsetSync] = []
+        self.max_pending = MAX_PENDING_ROWS
+        self._resets: set[SourcePartition] = set()  # partitions whose stored rows must go first
+        self._seen: set[SourcePartition] = set()  # partitions reconciled with earlier runs' rows
+        # Last delta written per partition: the engine reports the first record after every
+        # start as a change; writing a row whose delta equals the stored one adds nothing.
+        self._written_delta: dict[SourcePartition, int] = {}
+        self._buffer_delta: dict[SourcePartition, int] = {}
+        # Each partition's newest acknowledged record: stored with the rows it completes, so
+        # translation knows how far the stored deltas reach (`offsetmap.translate`).
+        self._tips: dict[SourcePartition, OffsetSync] = {}
+        self._metrics = StoreMetrics.for_registry(registry) if registry is not None else None
+        self._clock = clock
+        self.failing_since: float | None = None
+        self.last_error: str | None = None
+        self.rows_written = 0
+        if self._metrics:
+            self._metrics.healthy.labels(flow).set(1)
+
+    def on_acked(self, batches: Sequence[AckBatch]) -> None:
+        for b in batches:
+            key = (b.source_topic, b.partition)
+            for source_offset, target_offset in b.syncs:
+                delta = target_offset - source_offset
+                last = self._buffer_delta.get(key, self._written_delta.get(key))
+                if last == delta:
+                    continue
+                self._buffer_delta[key] = delta
+                self._pending.append(OffsetSync(b.source_topic, b.partition, source_offset, target_offset))
+            # The tip moves with every batch, delta change or not (most batches have none).
+            tip_delta = self._buffer_delta.get(key, self._written_delta.get(key))
+            if tip_delta is not None and b.count:
+                newest = b.next_offset - 1
+                self._tips[key] = OffsetSync(b.source_topic, b.partition, newest, newest + tip_delta)
+
+    def on_reset(self, flow: str, partitions: Sequence[SourcePartition]) -> None:
+        """The target topic was recreated: rows of the old one would mistranslate, drop them.
+
+        Deleted at the next flush, before any new row, so the same veto protects it.
+        """
+        keys = set(partitions)
+        self._pending = [r for r in self._pending if (r.topic, r.partition) not in keys]
+        for key in keys:
+            self._tips.pop(key, None)
+            self._written_delta.pop(key, None)
+            self._buffer_delta.pop(key, None)
+            self._seen.discard(key)
+        self._resets |= keys
+
+    def before_commit(self, flow: str, positions: Mapping[SourcePartition, int]) -> None:
+        self.flush()
+
+    def flush(self) -> None:
+        """Write every buffered row; raise `OffsetStoreError` (keeping the buffer) on failure."""
+        if not self._pending and not self._resets and not self._tips:
+            return
+        pending = list(self._pending)
+        tips = list(self._tips.values())
+        try:
+            if self._resets:
+                self.store.delete_syncs(self.flow, sorted(self._resets))  # type: ignore[attr-defined]
+                self._resets.clear()
+            rows = self._against_stored(pending)
+            if rows or tips:
+                self.store.write_syncs(self.flow, rows, tips)
+        except MirrorError as exc:
+            self._failed(exc)
+            raise
+        except Exception as exc:  # a backend bug must still veto the commit, never pass it
+            err = OffsetStoreError(f"offset store write failed: {exc}")
+            self._failed(err)
+            raise err from exc
+        del self._pending[: len(pending)]
+        for t in tips:
+            if self._tips.get((t.topic, t.partition)) is t:
+                del self._tips[(t.topic, t.partition)]
+        for r in rows:
+            self._written_delta[(r.topic, r.partition)] = r.delta
+        self._written_delta.update(self._buffer_delta)
+        self._buffer_delta.clear()
+        self.rows_written += len(rows)
+        if self._metrics:
+            self._metrics.rows.labels(self.flow).inc(len(rows))
+        if self.failing_since is not None:
+            log.warning(
+                "flow %s: offset store is back after %.1fs; %d offset-map rows written, source commits resume",
+                self.flow, self._clock() - self.failing_since, len(rows),
+            )
+            self.failing_since = None
+            self.last_error = None
+            if self._metrics:
+                self._metrics.healthy.labels(self.flow).set(1)
+
+    def _against_stored(self, pending: list[OffsetSync]) -> list[OffsetSync]:
+        """Reconcile the first rows of this run with what earlier runs stored.
+
+        The first record of a partition after a (re)start always comes as a change. Rows an
+        earlier run stored *beyond* it describe copies on the target that this run is
+        writing again (it restarted from an older committed position); left in place they
+        would translate to the older copies and repeat records, so they are removed. And a
+        first row with the delta already stored below it adds nothing and is dropped, so
+        restarts do not grow the map. One read and one delete per partition per process.
+        """
+        floor = getattr(self.store, "floor_sync", None)
+        trim = getattr(self.store, "delete_syncs_after", None)
+        last: dict[SourcePartition, int | None] = {}
+        out = []
+        for r in pending:
+            key = (r.topic, r.partition)
+            if key not in self._seen:
+                self._seen.add(key)
+                if trim is not None:
+                    trim(self.flow, r.topic, r.partition, r.source_offset)
+                if floor is not None and key not in self._written_delta:
+                    below = floor(self.flow, r.topic, r.partition, r.source_offset)
+                    last[key] = below.delta if below is not None else None
+            previous = last.get(key, self._written_delta.get(key))
+            if previous == r.delta:
+                continue
+            last[key] = r.delta
+            out.append(r)
+        return out
+
+    def _failed(self, exc: MirrorError) -> None:
+        if self._metrics:
+            self._metrics.errors.labels(self.flow).inc()
+            self._metrics.healthy.labels(self.flow).set(0)
+        if self.failing_since is None:
+            self.failing_since = self._clock()
+            log.error(
+                "flow %s: cannot store %d offset-map rows, holding source commits back until the store answers: %s",
+                self.flow, len(self._pending), exc,
+            )
+        self.last_error = str(exc)
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    @property
+    def backlog_full(self) -> bool:
+        """Too many rows wait for the store: the engine holds reading back until they are written."""
+        return len(self._pending) >= self.max_pending
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        except MirrorError as exc:
+            # The engine does not commit past unsaved rows, so they are re-derived on restart.
+            log.warning("flow %s: %d offset-map rows not stored at close (the next run re-creates them): %s", self.flow, self.pending, exc)

@@ -1,0 +1,81 @@
+"""Issue 10's pure parts: restart backoff, broker settings of `mirror dev`, reports that carry
+no offset, the recorder's bounded buffer. No network."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import pytest
+
+from mirror.cli.dev import parse_broker_config
+from mirror.devenv.kafka import ClusterSpec, _server_properties
+from mirror.domain.offsetmap import OffsetSync
+from mirror.run.recorder import OffsetMapRecorder
+from mirror.run.supervisor import RESTART_BACKOFF_MAX, restart_delay
+from tests.unit.test_segment_acks import Report, segment, worker_and_partition
+
+
+def test_restart_delay_doubles_and_is_capped():
+    delays = [restart_delay(n) for n in range(1, 10)]
+    assert delays[:4] == [2.0, 4.0, 8.0, 16.0]
+    assert all(b >= a for a, b in zip(delays, delays[1:]))
+    assert max(delays) == RESTART_BACKOFF_MAX
+
+
+def test_broker_config_pairs_and_mistakes():
+    assert parse_broker_config(("auto.create.topics.enable=false", "num.partitions=3", "num.partitions=4")) == {
+        "auto.create.topics.enable": "false", "num.partitions": "4",
+    }
+    for bad in ("novalue", "=x", "two words=1"):
+        with pytest.raises(click.BadParameter, match="KEY=VALUE"):
+            parse_broker_config((bad,))
+
+
+def test_server_properties_use_kafka_defaults_and_extra_lines_win():
+    spec = ClusterSpec("nyc", 19092, Path("/tmp/x"))
+    plain = _server_properties(spec)
+    assert "auto.create.topics.enable" not in plain  # Kafka's default: on
+    extra = _server_properties(spec, {"auto.create.topics.enable": "false", "num.partitions": "3"})
+    props = {}
+    for line in extra.splitlines():
+        if "=" in line and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            props[k] = v  # java.util.Properties: the last line of a key wins
+    assert props["auto.create.topics.enable"] == "false" and props["num.partitions"] == "3"
+
+
+def test_duplicate_sequence_report_without_offset_writes_only_a_lower_bound():
+    """librdkafka reports DUPLICATE_SEQUENCE_NUMBER as success with offset -1."""
+    w, st = worker_and_partition()
+    first = segment(st, [0, 1, 2])
+    w._on_segment_start(st, first, None, Report(50))
+    w._on_segment_end(st, first, None, Report(52))
+    dup = segment(st, [3, 4, 6, 7])  # 5: a transaction marker
+    w._on_segment_start(st, dup, None, Report(-1))
+    w._on_segment_end(st, dup, None, Report(-1))
+    after = segment(st, [8])
+    w._on_segment_end(st, after, None, Report(60))
+    # No row with offset -1; the segment without offsets is placed right after the last
+    # acknowledged record (53), the earliest it can be: re-reading, never skipping.
+    assert st.batch.syncs == [(0, 50), (6, 55), (8, 60)]
+    assert (st.acked_next, st.batch.count) == (9, 8)
+
+
+def test_recorder_backlog_is_bounded():
+    class Down:
+        def write_syncs(self, flow, rows):
+            from mirror.errors import OffsetStoreError
+
+            raise OffsetStoreError("down")
+
+    from mirror.domain.acks import AckBatch, backlog_full
+
+    rec = OffsetMapRecorder(Down(), "f", registry=None)  # type: ignore[arg-type]
+    rec.max_pending = 3
+    for i in range(5):
+        b = AckBatch("f", "t", 0, "x.t", i, i + 1, syncs=[(i, i * 2)])
+        rec.on_acked([b])
+    assert rec.pending == 5 and rec.backlog_full and backlog_full([rec])
+    assert not backlog_full([object()])  # listeners without a buffer never hold reading back
+    assert OffsetSync("t", 0, 1, 2).delta == 1

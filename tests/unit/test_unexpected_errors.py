@@ -1,0 +1,62 @@
+"""Unknown errors in the long-running loops are counted, not only logged:
+`mirror_unexpected_errors_total{where}` (no network: the loops are fed failing fakes)."""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import CollectorRegistry
+
+from canary.prober import Prober
+from mirror import config
+from mirror.metrics import CanaryMetrics, MirrorMetrics
+from mirror.run.checkpointer import GroupCheckpointer
+
+TEXT = """\
+clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}
+flows:
+  - {name: p, source: nyc, target: sf, topics: {include: [".*"]}, groups: ["app-.*"], checkpoint_interval: 0.01}
+"""
+
+
+def _value(registry: CollectorRegistry, where: str) -> float | None:
+    return registry.get_sample_value("mirror_unexpected_errors_total", {"where": where})
+
+
+class Broken:
+    """Whatever is asked, fails with an error no handler knows; stops the loop after `times`."""
+
+    def __init__(self, stop: threading.Event, times: int = 1) -> None:
+        self.stop, self.left = stop, times
+        self.flow = config.parse(TEXT, env={}).flows[0]
+
+    def _fail(self, *args: object, **kwargs: object) -> None:
+        self.left -= 1
+        if self.left <= 0:
+            self.stop.set()
+        raise RuntimeError("a bug")
+
+    topics = poll = send_round = _fail
+
+
+def test_the_checkpointer_counts_an_unknown_error_and_carries_on():
+    cfg = config.parse(TEXT, env={})
+    registry = CollectorRegistry()
+    stop = threading.Event()
+    broken = Broken(stop, times=2)
+    cp = GroupCheckpointer(cfg, cfg.flows[0], store=None, source=broken, target=broken, metrics=MirrorMetrics(registry))  # type: ignore[arg-type]
+    assert _value(registry, "checkpointer") is None
+    cp.run(stop)  # two ticks fail, the loop goes on after the first
+    assert _value(registry, "checkpointer") == 2.0
+    assert cp.last_error == "unexpected error"
+
+
+def test_the_canary_prober_counts_unknown_errors_of_rounds_and_reads():
+    cfg = config.parse(TEXT, env={})
+    registry = CollectorRegistry()
+    prober = Prober(cfg, [], metrics=CanaryMetrics(registry))
+    prober._round(Broken(threading.Event()))  # type: ignore[arg-type]
+    stop = threading.Event()
+    prober._read_loop(Broken(stop), stop)  # type: ignore[arg-type]
+    assert _value(registry, "canary_round") == 1.0
+    assert _value(registry, "canary_read") == 1.0
