@@ -71,7 +71,14 @@ def _values(bootstrap: str, topic: str) -> dict[int, list[bytes]]:
 
 
 def _mine(bootstrap: str, unique: str) -> dict[str, int]:
-    return {t: n for t, n in topics(bootstrap).items() if unique in t}
+    """This test's data topics on a cluster (canary topics are checked apart, by `_canaries`)."""
+    return {t: n for t, n in topics(bootstrap).items() if unique in t and f"canary-{unique}" not in t}
+
+
+def _canaries(bootstrap: str, unique: str) -> set[str]:
+    """This test's canary topics on a cluster: `mirror run` makes one on every flow's source,
+    and each flow carries its source's canary topic like any selected topic."""
+    return {t for t in topics(bootstrap) if f"canary-{unique}" in t}
 
 
 def test_active_active_with_prefixes_both_ways(four, tmp_path, unique):
@@ -95,6 +102,10 @@ def test_active_active_with_prefixes_both_ways(four, tmp_path, unique):
     assert values_b == {orders: sent_b, f"a.{orders}": sent_a}
     assert snapshots[1] == snapshots[0] and snapshots[2] == snapshots[0], "topics or counts changed in a later round"
     assert not [t for t in [*on_a, *on_b] if t.startswith(("a.b.", "b.a.", "a.a.", "b.b."))]
+    # The probes travel both ways once too, never back round.
+    canary = f"canary-{unique}"
+    assert _canaries(a, unique) == {canary, f"b.{canary}"}
+    assert _canaries(b, unique) == {canary, f"a.{canary}"}
 
 
 def test_hub_and_spoke_with_fan_out(four, tmp_path, unique):
@@ -117,6 +128,11 @@ def test_hub_and_spoke_with_fan_out(four, tmp_path, unique):
         # every spoke: its own prices and the hub's reference data, nothing of the other spokes
         assert _mine(four.bootstrap(s), unique) == {prices: PARTITIONS, f"hub.{reference}": PARTITIONS}
         assert _values(four.bootstrap(s), f"hub.{reference}") == sent_ref, f"the hub's reference data on {s}"
+    # Every flow's source has its canary topic, and each crossed its own flow once.
+    canary = f"canary-{unique}"
+    assert _canaries(hub, unique) == {canary, *(f"{s}.{canary}" for s in spokes)}
+    for s in spokes:
+        assert _canaries(four.bootstrap(s), unique) == {canary, f"hub.{canary}"}
 
 
 def test_chain_spoke_to_hub_to_dr(four, tmp_path, unique):
@@ -140,5 +156,9 @@ def test_chain_spoke_to_hub_to_dr(four, tmp_path, unique):
     first = read_topic(dr, f"a.{topic}", PARTITIONS)[0][0]
     origins = [v.decode().split("/")[:2] for k, v in first.headers if k == "mirror.origin"]
     assert origins == [["a", topic], ["hub", f"a.{topic}"]]
+    # The identity hop carries the hub's canary topic under its own name; the spoke's copy
+    # on the hub (`a.canary-…`) is not the DR flow's to take.
+    assert _canaries(hub, unique) == {f"canary-{unique}", f"a.canary-{unique}"}
+    assert _canaries(dr, unique) == {f"canary-{unique}"}
     _round(config)
     assert _values(dr, f"a.{topic}") == sent

@@ -10,10 +10,10 @@ from typing import Any
 
 from confluent_kafka import (
     ConsumerGroupTopicPartitions,
-    TopicCollection,
     IsolationLevel,
     KafkaError,
     KafkaException,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import (
