@@ -158,3 +158,5 @@ def test_translation_edges_empty_partitions_trailing_rows_and_failover_vs_sync(c
     assert {(c.partition, c.target_offset) for c in tick.checkpoints if c.group == group} == {(0, 20), (1, 0), (2, 3)}
     assert group not in tick.synced_groups
     assert group_offsets(dst, group, target, 3) == {0: 0, 1: 0, 2: 3}
+    # ... and says so: only partition 0 was held back (1 and 2 already stand where the sync would put them).
+    assert tick.held == {group: [(target, 0)]}

@@ -47,6 +47,9 @@ class TickResult:
     checkpoints: list[Checkpoint] = field(default_factory=list)
     synced_groups: list[str] = field(default_factory=list)
     skipped_active: list[str] = field(default_factory=list)
+    # Partitions the sync would have moved forwards but left alone because someone else set
+    # the target's offset (group -> target partitions): made visible, never silent.
+    held: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
 
 
 def matching_groups(patterns: list[str], groups: list[str], exclude: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
@@ -77,6 +80,7 @@ class GroupCheckpointer:
         self._target = target
         self.last_tick_ms: int | None = None
         self.last_error: str | None = None
+        self._held: dict[str, list[tuple[str, int]]] = {}  # logged once per change, not every tick
 
     @property
     def source(self) -> Admin:
@@ -169,6 +173,7 @@ class GroupCheckpointer:
             return
         current = self.target.group_offsets_with_metadata(group)
         todo = {}
+        held = []
         for c in rows:
             key = (target_topic(c.topic, self.flow.source, self.flow.rename), c.partition)
             offset, metadata = current.get(key, (-1, None))
@@ -176,9 +181,12 @@ class GroupCheckpointer:
                 # Someone else set this offset: `failover apply`/`import` or the group's own
                 # consumers. It is theirs; moving it (even forwards) could skip what a failover
                 # just rewound to replay.
+                if offset < c.target_offset:
+                    held.append(key)
                 continue
             if offset < c.target_offset:
                 todo[key] = c.target_offset
+        self._report_held(group, sorted(held), result)
         if not todo:
             return
         try:
@@ -188,3 +196,19 @@ class GroupCheckpointer:
             log.info("flow %s: not syncing offsets of group %s on %s: %s", self.flow.name, group, self.flow.target, exc)
             return
         result.synced_groups.append(group)
+
+    def _report_held(self, group: str, held: list[tuple[str, int]], result: TickResult) -> None:
+        if held:
+            result.held[group] = held
+        if held == self._held.get(group, []):
+            return
+        self._held[group] = held
+        if held:
+            log.warning(
+                "flow %s: not syncing group %s on %s for %d partition(s) (first %s[%d]): their offsets there were set by "
+                "someone else (failover apply/import or the group's own consumers), and the sync never moves those; "
+                "delete the group's offsets on %s to hand them back to the sync",
+                self.flow.name, group, self.flow.target, len(held), held[0][0], held[0][1], self.flow.target,
+            )
+        else:
+            log.info("flow %s: group %s on %s is synced on every partition again", self.flow.name, group, self.flow.target)
