@@ -492,6 +492,11 @@ class FlowWorker:
             self._size_check(fresh)
             self._parts[tp] = self._by_target[(old.route.target_topic, old.route.partition)] = fresh
             start = committed.get(tp)
+            if start is None and tp in committed:
+                # Read, and nothing committed yet: a restart would start from the beginning
+                # (auto.offset.reset=earliest). Reading on from the consumer's position would
+                # skip the records just dropped uncounted, and commit past them.
+                start = OFFSET_BEGINNING
             if start is None:
                 fresh.tainted = True  # unknown: never commit the consumer's position for it
                 continue
