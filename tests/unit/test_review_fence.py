@@ -110,3 +110,22 @@ def test_fence_with_known_committed_offsets_rereads_from_them():
     w = frozen_worker(c)
     w._confirm_owner()
     assert w._fenced is None and c.pos[TP] == 0 and c.commits == [{TP: 0}]
+
+
+@pytest.mark.xfail(strict=True, reason="review of issue 10 point 6: session.timeout.ms / heartbeat.interval.ms are not checked, and the fence threshold is their difference")
+def test_a_heartbeat_no_shorter_than_the_session_is_refused_at_load():
+    """The fence fires after (session.timeout.ms - heartbeat.interval.ms) without running. With
+    a heartbeat as long as the session (librdkafka accepts it) that is 0 s: every loop drops
+    everything in flight uncounted and re-reads from the committed offsets, so the flow never
+    commits again and re-mirrors what landed at every commit interval."""
+    from mirror import config
+    from mirror.errors import ConfigError
+
+    text = """\
+clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}
+flows:
+  - {name: p, source: nyc, target: sf, topics: {include: [".*"]}, consumer: {session.timeout.ms: 6000, heartbeat.interval.ms: 6000}}
+"""
+    with pytest.raises(ConfigError, match=r"flows\[0\]\.consumer\.(session\.timeout\.ms|heartbeat\.interval\.ms)"):
+        config.parse(text, env={})
+
