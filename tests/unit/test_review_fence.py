@@ -129,3 +129,26 @@ flows:
     with pytest.raises(ConfigError, match=r"flows\[0\]\.consumer\.(session\.timeout\.ms|heartbeat\.interval\.ms)"):
         config.parse(text, env={})
 
+
+
+@pytest.mark.xfail(strict=True, reason="review of issue 10 point 10: _on_segment_end writes only the last record's row when the first report has no offset")
+def test_a_segment_whose_first_report_has_no_offset_never_translates_past_its_records():
+    """Issue 10 point 10: a DUPLICATE_SEQUENCE_NUMBER "success" (offset -1) on a segment's
+    first report, an exact offset on its last (the segment spanned two batches, the first
+    one retried). Source 5 is a transaction marker: 3, 4, 6, 7 landed at 53-56. A group that
+    read up to 5 must resume at or before 55 (record 6's copy)."""
+    from mirror.domain.offsetmap import OffsetSync, translate
+
+    w, st = worker_and_partition()
+    first = segment(st, [0, 1, 2])
+    w._on_segment_start(st, first, None, Report(50))
+    w._on_segment_end(st, first, None, Report(52))
+    seg = segment(st, [3, 4, 6, 7])
+    w._on_segment_start(st, seg, None, Report(-1))
+    w._on_segment_end(st, seg, None, Report(56))
+    rows = [OffsetSync("orders", 0, s, t) for s, t in st.batch.syncs]
+    copies = {0: 50, 1: 51, 2: 52, 3: 53, 4: 54, 6: 55, 7: 56}
+    for pos in range(0, 9):
+        first_unread = min((t for s, t in copies.items() if s >= pos), default=57)
+        got = translate(rows, pos, 57).target_offset
+        assert got <= first_unread, f"position {pos} translates to {got}, past the copy of a record the group has not read ({first_unread}); rows {st.batch.syncs}"
