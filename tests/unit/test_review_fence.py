@@ -131,7 +131,6 @@ flows:
 
 
 
-@pytest.mark.xfail(strict=True, reason="review of issue 10 point 10: _on_segment_end writes only the last record's row when the first report has no offset")
 def test_a_segment_whose_first_report_has_no_offset_never_translates_past_its_records():
     """Issue 10 point 10: a DUPLICATE_SEQUENCE_NUMBER "success" (offset -1) on a segment's
     first report, an exact offset on its last (the segment spanned two batches, the first

@@ -710,7 +710,7 @@ class FlowWorker:
         if seg.count > 1 and seg.t_first is None:
             # The first record's report must precede this one; without it the segment's
             # placement is unknown, and a guessed offset could translate too far.
-            log.warning("flow %s: %s[%d]: no report for source offset %d; offsets %d-%d are not added to the offset map", self.flow.name, st.route.source_topic, st.route.partition, seg.first, seg.first, seg.last)
+            log.warning("flow %s: %s[%d]: no offset reported for source offset %d; offsets %d-%d are placed at a lower bound in the offset map", self.flow.name, st.route.source_topic, st.route.partition, seg.first, seg.first, seg.last)
             t_first = None
         b = st.batch
         if b is None:
@@ -727,6 +727,13 @@ class FlowWorker:
             if t_last - t_first != seg.count - 1:
                 self._sync(st, b, seg.last, t_last)
         else:
+            if st.t_next is not None:
+                # As for an unplaced segment: record i lies at or after t_next + i. Without
+                # these rows the previous delta would carry across the segment's gaps and
+                # translate past records (the last record's row alone comes too late).
+                self._sync(st, b, seg.first, st.t_next)
+                for idx, src in seg.gaps:
+                    self._sync(st, b, src, st.t_next + idx)
             self._sync(st, b, seg.last, t_last)
         self._count_acked(st, b, seg)
         st.t_next = t_last + 1
