@@ -22,6 +22,7 @@ class Consumer:
         self.member = member  # still a member of the group's current generation
         self.readable = readable  # the group's committed offsets can be read
         self.commits: list[dict] = []
+        self.metadata: list[dict] = []
 
     def committed(self, tps, timeout=None):
         if not self.readable:
@@ -47,6 +48,7 @@ class Consumer:
         if not self.member:
             raise KafkaException(KafkaError(KafkaError.UNKNOWN_MEMBER_ID))
         self.commits.append({(tp.topic, tp.partition): tp.offset for tp in offsets})
+        self.metadata.append({(tp.topic, tp.partition): tp.metadata for tp in offsets})
 
 
 class Producer:
@@ -151,3 +153,16 @@ def test_a_segment_whose_first_report_has_no_offset_never_translates_past_its_re
         first_unread = min((t for s, t in copies.items() if s >= pos), default=57)
         got = translate(rows, pos, 57).target_offset
         assert got <= first_unread, f"position {pos} translates to {got}, past the copy of a record the group has not read ({first_unread}); rows {st.batch.syncs}"
+
+
+@pytest.mark.xfail(strict=True, reason="review of issue 10 point 4: _confirm_owner commits without the target-topic-id tag")
+def test_the_confirming_commit_keeps_the_target_topic_tag():
+    """The commit that confirms ownership after a freeze rewrites the group's offsets. Without
+    the target topic's id in its metadata, a target topic recreated while the mirror is
+    stopped goes unnoticed for an idle partition (`_stale_commits` trusts untagged offsets),
+    and records mirrored into the deleted topic are never mirrored again."""
+    c = Consumer(position=200, committed=0)
+    w = frozen_worker(c)
+    w._target_ids = {"nyc.orders": "id-1"}
+    w._confirm_owner()
+    assert c.metadata == [{TP: "target-topic-id=id-1"}]
