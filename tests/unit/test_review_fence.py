@@ -155,7 +155,6 @@ def test_a_segment_whose_first_report_has_no_offset_never_translates_past_its_re
         assert got <= first_unread, f"position {pos} translates to {got}, past the copy of a record the group has not read ({first_unread}); rows {st.batch.syncs}"
 
 
-@pytest.mark.xfail(strict=True, reason="review of issue 10 point 4: _confirm_owner commits without the target-topic-id tag")
 def test_the_confirming_commit_keeps_the_target_topic_tag():
     """The commit that confirms ownership after a freeze rewrites the group's offsets. Without
     the target topic's id in its metadata, a target topic recreated while the mirror is

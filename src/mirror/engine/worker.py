@@ -519,7 +519,7 @@ class FlowWorker:
             return
         if self._fenced:
             try:
-                self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in self._fenced.items()], asynchronous=False)
+                self._consumer.commit(offsets=[self._offset(tp, o) for tp, o in self._fenced.items()], asynchronous=False)
             except KafkaException as exc:
                 log.info("flow %s: still fenced (%s); waiting for the rebalance", self.flow.name, exc.args[0].str())
                 return
