@@ -165,3 +165,15 @@ def test_the_confirming_commit_keeps_the_target_topic_tag():
     w._target_ids = {"nyc.orders": "id-1"}
     w._confirm_owner()
     assert c.metadata == [{TP: "target-topic-id=id-1"}]
+
+
+@pytest.mark.xfail(strict=True, reason="review of issue 10 point 4: with no committed offset to commit again, the fence ends without asking the group")
+def test_fence_holds_for_an_expelled_worker_whose_partitions_have_nothing_committed():
+    """Nothing committed yet for the frozen worker's partitions (a new flow, the first commit
+    interval): `_fenced` is empty, so `_confirm_owner` resumes at once, and the zombie reads and
+    acknowledges (offset-map rows) for partitions the group has given to another worker until
+    its next heartbeat tells it otherwise."""
+    c = Consumer(position=200, committed=None, member=False)
+    w = frozen_worker(c)
+    w._confirm_owner()
+    assert w._fenced is not None, "resumed without the group confirming the partitions are still ours"
