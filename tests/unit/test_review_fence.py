@@ -177,3 +177,66 @@ def test_fence_holds_for_an_expelled_worker_whose_partitions_have_nothing_commit
     w = frozen_worker(c)
     w._confirm_owner()
     assert w._fenced is not None, "resumed without the group confirming the partitions are still ours"
+
+
+class FreezingProducer:
+    """The producer a frozen worker was writing with: its queue is full when the process is
+    stopped (SIGSTOP lands in the backpressure wait), and time jumps past the session timeout."""
+
+    def __init__(self, now: list[float]) -> None:
+        self.now = now
+        self.values: list[bytes] = []
+        self.frozen = False
+
+    def produce(self, topic, value, key, *, partition, timestamp, headers, on_delivery=None) -> None:
+        if not self.frozen:
+            self.frozen = True
+            self.now[0] += 30.0  # SIGSTOP ... SIGCONT while waiting for queue room
+            raise BufferError("queue full")
+        self.values.append(value)
+
+    def poll(self, timeout=0):
+        return 0
+
+    def purge(self, **_):
+        pass
+
+    def __len__(self) -> int:
+        return 1
+
+
+class Recording(Producer):
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    def produce(self, topic, value, key, *, partition, timestamp, headers, on_delivery=None) -> None:
+        self.values.append(value)
+
+    def poll(self, timeout=0):
+        return 0
+
+
+@pytest.mark.xfail(strict=True, reason="review of issue 10 point 4: _forward carries on with the batch read before the freeze after the fence fired inside it")
+def test_a_fence_inside_the_backpressure_wait_stops_the_batch_read_before_the_freeze():
+    """The consumer handed over 100-109 (committed: 100); the worker is stopped while waiting
+    for queue room for 100. The fence fires inside `_forward` (its poll): it seeks back to 100
+    and writes nothing until the group confirms. The rest of the batch read before the freeze
+    must not be produced, neither by the old producer (a zombie write) nor by the new ones
+    (101-109 acknowledged while 100 is not: their commit would pass 100)."""
+    from tests.unit.test_segment_acks import Msg
+
+    now = [0.0]
+    c = Consumer(position=110, committed=100)
+    w, st = worker_and_partition()
+    w.clock = lambda: now[0]
+    w._consumer = c
+    w._fence_after = 8.0
+    old = FreezingProducer(now)
+    fresh = Recording()
+    st.producer = w._producer = old
+    w._producers = {1: old}
+    w._producer_for = lambda topic: fresh  # type: ignore[method-assign]
+    w._tick = now[0]
+    w._forward([Msg(o) for o in range(100, 110)])
+    assert w._fenced is not None and c.pos[TP] == 100
+    assert (old.values, fresh.values) == ([], []), f"produced after the fence: old producer {old.values}, new {fresh.values}"
