@@ -216,7 +216,6 @@ class Recording(Producer):
         return 0
 
 
-@pytest.mark.xfail(strict=True, reason="review of issue 10 point 4: _forward carries on with the batch read before the freeze after the fence fired inside it")
 def test_a_fence_inside_the_backpressure_wait_stops_the_batch_read_before_the_freeze():
     """The consumer handed over 100-109 (committed: 100); the worker is stopped while waiting
     for queue room for 100. The fence fires inside `_forward` (its poll): it seeks back to 100

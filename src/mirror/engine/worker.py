@@ -399,6 +399,11 @@ class FlowWorker:
                             self._pause()
                             return
                         self._poll(0.05)  # acknowledgements free queue room
+                        if self._fenced is not None:
+                            # Frozen meanwhile, and fenced by that poll: this batch was read
+                            # before the freeze; it is re-read from the committed offsets once
+                            # the group confirms. Nothing more of it may be produced.
+                            return
                         waited += 0.05
             except KafkaException as exc:
                 code = exc.args[0].code()
