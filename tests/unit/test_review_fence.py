@@ -239,3 +239,28 @@ def test_a_fence_inside_the_backpressure_wait_stops_the_batch_read_before_the_fr
     w._forward([Msg(o) for o in range(100, 110)])
     assert w._fenced is not None and c.pos[TP] == 100
     assert (old.values, fresh.values) == ([], []), f"produced after the fence: old producer {old.values}, new {fresh.values}"
+
+
+@pytest.mark.xfail(strict=True, reason="review of issue 10 point 4: the fence drops st.batch (rows) but leaves acked_next on the old partition state, which _on_revoke still commits")
+def test_a_fence_inside_a_revoke_drain_commits_nothing_whose_rows_it_dropped():
+    """`_on_revoke` holds the partitions' state from before its drain; a fence fired by the
+    drain's poll drops their unemitted acknowledgements (offset-map rows for 0-99) and the
+    revoke then commits from that state: 100, past rows never stored (invariant 1)."""
+    c = Consumer(position=200, committed=0)
+    w, st = worker_and_partition()
+    now = [0.0]
+    w.clock = lambda: now[0]
+    w._consumer = c
+    w._fence_after = 8.0
+    w._producer_for = lambda topic: Producer()  # type: ignore[method-assign]
+    w._producers = {1: Producer()}
+    acked = segment(st, [0, 1, 2, 5, 6])  # 3-4: a transaction marker and an abort: a delta change
+    w._on_segment_start(st, acked, None, Report(0))
+    w._on_segment_end(st, acked, None, Report(4))
+    segment(st, list(range(7, 200)))  # in flight
+    old = w._parts[TP]  # what `_on_revoke` holds while it drains
+    w._tick = now[0]
+    now[0] += 30.0
+    assert w._check_frozen()
+    positions = w._positions({TP: old})
+    assert positions.get(TP, 0) <= 0, f"would commit {positions[TP]} though the rows of 0-6 (delta change at 5) were dropped"
