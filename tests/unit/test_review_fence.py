@@ -241,7 +241,6 @@ def test_a_fence_inside_the_backpressure_wait_stops_the_batch_read_before_the_fr
     assert (old.values, fresh.values) == ([], []), f"produced after the fence: old producer {old.values}, new {fresh.values}"
 
 
-@pytest.mark.xfail(strict=True, reason="review of issue 10 point 4: the fence drops st.batch (rows) but leaves acked_next on the old partition state, which _on_revoke still commits")
 def test_a_fence_inside_a_revoke_drain_commits_nothing_whose_rows_it_dropped():
     """`_on_revoke` holds the partitions' state from before its drain; a fence fired by the
     drain's poll drops their unemitted acknowledgements (offset-map rows for 0-99) and the

@@ -481,6 +481,10 @@ class FlowWorker:
             st.inflight.clear()
             st.open = None
             st.batch = None
+            # Its unemitted acknowledgements (offset-map rows) are gone: a caller still
+            # holding this state (`_on_revoke` draining) must not commit from it.
+            st.acked_next = None
+            st.tainted = True
         for producer in self._producers.values():
             producer.purge(in_queue=True, in_flight=True)
         self._producers.clear()
