@@ -263,3 +263,63 @@ def test_a_fence_inside_a_revoke_drain_commits_nothing_whose_rows_it_dropped():
     assert w._check_frozen()
     positions = w._positions({TP: old})
     assert positions.get(TP, 0) <= 0, f"would commit {positions[TP]} though the rows of 0-6 (delta change at 5) were dropped"
+
+
+class Group:
+    """The source group as the consumer sees it in `_on_assign`: another worker committed 500
+    into the current target topic (tagged with its id)."""
+
+    def __init__(self) -> None:
+        self.assigned: list = []
+        self.commits: list = []
+
+    def committed(self, tps, timeout=None):
+        return [TopicPartition(tp.topic, tp.partition, 500, "target-topic-id=id-1") for tp in tps]
+
+    def incremental_assign(self, tps):
+        self.assigned += [(tp.topic, tp.partition, tp.offset) for tp in tps]
+
+    def commit(self, offsets=None, asynchronous=True):
+        self.commits += [(tp.topic, tp.partition, tp.offset) for tp in offsets]
+
+    def pause(self, tps):
+        pass
+
+    def resume(self, tps):
+        pass
+
+
+class Ids:
+    def topic_ids(self, topics):
+        return dict.fromkeys(topics, "id-1")
+
+
+class Resets:
+    def __init__(self) -> None:
+        self.reset: list = []
+
+    def on_reset(self, flow, partitions):
+        self.reset += list(partitions)
+
+
+@pytest.mark.xfail(strict=True, reason="review of issue 10 point 1: _created_at keeps the partitions of a created topic that went to another worker, and an unread (_UNREAD) entry resets them whenever they move here")
+def test_a_partition_another_worker_filled_is_not_remirrored_when_it_moves_to_the_creator():
+    """Worker A created the target topic (the new group's offsets could not be read then:
+    `_UNREAD`); partition 0 went to worker B, which mirrored and committed 500 into that same
+    topic. Much later (a freeze, a restart of B) partition 0 moves to A: it must resume at 500,
+    not start again from the source's beginning with its offset-map rows deleted and the
+    group rewound to 0 (every record mirrored twice; seen on the real clusters in
+    test_frozen_worker_is_fenced: rows of both moved partitions gone, 3,000+ duplicates)."""
+    from mirror.engine.worker import _UNREAD
+
+    w, _st = worker_and_partition()
+    w._parts.clear()
+    w._by_target.clear()
+    g, resets = Group(), Resets()
+    w._consumer = g
+    w.listeners = [resets]
+    w._target_admin = Ids()
+    w._producer_for = lambda topic: Producer()  # type: ignore[method-assign]
+    w._created_at = {TP: _UNREAD}
+    w._on_assign(g, [TopicPartition(*TP)])
+    assert (g.assigned, resets.reset, g.commits) == ([(*TP, -1001)], [], []), "re-mirrored from the beginning"
