@@ -269,12 +269,13 @@ class Group:
     """The source group as the consumer sees it in `_on_assign`: another worker committed 500
     into the current target topic (tagged with its id)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tag: str = "id-1") -> None:
+        self.tag = tag
         self.assigned: list = []
         self.commits: list = []
 
     def committed(self, tps, timeout=None):
-        return [TopicPartition(tp.topic, tp.partition, 500, "target-topic-id=id-1") for tp in tps]
+        return [TopicPartition(tp.topic, tp.partition, 500, f"target-topic-id={self.tag}") for tp in tps]
 
     def incremental_assign(self, tps):
         self.assigned += [(tp.topic, tp.partition, tp.offset) for tp in tps]
@@ -293,6 +294,9 @@ class Ids:
     def topic_ids(self, topics):
         return dict.fromkeys(topics, "id-1")
 
+    def delete_records(self, ends):
+        pass
+
 
 class Resets:
     def __init__(self) -> None:
@@ -302,7 +306,6 @@ class Resets:
         self.reset += list(partitions)
 
 
-@pytest.mark.xfail(strict=True, reason="review of issue 10 point 1: _created_at keeps the partitions of a created topic that went to another worker, and an unread (_UNREAD) entry resets them whenever they move here")
 def test_a_partition_another_worker_filled_is_not_remirrored_when_it_moves_to_the_creator():
     """Worker A created the target topic (the new group's offsets could not be read then:
     `_UNREAD`); partition 0 went to worker B, which mirrored and committed 500 into that same
@@ -323,3 +326,21 @@ def test_a_partition_another_worker_filled_is_not_remirrored_when_it_moves_to_th
     w._created_at = {TP: _UNREAD}
     w._on_assign(g, [TopicPartition(*TP)])
     assert (g.assigned, resets.reset, g.commits) == ([(*TP, -1001)], [], []), "re-mirrored from the beginning"
+
+
+def test_a_partition_committed_into_an_earlier_incarnation_still_starts_over_at_the_creator():
+    """The contrast: the group's offset was committed into the deleted topic (old id): the
+    new, empty topic must receive everything the source holds."""
+    from mirror.engine.worker import _UNREAD
+
+    w, _st = worker_and_partition()
+    w._parts.clear()
+    w._by_target.clear()
+    g, resets = Group(tag="id-0"), Resets()
+    w._consumer = g
+    w.listeners = [resets]
+    w._target_admin = Ids()
+    w._producer_for = lambda topic: Producer()  # type: ignore[method-assign]
+    w._created_at = {TP: _UNREAD}
+    w._on_assign(g, [TopicPartition(*TP)])
+    assert (g.assigned, resets.reset, g.commits) == ([(*TP, OFFSET_BEGINNING)], [TP], [(*TP, 0)])

@@ -1135,7 +1135,7 @@ class FlowWorker:
         # of it. But only if nobody committed since the creation: another worker may have
         # filled it in the meantime (then the group's offsets are right, as always).
         created = [tp for tp in partitions if (tp.topic, tp.partition) in self._created_at]
-        start = self._stale_commits(partitions)
+        start, current = self._stale_commits(partitions)
         if created:
             try:
                 now = self._committed([TopicPartition(tp.topic, tp.partition) for tp in created])
@@ -1147,6 +1147,8 @@ class FlowWorker:
                 now = {}
             for key in [(tp.topic, tp.partition) for tp in created]:
                 created_with = self._created_at.pop(key)
+                if key in current:
+                    continue  # committed into this very topic since: another worker filled it
                 if created_with == _UNREAD or (key in now and now[key] == created_with):
                     start[key] = OFFSET_BEGINNING
         if start:
@@ -1166,10 +1168,11 @@ class FlowWorker:
         self._tick = self.clock()  # the offset reads above may block: not a freeze
         log.info("flow %s: assigned %d partitions (now %d)", self.flow.name, len(partitions), len(self._parts))
 
-    def _stale_commits(self, partitions: list[TopicPartition]) -> dict[SourcePartition, int]:
+    def _stale_commits(self, partitions: list[TopicPartition]) -> tuple[dict[SourcePartition, int], set[SourcePartition]]:
         """Partitions whose committed offset was mirrored into an earlier incarnation of their
         target topic (deleted and created again since, maybe while the mirror was stopped, or
-        by another worker): they start again from the source's beginning.
+        by another worker): they start again from the source's beginning. Also returned: the
+        partitions whose committed offset was mirrored into the target topic as it is now.
 
         This worker's part of the new topic is emptied first: nobody committed into it, so
         whatever it holds is a stale or unacknowledged copy that would come ahead of, or
@@ -1179,21 +1182,24 @@ class FlowWorker:
             got = self._consumer.committed([TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=min(5.0, self._source.timeout))
         except KafkaException as exc:
             log.warning("flow %s: could not read the group's offsets of the assigned partitions (%s); trusting them", self.flow.name, exc.args[0].str())
-            return {}
+            return {}, set()
         tagged = [tp for tp in got if tp.offset >= 0 and (tp.metadata or "").startswith(_TID)]
         if not tagged:
-            return {}
+            return {}, set()
         try:  # the ids as they are now, not as this worker last saw them
             ids = self._target_admin.topic_ids(sorted({self._parts[(tp.topic, tp.partition)].route.target_topic for tp in tagged}))
         except MirrorError as exc:
             log.warning("flow %s: could not read the target topics' ids (%s); trusting the group's offsets", self.flow.name, exc)
-            return {}
+            return {}, set()
         stale: dict[SourcePartition, int] = {}
+        current: set[SourcePartition] = set()
         for tp in tagged:
             meta = tp.metadata or ""
             now = ids.get(self._parts[(tp.topic, tp.partition)].route.target_topic)
             if tp.offset >= 0 and meta.startswith(_TID) and now is not None and meta[len(_TID):] != now:
                 stale[(tp.topic, tp.partition)] = OFFSET_BEGINNING
+            elif now is not None and meta[len(_TID):] == now:
+                current.add((tp.topic, tp.partition))
         if stale:
             log.warning("flow %s: %d partitions were committed into an earlier incarnation of their target topic; re-mirroring them from the source's beginning", self.flow.name, len(stale))
             ends = {(self._parts[k].route.target_topic, k[1]): OFFSET_END for k in stale}
@@ -1201,7 +1207,7 @@ class FlowWorker:
                 self._target_admin.delete_records(ends)
             except MirrorError as exc:
                 log.warning("flow %s: could not empty the recreated target partitions: %s", self.flow.name, exc)
-        return stale
+        return stale, current
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         """Hand partitions over cleanly: wait for their acknowledgements, commit, forget."""
