@@ -399,6 +399,11 @@ class FlowWorker:
                             self._pause()
                             return
                         self._poll(0.05)  # acknowledgements free queue room
+                        if self._fenced is not None:
+                            # Frozen meanwhile, and fenced by that poll: this batch was read
+                            # before the freeze; it is re-read from the committed offsets once
+                            # the group confirms. Nothing more of it may be produced.
+                            return
                         waited += 0.05
             except KafkaException as exc:
                 code = exc.args[0].code()
@@ -476,6 +481,10 @@ class FlowWorker:
             st.inflight.clear()
             st.open = None
             st.batch = None
+            # Its unemitted acknowledgements (offset-map rows) are gone: a caller still
+            # holding this state (`_on_revoke` draining) must not commit from it.
+            st.acked_next = None
+            st.tainted = True
         for producer in self._producers.values():
             producer.purge(in_queue=True, in_flight=True)
         self._producers.clear()
@@ -492,6 +501,11 @@ class FlowWorker:
             self._size_check(fresh)
             self._parts[tp] = self._by_target[(old.route.target_topic, old.route.partition)] = fresh
             start = committed.get(tp)
+            if start is None and tp in committed:
+                # Read, and nothing committed yet: a restart would start from the beginning
+                # (auto.offset.reset=earliest). Reading on from the consumer's position would
+                # skip the records just dropped uncounted, and commit past them.
+                start = OFFSET_BEGINNING
             if start is None:
                 fresh.tainted = True  # unknown: never commit the consumer's position for it
                 continue
@@ -514,7 +528,7 @@ class FlowWorker:
             return
         if self._fenced:
             try:
-                self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in self._fenced.items()], asynchronous=False)
+                self._consumer.commit(offsets=[self._offset(tp, o) for tp, o in self._fenced.items()], asynchronous=False)
             except KafkaException as exc:
                 log.info("flow %s: still fenced (%s); waiting for the rebalance", self.flow.name, exc.args[0].str())
                 return
@@ -705,7 +719,7 @@ class FlowWorker:
         if seg.count > 1 and seg.t_first is None:
             # The first record's report must precede this one; without it the segment's
             # placement is unknown, and a guessed offset could translate too far.
-            log.warning("flow %s: %s[%d]: no report for source offset %d; offsets %d-%d are not added to the offset map", self.flow.name, st.route.source_topic, st.route.partition, seg.first, seg.first, seg.last)
+            log.warning("flow %s: %s[%d]: no offset reported for source offset %d; offsets %d-%d are placed at a lower bound in the offset map", self.flow.name, st.route.source_topic, st.route.partition, seg.first, seg.first, seg.last)
             t_first = None
         b = st.batch
         if b is None:
@@ -722,6 +736,13 @@ class FlowWorker:
             if t_last - t_first != seg.count - 1:
                 self._sync(st, b, seg.last, t_last)
         else:
+            if st.t_next is not None:
+                # As for an unplaced segment: record i lies at or after t_next + i. Without
+                # these rows the previous delta would carry across the segment's gaps and
+                # translate past records (the last record's row alone comes too late).
+                self._sync(st, b, seg.first, st.t_next)
+                for idx, src in seg.gaps:
+                    self._sync(st, b, src, st.t_next + idx)
             self._sync(st, b, seg.last, t_last)
         self._count_acked(st, b, seg)
         st.t_next = t_last + 1
@@ -1114,7 +1135,7 @@ class FlowWorker:
         # of it. But only if nobody committed since the creation: another worker may have
         # filled it in the meantime (then the group's offsets are right, as always).
         created = [tp for tp in partitions if (tp.topic, tp.partition) in self._created_at]
-        start = self._stale_commits(partitions)
+        start, current = self._stale_commits(partitions)
         if created:
             try:
                 now = self._committed([TopicPartition(tp.topic, tp.partition) for tp in created])
@@ -1126,6 +1147,8 @@ class FlowWorker:
                 now = {}
             for key in [(tp.topic, tp.partition) for tp in created]:
                 created_with = self._created_at.pop(key)
+                if key in current:
+                    continue  # committed into this very topic since: another worker filled it
                 if created_with == _UNREAD or (key in now and now[key] == created_with):
                     start[key] = OFFSET_BEGINNING
         if start:
@@ -1145,10 +1168,11 @@ class FlowWorker:
         self._tick = self.clock()  # the offset reads above may block: not a freeze
         log.info("flow %s: assigned %d partitions (now %d)", self.flow.name, len(partitions), len(self._parts))
 
-    def _stale_commits(self, partitions: list[TopicPartition]) -> dict[SourcePartition, int]:
+    def _stale_commits(self, partitions: list[TopicPartition]) -> tuple[dict[SourcePartition, int], set[SourcePartition]]:
         """Partitions whose committed offset was mirrored into an earlier incarnation of their
         target topic (deleted and created again since, maybe while the mirror was stopped, or
-        by another worker): they start again from the source's beginning.
+        by another worker): they start again from the source's beginning. Also returned: the
+        partitions whose committed offset was mirrored into the target topic as it is now.
 
         This worker's part of the new topic is emptied first: nobody committed into it, so
         whatever it holds is a stale or unacknowledged copy that would come ahead of, or
@@ -1158,21 +1182,24 @@ class FlowWorker:
             got = self._consumer.committed([TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=min(5.0, self._source.timeout))
         except KafkaException as exc:
             log.warning("flow %s: could not read the group's offsets of the assigned partitions (%s); trusting them", self.flow.name, exc.args[0].str())
-            return {}
+            return {}, set()
         tagged = [tp for tp in got if tp.offset >= 0 and (tp.metadata or "").startswith(_TID)]
         if not tagged:
-            return {}
+            return {}, set()
         try:  # the ids as they are now, not as this worker last saw them
             ids = self._target_admin.topic_ids(sorted({self._parts[(tp.topic, tp.partition)].route.target_topic for tp in tagged}))
         except MirrorError as exc:
             log.warning("flow %s: could not read the target topics' ids (%s); trusting the group's offsets", self.flow.name, exc)
-            return {}
+            return {}, set()
         stale: dict[SourcePartition, int] = {}
+        current: set[SourcePartition] = set()
         for tp in tagged:
             meta = tp.metadata or ""
             now = ids.get(self._parts[(tp.topic, tp.partition)].route.target_topic)
             if tp.offset >= 0 and meta.startswith(_TID) and now is not None and meta[len(_TID):] != now:
                 stale[(tp.topic, tp.partition)] = OFFSET_BEGINNING
+            elif now is not None and meta[len(_TID):] == now:
+                current.add((tp.topic, tp.partition))
         if stale:
             log.warning("flow %s: %d partitions were committed into an earlier incarnation of their target topic; re-mirroring them from the source's beginning", self.flow.name, len(stale))
             ends = {(self._parts[k].route.target_topic, k[1]): OFFSET_END for k in stale}
@@ -1180,7 +1207,7 @@ class FlowWorker:
                 self._target_admin.delete_records(ends)
             except MirrorError as exc:
                 log.warning("flow %s: could not empty the recreated target partitions: %s", self.flow.name, exc)
-        return stale
+        return stale, current
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         """Hand partitions over cleanly: wait for their acknowledgements, commit, forget."""
