@@ -480,6 +480,48 @@ def _client_problems(clusters: Mapping[str, ClusterConfig | None] | None, flows:
     for i, flow in flows:
         out += _setting_problems(f"flows[{i}].producer", flow.producer, {**_PRODUCER_RULES, **_COMMON_RULES})
         out += _setting_problems(f"flows[{i}].consumer", flow.consumer, {**_CONSUMER_RULES, **_COMMON_RULES})
+        out += _timing_problems(f"flows[{i}].consumer", flow.consumer)
+    return out
+
+
+# A worker that has not run for session.timeout.ms - heartbeat.interval.ms fences itself
+# (its partitions may have moved on): the gap must leave room for a normal loop, or it
+# fences, drops what is in flight and re-mirrors it on every loop. And a worker thread may
+# block up to the engine's DRAIN_TIMEOUT (30 s) draining a revoked partition: a shorter
+# max.poll.interval.ms makes the group drop it mid-drain.
+MIN_MAX_POLL_INTERVAL_MS = 60_000
+# The engine's session timings (mirror.kafka.settings spreads them into the consumer's
+# defaults; they live here because the rule above judges overrides against them). A dead
+# worker's partitions move within seconds, not the 45 s default.
+CONSUMER_TIMINGS: dict[str, int] = {"session.timeout.ms": 10000, "heartbeat.interval.ms": 2000}
+
+
+def _timing_problems(path: str, consumer: Mapping[str, Any]) -> list[ConfigError]:
+    effective = {**CONSUMER_TIMINGS, **consumer}
+    values = {}
+    for key in ("session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms"):
+        raw = effective.get(key)
+        if raw is None:
+            continue
+        if not _text(raw).isdigit():
+            return [ConfigError(f"{path}.{key}", f"{raw!r} is not a whole number of milliseconds")]
+        values[key] = int(_text(raw))
+    out = []
+    session, heartbeat = values["session.timeout.ms"], values["heartbeat.interval.ms"]
+    if heartbeat * 3 > session:
+        key = "heartbeat.interval.ms" if "heartbeat.interval.ms" in consumer else "session.timeout.ms"
+        out.append(ConfigError(
+            f"{path}.{key}",
+            f"refused: heartbeat.interval.ms ({heartbeat}) must be at most a third of session.timeout.ms ({session}): "
+            "a worker that has not run for their difference fences itself and re-mirrors what it had in flight",
+            hint="lower heartbeat.interval.ms or raise session.timeout.ms",
+        ))
+    if values.get("max.poll.interval.ms", MIN_MAX_POLL_INTERVAL_MS) < MIN_MAX_POLL_INTERVAL_MS:
+        out.append(ConfigError(
+            f"{path}.max.poll.interval.ms",
+            f"refused: below {MIN_MAX_POLL_INTERVAL_MS} the group can drop a worker while it drains a revoked partition (up to 30 s)",
+            hint=f"remove it or set at least {MIN_MAX_POLL_INTERVAL_MS}",
+        ))
     return out
 
 

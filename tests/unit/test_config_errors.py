@@ -177,6 +177,38 @@ def test_a_cluster_client_setting_that_reaches_the_mirror_is_refused_too(tmp_pat
     assert capsys.readouterr().err.startswith("Error: clusters.sf.client.request.required.acks: '1' refused: acks (which request.required.acks sets) must be all")
 
 
+TIMING_CASES = {
+    # the fence fires after session - heartbeat ms without a loop: 0 or less fences every loop
+    "heartbeat_past_session": ("heartbeat.interval.ms", "12000",
+                               "flows[0].consumer.heartbeat.interval.ms: refused: heartbeat.interval.ms (12000) must be at most a third of session.timeout.ms (10000)"),
+    "session_too_short": ("session.timeout.ms", "5000",
+                          "flows[0].consumer.session.timeout.ms: refused: heartbeat.interval.ms (2000) must be at most a third of session.timeout.ms (5000)"),
+    "not_a_number": ("session.timeout.ms", "ten", "flows[0].consumer.session.timeout.ms: 'ten' is not a whole number of milliseconds"),
+    "short_poll_interval": ("max.poll.interval.ms", "10000", "flows[0].consumer.max.poll.interval.ms: refused: below 60000"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TIMING_CASES))
+def test_consumer_timings_that_would_fence_every_loop_are_refused(case: str, tmp_path: Path, capsys) -> None:
+    """Review of issue 10: heartbeat >= session made the fence fire on every loop (duplicates without bound)."""
+    key, value, expected = TIMING_CASES[case]
+    path = tmp_path / "bad.yaml"
+    path.write_text(_flow_with("consumer", key, value))
+    rc = main(["validate", "--offline", "-c", str(path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith(f"Error: {expected}"), err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_timings_within_the_rules_are_accepted_and_the_drain_fits_the_poll_interval() -> None:
+    from mirror.config import MIN_MAX_POLL_INTERVAL_MS, parse
+    from mirror.engine.worker import DRAIN_TIMEOUT
+
+    body = GOOD_FLOW + "    consumer: {session.timeout.ms: 45000, heartbeat.interval.ms: 3000, max.poll.interval.ms: 300000}\n"
+    assert parse(GOOD_CLUSTERS + body, env={}).flows[0].consumer["session.timeout.ms"] == 45000
+    assert MIN_MAX_POLL_INTERVAL_MS >= 2 * DRAIN_TIMEOUT * 1000
+
+
 def test_overrides_that_keep_the_guarantees_are_accepted() -> None:
     from mirror.config import parse
 

@@ -114,7 +114,6 @@ def test_fence_with_known_committed_offsets_rereads_from_them():
     assert w._fenced is None and c.pos[TP] == 0 and c.commits == [{TP: 0}]
 
 
-@pytest.mark.xfail(strict=True, reason="review of issue 10 point 6: session.timeout.ms / heartbeat.interval.ms are not checked, and the fence threshold is their difference")
 def test_a_heartbeat_no_shorter_than_the_session_is_refused_at_load():
     """The fence fires after (session.timeout.ms - heartbeat.interval.ms) without running. With
     a heartbeat as long as the session (librdkafka accepts it) that is 0 s: every loop drops

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mirror.config import CONSUMER_TIMINGS
+
 # Source consumer: read only committed data (aborted transactions never reach the target),
 # commit only what the worker says, cooperative rebalancing so a new worker or a new topic
 # moves only the partitions that must move.
@@ -16,9 +18,7 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable.auto.offset.store": False,
     "auto.offset.reset": "earliest",
     "partition.assignment.strategy": "cooperative-sticky",
-    # A dead worker's partitions move within seconds, not the 45 s default.
-    "session.timeout.ms": 10000,
-    "heartbeat.interval.ms": 2000,
+    **CONSUMER_TIMINGS,  # session and heartbeat: judged with the flow's overrides in mirror.config
     "fetch.wait.max.ms": 100,
     # Bounded prefetch keeps a worker's memory flat whatever the partition count...
     "queued.max.messages.kbytes": 16384,
