@@ -328,6 +328,7 @@ def test_poison_record_under_supervisor_backs_off_and_healthy_partitions_match(c
     create_topic(src, t, n)
     create_topic(dst, f"src.{t}", n, {"max.message.bytes": "20000"})
     produce_numbered(src, t, 40_000, n, size=200)
+    poison_at = end_offsets(src, t, n)[0]
     p = producer(src)
     p.produce(t, value=os.urandom(100_000), partition=0)  # never fits the target
     assert p.flush(30) == 0
@@ -348,7 +349,10 @@ def test_poison_record_under_supervisor_backs_off_and_healthy_partitions_match(c
     assert max(delays) > min(delays), f"no backoff: {delays}"
     got = end_offsets(dst, f"src.{t}", n)
     assert {q: got[q] for q in healthy} == {q: want[q] for q in healthy}, "duplicates on healthy partitions\n" + out[-6000:]
-    assert "cannot mirror" in out and f"{t}[0]@" in out
+    assert f"cannot mirror {t}[0]@{poison_at}" in out, out[-3000:]
+    # The poisoned partition holds exactly what came before the poison record, once each,
+    # however many restarts the supervisor made.
+    assert got[0] == poison_at, f"partition 0: {got[0]} on the target, {poison_at} before the poison"
 
 
 # ---------------------------------------------------------------------------- 9: offset store unreachable
@@ -439,4 +443,6 @@ def test_record_larger_than_the_producer_queue_fails_clearly(clusters, write_con
         out = m.output()
     assert rc == 1, out
     assert f"cannot mirror {t}[0]@5" in out, out
-    assert group_offsets(src, f"mirror-{unique}", t, 1)[0] <= 5
+    # Everything before the huge record is mirrored and committed, nothing past it.
+    assert group_offsets(src, f"mirror-{unique}", t, 1)[0] == 5
+    assert [r.value for r in read_partition(clusters.bootstrap("dst"), f"src.{t}", 0)] == [b"small-%d" % i for i in range(5)]
