@@ -12,7 +12,7 @@ from mirror.cli.dev import parse_broker_config
 from mirror.devenv.kafka import ClusterSpec, _server_properties
 from mirror.domain.offsetmap import OffsetSync
 from mirror.run.recorder import OffsetMapRecorder
-from mirror.run.supervisor import RESTART_BACKOFF_MAX, restart_delay
+from mirror.run.supervisor import HEALTHY_AFTER, RESTART_BACKOFF_MAX, crash_streak, restart_delay
 from tests.unit.test_segment_acks import Report, segment, worker_and_partition
 
 
@@ -21,6 +21,23 @@ def test_restart_delay_doubles_and_is_capped():
     assert delays[:4] == [2.0, 4.0, 8.0, 16.0]
     assert all(b >= a for a, b in zip(delays, delays[1:]))
     assert max(delays) == RESTART_BACKOFF_MAX
+
+
+def test_a_fault_moving_between_workers_keeps_backing_off():
+    """A poison partition kills worker 0 after 30 s, moves to worker 1 (running for an hour),
+    kills it 30 s later, and so on: the pool's streak grows, whichever worker dies."""
+    streak, calm, now, delays = 0, None, 3600.0, []
+    for _ in range(6):
+        streak = crash_streak(streak, calm, now)
+        calm = now
+        delay = restart_delay(streak)
+        delays.append(delay)
+        now += delay
+        calm = now  # the restart
+        now += 30  # the next crash, on whichever worker holds the partition now
+    assert delays == [2.0, 4.0, 8.0, 16.0, 32.0, 60.0]
+    # An hour with no crash since the last restart: the next crash starts over.
+    assert crash_streak(streak, calm, calm + HEALTHY_AFTER) == 1
 
 
 def test_broker_config_pairs_and_mistakes():

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 RESTART_BACKOFF = 2.0  # first restart delay; doubled on each crash in a row
 RESTART_BACKOFF_MAX = 60.0
-HEALTHY_AFTER = 60.0  # a worker that ran this long before dying starts the backoff over
+HEALTHY_AFTER = 60.0  # the pool ran this long without a crash: the backoff starts over
 
 
 def restart_delay(crashes: int, *, base: float = RESTART_BACKOFF, cap: float = RESTART_BACKOFF_MAX) -> float:
@@ -33,6 +33,17 @@ def restart_delay(crashes: int, *, base: float = RESTART_BACKOFF, cap: float = R
     re-read and fail again every few seconds forever, hammering both clusters.
     """
     return min(cap, base * 2 ** max(0, crashes - 1))
+
+
+def crash_streak(streak: int, calm_since: float | None, now: float) -> int:
+    """Crashes in a row of the whole pool, given the time of its last crash or restart.
+
+    Counted for the pool, not per worker: a record that can never be written moves with its
+    partition from the worker it killed to another, and a per-worker count would start each
+    long-running worker's backoff over (review of issue 10). The streak ends only once no
+    worker has crashed for HEALTHY_AFTER since the last restart.
+    """
+    return 1 if calm_since is None or now - calm_since >= HEALTHY_AFTER else streak + 1
 
 
 SUPERVISOR_PID = "MIRROR_SUPERVISOR_PID"  # set in each worker's environment
@@ -71,8 +82,7 @@ def supervise(argv: Sequence[str], workers: int, *, metrics_port: int | None, st
         return proc
 
     procs = {i: spawn(i) for i in range(workers)}
-    started = {i: time.monotonic() for i in procs}
-    crashes = dict.fromkeys(procs, 0)  # crashes in a row, per worker slot
+    streak, calm_since = 0, None  # crashes in a row of the pool; its last crash or restart
     due: dict[int, float] = {}  # worker slot -> when to restart it
     codes: dict[int, int] = {}
     forwarded = False
@@ -91,15 +101,16 @@ def supervise(argv: Sequence[str], workers: int, *, metrics_port: int | None, st
             codes[i] = rc
             crashed = rc not in (ExitCode.OK, ExitCode.INTERRUPTED, -signal.SIGTERM)
             if crashed and restart and not stop.is_set() and rc != ExitCode.USAGE:
-                crashes[i] = 1 if time.monotonic() - started[i] >= HEALTHY_AFTER else crashes[i] + 1
-                delay = restart_delay(crashes[i])
-                log.warning("worker %d exited with %d (crash %d in a row); its partitions move to the others; restarting it in %.0fs", i, rc, crashes[i], delay)
+                streak = crash_streak(streak, calm_since, time.monotonic())
+                calm_since = time.monotonic()
+                delay = restart_delay(streak)
+                log.warning("worker %d exited with %d (crash %d in a row); its partitions move to the others; restarting it in %.0fs", i, rc, streak, delay)
                 due[i] = time.monotonic() + delay  # the other workers are watched meanwhile
         for i, when in list(due.items()):
             if time.monotonic() >= when and not stop.is_set():
                 del due[i]
                 procs[i] = spawn(i)
-                started[i] = time.monotonic()
+                calm_since = time.monotonic()
         stop.wait(0.2)
     if any(c == ExitCode.USAGE for c in codes.values()):
         return ExitCode.USAGE
