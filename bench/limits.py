@@ -8,6 +8,11 @@ one unrestricted and one with `max.message.bytes=65536` (copied to its target), 
 mirrored by `mirror run --until-caught-up` into a fresh target topic, in alternating rounds
 so a drift of the machine's load hits both alike. Prints records/s per run and the medians.
 
+`--floor` adds what librdkafka alone does with the same two batch sizes: a bare producer
+with the mirror's producer settings writing the same records into a fresh target topic of
+each kind. The ratio of the two floors is what small batches cost Kafka itself, the most
+the mirror's ratio can reach.
+
 Starts its own two clusters on free loopback ports in a temporary directory and always
 stops them. Figures on a loaded 2-core machine move a lot: compare the two columns of the
 same run, not runs of different days.
@@ -29,6 +34,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.harness import _free_base_port
 from mirror.devenv.kafka import DevClusters
+from mirror.engine.targets import LIMIT_HEADROOM
+from mirror.engine.worker import BATCH_MARGIN
+from mirror.kafka.settings import PRODUCER_DEFAULTS
 
 
 def _produce(bootstrap: str, topic: str, records: int, partitions: int, size: int, limit: int | None) -> None:
@@ -47,6 +55,33 @@ def _produce(bootstrap: str, topic: str, records: int, partitions: int, size: in
             except BufferError:
                 p.poll(0.1)
     assert p.flush(120) == 0
+
+
+def _floor(dst: str, records: int, partitions: int, size: int, limit: int | None, run: int) -> float:
+    """Seconds a bare producer with the mirror's settings takes to write the records into a
+    fresh topic with the target's limit (the source's plus the provenance headroom), with the
+    batch size the mirror would pick for it."""
+    topic = f"floor-{'small' if limit else 'plain'}-{run}"
+    admin = AdminClient({"bootstrap.servers": dst})
+    target_limit = limit + LIMIT_HEADROOM if limit else None
+    cfg = {"max.message.bytes": str(target_limit)} if target_limit else {}
+    admin.create_topics([NewTopic(topic, partitions, 1, config=cfg)])[topic].result(60)
+    settings = dict(PRODUCER_DEFAULTS)
+    if target_limit and target_limit < int(settings["batch.size"]):
+        settings["batch.size"] = max(1024, target_limit - BATCH_MARGIN)
+    p = Producer({"bootstrap.servers": dst, **settings})
+    payload = os.urandom(size * 64)
+    t0 = time.monotonic()
+    for i in range(records):
+        j = (i * 7919) % 63 * size
+        while True:
+            try:
+                p.produce(topic, value=payload[j : j + size] + i.to_bytes(8, "big"), partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(300) == 0
+    return time.monotonic() - t0
 
 
 def _mirror(src: str, dst: str, topic: str, run: int, workdir: Path) -> float:
@@ -83,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--limit", type=int, default=65536)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--floor", action="store_true", help="also time a bare producer with the same batch sizes")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-limits-") as tmp:
         dev = DevClusters(Path(tmp) / "clusters")
@@ -92,16 +128,24 @@ def main(argv: list[str] | None = None) -> None:
             plain, small = "plain", "small"
             _produce(src, plain, args.records, args.partitions, args.size, None)
             _produce(src, small, args.records, args.partitions, args.size, args.limit)
-            rates: dict[str, list[float]] = {plain: [], small: []}
+            rates: dict[str, list[float]] = {plain: [], small: [], "floor-plain": [], "floor-small": []}
             for run in range(args.reps):
                 for topic in (plain, small) if run % 2 == 0 else (small, plain):
                     secs = _mirror(src, dst, topic, run, Path(tmp))
                     rates[topic].append(args.records / secs)
                     print(f"run {run + 1} {topic:>6}: {args.records / secs:>9,.0f} records/s ({secs:.1f} s, incl. ~start-up)", flush=True)
+                    if args.floor:
+                        limit = args.limit if topic == small else None
+                        secs = _floor(dst, args.records, args.partitions, args.size, limit, run)
+                        rates[f"floor-{topic}"].append(args.records / secs)
+                        print(f"run {run + 1} {'floor-' + topic:>12}: {args.records / secs:>9,.0f} records/s (bare producer)", flush=True)
             print(f"\n{args.records:,} x {args.size} B random records, {args.partitions} partitions, load average {os.getloadavg()[0]:.1f}")
-            for topic, label in ((plain, "unrestricted"), (small, f"max.message.bytes={args.limit}")):
+            labels = [(plain, "unrestricted"), (small, f"max.message.bytes={args.limit}")]
+            if args.floor:
+                labels += [("floor-plain", "bare producer, unrestricted"), ("floor-small", f"bare producer, {args.limit}")]
+            for topic, label in labels:
                 r = rates[topic]
-                print(f"{label:>26}: median {statistics.median(r):>9,.0f} records/s (min {min(r):,.0f}, max {max(r):,.0f})")
+                print(f"{label:>30}: median {statistics.median(r):>9,.0f} records/s (min {min(r):,.0f}, max {max(r):,.0f})")
         finally:
             dev.down()
 
