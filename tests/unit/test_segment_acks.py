@@ -198,3 +198,16 @@ def test_a_batch_engine_acknowledges_after_its_flush():
     by_partition = {b.partition: b for b in led.take_batches()}
     assert by_partition[0].syncs == [(0, 10), (4, 13)] and by_partition[0].count == 5 and 1 not in by_partition
     assert led.positions(led.parts, {("orders", 0): 6, ("orders", 1): 9}) == {("orders", 0): 6}
+
+
+def test_records_dropped_in_flight_taint_the_partition_and_their_reports_do_not_count():
+    """A resync or a freeze purges everything in flight: those records are re-read, never
+    committed past by position, and a late report of theirs is ignored."""
+    led, [p0, p1] = ledger(0, 1)
+    acked(p0, produced(p0, [0]), 0, 0)
+    seg = produced(p0, [1, 2])
+    for st in led:
+        st.drop_inflight()
+    acked(p0, seg, 1, 2)
+    assert p0.tainted and not p1.tainted  # p1 had nothing in flight: nothing of it dropped
+    assert led.positions(led.parts, {("orders", 0): 3, ("orders", 1): 5}) == {("orders", 0): 1, ("orders", 1): 5}
