@@ -28,6 +28,12 @@ The two reports' target offsets also prove the segment landed contiguously, whic
 every record's target offset for the offset map. (A report per record cost about a third of
 the CPU per record: confluent-kafka builds a Message, value copy included, for each.)
 Everything else happens per segment, per batch or per interval.
+
+The books (segments, acknowledgements, offset-map deltas, safe commit positions) are kept by
+the pure ledger in `mirror.domain.ledger`, which the Spark engine shares; the group's
+rebalance callbacks are in `mirror.engine.assignment`; target topics in `mirror.engine.targets`.
+The clients come from factories, so the commit rules are unit-tested against in-memory fakes
+(tests/unit/test_worker_commits.py).
 """
 
 from __future__ import annotations
@@ -38,17 +44,16 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from enum import Enum
 from functools import partial
 from typing import Any
 
 from mirror.config import ClusterConfig, Config, FlowConfig
 from mirror.domain.acks import AckListener, SourcePartition, backlog_full
-from mirror.domain.ledger import Ledger, PartitionLedger, Segment
-from mirror.domain.route import route
+from mirror.domain.ledger import Ledger, Segment
 from mirror.domain.topics import TopicMapping, match_topics
+from mirror.engine.assignment import UNREAD, Assignment, Partition
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
 from mirror.errors import ClusterUnavailable, FatalProduceError, MirrorError
 from mirror.kafka import (
@@ -61,7 +66,6 @@ from mirror.kafka import (
     TopicPartition,
     make_consumer,
     make_producer,
-    raise_for,
 )
 from mirror.kafka.settings import BATCH_SIZE, CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
 
@@ -78,8 +82,6 @@ FATAL_DRAIN_TIMEOUT = 5.0  # the same after a fatal producer error: only failed 
 POISON_GRACE = 30.0  # how long the other partitions may carry on after one hit a record that never fits
 BACKPRESSURE_WAIT = 1.0  # how long a full producer queue may block before reading pauses
 
-_TID = "target-topic-id="  # commit metadata: see `_offset`
-_UNREAD = -2  # `_created_at`: the group's offsets could not be read when the target was created
 
 # Delivery errors that mean "this record can never be written", as opposed to the
 # retriable ones librdkafka keeps retrying on its own.
@@ -109,16 +111,7 @@ class FlowState(str, Enum):
     FAILED = "failed"
 
 
-@dataclass(slots=True)
-class _Partition(PartitionLedger):
-    """The ledger of one assigned source partition, with what this engine needs to write it."""
-
-    producer: Any = None  # the producer whose batches fit this target topic's limit
-    room: int = 1 << 62  # key + value bytes below which a record surely fits the target's limit
-    limit: int | None = None  # the target topic's max.message.bytes
-
-
-class FlowWorker:
+class FlowWorker(Assignment):
     """Mirrors one flow until `stop` is set, the flow caught up (if asked), or it fails."""
 
     def __init__(
@@ -147,7 +140,7 @@ class FlowWorker:
         self._source = config.clusters[flow.source]
         self._target = config.clusters[flow.target]
         # Segments, acknowledgements, offset-map deltas and safe commit positions.
-        self._ledger: Ledger[_Partition] = Ledger(flow.name)
+        self._ledger: Ledger[Partition] = Ledger(flow.name)
         self._mappings: dict[str, TopicMapping] = {}
         # Source partitions whose target topic this worker created, with the group's committed
         # offset at that moment (None: nothing committed). See `_on_assign`.
@@ -469,7 +462,7 @@ class FlowWorker:
         except MirrorError:
             committed = {}
         for tp, old in list(self._ledger.parts.items()):
-            fresh = _Partition(old.route, producer=self._producer_for(old.route.target_topic))
+            fresh = Partition(old.route, producer=self._producer_for(old.route.target_topic))
             self._size_check(fresh)
             self._ledger.assign(tp, fresh)
             start = committed.get(tp)
@@ -508,12 +501,12 @@ class FlowWorker:
             if not self._pending and not self._held:
                 self._resume()
 
-    def _size_check(self, st: _Partition) -> None:
+    def _size_check(self, st: Partition) -> None:
         limit = self._limits.get(st.route.target_topic)
         st.limit = limit
         st.room = limit - SIZE_CHECK_SLACK if limit is not None else 1 << 62
 
-    def _never_fits(self, st: _Partition, offset: int, key: bytes | None, value: bytes | None, headers: Any) -> bool:
+    def _never_fits(self, st: Partition, offset: int, key: bytes | None, value: bytes | None, headers: Any) -> bool:
         """Refuse, before producing it, a record the target topic can never take.
 
         Sent, the broker would refuse its batch and the producer would fail as a whole (the
@@ -538,7 +531,7 @@ class FlowWorker:
         ))
         return True
 
-    def _poison(self, st: _Partition, offset: int, failure: FatalProduceError) -> None:
+    def _poison(self, st: Partition, offset: int, failure: FatalProduceError) -> None:
         """A record of this partition can never be written (and the producer is fine).
 
         The partition stops here: nothing from this record on is produced or committed. The
@@ -560,7 +553,7 @@ class FlowWorker:
             log.info("flow %s: %s; the other partitions carry on until caught up (at most %.0fs), then the flow stops", self.flow.name, failure, POISON_GRACE)
             self._set_state(FlowState.FAILED, str(failure))
 
-    def _close_open_segment(self, st: _Partition) -> None:
+    def _close_open_segment(self, st: Partition) -> None:
         """The run of records before a refused one was produced without its closing report
         (that was to be the refused record's neighbour): wait for the producer to deliver
         everything, then acknowledge the run (`PartitionLedger.flushed`), or every restart
@@ -575,7 +568,7 @@ class FlowWorker:
         else:
             st.flushed(seg)
 
-    def _unknown_partition(self, st: _Partition, tp: SourcePartition) -> None:
+    def _unknown_partition(self, st: Partition, tp: SourcePartition) -> None:
         r = st.route
         log.warning("flow %s: %s[%d] is not known to the producer yet; refreshing its metadata and retrying", self.flow.name, r.target_topic, r.partition)
         self._refresh_now = True
@@ -585,7 +578,7 @@ class FlowWorker:
         except KafkaException as exc:
             log.warning("flow %s: metadata of %s: %s", self.flow.name, r.target_topic, exc.args[0].str())
 
-    def _too_big_for_queue(self, st: _Partition, offset: int, size: int) -> None:
+    def _too_big_for_queue(self, st: Partition, offset: int, size: int) -> None:
         r = st.route
         kb = self._producer_cfg.get("queue.buffering.max.kbytes")
         self._poison(st, offset, FatalProduceError(
@@ -638,7 +631,7 @@ class FlowWorker:
 
     # ------------------------------------------------------------------ acknowledgements
 
-    def _on_segment_start(self, st: _Partition, seg: Segment, err: KafkaError | None, msg: Message) -> None:
+    def _on_segment_start(self, st: Partition, seg: Segment, err: KafkaError | None, msg: Message) -> None:
         """Delivery report of a segment's first record (served on this thread by poll)."""
         if seg.dead:
             return
@@ -649,7 +642,7 @@ class FlowWorker:
         else:  # the last record's report fails too (gapless); mark the segment failed already
             self._delivery_failed(st, seg, err)
 
-    def _on_segment_end(self, st: _Partition, seg: Segment, err: KafkaError | None, msg: Message) -> None:
+    def _on_segment_end(self, st: Partition, seg: Segment, err: KafkaError | None, msg: Message) -> None:
         """Delivery report of a segment's last record: the whole segment is acknowledged."""
         if not st.settled(seg):
             return  # purged, or its partition was handed over with this segment cut short
@@ -677,7 +670,7 @@ class FlowWorker:
                 keep.append(m)
         self._pending = keep
 
-    def _delivery_failed(self, st: _Partition, seg: Segment, err: KafkaError) -> None:
+    def _delivery_failed(self, st: Partition, seg: Segment, err: KafkaError) -> None:
         if err.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
             st.purged(seg)  # uncommitted, so re-read by the next owner
             return
@@ -700,7 +693,7 @@ class FlowWorker:
             self._failure = failure
             self._set_state(FlowState.FAILED, str(failure))
 
-    def _produce_refused(self, st: _Partition, offset: int, size: int, err: KafkaError) -> None:
+    def _produce_refused(self, st: Partition, offset: int, size: int, err: KafkaError) -> None:
         """produce() itself refused the record (too large for the producer, unknown partition)."""
         r = st.route
         hint = "raise message.max.bytes in the flow's producer settings and on the target" if err.code() in _SIZE_ERRORS else None
@@ -771,6 +764,13 @@ class FlowWorker:
         else:
             log.warning("flow %s: consume error on %s[%s]: %s", self.flow.name, msg.topic(), msg.partition(), err.str())
 
+    def _drain(self, partitions: Iterable[Partition]) -> None:
+        """Wait (at most DRAIN_TIMEOUT) for the acknowledgements of these partitions' records."""
+        parts = list(partitions)
+        deadline = self.clock() + DRAIN_TIMEOUT
+        while any(st.inflight for st in parts) and self.clock() < deadline and not self._producer_dead:
+            self._poll(0.1)
+
     # ------------------------------------------------------------------ commits
 
     def _emit_acks(self) -> None:
@@ -782,7 +782,7 @@ class FlowWorker:
             if self.state is FlowState.RETRYING and not self._paused:
                 self._set_state(FlowState.RUNNING, "target acknowledging again")
 
-    def _positions(self, partitions: Mapping[SourcePartition, _Partition]) -> dict[SourcePartition, int]:
+    def _positions(self, partitions: Mapping[SourcePartition, Partition]) -> dict[SourcePartition, int]:
         """Source positions safe to commit: everything before them is on the target."""
         quiet = Ledger.quiet(partitions)
         consumed: dict[SourcePartition, int] = {}
@@ -795,7 +795,7 @@ class FlowWorker:
                     consumed[(tp.topic, tp.partition)] = tp.offset
         return Ledger.positions(partitions, consumed)
 
-    def _commit(self, partitions: Mapping[SourcePartition, _Partition] | None = None) -> None:
+    def _commit(self, partitions: Mapping[SourcePartition, Partition] | None = None) -> None:
         self._emit_acks()
         parts = self._ledger.parts if partitions is None else partitions
         positions = self._positions(parts)
@@ -862,7 +862,7 @@ class FlowWorker:
                 # empty either way: fill it from the source's beginning (a group whose old
                 # target topic was deleted must not resume at offsets of the old one).
                 log.warning("flow %s: could not read the group's offsets when creating %s (%s); mirroring them from the source's beginning", self.flow.name, ", ".join(result.created), exc)
-                self._created_at.update({(tp.topic, tp.partition): _UNREAD for tp in created})
+                self._created_at.update({(tp.topic, tp.partition): UNREAD for tp in created})
         self._mappings = {m.source: m for m in mappings}
         if self._caught_up_at is None and self.until_caught_up:
             self._caught_up_at = self._end_offsets(mappings)
@@ -921,7 +921,7 @@ class FlowWorker:
             self._size_check(st)
         for tp, st in list(self._ledger.parts.items()):
             if st.route.target_topic in gone:
-                fresh = _Partition(st.route, producer=self._producer_for(st.route.target_topic))
+                fresh = Partition(st.route, producer=self._producer_for(st.route.target_topic))
                 self._size_check(fresh)
                 self._ledger.assign(tp, fresh)
                 self._consumer.seek(TopicPartition(tp[0], tp[1], OFFSET_BEGINNING))
@@ -936,146 +936,6 @@ class FlowWorker:
         for listener in self.listeners:
             listener.on_reset(self.flow.name, reset)
         self._rewind_group(reset)
-
-    def _offset(self, tp: SourcePartition, offset: int) -> TopicPartition:
-        """A source offset to commit, tagged with the id of the target topic it was mirrored
-        into: whoever resumes from it can tell whether that target topic is still the same
-        one (`_on_assign`), even across restarts and workers."""
-        st = self._ledger.parts.get(tp)
-        tid = self._target_ids.get(st.route.target_topic) if st is not None else None
-        return TopicPartition(tp[0], tp[1], offset, f"{_TID}{tid}") if tid else TopicPartition(tp[0], tp[1], offset)
-
-    def _rewind_group(self, partitions: Sequence[SourcePartition]) -> None:
-        """Commit offset 0 (read from the beginning) for partitions re-mirrored into a new
-        target topic: the group's old offsets describe the deleted one, and a crash before
-        the next commit must not resume past records the new topic never received."""
-        if not partitions:
-            return
-        try:
-            self._consumer.commit(offsets=[self._offset(tp, 0) for tp in partitions], asynchronous=False)
-            for tp in partitions:
-                if tp in self._ledger.parts:
-                    self._ledger.parts[tp].committed = 0
-        except KafkaException as exc:
-            log.warning("flow %s: could not rewind the group's offsets of %d partitions (%s); they move at the next commit", self.flow.name, len(partitions), exc.args[0].str())
-
-    def _committed(self, partitions: list[TopicPartition], timeout: float | None = None) -> dict[SourcePartition, int | None]:
-        timeout = timeout or self._source.timeout
-        try:
-            got = self._consumer.committed(partitions, timeout=timeout)
-        except KafkaException as exc:
-            raise_for(self.flow.source, f"read the committed offsets of group {self.flow.group_id!r}", exc, timeout)
-        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in got}
-
-    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            r = route(self.flow, tp.topic, tp.partition)
-            st = _Partition(r, producer=self._producer_for(r.target_topic))
-            self._size_check(st)
-            self._ledger.assign((tp.topic, tp.partition), st)
-        # A target topic this worker created is empty: it must receive everything the source
-        # still holds, even if the group committed offsets for an earlier, deleted incarnation
-        # of it. But only if nobody committed since the creation: another worker may have
-        # filled it in the meantime (then the group's offsets are right, as always).
-        created = [tp for tp in partitions if (tp.topic, tp.partition) in self._created_at]
-        start = self._stale_commits(partitions)
-        if created:
-            try:
-                now = self._committed([TopicPartition(tp.topic, tp.partition) for tp in created])
-            except MirrorError as exc:
-                # Raising here would kill the worker from inside the rebalance. Fall back to
-                # the group's offsets: for a new group (the usual reason a target is created)
-                # that is the beginning anyway.
-                log.warning("flow %s: could not read the group's offsets for newly created targets (%s); starting from the group's committed offsets", self.flow.name, exc)
-                now = {}
-            for key in [(tp.topic, tp.partition) for tp in created]:
-                created_with = self._created_at.pop(key)
-                if created_with == _UNREAD or (key in now and now[key] == created_with):
-                    start[key] = OFFSET_BEGINNING
-        if start:
-            # Rows of an earlier incarnation of the target would mistranslate; and the group's
-            # offsets are rewound first, so a crash before the first commit cannot resume past
-            # records the new topic never received.
-            for listener in self.listeners:
-                listener.on_reset(self.flow.name, sorted(start))
-        consumer.incremental_assign([TopicPartition(tp.topic, tp.partition, start[(tp.topic, tp.partition)]) if (tp.topic, tp.partition) in start else tp for tp in partitions])
-        self._rewind_group(sorted(start))
-        if self._paused:
-            consumer.pause(partitions)
-        else:
-            # librdkafka keeps a partition's paused flag across unassign and assign: one
-            # paused here before (a freeze, backpressure) and handed back would never fetch.
-            consumer.resume(partitions)
-        self._tick = self.clock()  # the offset reads above may block: not a freeze
-        log.info("flow %s: assigned %d partitions (now %d)", self.flow.name, len(partitions), len(self._ledger.parts))
-
-    def _stale_commits(self, partitions: list[TopicPartition]) -> dict[SourcePartition, int]:
-        """Partitions whose committed offset was mirrored into an earlier incarnation of their
-        target topic (deleted and created again since, maybe while the mirror was stopped, or
-        by another worker): they start again from the source's beginning.
-
-        This worker's part of the new topic is emptied first: nobody committed into it, so
-        whatever it holds is a stale or unacknowledged copy that would come ahead of, or
-        twice with, the records mirrored now.
-        """
-        try:
-            got = self._consumer.committed([TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=min(5.0, self._source.timeout))
-        except KafkaException as exc:
-            log.warning("flow %s: could not read the group's offsets of the assigned partitions (%s); trusting them", self.flow.name, exc.args[0].str())
-            return {}
-        tagged = [tp for tp in got if tp.offset >= 0 and (tp.metadata or "").startswith(_TID)]
-        if not tagged:
-            return {}
-        try:  # the ids as they are now, not as this worker last saw them
-            ids = self._target_admin.topic_ids(sorted({self._ledger.parts[(tp.topic, tp.partition)].route.target_topic for tp in tagged}))
-        except MirrorError as exc:
-            log.warning("flow %s: could not read the target topics' ids (%s); trusting the group's offsets", self.flow.name, exc)
-            return {}
-        stale: dict[SourcePartition, int] = {}
-        for tp in tagged:
-            meta = tp.metadata or ""
-            now = ids.get(self._ledger.parts[(tp.topic, tp.partition)].route.target_topic)
-            if tp.offset >= 0 and meta.startswith(_TID) and now is not None and meta[len(_TID):] != now:
-                stale[(tp.topic, tp.partition)] = OFFSET_BEGINNING
-        if stale:
-            log.warning("flow %s: %d partitions were committed into an earlier incarnation of their target topic; re-mirroring them from the source's beginning", self.flow.name, len(stale))
-            ends = {(self._ledger.parts[k].route.target_topic, k[1]): OFFSET_END for k in stale}
-            try:
-                self._target_admin.delete_records(ends)
-            except MirrorError as exc:
-                log.warning("flow %s: could not empty the recreated target partitions: %s", self.flow.name, exc)
-        return stale
-
-    def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        """Hand partitions over cleanly: wait for their acknowledgements, commit, forget."""
-        keys = {(tp.topic, tp.partition) for tp in partitions}
-        revoked = {k: self._ledger.parts[k] for k in keys if k in self._ledger.parts}
-        self._drop_pending(keys)
-        for st in revoked.values():
-            st.drop_open()
-        deadline = self.clock() + DRAIN_TIMEOUT
-        while any(st.inflight for st in revoked.values()) and self.clock() < deadline and not self._producer_dead:
-            self._poll(0.1)
-        try:
-            self._commit(revoked)
-        except MirrorError as exc:
-            log.warning("flow %s: commit on revoke failed: %s", self.flow.name, exc)
-        self._ledger.forget(keys)
-        consumer.incremental_unassign(partitions)
-        self._tick = self.clock()  # the commit above may block: not a freeze
-        log.info("flow %s: revoked %d partitions (now %d)", self.flow.name, len(partitions), len(self._ledger.parts))
-
-    def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        # Another worker owns these now; committing would overwrite its progress.
-        keys = {(tp.topic, tp.partition) for tp in partitions}
-        self._drop_pending(keys)
-        for k in keys:
-            if k in self._ledger.parts:
-                self._ledger.parts[k].drop_open()
-        self._ledger.forget(keys)
-        consumer.incremental_unassign(partitions)
-        log.warning("flow %s: lost %d partitions", self.flow.name, len(partitions))
-        self._unfence()  # the group has spoken: what is left (if anything) is ours
 
     # ------------------------------------------------------------------ caught up?
 
