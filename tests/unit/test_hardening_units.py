@@ -13,7 +13,6 @@ from mirror.devenv.kafka import ClusterSpec, _server_properties
 from mirror.domain.offsetmap import OffsetSync
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.run.supervisor import HEALTHY_AFTER, RESTART_BACKOFF_MAX, crash_streak, restart_delay
-from tests.unit.test_segment_acks import Report, segment, worker_and_partition
 
 
 def test_restart_delay_doubles_and_is_capped():
@@ -60,23 +59,6 @@ def test_server_properties_use_kafka_defaults_and_extra_lines_win():
             k, v = line.split("=", 1)
             props[k] = v  # java.util.Properties: the last line of a key wins
     assert props["auto.create.topics.enable"] == "false" and props["num.partitions"] == "3"
-
-
-def test_duplicate_sequence_report_without_offset_writes_only_a_lower_bound():
-    """librdkafka reports DUPLICATE_SEQUENCE_NUMBER as success with offset -1."""
-    w, st = worker_and_partition()
-    first = segment(st, [0, 1, 2])
-    w._on_segment_start(st, first, None, Report(50))
-    w._on_segment_end(st, first, None, Report(52))
-    dup = segment(st, [3, 4, 6, 7])  # 5: a transaction marker
-    w._on_segment_start(st, dup, None, Report(-1))
-    w._on_segment_end(st, dup, None, Report(-1))
-    after = segment(st, [8])
-    w._on_segment_end(st, after, None, Report(60))
-    # No row with offset -1; the segment without offsets is placed right after the last
-    # acknowledged record (53), the earliest it can be: re-reading, never skipping.
-    assert st.batch.syncs == [(0, 50), (6, 55), (8, 60)]
-    assert (st.acked_next, st.batch.count) == (9, 8)
 
 
 def test_recorder_backlog_is_bounded():

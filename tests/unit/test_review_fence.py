@@ -7,10 +7,79 @@ from __future__ import annotations
 
 import pytest
 
+import threading
+
+from mirror import config
+from mirror.domain.ledger import Segment
+from mirror.domain.route import route
+from mirror.engine.assignment import UNREAD, Partition
+from mirror.engine.worker import FlowWorker
 from mirror.kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
-from tests.unit.test_segment_acks import Report, segment, worker_and_partition
 
 TP = ("orders", 0)
+TEXT = """\
+clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}
+flows:
+  - {name: p, source: nyc, target: sf, topics: {include: [".*"]}}
+"""
+
+
+class Report:
+    """A delivery report: the target offset a record landed at."""
+
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def offset(self) -> int:
+        return self._offset
+
+
+class Msg:
+    """A consumed record of orders[0]."""
+
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return TP[0]
+
+    def partition(self) -> int:
+        return TP[1]
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes:
+        return b"k"
+
+    def value(self) -> bytes:
+        return b"v%d" % self._offset
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1000 + self._offset)
+
+    def headers(self) -> None:
+        return None
+
+
+def worker_and_partition() -> tuple[FlowWorker, Partition]:
+    """A worker (no clients made) that holds orders[0]."""
+    cfg = config.parse(TEXT, env={})
+    w = FlowWorker(cfg, cfg.flows[0], stop=threading.Event())
+    st = w._ledger.assign(TP, Partition(route(cfg.flows[0], *TP)))
+    return w, st
+
+
+def segment(st: Partition, offsets: list[int]) -> Segment:
+    """A run of records produced together, in flight."""
+    seg = Segment(offsets[0])
+    for o in offsets:
+        seg.add(o, 10, 1000 + o)
+    st.begin(seg)
+    return seg
 
 
 class Consumer:
@@ -221,8 +290,6 @@ def test_a_fence_inside_the_backpressure_wait_stops_the_batch_read_before_the_fr
     and writes nothing until the group confirms. The rest of the batch read before the freeze
     must not be produced, neither by the old producer (a zombie write) nor by the new ones
     (101-109 acknowledged while 100 is not: their commit would pass 100)."""
-    from tests.unit.test_segment_acks import Msg
-
     now = [0.0]
     c = Consumer(position=110, committed=100)
     w, st = worker_and_partition()
@@ -256,7 +323,7 @@ def test_a_fence_inside_a_revoke_drain_commits_nothing_whose_rows_it_dropped():
     w._on_segment_start(st, acked, None, Report(0))
     w._on_segment_end(st, acked, None, Report(4))
     segment(st, list(range(7, 200)))  # in flight
-    old = w._parts[TP]  # what `_on_revoke` holds while it drains
+    old = w._ledger.parts[TP]  # what `_on_revoke` holds while it drains
     w._tick = now[0]
     now[0] += 30.0
     assert w._check_frozen()
@@ -307,22 +374,20 @@ class Resets:
 
 def test_a_partition_another_worker_filled_is_not_remirrored_when_it_moves_to_the_creator():
     """Worker A created the target topic (the new group's offsets could not be read then:
-    `_UNREAD`); partition 0 went to worker B, which mirrored and committed 500 into that same
+    `UNREAD`); partition 0 went to worker B, which mirrored and committed 500 into that same
     topic. Much later (a freeze, a restart of B) partition 0 moves to A: it must resume at 500,
     not start again from the source's beginning with its offset-map rows deleted and the
     group rewound to 0 (every record mirrored twice; seen on the real clusters in
     test_frozen_worker_is_fenced: rows of both moved partitions gone, 3,000+ duplicates)."""
-    from mirror.engine.worker import _UNREAD
-
     w, _st = worker_and_partition()
-    w._parts.clear()
-    w._by_target.clear()
+    w._ledger.parts.clear()
+    w._ledger.by_target.clear()
     g, resets = Group(), Resets()
     w._consumer = g
     w.listeners = [resets]
     w._target_admin = Ids()
     w._producer_for = lambda topic: Producer()  # type: ignore[method-assign]
-    w._created_at = {TP: _UNREAD}
+    w._created_at = {TP: UNREAD}
     w._on_assign(g, [TopicPartition(*TP)])
     assert (g.assigned, resets.reset, g.commits) == ([(*TP, -1001)], [], []), "re-mirrored from the beginning"
 
@@ -330,16 +395,14 @@ def test_a_partition_another_worker_filled_is_not_remirrored_when_it_moves_to_th
 def test_a_partition_committed_into_an_earlier_incarnation_still_starts_over_at_the_creator():
     """The contrast: the group's offset was committed into the deleted topic (old id): the
     new, empty topic must receive everything the source holds."""
-    from mirror.engine.worker import _UNREAD
-
     w, _st = worker_and_partition()
-    w._parts.clear()
-    w._by_target.clear()
+    w._ledger.parts.clear()
+    w._ledger.by_target.clear()
     g, resets = Group(tag="id-0"), Resets()
     w._consumer = g
     w.listeners = [resets]
     w._target_admin = Ids()
     w._producer_for = lambda topic: Producer()  # type: ignore[method-assign]
-    w._created_at = {TP: _UNREAD}
+    w._created_at = {TP: UNREAD}
     w._on_assign(g, [TopicPartition(*TP)])
     assert (g.assigned, resets.reset, g.commits) == ([(*TP, OFFSET_BEGINNING)], [TP], [(*TP, 0)])

@@ -1,71 +1,63 @@
-"""Segment acknowledgements (engine.FlowWorker): only a run's first and last record carry a
-delivery report; the offsets of the records between them are derived. Pure logic: the
-reports are fed by hand, no cluster."""
+"""The segment and offset ledger (mirror.domain.ledger), driven through its public API.
+
+Only a segment's first and last record carry a delivery report; the offsets of the records
+between them are derived. The target's answers are fed in by hand, no cluster, no engine.
+"""
 
 from __future__ import annotations
 
-import threading
-
 from mirror import config
+from mirror.domain.ledger import Ledger, PartitionLedger, Segment
 from mirror.domain.offsetmap import OffsetSync, translate
 from mirror.domain.route import route
-from mirror.engine.worker import FlowWorker, _Partition, _Segment
-from mirror.kafka import KafkaError
 
 TEXT = """\
 clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}
 flows:
   - {name: p, source: nyc, target: sf, topics: {include: [".*"]}}
 """
+FLOW = config.parse(TEXT, env={}).flows[0]
 
 
-class Report:
-    def __init__(self, offset: int) -> None:
-        self._offset = offset
-
-    def offset(self) -> int:
-        return self._offset
+def ledger(*partitions: int) -> tuple[Ledger[PartitionLedger], list[PartitionLedger]]:
+    led: Ledger[PartitionLedger] = Ledger("p")
+    return led, [led.assign(("orders", p), PartitionLedger(route(FLOW, "orders", p))) for p in partitions or (0,)]
 
 
-def worker_and_partition() -> tuple[FlowWorker, _Partition]:
-    cfg = config.parse(TEXT, env={})
-    w = FlowWorker(cfg, cfg.flows[0], stop=threading.Event())
-    st = _Partition(route(cfg.flows[0], "orders", 0))
-    w._parts[("orders", 0)] = w._by_target[("nyc.orders", 0)] = st
-    return w, st
-
-
-def segment(st: _Partition, offsets: list[int]) -> _Segment:
-    """What FlowWorker._forward records for a run of produced records."""
-    seg = _Segment(offsets[0])
-    for i, o in enumerate(offsets):
-        if i and o != seg.last + 1:
-            seg.gaps.append((seg.count, o))
-        seg.last, seg.count, seg.bytes = o, seg.count + 1, seg.bytes + 10
-        if seg.big_size < 10:
-            seg.big_size, seg.big_offset = 10, o
-    st.inflight.append(seg)
+def produced(st: PartitionLedger, offsets: list[int], size: int = 10) -> Segment:
+    """A run of records produced together (what an engine records per record and per segment)."""
+    seg = Segment(offsets[0])
+    for o in offsets:
+        seg.add(o, size, 1000 + o)
+    st.begin(seg)
     return seg
 
 
+def acked(st: PartitionLedger, seg: Segment, t_first: int | None, t_last: int) -> None:
+    """The target's answers for a whole segment: its first record's offset, then its last."""
+    st.placed(seg, t_first)
+    if st.settled(seg):
+        st.acked(seg, t_last)
+
+
 def test_contiguous_segment_gives_every_delta_change_exactly():
-    w, st = worker_and_partition()
-    seg = segment(st, [10, 11, 12, 15, 16])  # 13-14: a transaction marker and an aborted record
-    w._on_segment_start(st, seg, None, Report(100))
-    w._on_segment_end(st, seg, None, Report(104))
-    assert st.batch.syncs == [(10, 100), (15, 103)]
-    assert (st.batch.count, st.batch.bytes, st.acked_next, st.inflight) == (5, 50, 17, type(st.inflight)())
+    led, [st] = ledger()
+    seg = produced(st, [10, 11, 12, 15, 16])  # 13-14: a transaction marker and an aborted record
+    acked(st, seg, 100, 104)
+    [b] = led.take_batches()
+    assert b.syncs == [(10, 100), (15, 103)]
+    assert (b.flow, b.first_offset, b.next_offset, b.count, b.bytes, b.max_timestamp_ms) == ("p", 10, 17, 5, 50, 1016)
+    assert st.acked_next == 17 and not st.inflight and led.take_batches() == []
 
 
 def test_interleaved_segment_never_translates_past_a_record():
     """Another writer put 2 records between ours: the gap's row is a lower bound and the last
     record's row is exact, so translation errs towards re-reading, never skipping."""
-    w, st = worker_and_partition()
-    seg = segment(st, [10, 11, 12, 15, 16])
-    w._on_segment_start(st, seg, None, Report(100))
-    w._on_segment_end(st, seg, None, Report(106))
-    assert st.batch.syncs == [(10, 100), (15, 103), (16, 106)]
-    rows = [OffsetSync("orders", 0, s, t) for s, t in st.batch.syncs]
+    led, [st] = ledger()
+    acked(st, produced(st, [10, 11, 12, 15, 16]), 100, 106)
+    [b] = led.take_batches()
+    assert b.syncs == [(10, 100), (15, 103), (16, 106)]
+    rows = [OffsetSync("orders", 0, s, t) for s, t in b.syncs]
     # wherever the foreign records went, source 15 landed at 103..105 and 16 at 106
     assert translate(rows, 15, 200).target_offset <= 103
     assert translate(rows, 16, 200).target_offset == 106
@@ -73,130 +65,149 @@ def test_interleaved_segment_never_translates_past_a_record():
 
 
 def test_one_record_segment_and_consecutive_segments_keep_one_delta():
-    w, st = worker_and_partition()
-    a, b = segment(st, [0]), segment(st, [1, 2, 3])
-    w._on_segment_end(st, a, None, Report(0))
-    w._on_segment_start(st, b, None, Report(1))
-    w._on_segment_end(st, b, None, Report(3))
-    assert st.batch.syncs == [(0, 0)]  # the delta never changed after the first record
-    assert st.acked_next == 4 and st.batch.count == 4
+    led, [st] = ledger()
+    a, b = produced(st, [0]), produced(st, [1, 2, 3])
+    acked(st, a, None, 0)  # a one-record segment asks for one report only
+    acked(st, b, 1, 3)
+    [batch] = led.take_batches()
+    assert batch.syncs == [(0, 0)]  # the delta never changed after the first record
+    assert st.acked_next == 4 and batch.count == 4
 
 
-def test_a_failed_first_record_fails_the_segment_even_if_the_last_is_acknowledged():
-    w, st = worker_and_partition()
-    seg = segment(st, [5, 6, 7])
-    w._on_segment_start(st, seg, KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), Report(-1))
-    w._on_segment_end(st, seg, None, Report(9))
-    assert st.failed_at == 5 and st.acked_next is None and st.batch is None
-    assert w._failure is not None and "@5" in str(w._failure)
+def test_a_segment_without_its_first_placement_is_placed_by_its_last_record_only():
+    led, [st] = ledger()
+    acked(st, produced(st, [0, 1, 2]), None, 52)
+    assert st.unplaced(Segment(0, count=3)) and not st.unplaced(Segment(0, count=1))
+    [b] = led.take_batches()
+    assert b.syncs == [(2, 52)] and st.acked_next == 3
+
+
+def test_duplicate_sequence_report_without_offset_writes_only_a_lower_bound():
+    """librdkafka reports DUPLICATE_SEQUENCE_NUMBER as success with offset -1."""
+    led, [st] = ledger()
+    acked(st, produced(st, [0, 1, 2]), 50, 52)
+    acked(st, produced(st, [3, 4, 6, 7]), None, -1)  # 5: a transaction marker
+    acked(st, produced(st, [8]), None, 60)
+    # No row with offset -1; the segment without offsets is placed right after the last
+    # acknowledged record (53), the earliest it can be: re-reading, never skipping.
+    [b] = led.take_batches()
+    assert b.syncs == [(0, 50), (6, 55), (8, 60)]
+    assert (st.acked_next, b.count) == (9, 8)
+
+
+def test_nothing_past_a_refused_segment_counts_even_if_its_last_record_is_acknowledged():
+    led, [st] = ledger()
+    acked(st, produced(st, [0, 1]), 0, 1)
+    seg, later = produced(st, [5, 6, 7]), produced(st, [8])
+    st.refused(seg)  # its first record's report failed (the last one fails too: gapless)
+    acked(st, seg, None, 9)
+    acked(st, later, None, 10)
+    assert st.failed_at == 5 and st.acked_next == 2 and not st.quiet
+    assert led.positions(led.parts, {("orders", 0): 9}) == {("orders", 0): 2}
 
 
 def test_a_dropped_segment_is_ignored_and_nothing_else_is_attributed_to_it():
-    w, st = worker_and_partition()
-    seg = segment(st, [0, 1])
-    st.open = seg
-    w._drop_open(st)
-    w._on_segment_start(st, seg, None, Report(0))
-    w._on_segment_end(st, seg, None, Report(1))
-    assert st.acked_next is None and not st.inflight and st.open is None
+    led, [st] = ledger()
+    seg = produced(st, [0, 1])
+    st.drop_open()
+    acked(st, seg, 0, 1)
+    assert st.acked_next is None and not st.inflight and st.open is None and st.tainted
+    assert led.take_batches() == [] and led.positions(led.parts, {("orders", 0): 2}) == {}
 
 
-class Msg:
-    """The accessors FlowWorker._forward reads from a consumed message."""
-
-    def __init__(self, offset: int, partition: int = 0, error: KafkaError | None = None) -> None:
-        self._offset, self._partition, self._error = offset, partition, error
-
-    def error(self):
-        return self._error
-
-    def topic(self) -> str:
-        return "orders"
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes:
-        return b"k"
-
-    def value(self) -> bytes:
-        return b"v%d" % self._offset
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, 1000 + self._offset)
-
-    def headers(self):
-        return None
-
-
-class Produced:
-    def __init__(self) -> None:
-        self.calls: list[tuple[bytes, object]] = []
-
-    def produce(self, topic, value, key, *, partition, timestamp, headers, on_delivery=None) -> None:
-        self.calls.append((value, on_delivery))
-
-
-def test_forward_asks_for_reports_only_at_segment_edges_and_closes_before_an_error_event():
-    w, st = worker_and_partition()
-    w._producer = st.producer = Produced()
-    eof = KafkaError(KafkaError._PARTITION_EOF)
-    w._forward([Msg(0), Msg(1), Msg(2), Msg(-1, error=eof), Msg(3), Msg(4)])
-    asked = [(v, cb.func.__name__ if cb else None) for v, cb in w._producer.calls]
-    assert asked == [
-        (b"v0", "_on_segment_start"), (b"v1", None), (b"v2", "_on_segment_end"),
-        (b"v3", "_on_segment_start"), (b"v4", "_on_segment_end"),
-    ]
-    assert st.open is None and [(s.first, s.last, s.count) for s in st.inflight] == [(0, 2, 3), (3, 4, 2)]
-
-
-class Positions:
-    """consumer.position(): what librdkafka would answer after handing over offsets < 2000."""
-
-    def position(self, tps):
-        from mirror.kafka import TopicPartition
-
-        return [TopicPartition(tp.topic, tp.partition, 2000) for tp in tps]
+def test_reports_of_a_forgotten_partition_do_not_count():
+    led, [st] = ledger()
+    seg = produced(st, [0, 1])
+    led.forget({("orders", 0)})
+    acked(st, seg, 0, 1)
+    assert st.acked_next is None and led.parts == {} and led.take_batches() == []
 
 
 def test_quiet_partition_commits_the_consumer_position_past_transaction_markers():
-    w, st = worker_and_partition()
-    w._consumer = Positions()
-    st.acked_next = 1998  # 1998-1999: a commit marker, no record to acknowledge
-    assert w._positions(w._parts) == {("orders", 0): 2000}
+    led, [st] = ledger()
+    acked(st, produced(st, [1996, 1997]), 0, 1)  # 1998-1999: a commit marker, no record to acknowledge
+    assert Ledger.quiet(led.parts) == [("orders", 0)]
+    assert led.positions(led.parts, {("orders", 0): 2000}) == {("orders", 0): 2000}
+    assert led.positions(led.parts) == {("orders", 0): 1998}
 
 
-def test_dropped_pending_records_are_never_committed_by_position():
-    """A stop (or revoke) drops records read but never produced: the consumer's position is
-    past them, so only what the target acknowledged may be committed."""
-    from collections import deque
-
-    w, st = worker_and_partition()
-    w._consumer = Positions()
-    st.acked_next = 500
-    w._pending = deque([Msg(500), Msg(501)])
-    w._drop_pending()
-    assert not w._pending and st.tainted
-    assert w._positions(w._parts) == {("orders", 0): 500}
+def test_a_partition_with_records_in_flight_commits_only_what_was_acknowledged():
+    led, [st] = ledger()
+    acked(st, produced(st, [0, 1]), 0, 1)
+    produced(st, [2, 3])
+    assert Ledger.quiet(led.parts) == [] and st.inflight_records() == 2 == led.inflight_records()
+    # whatever the consumer's position, it is not taken for a partition in flight
+    assert led.positions(led.parts, {("orders", 0): 4}) == {("orders", 0): 2}
 
 
 def test_an_abandoned_open_segment_is_never_committed_by_position():
-    w, st = worker_and_partition()
-    w._consumer = Positions()
-    st.acked_next = 100
-    st.open = segment(st, [100, 101])
-    w._drop_open(st)
-    assert w._positions(w._parts) == {("orders", 0): 100}
+    led, [st] = ledger()
+    acked(st, produced(st, [99]), 0, 0)
+    produced(st, [100, 101])  # its rest never produced (a stop while the queue was full)
+    st.drop_open()
+    assert not st.inflight and st.tainted and Ledger.quiet(led.parts) == []
+    assert led.positions(led.parts, {("orders", 0): 102}) == {("orders", 0): 100}
 
 
 def test_a_purged_segment_is_never_committed_by_position():
-    w, st = worker_and_partition()
-    w._consumer = Positions()
-    st.acked_next = 100
-    seg = segment(st, [100, 101])
-    w._on_segment_end(st, seg, KafkaError(KafkaError._PURGE_QUEUE), Report(-1))
-    assert not st.inflight and w._failure is None
-    assert w._positions(w._parts) == {("orders", 0): 100}
+    led, [st] = ledger()
+    acked(st, produced(st, [99]), 0, 0)
+    seg = produced(st, [100, 101])
+    assert st.settled(seg)
+    st.purged(seg)
+    assert not st.inflight and st.failed_at is None
+    assert led.positions(led.parts, {("orders", 0): 102}) == {("orders", 0): 100}
+
+
+def test_a_flushed_open_segment_is_acknowledged_from_its_first_placement():
+    led, [st] = ledger()
+    seg = produced(st, [0, 1, 2])
+    st.placed(seg, 40)
+    assert st.flushed(seg)
+    [b] = led.take_batches()
+    assert (b.syncs, st.acked_next, st.open) == ([(0, 40)], 3, None)
+    unplaced = produced(st, [3, 4])  # flushed, but its first record's report never came
+    assert not st.flushed(unplaced) and st.tainted and st.acked_next == 3
+
+
+def test_commits_move_forward_only():
+    led, [st] = ledger()
+    acked(st, produced(st, [0, 1]), 0, 1)
+    pos = led.positions(led.parts)
+    Ledger.committed(led.parts, pos)
+    assert pos == {("orders", 0): 2} and led.positions(led.parts) == {}
+    st.rewound()
+    assert st.quiet and led.positions(led.parts, {("orders", 0): 2}) == {}
+
+
+def test_a_batch_engine_acknowledges_after_its_flush():
+    """A batch engine (the Spark one) produces a whole batch, flushes, then records the
+    target's answers segment by segment: the same rules, the same commit positions."""
+    led, [p0, p1] = ledger(0, 1)
+    # produce order; the answers seen after the flush: p0's runs landed at 10..12 and 13..14,
+    # p1's was refused
+    batch = [(p0, produced(p0, [0, 1, 2]), (10, 12)), (p0, produced(p0, [4, 5]), (13, 14)), (p1, produced(p1, [7, 8]), None)]
+    # nothing answered yet: nothing is safe to commit, whatever was read
+    assert led.positions(led.parts, {("orders", 0): 6, ("orders", 1): 9}) == {}
+    for st, seg, answer in batch:
+        if answer is None:
+            assert st.settled(seg)
+            st.refused(seg)
+        else:
+            acked(st, seg, *answer)
+    by_partition = {b.partition: b for b in led.take_batches()}
+    assert by_partition[0].syncs == [(0, 10), (4, 13)] and by_partition[0].count == 5 and 1 not in by_partition
+    assert led.positions(led.parts, {("orders", 0): 6, ("orders", 1): 9}) == {("orders", 0): 6}
+
+
+def test_records_dropped_in_flight_taint_the_partition_and_their_reports_do_not_count():
+    """A resync or a freeze purges everything in flight: those records are re-read, never
+    committed past by position, and a late report of theirs is ignored."""
+    led, [p0, p1] = ledger(0, 1)
+    acked(p0, produced(p0, [0]), 0, 0)
+    seg = produced(p0, [1, 2])
+    for st in led:
+        st.drop_inflight()
+    acked(p0, seg, 1, 2)
+    assert p0.tainted and not p1.tainted  # p1 had nothing in flight: nothing of it dropped
+    assert led.positions(led.parts, {("orders", 0): 3, ("orders", 1): 5}) == {("orders", 0): 1, ("orders", 1): 5}

@@ -28,6 +28,12 @@ The two reports' target offsets also prove the segment landed contiguously, whic
 every record's target offset for the offset map. (A report per record cost about a third of
 the CPU per record: confluent-kafka builds a Message, value copy included, for each.)
 Everything else happens per segment, per batch or per interval.
+
+The books (segments, acknowledgements, offset-map deltas, safe commit positions) are kept by
+the pure ledger in `mirror.domain.ledger`, which the Spark engine shares; the group's
+rebalance callbacks are in `mirror.engine.assignment`; target topics in `mirror.engine.targets`.
+The clients come from factories, so the commit rules are unit-tested against in-memory fakes
+(tests/unit/test_worker_commits.py).
 """
 
 from __future__ import annotations
@@ -38,16 +44,16 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from enum import Enum
 from functools import partial
 from typing import Any
 
-from mirror.config import Config, FlowConfig
-from mirror.domain.acks import AckBatch, AckListener, SourcePartition, backlog_full
-from mirror.domain.route import Route, route
+from mirror.config import ClusterConfig, Config, FlowConfig
+from mirror.domain.acks import AckListener, SourcePartition, backlog_full
+from mirror.domain.ledger import Ledger, Segment
 from mirror.domain.topics import TopicMapping, match_topics
+from mirror.engine.assignment import UNREAD, Assignment, Partition
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
 from mirror.errors import ClusterUnavailable, FatalProduceError, MirrorError
 from mirror.kafka import (
@@ -60,22 +66,22 @@ from mirror.kafka import (
     TopicPartition,
     make_consumer,
     make_producer,
-    raise_for,
 )
 from mirror.kafka.settings import BATCH_SIZE, CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
 
 log = logging.getLogger(__name__)
 
+# Makes a consumer or producer: (cluster name, cluster config, client settings) -> client.
+ClientFactory = Callable[[str, ClusterConfig, Mapping[str, Any]], Any]
+
 # Per-record consume batch: large enough to amortise Python overhead, small enough that a
 # stop request or a commit tick is never far away.
 CONSUME_BATCH = 2000
-DRAIN_TIMEOUT = 30.0
-FATAL_DRAIN_TIMEOUT = 5.0
+DRAIN_TIMEOUT = 30.0  # how long a stop (or a revoke) waits for outstanding acknowledgements
+FATAL_DRAIN_TIMEOUT = 5.0  # the same after a fatal producer error: only failed reports are left to come
 POISON_GRACE = 30.0  # how long the other partitions may carry on after one hit a record that never fits
-BACKPRESSURE_WAIT = 1.0  # how long a full producer queue may block before reading pauses  # how long a stop waits for outstanding acknowledgements
+BACKPRESSURE_WAIT = 1.0  # how long a full producer queue may block before reading pauses
 
-_TID = "target-topic-id="  # commit metadata: see `_offset`
-_UNREAD = -2  # `_created_at`: the group's offsets could not be read when the target was created
 
 # Delivery errors that mean "this record can never be written", as opposed to the
 # retriable ones librdkafka keeps retrying on its own.
@@ -90,17 +96,9 @@ BATCH_MARGIN = 1024
 SIZE_CHECK_SLACK = 16384
 RECORD_OVERHEAD = 61 + 21
 
-
-class _Placed:
-    """A delivery report's offset, for a run acknowledged by a flush (`_close_open_segment`)."""
-
-    __slots__ = ("_offset",)
-
-    def __init__(self, offset: int) -> None:
-        self._offset = offset
-
-    def offset(self) -> int:
-        return self._offset
+# The hints of a record the target refuses.
+HINT_TARGET_SIZE = "raise max.message.bytes on the target topic (and message.max.bytes on its brokers), then restart"
+HINT_REFUSED = "fix the cause on the target, then restart; nothing past this record was committed"
 
 
 class FlowState(str, Enum):
@@ -113,50 +111,7 @@ class FlowState(str, Enum):
     FAILED = "failed"
 
 
-@dataclass(slots=True, eq=False)
-class _Segment:
-    """Consecutive records of one partition, produced together; acknowledged as one."""
-
-    first: int  # source offset of the first record
-    last: int = -1  # source offset of the last record produced so far
-    count: int = 0
-    bytes: int = 0  # key + value bytes
-    max_ts: int = -1
-    big_offset: int = -1  # the largest record: the one to name when the target refuses a size
-    big_size: int = -1
-    # (index in the segment, source offset) wherever the source offsets jump (transaction
-    # markers, aborted or compacted records): where the delta changes.
-    gaps: list[tuple[int, int]] = field(default_factory=list)
-    t_first: int | None = None  # target offset of the first record, from its delivery report
-    dead: bool = False  # dropped (revoked, purged): its reports are ignored
-
-
-@dataclass(slots=True)
-class _Partition:
-    """Bookkeeping for one assigned source partition."""
-
-    route: Route
-    producer: Any = None  # the producer whose batches fit this target topic's limit
-    room: int = 1 << 62  # key + value bytes below which a record surely fits the target's limit
-    limit: int | None = None  # the target topic's max.message.bytes
-    # Produced, not yet acknowledged segments in produce order (delivery reports of a
-    # partition arrive in that order). The last one may be `open`: reading paused in the
-    # middle of its run, and the rest of the run is pending.
-    inflight: deque[_Segment] = field(default_factory=deque)
-    open: _Segment | None = None
-    # Records the consumer returned were dropped unacknowledged (pending records of a stop,
-    # a revoke or a resync; an abandoned or purged segment): the consumer's position is then
-    # past records the target may not hold, and only `acked_next` may be committed.
-    tainted: bool = False
-    acked_next: int | None = None  # last acknowledged source offset + 1
-    committed: int | None = None
-    delta: int | None = None  # target - source of the last acknowledged record
-    t_next: int | None = None  # last acknowledged target offset + 1 (a lower bound for the next)
-    failed_at: int | None = None  # first source offset the target refused for good
-    batch: AckBatch | None = None  # acknowledgements not yet handed to listeners
-
-
-class FlowWorker:
+class FlowWorker(Assignment):
     """Mirrors one flow until `stop` is set, the flow caught up (if asked), or it fails."""
 
     def __init__(
@@ -170,6 +125,9 @@ class FlowWorker:
         stats_cb: Callable[[str, str, str], None] | None = None,
         stats_interval_ms: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        consumer_factory: ClientFactory = make_consumer,
+        producer_factory: ClientFactory = make_producer,
+        admin_factory: Callable[[str, ClusterConfig], Any] = Admin,
     ) -> None:
         self.config = config
         self.flow = flow
@@ -181,8 +139,8 @@ class FlowWorker:
         self.state_reason = ""
         self._source = config.clusters[flow.source]
         self._target = config.clusters[flow.target]
-        self._parts: dict[SourcePartition, _Partition] = {}
-        self._by_target: dict[tuple[str, int], _Partition] = {}
+        # Segments, acknowledgements, offset-map deltas and safe commit positions.
+        self._ledger: Ledger[Partition] = Ledger(flow.name)
         self._mappings: dict[str, TopicMapping] = {}
         # Source partitions whose target topic this worker created, with the group's committed
         # offset at that moment (None: nothing committed). See `_on_assign`.
@@ -207,21 +165,39 @@ class FlowWorker:
         self._stats_cb = stats_cb
         self._stats_interval_ms = stats_interval_ms
         self.records_acked = 0
+        # The ports to the clusters: confluent-kafka clients in production, in-memory fakes
+        # in the unit tests of the commit rules (tests/unit/test_worker_commits.py).
+        self._make_consumer = consumer_factory
+        self._make_producer = producer_factory
+        self._make_admin = admin_factory
+        self._consumer: Any = None
 
     # ------------------------------------------------------------------ lifecycle
 
     def run(self) -> None:
         """Mirror until stopped; raises `MirrorError` on a fatal failure."""
-        self._open()
+        try:
+            self._open()
+        except BaseException:
+            self._abandon()
+            raise
         try:
             self._loop()
         finally:
             self._close()
 
+    def _abandon(self) -> None:
+        """`_open` failed: release the clients it made (nothing was read or produced yet)."""
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except KafkaException as exc:
+                log.warning("flow %s: closing the source consumer: %s", self.flow.name, exc)
+
     def _open(self) -> None:
         f = self.flow
-        self._source_admin = Admin(f.source, self._source)
-        self._target_admin = Admin(f.target, self._target)
+        self._source_admin = self._make_admin(f.source, self._source)
+        self._target_admin = self._make_admin(f.target, self._target)
         # Fail fast at start (exit 1 after the cluster's timeout) rather than mirroring
         # into the void; once running, outages are retried without limit.
         self._source_admin.topics()
@@ -235,7 +211,7 @@ class FlowWorker:
             consumer_cfg["statistics.interval.ms"] = producer_cfg["statistics.interval.ms"] = self._stats_interval_ms
             consumer_cfg["stats_cb"] = lambda s: cb(f.name, "consumer", s)
             producer_cfg["stats_cb"] = lambda s: cb(f.name, "producer", s)
-        self._consumer = make_consumer(f.source, self._source, consumer_cfg)
+        self._consumer = self._make_consumer(f.source, self._source, consumer_cfg)
         self._producer_cfg = producer_cfg
         self._producer = self._producer_for(None)
         self._subscribed: tuple[str, ...] = ()
@@ -249,14 +225,14 @@ class FlowWorker:
         """Drain, flush, commit, close: in that order, whatever happened before."""
         self._set_state(FlowState.STOPPING, "draining")
         self._drop_pending()  # never produced; uncommitted, so the next owner re-reads them
-        for st in self._by_target.values():
-            self._drop_open(st)
+        for st in self._ledger:
+            st.drop_open()
         # After a fatal producer error the reports of what was in flight still come (failed
         # or acknowledged) and are counted; only their wait is shorter.
         deadline = self.clock() + (FATAL_DRAIN_TIMEOUT if self._producer_dead else DRAIN_TIMEOUT)
-        while self._inflight_count() and self.clock() < deadline:
+        while self._ledger.inflight_records() and self.clock() < deadline:
             self._poll(0.1)
-        left = self._inflight_count()
+        left = self._ledger.inflight_records()
         if left and not self._producer_dead:
             log.warning("flow %s: %d records not acknowledged by %s after %.0fs; their source offsets stay uncommitted", self.flow.name, left, self.flow.target, DRAIN_TIMEOUT)
             for producer in self._producers.values():
@@ -292,7 +268,7 @@ class FlowWorker:
             size = max(1024, limit - BATCH_MARGIN)
         producer = self._producers.get(size)
         if producer is None:
-            producer = self._producers[size] = make_producer(self.flow.target, self._target, {**self._producer_cfg, "batch.size": size})
+            producer = self._producers[size] = self._make_producer(self.flow.target, self._target, {**self._producer_cfg, "batch.size": size})
             if size != int(self._producer_cfg.get("batch.size", BATCH_SIZE)):
                 log.info("flow %s: target %s takes batches of at most %s bytes (max.message.bytes): a producer with batch.size %d for it", self.flow.name, target_topic, limit, size)
         return producer
@@ -326,7 +302,7 @@ class FlowWorker:
                 self._forward(msgs)
             self._poll(0)
             if self._poisoned is not None and self._failure is None:
-                if (not msgs and not self._pending and not self._inflight_count()) or self.clock() >= self._poison_deadline:
+                if (not msgs and not self._pending and not self._ledger.inflight_records()) or self.clock() >= self._poison_deadline:
                     self._failure = self._poisoned
             if self._failure is not None and not self._recovered():
                 raise self._failure
@@ -342,7 +318,7 @@ class FlowWorker:
 
     def _forward(self, msgs: list[Message]) -> None:
         """The per-record path: consumed message -> produce on the target."""
-        parts = self._parts
+        parts = self._ledger.parts
         # A record ends its segment where the next message is of another partition (consume
         # returns each fetched partition's records as one run) or is an error event: a
         # segment must never be left without its closing report at the end of a batch.
@@ -371,7 +347,7 @@ class FlowWorker:
             seg = st.open
             new = seg is None
             if new:
-                seg = _Segment(offset)
+                seg = Segment(offset)
             ends = keys[i + 1] != tp
             cb = partial(self._on_segment_end, st, seg) if ends else partial(self._on_segment_start, st, seg) if new else None
             waited = 0.0
@@ -426,15 +402,16 @@ class FlowWorker:
                 continue
             if st.failed_at is not None:
                 continue  # refused without a produce (the record larger than the queue)
+            # Segment.add, inlined (a call per record costs throughput); keep the two in step.
             if new:
-                st.open = seg
-                st.inflight.append(seg)
+                st.begin(seg)
             elif offset != seg.last + 1:
                 seg.gaps.append((seg.count, offset))
             seg.last = offset
             seg.count += 1
             seg.bytes += size
-            seg.max_ts = max(seg.max_ts, ts)
+            if ts > seg.max_ts:
+                seg.max_ts = ts
             if size > seg.big_size:
                 seg.big_size = size
                 seg.big_offset = offset
@@ -472,14 +449,11 @@ class FlowWorker:
         """
         now = self.clock()
         gap, self._tick = now - self._tick, now
-        if gap <= self._fence_after or not self._by_target:
+        if gap <= self._fence_after or not self._ledger.by_target:
             return False
         log.warning("flow %s: this worker did not run for %.1fs (longer than the session timeout allows): its partitions may have another owner now; dropping everything in flight and re-reading from the committed offsets", self.flow.name, gap)
-        for st in self._by_target.values():
-            for seg in st.inflight:
-                seg.dead = True
-            st.inflight.clear()
-            st.open = None
+        for st in self._ledger:
+            st.drop_inflight()
             st.batch = None
             # Its unemitted acknowledgements (offset-map rows) are gone: a caller still
             # holding this state (`_on_revoke` draining) must not commit from it.
@@ -491,15 +465,15 @@ class FlowWorker:
         self._producer = self._producer_for(None)
         self._producer_dead = False
         self._pending.clear()
-        self._by_target = {}
+        self._ledger.by_target = {}
         try:
-            committed = self._committed([TopicPartition(t, p) for t, p in self._parts], timeout=min(5.0, self._source.timeout))
+            committed = self._committed([TopicPartition(t, p) for t, p in self._ledger.parts], timeout=min(5.0, self._source.timeout))
         except MirrorError:
             committed = {}
-        for tp, old in list(self._parts.items()):
-            fresh = _Partition(old.route, self._producer_for(old.route.target_topic))
+        for tp, old in list(self._ledger.parts.items()):
+            fresh = Partition(old.route, producer=self._producer_for(old.route.target_topic))
             self._size_check(fresh)
-            self._parts[tp] = self._by_target[(old.route.target_topic, old.route.partition)] = fresh
+            self._ledger.assign(tp, fresh)
             start = committed.get(tp)
             if start is None and tp in committed:
                 # Read, and nothing committed yet: a restart would start from the beginning
@@ -541,12 +515,12 @@ class FlowWorker:
             if not self._pending and not self._held:
                 self._resume()
 
-    def _size_check(self, st: _Partition) -> None:
+    def _size_check(self, st: Partition) -> None:
         limit = self._limits.get(st.route.target_topic)
         st.limit = limit
         st.room = limit - SIZE_CHECK_SLACK if limit is not None else 1 << 62
 
-    def _never_fits(self, st: _Partition, offset: int, key: bytes | None, value: bytes | None, headers: Any) -> bool:
+    def _never_fits(self, st: Partition, offset: int, key: bytes | None, value: bytes | None, headers: Any) -> bool:
         """Refuse, before producing it, a record the target topic can never take.
 
         Sent, the broker would refuse its batch and the producer would fail as a whole (the
@@ -567,11 +541,11 @@ class FlowWorker:
         self._poison(st, offset, FatalProduceError(
             r.source_topic, r.partition, offset,
             f"record of {(len(key) if key else 0) + (len(value) if value else 0)} bytes (with headers and framing, compressed at best, {len(payload) + extra}) is larger than max.message.bytes={st.limit} of the target topic {r.target_topic}",
-            hint="raise max.message.bytes on the target topic (and message.max.bytes on its brokers), then restart",
+            hint=HINT_TARGET_SIZE,
         ))
         return True
 
-    def _poison(self, st: _Partition, offset: int, failure: FatalProduceError) -> None:
+    def _poison(self, st: Partition, offset: int, failure: FatalProduceError) -> None:
         """A record of this partition can never be written (and the producer is fine).
 
         The partition stops here: nothing from this record on is produced or committed. The
@@ -593,32 +567,22 @@ class FlowWorker:
             log.info("flow %s: %s; the other partitions carry on until caught up (at most %.0fs), then the flow stops", self.flow.name, failure, POISON_GRACE)
             self._set_state(FlowState.FAILED, str(failure))
 
-    def _close_open_segment(self, st: _Partition) -> None:
+    def _close_open_segment(self, st: Partition) -> None:
         """The run of records before a refused one was produced without its closing report
         (that was to be the refused record's neighbour): wait for the producer to deliver
-        everything, then acknowledge the run, or every restart would mirror it again.
-
-        Delivered with no error from an idempotent, gapless producer means every record of
-        it landed, in order; placed from its first record's report (exact when nothing else
-        wrote in between, a lower bound otherwise: re-reading, never skipping).
-        """
+        everything, then acknowledge the run (`PartitionLedger.flushed`), or every restart
+        would mirror it again."""
         seg = st.open
         if seg is None:
             return
         st.open = None
         st.producer.flush(DRAIN_TIMEOUT)
-        if seg.dead or self._producer_dead or seg.t_first is None or st.failed_at is not None or not st.inflight or st.inflight[0] is not seg:
-            self._drop_open_segment(st, seg)
-            return
-        self._on_segment_end(st, seg, None, _Placed(seg.t_first + seg.count - 1))
+        if self._producer_dead:
+            st.drop(seg)
+        else:
+            st.flushed(seg)
 
-    def _drop_open_segment(self, st: _Partition, seg: _Segment) -> None:
-        seg.dead = True
-        st.tainted = True
-        if seg in st.inflight:
-            st.inflight.remove(seg)
-
-    def _unknown_partition(self, st: _Partition, tp: SourcePartition) -> None:
+    def _unknown_partition(self, st: Partition, tp: SourcePartition) -> None:
         r = st.route
         log.warning("flow %s: %s[%d] is not known to the producer yet; refreshing its metadata and retrying", self.flow.name, r.target_topic, r.partition)
         self._refresh_now = True
@@ -628,7 +592,7 @@ class FlowWorker:
         except KafkaException as exc:
             log.warning("flow %s: metadata of %s: %s", self.flow.name, r.target_topic, exc.args[0].str())
 
-    def _too_big_for_queue(self, st: _Partition, offset: int, size: int) -> None:
+    def _too_big_for_queue(self, st: Partition, offset: int, size: int) -> None:
         r = st.route
         kb = self._producer_cfg.get("queue.buffering.max.kbytes")
         self._poison(st, offset, FatalProduceError(
@@ -673,7 +637,7 @@ class FlowWorker:
             for tp in self._consumer.position(assignment):
                 if tp.offset >= 0:
                     self._consumer.seek(tp)
-            stopped = [TopicPartition(t, p) for (t, p), st in self._parts.items() if st.failed_at is not None]
+            stopped = [TopicPartition(t, p) for (t, p), st in self._ledger.parts.items() if st.failed_at is not None]
             if stopped:
                 self._consumer.pause(stopped)
             self._paused = False
@@ -681,104 +645,30 @@ class FlowWorker:
 
     # ------------------------------------------------------------------ acknowledgements
 
-    def _on_segment_start(self, st: _Partition, seg: _Segment, err: KafkaError | None, msg: Message) -> None:
+    def _on_segment_start(self, st: Partition, seg: Segment, err: KafkaError | None, msg: Message) -> None:
         """Delivery report of a segment's first record (served on this thread by poll)."""
         if seg.dead:
             return
         if err is None:
             # A DUPLICATE_SEQUENCE_NUMBER "success" carries no offset (-1): unknown placement.
-            seg.t_first = msg.offset() if msg.offset() >= 0 else None
+            t_first = msg.offset()
+            st.placed(seg, t_first if t_first >= 0 else None)
         else:  # the last record's report fails too (gapless); mark the segment failed already
             self._delivery_failed(st, seg, err)
 
-    def _on_segment_end(self, st: _Partition, seg: _Segment, err: KafkaError | None, msg: Message) -> None:
+    def _on_segment_end(self, st: Partition, seg: Segment, err: KafkaError | None, msg: Message) -> None:
         """Delivery report of a segment's last record: the whole segment is acknowledged."""
-        if seg.dead:
+        if not st.settled(seg):
             return  # purged, or its partition was handed over with this segment cut short
-        if st.inflight and st.inflight[0] is seg:
-            st.inflight.popleft()
-        else:  # not reachable while reports keep produce order; never mis-attribute
-            try:
-                st.inflight.remove(seg)
-            except ValueError:
-                return
         if err is not None:
             self._delivery_failed(st, seg, err)
             return
-        if st.failed_at is not None:
-            return  # nothing past a refused record counts
         t_last = msg.offset()
-        if t_last < 0:
-            # Acknowledged (a DUPLICATE_SEQUENCE_NUMBER "success": the broker had it already)
-            # but with no offset. The segment lies somewhere after everything acknowledged
-            # before it: place it at that lower bound, which translates too early (re-read),
-            # never too late, and let the next exact report set the delta again.
-            self._ack_unplaced(st, seg)
-            return
-        t_first = seg.t_first if seg.t_first is not None else t_last - (seg.count - 1)
-        if seg.count > 1 and seg.t_first is None:
+        if t_last >= 0 and st.failed_at is None and st.unplaced(seg):
             # The first record's report must precede this one; without it the segment's
             # placement is unknown, and a guessed offset could translate too far.
             log.warning("flow %s: %s[%d]: no offset reported for source offset %d; offsets %d-%d are placed at a lower bound in the offset map", self.flow.name, st.route.source_topic, st.route.partition, seg.first, seg.first, seg.last)
-            t_first = None
-        b = st.batch
-        if b is None:
-            r = st.route
-            b = st.batch = AckBatch(self.flow.name, r.source_topic, r.partition, r.target_topic, seg.first, seg.first + 1)
-        if t_first is not None:
-            # Exact when the segment landed contiguously (no other writer in between):
-            # record i is at t_first + i. Otherwise t_first + i is a lower bound, which
-            # translates to a target offset too early, never too late (duplicates, not
-            # loss), and the last record's own offset is recorded exactly.
-            self._sync(st, b, seg.first, t_first)
-            for idx, src in seg.gaps:
-                self._sync(st, b, src, t_first + idx)
-            if t_last - t_first != seg.count - 1:
-                self._sync(st, b, seg.last, t_last)
-        else:
-            if st.t_next is not None:
-                # As for an unplaced segment: record i lies at or after t_next + i. Without
-                # these rows the previous delta would carry across the segment's gaps and
-                # translate past records (the last record's row alone comes too late).
-                self._sync(st, b, seg.first, st.t_next)
-                for idx, src in seg.gaps:
-                    self._sync(st, b, src, st.t_next + idx)
-            self._sync(st, b, seg.last, t_last)
-        self._count_acked(st, b, seg)
-        st.t_next = t_last + 1
-
-    def _batch(self, st: _Partition, seg: _Segment) -> AckBatch:
-        b = st.batch
-        if b is None:
-            r = st.route
-            b = st.batch = AckBatch(self.flow.name, r.source_topic, r.partition, r.target_topic, seg.first, seg.first + 1)
-        return b
-
-    @staticmethod
-    def _count_acked(st: _Partition, b: AckBatch, seg: _Segment) -> None:
-        b.next_offset = seg.last + 1
-        b.count += seg.count
-        b.bytes += seg.bytes
-        b.max_timestamp_ms = max(b.max_timestamp_ms, seg.max_ts)
-        st.acked_next = seg.last + 1
-
-    def _ack_unplaced(self, st: _Partition, seg: _Segment) -> None:
-        """An acknowledged segment whose reports carry no offset (see `_on_segment_end`)."""
-        b = self._batch(st, seg)
-        if st.t_next is not None:
-            self._sync(st, b, seg.first, st.t_next)
-            for idx, src in seg.gaps:
-                self._sync(st, b, src, st.t_next + idx)
-            st.t_next += seg.count
-        st.delta = None  # unknown: the next exact report writes its row whatever the delta
-        self._count_acked(st, b, seg)
-
-    @staticmethod
-    def _sync(st: _Partition, b: AckBatch, src: int, tgt: int) -> None:
-        d = tgt - src
-        if d != st.delta:
-            b.syncs.append((src, tgt))
-            st.delta = d
+        st.acked(seg, t_last)
 
     def _drop_pending(self, keys: set[SourcePartition] | None = None) -> None:
         """Forget pending records (of `keys`, or all): they will not be produced, so their
@@ -787,51 +677,37 @@ class FlowWorker:
         for m in self._pending:
             tp = (m.topic(), m.partition())
             if keys is None or tp in keys:
-                st = self._parts.get(tp)
+                st = self._ledger.parts.get(tp)
                 if st is not None:
                     st.tainted = True
             else:
                 keep.append(m)
         self._pending = keep
 
-    def _drop_open(self, st: _Partition) -> None:
-        """Its pending rest will never be produced: the segment can never be acknowledged.
-        Its records stay uncommitted (re-read by the next owner: duplicates, not loss)."""
-        seg = st.open
-        if seg is not None:
-            seg.dead = True
-            st.open = None
-            st.tainted = True
-            if st.inflight and st.inflight[-1] is seg:
-                st.inflight.pop()
-
-    def _delivery_failed(self, st: _Partition, seg: _Segment, err: KafkaError) -> None:
+    def _delivery_failed(self, st: Partition, seg: Segment, err: KafkaError) -> None:
         if err.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
-            st.tainted = True  # purged: uncommitted, so re-read by the next owner
+            st.purged(seg)  # uncommitted, so re-read by the next owner
             return
         if err.code() in _GONE_ERRORS:
             # The target topic was deleted under us: not the record's fault. Nothing of this
             # partition counts from here; the refresh recreates the topic and re-mirrors it.
-            st.tainted = True
-            if st.failed_at is None or seg.first < st.failed_at:
-                st.failed_at = seg.first
+            st.purged(seg)
+            st.refused(seg)
             self._refresh_now = True
             return
-        if st.failed_at is None or seg.first < st.failed_at:
-            st.failed_at = seg.first
-        if self._failure is None or (err.code() in _SIZE_ERRORS and seg.big_size > getattr(self._failure, "size", 0)):
+        st.refused(seg)
+        failed = self._failure
+        if failed is None or (err.code() in _SIZE_ERRORS and seg.big_size > ((failed.size or 0) if isinstance(failed, FatalProduceError) else 0)):
             # A refused batch fails every record in it; for size errors name the largest,
             # the one that does not fit.
             r = st.route
             sized = err.code() in _SIZE_ERRORS
             src, size = (seg.big_offset, seg.big_size) if sized else (seg.first, seg.big_size)
-            hint = "raise max.message.bytes on the target topic (and message.max.bytes on its brokers), then restart" if sized else "fix the cause on the target, then restart; nothing past this record was committed"
-            failure = FatalProduceError(r.source_topic, r.partition, src, f"{err.str()} ({size} bytes, target {r.target_topic})", hint=hint)
-            failure.size = size  # type: ignore[attr-defined]
+            failure = FatalProduceError(r.source_topic, r.partition, src, f"{err.str()} ({size} bytes, target {r.target_topic})", hint=HINT_TARGET_SIZE if sized else HINT_REFUSED, size=size)
             self._failure = failure
             self._set_state(FlowState.FAILED, str(failure))
 
-    def _produce_refused(self, st: _Partition, offset: int, size: int, err: KafkaError) -> None:
+    def _produce_refused(self, st: Partition, offset: int, size: int, err: KafkaError) -> None:
         """produce() itself refused the record (too large for the producer, unknown partition)."""
         r = st.route
         hint = "raise message.max.bytes in the flow's producer settings and on the target" if err.code() in _SIZE_ERRORS else None
@@ -863,7 +739,7 @@ class FlowWorker:
         if isinstance(self._failure, FatalProduceError):
             return
         m = re.search(r"for (\S+) \[(\d+)\]", err.str())
-        st = self._by_target.get((m.group(1), int(m.group(2)))) if m else None
+        st = self._ledger.by_target.get((m.group(1), int(m.group(2)))) if m else None
         if st is not None and st.inflight:
             if "size" in err.str().lower():
                 big = max(st.inflight, key=lambda seg: seg.big_size)
@@ -872,7 +748,7 @@ class FlowWorker:
                 src, size = st.inflight[0].first, st.inflight[0].big_size
             st.failed_at = st.inflight[0].first
             r = st.route
-            hint = "raise max.message.bytes on the target topic (and message.max.bytes on its brokers), then restart" if "size" in err.str().lower() else "fix the cause on the target, then restart; nothing past this record was committed"
+            hint = HINT_TARGET_SIZE if "size" in err.str().lower() else HINT_REFUSED
             self._failure = FatalProduceError(r.source_topic, r.partition, src, f"{err.str()} ({size} bytes, target {r.target_topic})", hint=hint)
         else:
             self._failure = MirrorError(f"flow {self.flow.name}: the producer to {self.flow.target} failed: {err.str()}")
@@ -902,18 +778,17 @@ class FlowWorker:
         else:
             log.warning("flow %s: consume error on %s[%s]: %s", self.flow.name, msg.topic(), msg.partition(), err.str())
 
-    def _inflight_count(self) -> int:
-        """Produced records not yet acknowledged (0 means: nothing to wait for)."""
-        return sum(seg.count for st in self._by_target.values() for seg in st.inflight)
+    def _drain(self, partitions: Iterable[Partition]) -> None:
+        """Wait (at most DRAIN_TIMEOUT) for the acknowledgements of these partitions' records."""
+        parts = list(partitions)
+        deadline = self.clock() + DRAIN_TIMEOUT
+        while any(st.inflight for st in parts) and self.clock() < deadline and not self._producer_dead:
+            self._poll(0.1)
 
     # ------------------------------------------------------------------ commits
 
     def _emit_acks(self) -> None:
-        batches = []
-        for st in self._by_target.values():
-            if st.batch is not None:
-                batches.append(st.batch)
-                st.batch = None
+        batches = self._ledger.take_batches()
         if batches:
             self.records_acked += sum(b.count for b in batches)
             for listener in self.listeners:
@@ -921,9 +796,9 @@ class FlowWorker:
             if self.state is FlowState.RETRYING and not self._paused:
                 self._set_state(FlowState.RUNNING, "target acknowledging again")
 
-    def _positions(self, partitions: Mapping[SourcePartition, _Partition]) -> dict[SourcePartition, int]:
+    def _positions(self, partitions: Mapping[SourcePartition, Partition]) -> dict[SourcePartition, int]:
         """Source positions safe to commit: everything before them is on the target."""
-        quiet = [tp for tp, st in partitions.items() if not st.inflight and st.failed_at is None and not st.tainted]
+        quiet = Ledger.quiet(partitions)
         consumed: dict[SourcePartition, int] = {}
         if quiet and not self._pending and self._failure is None and not self._producer_dead:
             # Nothing of these partitions is in flight, so everything the consumer has
@@ -932,19 +807,11 @@ class FlowWorker:
             for tp in self._consumer.position([TopicPartition(t, p) for t, p in quiet]):
                 if tp.offset >= 0:
                     consumed[(tp.topic, tp.partition)] = tp.offset
-        out = {}
-        for tp, st in partitions.items():
-            pos = st.acked_next
-            c = consumed.get(tp)
-            if c is not None and (pos is None or c > pos):
-                pos = c
-            if pos is not None and (st.committed is None or pos > st.committed):
-                out[tp] = pos
-        return out
+        return Ledger.positions(partitions, consumed)
 
-    def _commit(self, partitions: Mapping[SourcePartition, _Partition] | None = None) -> None:
+    def _commit(self, partitions: Mapping[SourcePartition, Partition] | None = None) -> None:
         self._emit_acks()
-        parts = self._parts if partitions is None else partitions
+        parts = self._ledger.parts if partitions is None else partitions
         positions = self._positions(parts)
         if not positions:
             return
@@ -961,8 +828,7 @@ class FlowWorker:
         except KafkaException as exc:
             log.warning("flow %s: commit of %d partitions failed, retrying next interval: %s", self.flow.name, len(positions), exc.args[0].str())
             return
-        for tp, pos in positions.items():
-            parts[tp].committed = pos
+        Ledger.committed(parts, positions)
 
     # ------------------------------------------------------------------ topics and assignment
 
@@ -975,7 +841,7 @@ class FlowWorker:
             # created again, or those records would land first in the new topic. Or it was
             # deleted and created again (by another worker of the flow, or by hand) between
             # two refreshes: a new topic id says so, and it is just as empty.
-            in_use = {st.route.target_topic for st in self._parts.values()}
+            in_use = {st.route.target_topic for st in self._ledger.parts.values()}
             ids = self._target_admin.topic_ids(sorted(({m.target for m in mappings} | in_use) & set(existing)))
             recreated = {t for t, i in ids.items() if t in in_use and self._target_ids.get(t, i) != i}
             gone = sorted((in_use - set(existing)) | recreated)
@@ -997,8 +863,8 @@ class FlowWorker:
             self._set_state(FlowState.RETRYING, str(exc))
             # An admin client that lived through a broker restart can keep failing long after
             # the broker is back; a new one answers at once.
-            self._source_admin = Admin(self.flow.source, self._source)
-            self._target_admin = Admin(self.flow.target, self._target)
+            self._source_admin = self._make_admin(self.flow.source, self._source)
+            self._target_admin = self._make_admin(self.flow.target, self._target)
             return False
         if result.created:
             created = [TopicPartition(m.source, p) for m in mappings if m.target in result.created for p in range(m.partitions)]
@@ -1010,7 +876,7 @@ class FlowWorker:
                 # empty either way: fill it from the source's beginning (a group whose old
                 # target topic was deleted must not resume at offsets of the old one).
                 log.warning("flow %s: could not read the group's offsets when creating %s (%s); mirroring them from the source's beginning", self.flow.name, ", ".join(result.created), exc)
-                self._created_at.update({(tp.topic, tp.partition): _UNREAD for tp in created})
+                self._created_at.update({(tp.topic, tp.partition): UNREAD for tp in created})
         self._mappings = {m.source: m for m in mappings}
         if self._caught_up_at is None and self.until_caught_up:
             self._caught_up_at = self._end_offsets(mappings)
@@ -1052,208 +918,38 @@ class FlowWorker:
             # producer still had queued may have reached the new topic ahead of the ones it
             # lost. Empty this worker's partitions of it (delete up to the end) before
             # mirroring them again from the beginning, so they hold each record once, in order.
-            ends = {(st.route.target_topic, st.route.partition): OFFSET_END for st in self._parts.values() if st.route.target_topic in recreated}
+            ends = {(st.route.target_topic, st.route.partition): OFFSET_END for st in self._ledger.parts.values() if st.route.target_topic in recreated}
             try:
                 self._target_admin.delete_records(ends)
             except MirrorError as exc:
                 log.warning("flow %s: could not empty this worker's partitions of the recreated %s: %s", self.flow.name, ", ".join(sorted(recreated)), exc)
         self._drop_pending()
         gone = set(target_topics)
-        keep = {tp: st for tp, st in self._parts.items() if st.route.target_topic not in gone}
-        for st in self._by_target.values():
-            if st.inflight:
-                st.tainted = True
-            for seg in st.inflight:
-                seg.dead = True
-            st.inflight.clear()
-            st.open = None
+        keep = {tp: st for tp, st in self._ledger.parts.items() if st.route.target_topic not in gone}
+        for st in self._ledger:
+            st.drop_inflight()
         self._commit(keep)
         reset: list[SourcePartition] = []
         for st in keep.values():
             st.producer = self._producer_for(st.route.target_topic)
             self._size_check(st)
-        for tp, st in list(self._parts.items()):
+        for tp, st in list(self._ledger.parts.items()):
             if st.route.target_topic in gone:
-                fresh = _Partition(st.route, self._producer_for(st.route.target_topic))
+                fresh = Partition(st.route, producer=self._producer_for(st.route.target_topic))
                 self._size_check(fresh)
-                self._parts[tp] = fresh
-                self._by_target[(st.route.target_topic, st.route.partition)] = fresh
+                self._ledger.assign(tp, fresh)
                 self._consumer.seek(TopicPartition(tp[0], tp[1], OFFSET_BEGINNING))
                 reset.append(tp)
             elif st.acked_next is not None:
                 self._consumer.seek(TopicPartition(tp[0], tp[1], st.acked_next))
-                st.tainted = False  # re-read from the last acknowledged record on
-                st.failed_at = None  # by a new producer: a record refused again fails again
+                st.rewound()  # re-read from the last acknowledged record on, by a new producer
             else:
                 committed = self._consumer.committed([TopicPartition(tp[0], tp[1])], timeout=self._source.timeout)[0].offset
                 self._consumer.seek(TopicPartition(tp[0], tp[1], committed if committed >= 0 else OFFSET_BEGINNING))
-                st.tainted = False
-                st.failed_at = None
+                st.rewound()
         for listener in self.listeners:
             listener.on_reset(self.flow.name, reset)
         self._rewind_group(reset)
-
-    def _offset(self, tp: SourcePartition, offset: int) -> TopicPartition:
-        """A source offset to commit, tagged with the id of the target topic it was mirrored
-        into: whoever resumes from it can tell whether that target topic is still the same
-        one (`_on_assign`), even across restarts and workers."""
-        st = self._parts.get(tp)
-        tid = self._target_ids.get(st.route.target_topic) if st is not None else None
-        return TopicPartition(tp[0], tp[1], offset, f"{_TID}{tid}") if tid else TopicPartition(tp[0], tp[1], offset)
-
-    def _rewind_group(self, partitions: Sequence[SourcePartition]) -> None:
-        """Commit offset 0 (read from the beginning) for partitions re-mirrored into a new
-        target topic: the group's old offsets describe the deleted one, and a crash before
-        the next commit must not resume past records the new topic never received."""
-        if not partitions:
-            return
-        try:
-            self._consumer.commit(offsets=[self._offset(tp, 0) for tp in partitions], asynchronous=False)
-            for tp in partitions:
-                if tp in self._parts:
-                    self._parts[tp].committed = 0
-        except KafkaException as exc:
-            log.warning("flow %s: could not rewind the group's offsets of %d partitions (%s); they move at the next commit", self.flow.name, len(partitions), exc.args[0].str())
-
-    def _committed(self, partitions: list[TopicPartition], timeout: float | None = None) -> dict[SourcePartition, int | None]:
-        timeout = timeout or self._source.timeout
-        try:
-            got = self._consumer.committed(partitions, timeout=timeout)
-        except KafkaException as exc:
-            raise_for(self.flow.source, f"read the committed offsets of group {self.flow.group_id!r}", exc, timeout)
-        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in got}
-
-    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            r = route(self.flow, tp.topic, tp.partition)
-            st = _Partition(r, self._producer_for(r.target_topic))
-            self._size_check(st)
-            self._parts[(tp.topic, tp.partition)] = st
-            self._by_target[(r.target_topic, tp.partition)] = st
-        # A target topic this worker created is empty: it must receive everything the source
-        # still holds, even if the group committed offsets for an earlier, deleted incarnation
-        # of it. But only if nobody committed since the creation: another worker may have
-        # filled it in the meantime (then the group's offsets are right, as always).
-        created = [tp for tp in partitions if (tp.topic, tp.partition) in self._created_at]
-        start, current = self._stale_commits(partitions)
-        if created:
-            try:
-                now = self._committed([TopicPartition(tp.topic, tp.partition) for tp in created])
-            except MirrorError as exc:
-                # Raising here would kill the worker from inside the rebalance. Fall back to
-                # the group's offsets: for a new group (the usual reason a target is created)
-                # that is the beginning anyway.
-                log.warning("flow %s: could not read the group's offsets for newly created targets (%s); starting from the group's committed offsets", self.flow.name, exc)
-                now = {}
-            for key in [(tp.topic, tp.partition) for tp in created]:
-                created_with = self._created_at.pop(key)
-                if key in current:
-                    continue  # committed into this very topic since: another worker filled it
-                if created_with == _UNREAD or (key in now and now[key] == created_with):
-                    start[key] = OFFSET_BEGINNING
-        if start:
-            # Rows of an earlier incarnation of the target would mistranslate; and the group's
-            # offsets are rewound first, so a crash before the first commit cannot resume past
-            # records the new topic never received.
-            for listener in self.listeners:
-                listener.on_reset(self.flow.name, sorted(start))
-        consumer.incremental_assign([TopicPartition(tp.topic, tp.partition, start[(tp.topic, tp.partition)]) if (tp.topic, tp.partition) in start else tp for tp in partitions])
-        self._rewind_group(sorted(start))
-        if self._paused:
-            consumer.pause(partitions)
-        else:
-            # librdkafka keeps a partition's paused flag across unassign and assign: one
-            # paused here before (a freeze, backpressure) and handed back would never fetch.
-            consumer.resume(partitions)
-        self._tick = self.clock()  # the offset reads above may block: not a freeze
-        log.info("flow %s: assigned %d partitions (now %d)", self.flow.name, len(partitions), len(self._parts))
-
-    def _stale_commits(self, partitions: list[TopicPartition]) -> tuple[dict[SourcePartition, int], set[SourcePartition]]:
-        """Partitions whose committed offset was mirrored into an earlier incarnation of their
-        target topic (deleted and created again since, maybe while the mirror was stopped, or
-        by another worker): they start again from the source's beginning. Also returned: the
-        partitions whose committed offset was mirrored into the target topic as it is now.
-
-        This worker's part of the new topic is emptied first: nobody committed into it, so
-        whatever it holds is a stale or unacknowledged copy that would come ahead of, or
-        twice with, the records mirrored now.
-        """
-        try:
-            got = self._consumer.committed([TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=min(5.0, self._source.timeout))
-        except KafkaException as exc:
-            log.warning("flow %s: could not read the group's offsets of the assigned partitions (%s); trusting them", self.flow.name, exc.args[0].str())
-            return {}, set()
-        tagged = [tp for tp in got if tp.offset >= 0 and (tp.metadata or "").startswith(_TID)]
-        if not tagged:
-            return {}, set()
-        try:  # the ids as they are now, not as this worker last saw them
-            ids = self._target_admin.topic_ids(sorted({self._parts[(tp.topic, tp.partition)].route.target_topic for tp in tagged}))
-        except MirrorError as exc:
-            log.warning("flow %s: could not read the target topics' ids (%s); trusting the group's offsets", self.flow.name, exc)
-            return {}, set()
-        stale: dict[SourcePartition, int] = {}
-        current: set[SourcePartition] = set()
-        for tp in tagged:
-            meta = tp.metadata or ""
-            now = ids.get(self._parts[(tp.topic, tp.partition)].route.target_topic)
-            if tp.offset >= 0 and meta.startswith(_TID) and now is not None and meta[len(_TID):] != now:
-                stale[(tp.topic, tp.partition)] = OFFSET_BEGINNING
-            elif now is not None and meta[len(_TID):] == now:
-                current.add((tp.topic, tp.partition))
-        if stale:
-            log.warning("flow %s: %d partitions were committed into an earlier incarnation of their target topic; re-mirroring them from the source's beginning", self.flow.name, len(stale))
-            ends = {(self._parts[k].route.target_topic, k[1]): OFFSET_END for k in stale}
-            try:
-                self._target_admin.delete_records(ends)
-            except MirrorError as exc:
-                log.warning("flow %s: could not empty the recreated target partitions: %s", self.flow.name, exc)
-        return stale, current
-
-    def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        """Hand partitions over cleanly: wait for their acknowledgements, commit, forget."""
-        keys = {(tp.topic, tp.partition) for tp in partitions}
-        revoked = {k: self._parts[k] for k in keys if k in self._parts}
-        self._drop_pending(keys)
-        for st in revoked.values():
-            self._drop_open(st)
-        deadline = self.clock() + DRAIN_TIMEOUT
-        while any(st.inflight for st in revoked.values()) and self.clock() < deadline and not self._producer_dead:
-            self._poll(0.1)
-        try:
-            self._commit(revoked)
-        except MirrorError as exc:
-            log.warning("flow %s: commit on revoke failed: %s", self.flow.name, exc)
-        self._forget(keys)
-        consumer.incremental_unassign(partitions)
-        self._tick = self.clock()  # the commit above may block: not a freeze
-        log.info("flow %s: revoked %d partitions (now %d)", self.flow.name, len(partitions), len(self._parts))
-
-    def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        # Another worker owns these now; committing would overwrite its progress.
-        keys = {(tp.topic, tp.partition) for tp in partitions}
-        self._drop_pending(keys)
-        for k in keys:
-            if k in self._parts:
-                self._drop_open(self._parts[k])
-        self._forget(keys)
-        consumer.incremental_unassign(partitions)
-        log.warning("flow %s: lost %d partitions", self.flow.name, len(partitions))
-        self._unfence()  # the group has spoken: what is left (if anything) is ours
-
-    def _forget(self, keys: set[SourcePartition]) -> None:
-        """These partitions belong to another worker now. Whatever of theirs is still in
-        flight is fenced: a late report must not count (no offset-map row, no commit, for a
-        copy that may land after the new owner's)."""
-        for k in keys:
-            st = self._parts.pop(k, None)
-            if st is None:
-                continue
-            for seg in st.inflight:
-                seg.dead = True
-            st.inflight.clear()
-            st.batch = None
-            if self._by_target.get((st.route.target_topic, st.route.partition)) is st:
-                del self._by_target[(st.route.target_topic, st.route.partition)]
 
     # ------------------------------------------------------------------ caught up?
 
@@ -1269,7 +965,7 @@ class FlowWorker:
         Read from the group's committed offsets on the source, so it holds across all the
         workers sharing the flow, not only this one.
         """
-        if self._caught_up_at is None or self._pending or self._inflight_count():
+        if self._caught_up_at is None or self._pending or self._ledger.inflight_records():
             return False
         try:
             committed = self._source_admin.group_offsets(self.flow.group_id)

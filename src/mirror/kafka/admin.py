@@ -31,7 +31,7 @@ from confluent_kafka.admin import (
 from mirror.config import ClusterConfig
 from mirror.errors import ClusterUnavailable, KafkaOperationError
 from mirror.kafka.clients import client_settings
-from mirror.kafka.errors import raise_for
+from mirror.kafka.errors import HINT_UNREACHABLE, raise_for
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class Admin:
         except TimeoutError as exc:
             raise ClusterUnavailable(
                 f"cluster {self.name!r} did not answer within {self.timeout:g}s while trying to {what}",
-                hint="check that its brokers are up and its bootstrap address is right",
+                hint=HINT_UNREACHABLE,
             ) from exc
         except Exception as exc:
             if type(exc).__name__ == "TimeoutError" or "timed out" in str(exc).lower():

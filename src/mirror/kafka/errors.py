@@ -23,6 +23,9 @@ _UNREACHABLE = {
 }
 
 
+HINT_UNREACHABLE = "check that its brokers are up and its bootstrap address is right"
+
+
 def is_retriable(err: KafkaError) -> bool:
     return bool(err.retriable()) or err.code() in _UNREACHABLE
 
@@ -35,7 +38,7 @@ def raise_for(cluster: str, what: str, exc: BaseException, timeout: float | None
             within = f" within {timeout:g}s" if timeout else ""
             raise ClusterUnavailable(
                 f"cluster {cluster!r} did not answer{within} while trying to {what}",
-                hint="check that its brokers are up and its bootstrap address is right",
+                hint=HINT_UNREACHABLE,
             ) from exc
         raise KafkaOperationError(f"cluster {cluster!r}: cannot {what}: {err.str()}", code=err.name()) from exc
     raise KafkaOperationError(f"cluster {cluster!r}: cannot {what}: {exc}") from exc

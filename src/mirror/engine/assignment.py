@@ -1,0 +1,214 @@
+"""The group's side of a flow worker: partitions assigned, revoked and lost.
+
+A mixin of `FlowWorker` (mirror.engine.worker): the rebalance callbacks confluent-kafka calls
+on the worker's thread (inside `consume`), and the commit metadata that lets whoever resumes a
+partition tell whether its target topic is still the one the committed offset was mirrored
+into. What it needs from the worker is declared below; the worker provides it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mirror.config import ClusterConfig, FlowConfig
+from mirror.domain.acks import AckListener, SourcePartition
+from mirror.domain.ledger import Ledger, PartitionLedger
+from mirror.domain.route import route
+from mirror.errors import MirrorError
+from mirror.kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition, raise_for
+
+log = logging.getLogger(__name__)
+
+TID = "target-topic-id="  # commit metadata: see `Assignment._offset`
+UNREAD = -2  # `_created_at`: the group's offsets could not be read when the target was created
+
+
+@dataclass(slots=True)
+class Partition(PartitionLedger):
+    """The ledger of one assigned source partition, with what the worker needs to write it."""
+
+    producer: Any = None  # the producer whose batches fit this target topic's limit
+    room: int = 1 << 62  # key + value bytes below which a record surely fits the target's limit
+    limit: int | None = None  # the target topic's max.message.bytes
+
+
+class Assignment:
+    """Rebalance callbacks and commit tagging (mixed into `FlowWorker`)."""
+
+    # What the worker provides.
+    flow: FlowConfig
+    listeners: list[AckListener]
+    clock: Callable[[], float]
+    _ledger: Ledger[Partition]
+    _consumer: Any
+    _source: ClusterConfig
+    _target_admin: Any
+    _target_ids: dict[str, str]
+    _created_at: dict[SourcePartition, int | None]
+    _paused: bool
+    _tick: float
+
+    def _producer_for(self, target_topic: str | None) -> Any:
+        raise NotImplementedError
+
+    def _size_check(self, st: Partition) -> None:
+        raise NotImplementedError
+
+    def _drop_pending(self, keys: set[SourcePartition] | None = None) -> None:
+        raise NotImplementedError
+
+    def _drain(self, partitions: Iterable[Partition]) -> None:
+        raise NotImplementedError
+
+    def _commit(self, partitions: Mapping[SourcePartition, Partition] | None = None) -> None:
+        raise NotImplementedError
+
+    def _unfence(self) -> None:
+        raise NotImplementedError
+
+    def _offset(self, tp: SourcePartition, offset: int) -> TopicPartition:
+        """A source offset to commit, tagged with the id of the target topic it was mirrored
+        into: whoever resumes from it can tell whether that target topic is still the same
+        one (`_on_assign`), even across restarts and workers."""
+        st = self._ledger.parts.get(tp)
+        tid = self._target_ids.get(st.route.target_topic) if st is not None else None
+        return TopicPartition(tp[0], tp[1], offset, f"{TID}{tid}") if tid else TopicPartition(tp[0], tp[1], offset)
+
+    def _rewind_group(self, partitions: Sequence[SourcePartition]) -> None:
+        """Commit offset 0 (read from the beginning) for partitions re-mirrored into a new
+        target topic: the group's old offsets describe the deleted one, and a crash before
+        the next commit must not resume past records the new topic never received."""
+        if not partitions:
+            return
+        try:
+            self._consumer.commit(offsets=[self._offset(tp, 0) for tp in partitions], asynchronous=False)
+            for tp in partitions:
+                if tp in self._ledger.parts:
+                    self._ledger.parts[tp].committed = 0
+        except KafkaException as exc:
+            log.warning("flow %s: could not rewind the group's offsets of %d partitions (%s); they move at the next commit", self.flow.name, len(partitions), exc.args[0].str())
+
+    def _committed(self, partitions: list[TopicPartition], timeout: float | None = None) -> dict[SourcePartition, int | None]:
+        timeout = timeout or self._source.timeout
+        try:
+            got = self._consumer.committed(partitions, timeout=timeout)
+        except KafkaException as exc:
+            raise_for(self.flow.source, f"read the committed offsets of group {self.flow.group_id!r}", exc, timeout)
+        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in got}
+
+    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            r = route(self.flow, tp.topic, tp.partition)
+            st = Partition(r, producer=self._producer_for(r.target_topic))
+            self._size_check(st)
+            self._ledger.assign((tp.topic, tp.partition), st)
+        # A target topic this worker created is empty: it must receive everything the source
+        # still holds, even if the group committed offsets for an earlier, deleted incarnation
+        # of it. But only if nobody committed since the creation: another worker may have
+        # filled it in the meantime (then the group's offsets are right, as always).
+        created = [tp for tp in partitions if (tp.topic, tp.partition) in self._created_at]
+        start, current = self._stale_commits(partitions)
+        if created:
+            try:
+                now = self._committed([TopicPartition(tp.topic, tp.partition) for tp in created])
+            except MirrorError as exc:
+                # Raising here would kill the worker from inside the rebalance. Fall back to
+                # the group's offsets: for a new group (the usual reason a target is created)
+                # that is the beginning anyway.
+                log.warning("flow %s: could not read the group's offsets for newly created targets (%s); starting from the group's committed offsets", self.flow.name, exc)
+                now = {}
+            for key in [(tp.topic, tp.partition) for tp in created]:
+                created_with = self._created_at.pop(key)
+                if key in current:
+                    continue  # committed into this very topic since: another worker filled it
+                if created_with == UNREAD or (key in now and now[key] == created_with):
+                    start[key] = OFFSET_BEGINNING
+        if start:
+            # Rows of an earlier incarnation of the target would mistranslate; and the group's
+            # offsets are rewound first, so a crash before the first commit cannot resume past
+            # records the new topic never received.
+            for listener in self.listeners:
+                listener.on_reset(self.flow.name, sorted(start))
+        consumer.incremental_assign([TopicPartition(tp.topic, tp.partition, start[(tp.topic, tp.partition)]) if (tp.topic, tp.partition) in start else tp for tp in partitions])
+        self._rewind_group(sorted(start))
+        if self._paused:
+            consumer.pause(partitions)
+        else:
+            # librdkafka keeps a partition's paused flag across unassign and assign: one
+            # paused here before (a freeze, backpressure) and handed back would never fetch.
+            consumer.resume(partitions)
+        self._tick = self.clock()  # the offset reads above may block: not a freeze
+        log.info("flow %s: assigned %d partitions (now %d)", self.flow.name, len(partitions), len(self._ledger.parts))
+
+    def _stale_commits(self, partitions: list[TopicPartition]) -> tuple[dict[SourcePartition, int], set[SourcePartition]]:
+        """Partitions whose committed offset was mirrored into an earlier incarnation of their
+        target topic (deleted and created again since, maybe while the mirror was stopped, or
+        by another worker): they start again from the source's beginning. Also returned: the
+        partitions whose committed offset was mirrored into the target topic as it is now.
+
+        This worker's part of the new topic is emptied first: nobody committed into it, so
+        whatever it holds is a stale or unacknowledged copy that would come ahead of, or
+        twice with, the records mirrored now.
+        """
+        try:
+            got = self._consumer.committed([TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=min(5.0, self._source.timeout))
+        except KafkaException as exc:
+            log.warning("flow %s: could not read the group's offsets of the assigned partitions (%s); trusting them", self.flow.name, exc.args[0].str())
+            return {}, set()
+        tagged = [tp for tp in got if tp.offset >= 0 and (tp.metadata or "").startswith(TID)]
+        if not tagged:
+            return {}, set()
+        try:  # the ids as they are now, not as this worker last saw them
+            ids = self._target_admin.topic_ids(sorted({self._ledger.parts[(tp.topic, tp.partition)].route.target_topic for tp in tagged}))
+        except MirrorError as exc:
+            log.warning("flow %s: could not read the target topics' ids (%s); trusting the group's offsets", self.flow.name, exc)
+            return {}, set()
+        stale: dict[SourcePartition, int] = {}
+        current: set[SourcePartition] = set()
+        for tp in tagged:
+            meta = tp.metadata or ""
+            now = ids.get(self._ledger.parts[(tp.topic, tp.partition)].route.target_topic)
+            if tp.offset >= 0 and meta.startswith(TID) and now is not None and meta[len(TID):] != now:
+                stale[(tp.topic, tp.partition)] = OFFSET_BEGINNING
+            elif now is not None and meta[len(TID):] == now:
+                current.add((tp.topic, tp.partition))
+        if stale:
+            log.warning("flow %s: %d partitions were committed into an earlier incarnation of their target topic; re-mirroring them from the source's beginning", self.flow.name, len(stale))
+            ends = {(self._ledger.parts[k].route.target_topic, k[1]): OFFSET_END for k in stale}
+            try:
+                self._target_admin.delete_records(ends)
+            except MirrorError as exc:
+                log.warning("flow %s: could not empty the recreated target partitions: %s", self.flow.name, exc)
+        return stale, current
+
+    def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        """Hand partitions over cleanly: wait for their acknowledgements, commit, forget."""
+        keys = {(tp.topic, tp.partition) for tp in partitions}
+        revoked = {k: self._ledger.parts[k] for k in keys if k in self._ledger.parts}
+        self._drop_pending(keys)
+        for st in revoked.values():
+            st.drop_open()
+        self._drain(revoked.values())
+        try:
+            self._commit(revoked)
+        except MirrorError as exc:
+            log.warning("flow %s: commit on revoke failed: %s", self.flow.name, exc)
+        self._ledger.forget(keys)
+        consumer.incremental_unassign(partitions)
+        self._tick = self.clock()  # the commit above may block: not a freeze
+        log.info("flow %s: revoked %d partitions (now %d)", self.flow.name, len(partitions), len(self._ledger.parts))
+
+    def _on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        # Another worker owns these now; committing would overwrite its progress.
+        keys = {(tp.topic, tp.partition) for tp in partitions}
+        self._drop_pending(keys)
+        for k in keys:
+            if k in self._ledger.parts:
+                self._ledger.parts[k].drop_open()
+        self._ledger.forget(keys)
+        consumer.incremental_unassign(partitions)
+        log.warning("flow %s: lost %d partitions", self.flow.name, len(partitions))
+        self._unfence()  # the group has spoken: what is left (if anything) is ours

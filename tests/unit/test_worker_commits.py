@@ -1,0 +1,394 @@
+"""FlowWorker's commit-safety rules, run against small in-memory fakes of its ports.
+
+The worker takes consumer, producer and admin factories; here they make fakes: a source
+that hands out scripted batches, a target that stores records (or holds or purges them) and
+answers delivery reports in order per partition. Every commit is checked against the target
+when it is made: a committed offset is safe only if the target holds every source record
+before it. The real clients are covered by tests/integration (test_mirror_datapath,
+test_hardening, test_mirror_lifecycle).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import pytest
+
+from mirror import config
+from mirror.engine.worker import FlowWorker
+from mirror.errors import FatalProduceError
+from mirror.kafka import KafkaError, TopicPartition
+
+TEXT = """\
+clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}
+flows:
+  - {name: p, source: nyc, target: sf, topics: {include: ["orders"]}, commit_interval: 1s}
+"""
+P0, P1 = ("orders", 0), ("orders", 1)
+
+
+class Msg:
+    def __init__(self, tp: tuple[str, int], offset: int, error: KafkaError | None = None) -> None:
+        self.tp, self._offset, self._error = tp, offset, error
+
+    def error(self) -> KafkaError | None:
+        return self._error
+
+    def topic(self) -> str:
+        return self.tp[0]
+
+    def partition(self) -> int:
+        return self.tp[1]
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes:
+        return b"k"
+
+    def value(self) -> bytes:
+        return b"v%d" % self._offset
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1000 + self._offset)
+
+    def headers(self) -> None:
+        return None
+
+
+class Report:
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def offset(self) -> int:
+        return self._offset
+
+
+class Target:
+    """The target cluster: what it stored, and how it answers (`answer(tp, offset)`:
+    "store", "hold" (no answer yet) or "purge")."""
+
+    def __init__(self) -> None:
+        self.stored: dict[tuple[str, int], list[int]] = {}  # source partition -> source offsets, in order
+        self.answer: Callable[[tuple[str, int], int], str] = lambda tp, o: "store"
+        self.producers: list[FakeProducer] = []
+
+
+class FakeProducer:
+    def __init__(self, target: Target, capacity: int) -> None:
+        self.target, self.capacity = target, capacity
+        self.queue: list[tuple[tuple[str, int], int, Any]] = []  # (source partition, source offset, on_delivery)
+        self.asked: list[tuple[int, bool]] = []  # (source offset, asked for a report)
+
+    def produce(self, topic: str, value: bytes, key: bytes, *, partition: int, timestamp: int, headers: Any, on_delivery: Any = None) -> None:
+        if len(self.queue) >= self.capacity:
+            raise BufferError("queue full")
+        origin = dict(headers)["mirror.origin"].decode()  # cluster/topic/partition/offset
+        _, src_topic, _, offset = origin.split("/")
+        self.queue.append(((src_topic, partition), int(offset), on_delivery))
+        self.asked.append((int(offset), on_delivery is not None))
+
+    def __len__(self) -> int:
+        return len(self.queue)
+
+    def poll(self, timeout: float = 0) -> int:
+        """Answer, in order per partition, up to each partition's first held record."""
+        held: set[tuple[str, int]] = set()
+        left, served = [], 0
+        for tp, offset, cb in self.queue:
+            what = "hold" if tp in held else self.target.answer(tp, offset)
+            if what == "hold":
+                held.add(tp)
+                left.append((tp, offset, cb))
+                continue
+            served += 1
+            if what == "purge":
+                if cb is not None:
+                    cb(KafkaError(KafkaError._PURGE_QUEUE), Report(-1))
+                continue
+            log = self.target.stored.setdefault(tp, [])
+            log.append(offset)
+            if cb is not None:
+                cb(None, Report(len(log) - 1))
+        self.queue = left
+        return served
+
+    def flush(self, timeout: float = 0) -> int:
+        self.poll()
+        return len(self.queue)
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True) -> None:
+        queue, self.queue = self.queue, []
+        for _, _, cb in queue:
+            if cb is not None:
+                cb(KafkaError(KafkaError._PURGE_QUEUE), Report(-1))
+
+    def list_topics(self, topic: str, timeout: float) -> None:
+        return None
+
+
+Step = list[Msg] | Callable[["FakeConsumer"], list[Msg]]
+
+
+class FakeConsumer:
+    """The source: one scripted step per loop turn (a batch of records, or an action); sets
+    `stop` when the script is done. Checks every commit against the target."""
+
+    def __init__(self, partitions: Iterable[tuple[str, int]], script: list[Step], stop: threading.Event, target: Target) -> None:
+        self.partitions, self.script, self.stop, self.target = list(partitions), list(script), stop, target
+        self.records: dict[tuple[str, int], set[int]] = {}  # every record handed out
+        self.position_of: dict[tuple[str, int], int] = {}
+        self.assigned: list[tuple[str, int]] = []
+        self.paused: set[tuple[str, int]] = set()
+        self.commits: list[dict[tuple[str, int], int]] = []
+        self.unsafe: list[str] = []
+        self.callbacks: dict[str, Any] = {}
+        self.closed = False
+
+    # the group
+    def subscribe(self, topics: list[str], *, on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
+        self.callbacks = {"assign": on_assign, "revoke": on_revoke, "lost": on_lost}
+
+    def unsubscribe(self) -> None:
+        pass
+
+    def incremental_assign(self, tps: list[TopicPartition]) -> None:
+        self.assigned += [(tp.topic, tp.partition) for tp in tps]
+
+    def incremental_unassign(self, tps: list[TopicPartition]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in tps}
+        self.assigned = [tp for tp in self.assigned if tp not in gone]
+
+    def revoke(self, tps: list[tuple[str, int]]) -> None:
+        self.callbacks["revoke"](self, [TopicPartition(t, p) for t, p in tps])
+
+    def assignment(self) -> list[TopicPartition]:
+        return [TopicPartition(t, p) for t, p in self.assigned]
+
+    # reading
+    def consume(self, num_messages: int, timeout: float) -> list[Msg]:
+        if num_messages == 1:  # the loop's short wait when the batch came back empty
+            return []
+        if self.callbacks and self.partitions:  # the first turn after subscribing: the group assigns
+            self.callbacks["assign"](self, [TopicPartition(t, p) for t, p in self.partitions])
+            self.partitions = []
+        if not self.script:
+            self.stop.set()
+            return []
+        step = self.script.pop(0)
+        msgs = step(self) if callable(step) else step
+        for m in msgs:
+            if m.error() is None:
+                assert m.tp in self.assigned and m.tp not in self.paused, "the script reads a partition the worker does not read"
+                self.records.setdefault(m.tp, set()).add(m.offset())
+                self.position_of[m.tp] = max(self.position_of.get(m.tp, 0), m.offset() + 1)
+        return msgs
+
+    def markers(self, tp: tuple[str, int], position: int) -> list[Msg]:
+        """Transaction markers up to `position`: no record, only the position moves."""
+        self.position_of[tp] = position
+        return []
+
+    def pause(self, tps: list[TopicPartition]) -> None:
+        self.paused |= {(tp.topic, tp.partition) for tp in tps}
+
+    def resume(self, tps: list[TopicPartition]) -> None:
+        self.paused -= {(tp.topic, tp.partition) for tp in tps}
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.position_of.get((tp.topic, tp.partition), -1001)) for tp in tps]
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.position_of[(tp.topic, tp.partition)] = tp.offset
+
+    # offsets
+    def committed(self, tps: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
+        last = {k: v for c in self.commits for k, v in c.items()}
+        return [TopicPartition(tp.topic, tp.partition, last.get((tp.topic, tp.partition), -1001)) for tp in tps]
+
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> None:
+        got = {(tp.topic, tp.partition): tp.offset for tp in offsets}
+        for tp, offset in got.items():
+            stored = set(self.target.stored.get(tp, ()))
+            missing = sorted(o for o in self.records.get(tp, ()) if o < offset and o not in stored)
+            if missing:
+                self.unsafe.append(f"{tp} committed at {offset} while the target lacks {missing}")
+        self.commits.append(got)
+
+    def last_commit(self, tp: tuple[str, int]) -> int | None:
+        return next((c[tp] for c in reversed(self.commits) if tp in c), None)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeAdmin:
+    def __init__(self, topics: Mapping[str, int]) -> None:
+        self._topics = dict(topics)
+
+    def topics(self) -> dict[str, int]:
+        return dict(self._topics)
+
+    def topic_ids(self, topics: Iterable[str]) -> dict[str, str]:
+        return {t: f"id-{t}" for t in topics if t in self._topics}
+
+    def max_message_bytes(self, topics: Iterable[str]) -> dict[str, int]:
+        return {}
+
+
+class Clock:
+    """Time moves a quarter second per look: waits (a drain, backpressure) end without sleeping."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 0.25
+        return self.now
+
+
+def make(script: list[Step], *, target: Target | None = None, capacity: int = 100_000, producer_cls: type[FakeProducer] = FakeProducer) -> tuple[FlowWorker, FakeConsumer, Target]:
+    """A worker of flow `p` (source topic `orders`, 2 partitions, both assigned) on fakes."""
+    cfg = config.parse(TEXT, env={})
+    stop = threading.Event()
+    target = target or Target()
+    consumer = FakeConsumer([P0, P1], script, stop, target)
+
+    def producer(name: str, cluster: Any, settings: Mapping[str, Any]) -> FakeProducer:
+        p = producer_cls(target, capacity)
+        target.producers.append(p)
+        return p
+
+    admins = {"nyc": {"orders": 2}, "sf": {"nyc.orders": 2}}
+    worker = FlowWorker(
+        cfg, cfg.flows[0], stop=stop, clock=Clock(),
+        consumer_factory=lambda name, cluster, settings: consumer,
+        producer_factory=producer,
+        admin_factory=lambda name, cluster: FakeAdmin(admins[name]),
+    )
+    return worker, consumer, target
+
+
+def run(script: list[Step], **kwargs: Any) -> tuple[FlowWorker, FakeConsumer, Target]:
+    worker, consumer, target = make(script, **kwargs)
+    worker.run()
+    assert consumer.closed and not consumer.unsafe, consumer.unsafe
+    return worker, consumer, target
+
+
+def batch(tp: tuple[str, int], offsets: Iterable[int]) -> list[Msg]:
+    return [Msg(tp, o) for o in offsets]
+
+
+def test_everything_acknowledged_is_committed_and_reports_are_asked_only_at_segment_edges():
+    eof = Msg(P0, -1, KafkaError(KafkaError._PARTITION_EOF))
+    worker, consumer, target = run([batch(P0, range(3)) + [eof] + batch(P0, [3, 4]) + batch(P1, range(2))])
+    # an error event closes the segment before it; a partition change closes one too
+    assert target.producers[0].asked == [(0, True), (1, False), (2, True), (3, True), (4, True), (0, True), (1, True)]
+    assert target.stored == {P0: [0, 1, 2, 3, 4], P1: [0, 1]}
+    assert (consumer.last_commit(P0), consumer.last_commit(P1), worker.records_acked) == (5, 2, 7)
+
+
+def test_never_commits_past_an_unacknowledged_record():
+    """P0's records from 5 on never get an answer: while they are in flight and after the
+    stop gives up on them (drain timeout, purge), P0 is committed up to 5 only."""
+    target = Target()
+    target.answer = lambda tp, o: "hold" if tp == P0 and o >= 5 else "store"
+    worker, consumer, _ = run([batch(P0, range(5)), batch(P0, range(5, 10)) + batch(P1, range(5)), [], [], []], target=target)
+    assert {c.get(P0) for c in consumer.commits} <= {5, None}
+    assert (consumer.last_commit(P0), consumer.last_commit(P1)) == (5, 5)
+    assert consumer.position_of[P0] == 10 and worker.state.value == "stopped"
+
+
+def test_never_commits_past_a_dropped_record():
+    """A full producer queue: the records read but not produced are dropped at the stop, and
+    so is the open segment cut short among them. The consumer's position is past both; the
+    commit stays at the last acknowledged record."""
+    target = Target()
+    target.answer = lambda tp, o: "hold" if o >= 5 else "store"
+    worker, consumer, _ = run([batch(P0, range(3)), batch(P0, range(3, 15)), [], []], target=target, capacity=5)
+    assert target.stored[P0] == [0, 1, 2, 3, 4] and consumer.position_of[P0] == 15
+    assert consumer.last_commit(P0) == 3  # 3 and 4 landed, but their segment's closing report never came
+    assert consumer.paused  # reading paused while the target did not keep up
+
+
+def test_quiet_partitions_commit_past_transaction_markers_busy_ones_do_not():
+    target = Target()
+    target.answer = lambda tp, o: "hold" if tp == P1 and o >= 3 else "store"
+    script: list[Step] = [
+        batch(P0, range(5)) + batch(P1, range(3)),
+        lambda c: c.markers(P0, 7),  # a commit marker at 5 and 6
+        batch(P1, range(3, 5)),  # held by the target: P1 is busy
+        lambda c: c.markers(P1, 7),
+        [],
+    ]
+    worker, consumer, _ = run(script, target=target)
+    assert 7 in {c.get(P0) for c in consumer.commits}
+    assert {c.get(P1) for c in consumer.commits} <= {3, None}
+
+
+def test_a_tainted_partition_commits_only_what_was_acknowledged():
+    """A purged segment taints its partition: even with nothing in flight any more, its
+    commit stays at the last acknowledged record, not at the consumer's position."""
+    target = Target()
+    target.answer = lambda tp, o: "purge" if tp == P0 and 3 <= o < 6 else "store"
+    worker, consumer, _ = run([batch(P0, range(3)), batch(P0, range(3, 6)), lambda c: c.markers(P0, 9), [], []], target=target)
+    assert consumer.last_commit(P0) == 3 and worker.state.value == "stopped"
+
+
+def test_revoke_waits_for_acknowledgements_commits_then_hands_over():
+    target = Target()
+    polls = {"n": 0}
+
+    def answer(tp: tuple[str, int], o: int) -> str:
+        # P0 from 3 on is answered only after a few polls: the revoke has to wait for it
+        if tp == P0 and o >= 3:
+            polls["n"] += 1
+            return "store" if polls["n"] > 20 else "hold"
+        return "store"
+
+    target.answer = answer
+    handed_over: list[int | None] = []
+
+    def revoke(c: FakeConsumer) -> list[Msg]:
+        c.revoke([P0])
+        handed_over.append(c.last_commit(P0))
+        return []
+
+    worker, consumer, _ = run([batch(P0, range(3)), batch(P0, range(3, 8)), revoke, batch(P1, range(2)), []], target=target)
+    assert handed_over == [8] and P0 not in consumer.assigned
+    assert consumer.last_commit(P0) == 8 and consumer.last_commit(P1) == 2
+
+
+def test_a_refused_record_fails_the_flow_naming_it_and_nothing_past_it_is_committed():
+    class Refusing(FakeProducer):
+        """Refuses P0's segment from offset 4 on (too large): both its reports fail."""
+
+        def poll(self, timeout: float = 0) -> int:
+            refused = [(tp, o, cb) for tp, o, cb in self.queue if tp == P0 and o >= 4]
+            self.queue = [r for r in self.queue if r not in refused]
+            served = super().poll(timeout)
+            for _, _, cb in refused:
+                if cb is not None:
+                    cb(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), Report(-1))
+            return served + len(refused)
+
+    worker, consumer, target = make([batch(P0, range(4)), batch(P0, range(4, 7)) + batch(P1, range(3)), [], []], producer_cls=Refusing)
+    with pytest.raises(FatalProduceError, match=r"orders\[0\]@4") as failed:
+        worker.run()
+    assert failed.value.size == 3  # b"k" + b"v4": the largest record of the refused segment
+    assert not consumer.unsafe and consumer.closed and worker.state.value == "failed"
+    assert consumer.last_commit(P0) == 4 and target.stored[P1] == [0, 1, 2]
+
+
+def test_a_failure_while_opening_closes_the_consumer_already_made():
+    class Broken(FakeProducer):
+        def __init__(self, target: Target, capacity: int) -> None:
+            raise FatalProduceError("orders", 0, 0, "no producer")
+
+    worker, consumer, _ = make([], producer_cls=Broken)
+    with pytest.raises(FatalProduceError):
+        worker.run()
+    assert consumer.closed and consumer.commits == []
