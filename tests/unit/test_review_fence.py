@@ -5,9 +5,9 @@ librdkafka (position = next offset to hand over; seek moves it), no cluster."""
 
 from __future__ import annotations
 
-import pytest
-
 import threading
+
+import pytest
 
 from mirror import config
 from mirror.domain.ledger import Segment
