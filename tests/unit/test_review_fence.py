@@ -148,7 +148,6 @@ def frozen_worker(consumer: Consumer):
     return w
 
 
-OPEN = "review of issue 10 point 4: when the committed offsets cannot be read, FlowWorker._check_frozen leaves the partitions unseeked, and the empty fence resumes at once"
 
 
 def test_fence_never_reads_on_past_dropped_records_of_a_partition_nothing_was_committed_for():
@@ -162,15 +161,20 @@ def test_fence_never_reads_on_past_dropped_records_of_a_partition_nothing_was_co
     assert nxt == OFFSET_BEGINNING or 0 <= nxt <= 100, f"after the fence the worker reads on from {nxt}: source records 100-{nxt - 1} were dropped unacknowledged"
 
 
-@pytest.mark.xfail(strict=True, reason=OPEN)
 def test_fence_holds_while_the_committed_offsets_cannot_be_read():
     """The committed offsets cannot be read right after the freeze (coordinator away): the
     fence must not resume reading before the group confirmed the assignment, and never from
     past the dropped records."""
     c = Consumer(position=200, committed=0, member=False, readable=False)
     w = frozen_worker(c)
-    w._confirm_owner()  # the group moved on: a commit as this member fails
+    w._confirm_owner()  # still unreadable, and the group moved on: a commit as this member fails
     assert w._fenced is not None, "reading resumed without the group confirming the partitions are still ours"
+    c.readable = True
+    w._confirm_owner()  # readable now, but still not a member: the fence holds
+    assert w._fenced is not None
+    c.member = True
+    w._confirm_owner()
+    assert w._fenced is None and c.commits == [{TP: 0}]
     nxt = c.pos[TP]
     assert nxt == OFFSET_BEGINNING or 0 <= nxt <= 100, f"reads on from {nxt}, past records dropped unacknowledged"
 
@@ -235,7 +239,6 @@ def test_the_confirming_commit_keeps_the_target_topic_tag():
     assert c.metadata == [{TP: "target-topic-id=id-1"}]
 
 
-@pytest.mark.xfail(strict=True, reason="review of issue 10 point 4: with no committed offset to commit again, the fence ends without asking the group")
 def test_fence_holds_for_an_expelled_worker_whose_partitions_have_nothing_committed():
     """Nothing committed yet for the frozen worker's partitions (a new flow, the first commit
     interval): `_fenced` is empty, so `_confirm_owner` resumes at once, and the zombie reads and
@@ -245,6 +248,9 @@ def test_fence_holds_for_an_expelled_worker_whose_partitions_have_nothing_commit
     w = frozen_worker(c)
     w._confirm_owner()
     assert w._fenced is not None, "resumed without the group confirming the partitions are still ours"
+    c.member = True  # the group kept them with this worker: a tagged 0 confirms, read from the beginning
+    w._confirm_owner()
+    assert w._fenced is None and c.commits == [{TP: 0}] and c.pos[TP] == OFFSET_BEGINNING
 
 
 class FreezingProducer:

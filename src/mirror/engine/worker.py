@@ -156,6 +156,7 @@ class FlowWorker(Assignment):
         # After a freeze: reading paused until the group confirms these partitions are still
         # ours (a commit as a member of the current generation) or takes them away.
         self._fenced: dict[SourcePartition, int] | None = None
+        self._fence_unread = False  # fenced, and the committed offsets still to be read
         self._tick = clock()  # last time this thread was seen running (see `_check_frozen`)
         self._failure: MirrorError | None = None
         self._poisoned: FatalProduceError | None = None  # a record that can never be written (see `_poison`)
@@ -466,31 +467,43 @@ class FlowWorker(Assignment):
         self._producer_dead = False
         self._pending.clear()
         self._ledger.by_target = {}
-        try:
-            committed = self._committed([TopicPartition(t, p) for t, p in self._ledger.parts], timeout=min(5.0, self._source.timeout))
-        except MirrorError:
-            committed = {}
         for tp, old in list(self._ledger.parts.items()):
             fresh = Partition(old.route, producer=self._producer_for(old.route.target_topic))
             self._size_check(fresh)
+            fresh.tainted = True  # where to read from is unknown until `_fence_positions`
             self._ledger.assign(tp, fresh)
-            start = committed.get(tp)
-            if start is None and tp in committed:
-                # Read, and nothing committed yet: a restart would start from the beginning
-                # (auto.offset.reset=earliest). Reading on from the consumer's position would
-                # skip the records just dropped uncounted, and commit past them.
-                start = OFFSET_BEGINNING
-            if start is None:
-                fresh.tainted = True  # unknown: never commit the consumer's position for it
-                continue
-            try:
-                self._consumer.seek(TopicPartition(tp[0], tp[1], start))
-            except KafkaException:
-                fresh.tainted = True  # no longer assigned: the rebalance takes it away
         # Write nothing until the group says whose partitions these are (`_confirm_owner`).
-        self._fenced = {tp: o for tp, o in committed.items() if o is not None}
+        self._fenced = {}
+        self._fence_unread = True
         self._pause("frozen past the session timeout; reading paused until the group confirms the assignment")
+        self._fence_positions()
         self._tick = self.clock()
+        return True
+
+    def _fence_positions(self) -> bool:
+        """Seek every partition back to the group's committed offset (the beginning where
+        nothing is committed: where a restart would start) and note what to commit to ask the
+        group. False while the committed offsets cannot be read: the fence holds."""
+        try:
+            committed = self._committed([TopicPartition(t, p) for t, p in self._ledger.parts], timeout=min(5.0, self._source.timeout))
+        except MirrorError as exc:
+            log.info("flow %s: still fenced: the group's committed offsets cannot be read (%s)", self.flow.name, exc)
+            return False
+        finally:
+            self._tick = self.clock()  # the read may block: not a freeze
+        fenced: dict[SourcePartition, int] = {}
+        for tp, st in self._ledger.parts.items():
+            start = committed.get(tp)
+            try:
+                self._consumer.seek(TopicPartition(tp[0], tp[1], OFFSET_BEGINNING if start is None else start))
+            except KafkaException:
+                continue  # no longer assigned: the rebalance takes it away (it stays tainted)
+            st.tainted = False
+            # Nothing committed: the group is asked with a (tagged) 0, which is where a
+            # restart would start too; a commit that names no partition would ask nothing.
+            fenced[tp] = 0 if start is None else start
+        self._fenced = fenced
+        self._fence_unread = False
         return True
 
     def _confirm_owner(self) -> None:
@@ -499,6 +512,8 @@ class FlowWorker(Assignment):
         refusal means the group moved on: stay paused until the rebalance takes them away
         (`_on_lost` ends the fence) and gives this worker its new share."""
         if self._fenced is None:
+            return
+        if self._fence_unread and not self._fence_positions():
             return
         if self._fenced:
             try:
@@ -511,6 +526,7 @@ class FlowWorker(Assignment):
     def _unfence(self) -> None:
         if self._fenced is not None:
             self._fenced = None
+            self._fence_unread = False
             log.info("flow %s: assignment confirmed after the freeze; reading resumed", self.flow.name)
             if not self._pending and not self._held:
                 self._resume()
