@@ -104,6 +104,10 @@ class FakeProducer:
                 left.append((tp, offset, cb))
                 continue
             served += 1
+            if what == "unknown":  # the producer's metadata lags a partition increase
+                if cb is not None:
+                    cb(KafkaError(KafkaError._UNKNOWN_PARTITION), Report(-1))
+                continue
             if what == "purge":
                 if cb is not None:
                     cb(KafkaError(KafkaError._PURGE_QUEUE), Report(-1))
@@ -392,3 +396,20 @@ def test_a_failure_while_opening_closes_the_consumer_already_made():
     with pytest.raises(FatalProduceError):
         worker.run()
     assert consumer.closed and consumer.commits == []
+
+
+def test_unknown_partition_at_delivery_on_a_topic_that_exists_rewinds_instead_of_stalling():
+    """Review of issue 10, point 3: the first producer's reports for P0's records 3-4 say
+    "unknown partition" though the target topic exists (its metadata lagged a partition
+    increase); later records of P0 landed. The refresh finds nothing gone: before the fix P0
+    stayed refused for good (committed at 3, a silent stall). Now every partition is
+    re-read from what the target acknowledged, by new producers: duplicates, never a gap."""
+    target = Target()
+    target.answer = lambda tp, o: "unknown" if tp == P0 and o in (3, 4) and len(target.producers) == 1 else "store"
+    # P1's records between P0's close P0's segments: 3-4 is a segment of its own, with reports.
+    first = batch(P0, range(3)) + batch(P1, range(2)) + batch(P0, [3, 4]) + batch(P1, [2, 3]) + batch(P0, range(5, 10))
+    script: list[Step] = [first, [], [], lambda c: batch(P0, range(c.position_of[P0], 10)), [], [], []]
+    worker, consumer, _ = run(script, target=target)
+    assert set(target.stored[P0]) == set(range(10)), target.stored[P0]
+    assert consumer.last_commit(P0) == 10
+

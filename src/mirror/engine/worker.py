@@ -149,6 +149,7 @@ class FlowWorker(Assignment):
         self._limits: dict[str, int] = {}  # target topic -> its max.message.bytes
         self._producers: dict[int, Any] = {}  # batch.size -> producer (see `_producer_for`)
         self._refresh_now = False  # a delivery report says a target topic is gone
+        self._gone_at_delivery = False  # ... and the refresh must rewind even if it is still there
         self._resyncs = 0
         self._pending: deque[Message] = deque()  # consumed, not yet accepted by a full producer queue
         self._paused = False
@@ -709,7 +710,7 @@ class FlowWorker(Assignment):
             # partition counts from here; the refresh recreates the topic and re-mirrors it.
             st.purged(seg)
             st.refused(seg)
-            self._refresh_now = True
+            self._refresh_now = self._gone_at_delivery = True
             return
         st.refused(seg)
         failed = self._failure
@@ -863,6 +864,14 @@ class FlowWorker(Assignment):
             gone = sorted((in_use - set(existing)) | recreated)
             if gone:
                 self._resync(gone, recreated)
+            elif self._gone_at_delivery:
+                # The target said "unknown partition" at delivery, yet the topic is still
+                # there (the producer's metadata lagged a partition increase): the refused
+                # records' partitions would stall for good, and later records may have
+                # landed past them. Rewind every partition to what the target acknowledged,
+                # with new producers (duplicates, never a gap).
+                self._resync([])
+            self._gone_at_delivery = False
             for t in gone:
                 self._target_ids.pop(t, None)
             self._target_ids.update(ids)
@@ -918,7 +927,10 @@ class FlowWorker(Assignment):
         source's beginning. Purged in-flight requests may still have landed: those are the
         only duplicates this costs.
         """
-        log.warning("flow %s: target topic(s) %s disappeared (or were recreated); recreating them and re-mirroring from the source's beginning", self.flow.name, ", ".join(target_topics))
+        if target_topics:
+            log.warning("flow %s: target topic(s) %s disappeared (or were recreated); recreating them and re-mirroring from the source's beginning", self.flow.name, ", ".join(target_topics))
+        else:
+            log.warning("flow %s: the target refused records of a partition it does have; re-mirroring every partition from its last acknowledged record", self.flow.name)
         self._resyncs += 1
         self._emit_acks()
         for producer in self._producers.values():
