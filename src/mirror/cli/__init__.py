@@ -74,6 +74,7 @@ class _LazyGroup(click.Group):
 
 _COMMANDS = {
     "validate": "mirror.cli.validate:validate",
+    "acls": "mirror.cli.acls:acls",
     "dev": "mirror.cli.dev:dev",
     "lag": "mirror.cli.lag:lag",
     "monitor": "mirror.cli.monitor:monitor",

@@ -23,9 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mirror.config import ClusterConfig
+from mirror.config import ClusterConfig, Config
 from mirror.devenv.cassandra import CassandraNode
-from mirror.devenv.security import Material, Security
 from mirror.devenv.common import (
     CACHE,
     START_TIMEOUT,
@@ -37,6 +36,8 @@ from mirror.devenv.common import (
     started_alive,
     terminate,
 )
+from mirror.devenv.security import Material, Security
+from mirror.domain.acls import COMMANDS, cluster_bindings, required_grants
 from mirror.errors import DevClusterError, MirrorError
 from mirror.kafka import Admin
 
@@ -161,12 +162,12 @@ class KafkaNode:
         self.security = Security(security)
         self.material = Material(spec.home)
 
-    def client(self, user: str = "admin", *, with_password: bool = False) -> dict[str, str]:
+    def client(self, user: str = "admin", *, with_password: bool = False) -> dict[str, str | int | float | bool]:
         """librdkafka settings for a dev user on this cluster (none for plaintext)."""
         if self.security is Security.PLAINTEXT:
             return {}
         pw = self.material.passwords()[user] if with_password else None
-        return self.material.client(self.security, user, password=pw)
+        return dict(self.material.client(self.security, user, password=pw))
 
     def pid(self) -> int | None:
         return owned_pid(self.spec.pid_file, str(self.spec.props))
@@ -383,6 +384,25 @@ class DevClusters:
         secured = any(n.security is not Security.PLAINTEXT for n in self.nodes())
         passwords = str(Material(self.home).passwords_file) if secured else None
         return {"clusters": clusters, "cassandra": cas, "passwords": passwords}
+
+    def admin(self, name: str) -> Admin:
+        """An admin client logged in as the dev admin (a super user) on one cluster."""
+        node = self.node(name)
+        return Admin(f"dev-{name}", ClusterConfig(bootstrap=node.spec.bootstrap, client=node.client("admin", with_password=True), timeout=15.0))
+
+    def grant(self, config: Config, user: str = "mirror", commands: Sequence[str] = COMMANDS) -> dict[str, int]:
+        """Grant `user` what `mirror acls` lists for `config` (all commands unless narrowed),
+        on each config cluster that is one of these dev clusters (matched by bootstrap).
+        Returns cluster -> ACLs created."""
+        by_bootstrap = {n.spec.bootstrap: n.spec.name for n in self.nodes()}
+        grants = required_grants(config, commands)
+        out = {}
+        for name, cluster in config.clusters.items():
+            dev = by_bootstrap.get(cluster.bootstrap)
+            if dev is not None and self.node(dev).security is not Security.PLAINTEXT:
+                bindings = {(r.kind, r.name, r.pattern): ops for r, ops in cluster_bindings(grants, name).items()}
+                out[name] = self.admin(dev).create_acls(f"User:{user}", bindings)
+        return out
 
     def down(self) -> list[str]:
         stopped = [n.spec.name for n in self.nodes() if n.stop()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -17,6 +18,10 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
@@ -25,6 +30,7 @@ from confluent_kafka.admin import (
     NewPartitions,
     NewTopic,
     OffsetSpec,
+    ResourcePatternType,
     ResourceType,
 )
 
@@ -334,3 +340,33 @@ class Admin:
         tps = [TopicPartition(t, p, o) for (t, p), o in before.items()]
         for tp, fut in self._client.delete_records(tps, request_timeout=self.timeout, operation_timeout=self.timeout).items():
             self._result(f"delete records of {tp.topic}[{tp.partition}]", fut)
+
+    # -- ACLs
+    def create_acls(self, principal: str, bindings: Mapping[tuple[str, str, str], Iterable[str]]) -> int:
+        """Allow `principal` each operation on each (kind, name, pattern) resource; returns the count.
+
+        kind: topic | group | cluster; pattern: literal | prefixed; operations by Kafka's
+        names (Read, Write, Describe, IdempotentWrite, ...).
+        """
+        acls = [self._binding(principal, res, op) for res, ops in bindings.items() for op in ops]
+        if not acls:
+            return 0
+        for fut in self._client.create_acls(acls, request_timeout=self.timeout).values():
+            self._result(f"create ACLs for {principal}", fut)
+        return len(acls)
+
+    def delete_acls(self, principal: str, bindings: Mapping[tuple[str, str, str], Iterable[str]]) -> None:
+        filters = [self._binding(principal, res, op, filter_=True) for res, ops in bindings.items() for op in ops]
+        if filters:
+            for fut in self._client.delete_acls(filters, request_timeout=self.timeout).values():
+                self._result(f"delete ACLs of {principal}", fut)
+
+    @staticmethod
+    def _binding(principal: str, resource: tuple[str, str, str], operation: str, *, filter_: bool = False) -> Any:
+        kind, name, pattern = resource
+        op = AclOperation[re.sub(r"(?<!^)(?=[A-Z])", "_", operation).upper()]
+        cls = AclBindingFilter if filter_ else AclBinding
+        return cls(
+            ResourceType[kind.upper()], "kafka-cluster" if kind == "cluster" else name, ResourcePatternType[pattern.upper()],
+            principal, "*", op, AclPermissionType.ALLOW,
+        )
