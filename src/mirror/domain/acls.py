@@ -8,7 +8,8 @@ narrow a grant.
 
 Operations follow Kafka's authorization of each request (KIP-11 and the protocol guide):
 Metadata, ListOffsets and OffsetFetch need Describe on the topic; Fetch needs Read; Produce
-needs Write, and an idempotent producer IdempotentWrite on the cluster; JoinGroup and
+needs Write (and since Kafka 3.0, KIP-679, Write on any topic is all an idempotent producer
+needs: IdempotentWrite on the cluster only matters to older brokers); JoinGroup and
 OffsetCommit need Read on the group; OffsetFetch and DescribeGroups need Describe on it;
 DescribeConfigs/AlterConfigs, CreateTopics (Create), CreatePartitions (Alter),
 DeleteRecords and DeleteGroups (Delete) what their names say. ListGroups needs nothing: it
@@ -122,7 +123,6 @@ def flow_grants(config: Config, flow: FlowConfig) -> list[Grant]:
     mirror_group = Resource("group", flow.group_id)
     reader = Resource("group", READER_GROUP_PREFIX, "prefixed")
     probe = Resource("group", FAILOVER_PROBE_GROUP_PREFIX, "prefixed")
-    idempotent = Resource("cluster", "kafka-cluster")
     out: list[Grant] = []
 
     def add(command: str, cluster: str, res: Resource, ops: Iterable[str], why: str) -> None:
@@ -146,7 +146,6 @@ def flow_grants(config: Config, flow: FlowConfig) -> list[Grant]:
         tgt_ops.insert(4, "AlterConfigs")
     for r, exact in [*dst_topics, (canary_dst, True)]:
         add("run", t, r, tgt_ops, _note(exact, "create, grow, configure and write the target topics; empty a recreated one"))
-    add("run", t, idempotent, ["IdempotentWrite"], "the idempotent producer")
     if flow.sync_group_offsets:
         for r, exact in groups:
             add("run", t, r, ["Read"], _note(exact, "sync_group_offsets: commit translated offsets for idle groups"))
@@ -166,7 +165,6 @@ def flow_grants(config: Config, flow: FlowConfig) -> list[Grant]:
 
     # canary: probes into the source's canary topic, read back on the target.
     add("canary", s, canary_src, ["Create", "Describe", "Write"], "create the canary topic and produce probes")
-    add("canary", s, idempotent, ["IdempotentWrite"], "the idempotent probe producer")
     add("canary", t, canary_dst, ["Describe", "Read"], "read the mirrored probes")
     add("canary", t, reader, ["Read"], "the assign-only probe reader (commits nothing)")
 
