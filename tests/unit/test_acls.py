@@ -90,3 +90,14 @@ def test_acls_command_prints_kafka_acls_arguments(tmp_path, monkeypatch):
     text = CliRunner().invoke(cli, ["acls", "-c", str(path)]).output
     assert "# mirror run on sf" in text and "--operation Write --operation DescribeConfigs" in text
     assert "hunter2-secret" not in text + res.output
+
+
+def test_readme_table_covers_every_command():
+    from pathlib import Path
+
+    from mirror.domain.acls import COMMANDS
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme.split("### Least privilege", 1)[1].split("\n\n", 3)[2]
+    rows = {cell.strip("` ") for line in table.splitlines() if line.startswith("| `") for cell in line.split("|")[1].split(",")}
+    assert set(COMMANDS) <= rows, set(COMMANDS) - rows
