@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from mirror.config import load
 from mirror.devenv.kafka import DevClusters
 from mirror.devenv.security import Material, Security, password_var
-from tests.support.clusters import free_base_port
+from tests.support.clusters import free_base_port, start_cassandra
 from tests.support.kafkautil import wait_for
 from tests.support.metrics import scrape
 from tests.support.mirrorproc import MirrorProcess
@@ -66,7 +66,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         dev.down()
 
 
-def _config(sec: Secured, tmp: Path, u: str, *, password_var_name: str | None = None) -> Path:
+def _config(sec: Secured, tmp: Path, u: str, *, password_var_name: str | None = None, store: str | None = None) -> Path:
     """A config for the mirror user, with the password as ${VAR}; grants exactly `mirror acls`."""
     clusters = ""
     for name in NAMES:
@@ -86,7 +86,7 @@ clusters:
     commit_interval: 500ms
     topics: {{include: ["sec-{u}-.*"]}}
     groups: ["billing-{u}"]
-offset_store: {{kind: sqlite, path: offsets-{u}.db}}
+offset_store: {store or f"{{kind: sqlite, path: offsets-{u}.db}}"}
 canary: {{topic: canary-{u}, interval: 1s, max_latency: 20s}}
 metrics: {{port: 0, host: 127.0.0.1}}
 """)
@@ -294,3 +294,35 @@ def test_wrong_password_names_the_cluster_and_never_echoes_it(secured, tmp_path)
     assert wrong not in res.stderr + res.stdout
     res = _mirror("--debug", "-vv", "lag", "-c", str(cfg), env={**os.environ, "SEC_TEST_WRONG_PASSWORD": wrong})
     assert res.returncode != 0 and wrong not in res.stderr + res.stdout
+
+
+@pytest.fixture(scope="module")
+def auth_cassandra(secured: Secured, tmp_path_factory: pytest.TempPathFactory):
+    """Cassandra with PasswordAuthenticator and a `mirror` role holding the mirror user's password."""
+    node = start_cassandra(tmp_path_factory.mktemp("cassandra-auth"), auth=True)
+    try:
+        node.create_role("mirror", secured.passwords["mirror"])
+        yield node
+    finally:
+        node.stop()
+
+
+def test_cassandra_store_with_a_password_from_the_environment(secured, auth_cassandra, tmp_path, monkeypatch):
+    u = uuid.uuid4().hex[:6]
+    monkeypatch.setenv("SEC_TEST_CASSANDRA_PASSWORD", secured.passwords["mirror"])
+    store = f'{{kind: cassandra, contact_points: ["{auth_cassandra.contact_point}"], keyspace: sec_{u}, username: mirror, password: "${{SEC_TEST_CASSANDRA_PASSWORD}}"}}'
+    cfg = _config(secured, tmp_path, u, store=store)
+    t, n = f"sec-{u}-c", 2
+    _produce(secured, t, 500, n)
+    res = _mirror("--debug", "-vv", "run", "-c", str(cfg), "--until-caught-up")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert sorted(_values(secured, f"ssrc.{t}", n)) == list(range(500))
+    assert secured.passwords["mirror"] not in res.stdout + res.stderr
+
+    wrong = "wrong-" + uuid.uuid4().hex
+    res = _mirror("run", "-c", str(cfg), "--until-caught-up", env={**os.environ, "SEC_TEST_CASSANDRA_PASSWORD": wrong})
+    assert res.returncode == 1, res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "cannot log in" in errors[0] and "'mirror'" in errors[0], errors[0]
+    assert wrong not in res.stdout + res.stderr

@@ -84,7 +84,7 @@ def status(home: Path, as_json: bool) -> None:
                 n: {"bootstrap": c["bootstrap"], "running": c["running"], "security": c["security"], "client": c["client"]}
                 for n, c in st["clusters"].items()
             },
-            "cassandra": {"contact_point": st["cassandra"]["contact_point"], "running": st["cassandra"]["running"]} if st["cassandra"] else None,
+            "cassandra": {k: v for k, v in st["cassandra"].items() if k in ("contact_point", "running", "username", "password")} if st["cassandra"] else None,
         }
         out["passwords"] = st["passwords"]
         click.echo(json.dumps(out, indent=2))

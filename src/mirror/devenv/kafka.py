@@ -36,7 +36,7 @@ from mirror.devenv.common import (
     started_alive,
     terminate,
 )
-from mirror.devenv.security import Material, Security
+from mirror.devenv.security import Material, Security, password_var
 from mirror.domain.acls import COMMANDS, cluster_bindings, required_grants
 from mirror.errors import DevClusterError, MirrorError
 from mirror.kafka import Admin
@@ -343,15 +343,20 @@ class DevClusters:
                 node.wait_ready()
             if cassandra:
 
-                cas = CassandraNode(self.home, base_port - 50)
+                # With --security the store is secured too: PasswordAuthenticator, and a
+                # `mirror` role with the mirror user's password.
+                auth = Security(security) is not Security.PLAINTEXT
+                cas = CassandraNode(self.home, base_port - 50, auth=auth)
                 if cas.pid() is None:
                     cas.start()
                     started.append("cassandra")
                 else:
                     running.append("cassandra")
-                state["cassandra"] = {"port": cas.port, "contact_point": cas.contact_point}
+                state["cassandra"] = {"port": cas.port, "contact_point": cas.contact_point, "auth": auth}
                 self._save(state)
                 cas.wait_ready()
+                if auth:
+                    cas.create_role("mirror", Material(self.home).passwords()["mirror"])
         except BaseException:
             # Leave nothing half-started behind: stop what this call started.
             for node in nodes:
@@ -381,6 +386,8 @@ class DevClusters:
         if state.get("cassandra"):
             cnode = CassandraNode(self.home, state["cassandra"]["port"])
             cas = {"contact_point": cnode.contact_point, "running": cnode.pid() is not None, "pid": cnode.pid(), "log": str(cnode.log_file)}
+            if state["cassandra"].get("auth"):
+                cas.update(username="mirror", password=f"${{{password_var('mirror')}}}")
         secured = any(n.security is not Security.PLAINTEXT for n in self.nodes())
         passwords = str(Material(self.home).passwords_file) if secured else None
         return {"clusters": clusters, "cassandra": cas, "passwords": passwords}
