@@ -241,6 +241,14 @@ def test_every_command_with_the_documented_grants_never_shows_a_password(secured
         outputs += [res.stdout, res.stderr]
         assert res.returncode == 0, res.stderr[-2000:]
         files.append(export)
+        backup = tmp_path / "backup.json"
+        res = _mirror(*debug, "failover", "apply", "-c", str(cfg), "--flow", f"f-{u}", "--group", f"billing-{u}", "--translate", "--yes", "--backup", str(backup))
+        outputs += [res.stdout, res.stderr]
+        assert res.returncode == 0, res.stderr[-2000:]
+        res = _mirror(*debug, "failover", "import", "-c", str(cfg), "--cluster", "ssrc", str(export), "--yes")
+        outputs += [res.stdout, res.stderr]
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert _committed(secured, f"billing-{u}", t, n) == {0: 400, 1: 500}
         metrics = scrape(port)
         outputs.append(json.dumps(metrics))
         assert any(v > 0 for _, v in metrics.get("mirror_records_total", [])), "no records counted"
