@@ -50,7 +50,8 @@ class Secured:
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     dev = DevClusters(tmp_path_factory.mktemp("secured"))
-    dev.up(list(NAMES), free_base_port(len(NAMES)), security=Security.SASL_SSL)
+    # SASL_SSL clients on the main listener; SSL (mTLS) and SASL_PLAINTEXT ones on two more.
+    dev.up(list(NAMES), free_base_port(len(NAMES)), security=Security.SASL_SSL, extra_security=[Security.SSL, Security.SASL_PLAINTEXT])
     sec = Secured(dev)
     saved = {k: os.environ.get(k) for k in map(password_var, sec.passwords)}
     # Configs name ${MIRROR_DEV_MIRROR_PASSWORD}: the children inherit it from here.
@@ -66,14 +67,14 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         dev.down()
 
 
-def _config(sec: Secured, tmp: Path, u: str, *, password_var_name: str | None = None, store: str | None = None) -> Path:
+def _config(sec: Secured, tmp: Path, u: str, *, password_var_name: str | None = None, store: str | None = None, mode: str = "sasl_ssl") -> Path:
     """A config for the mirror user, with the password as ${VAR}; grants exactly `mirror acls`."""
     clusters = ""
     for name in NAMES:
-        client = sec.nodes[name].client("mirror")  # sasl.password: ${MIRROR_DEV_MIRROR_PASSWORD}
+        client = sec.nodes[name].client("mirror", mode=mode)  # sasl.password: ${MIRROR_DEV_MIRROR_PASSWORD}
         if password_var_name:
             client["sasl.password"] = f"${{{password_var_name}}}"
-        clusters += f"  {name}:\n    bootstrap: {sec.bootstrap(name)}\n    timeout: 10s\n    client: {json.dumps(client)}\n"
+        clusters += f"  {name}:\n    bootstrap: {sec.nodes[name].bootstrap(mode)}\n    timeout: 10s\n    client: {json.dumps(client)}\n"
     path = tmp / f"secured-{u}.yaml"
     path.write_text(f"""\
 clusters:
@@ -155,9 +156,10 @@ def _mirror(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mirror", *args], capture_output=True, text=True, timeout=180, env=env)
 
 
-def test_sigkill_then_clean_stop_under_sasl_ssl(secured, tmp_path):
+@pytest.mark.parametrize("mode", ["sasl_ssl", "ssl", "sasl_plaintext"])
+def test_sigkill_then_clean_stop(secured, tmp_path, mode):
     u = uuid.uuid4().hex[:6]
-    cfg = _config(secured, tmp_path, u)
+    cfg = _config(secured, tmp_path, u, mode=mode)
     t, n, total = f"sec-{u}-orders", 3, 60_000
     _produce(secured, t, total, n)
     m = MirrorProcess(cfg)

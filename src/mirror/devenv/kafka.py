@@ -154,20 +154,29 @@ class KafkaNode:
 
     def __init__(
         self, spec: ClusterSpec, heap: str | None = None, broker_config: Mapping[str, str] | None = None,
-        security: Security | str = Security.PLAINTEXT,
+        security: Security | str = Security.PLAINTEXT, extra_security: Sequence[Security | str] = (),
     ) -> None:
         self.spec = spec
         self.heap = heap or default_heap()
         self.broker_config = dict(broker_config or {})
         self.security = Security(security)
         self.material = Material(spec.home)
+        # More client listeners of other protocols, on port + 2, + 3, ... (tests: one
+        # cluster pair serves ssl, sasl_plaintext and sasl_ssl clients).
+        extra = [Security(m) for m in extra_security if Security(m) not in (self.security, Security.PLAINTEXT)]
+        self.extra_ports = {m: spec.port + 2 + i for i, m in enumerate(extra)}
 
-    def client(self, user: str = "admin", *, with_password: bool = False) -> dict[str, str | int | float | bool]:
+    def bootstrap(self, mode: Security | str | None = None) -> str:
+        m = self.security if mode is None else Security(mode)
+        return self.spec.bootstrap if m is self.security else f"127.0.0.1:{self.extra_ports[m]}"
+
+    def client(self, user: str = "admin", *, with_password: bool = False, mode: Security | str | None = None) -> dict[str, str | int | float | bool]:
         """librdkafka settings for a dev user on this cluster (none for plaintext)."""
-        if self.security is Security.PLAINTEXT:
+        m = self.security if mode is None else Security(mode)
+        if m is Security.PLAINTEXT:
             return {}
         pw = self.material.passwords()[user] if with_password else None
-        return dict(self.material.client(self.security, user, password=pw))
+        return dict(self.material.client(m, user, password=pw))
 
     def pid(self) -> int | None:
         return owned_pid(self.spec.pid_file, str(self.spec.props))
@@ -178,7 +187,7 @@ class KafkaNode:
         secured = ""
         if self.security is not Security.PLAINTEXT:
             self.material.ensure()
-            secured = self.material.server_properties(self.security, self.spec.port, self.spec.controller_port)
+            secured = self.material.server_properties(self.security, self.spec.port, self.spec.controller_port, self.extra_ports)
         # 0600: a secured broker's file holds the admin password.
         fd = os.open(self.spec.props, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -201,7 +210,7 @@ class KafkaNode:
 
     def start(self) -> int:
         """Start the JVM (detached) and return its pid; readiness is `wait_ready`'s job."""
-        for port in (self.spec.port, self.spec.controller_port):
+        for port in (self.spec.port, self.spec.controller_port, *self.extra_ports.values()):
             if not port_free(port):
                 raise DevClusterError(
                     f"port {port} on 127.0.0.1 is already in use (needed by cluster {self.spec.name!r})",
@@ -294,7 +303,8 @@ class DevClusters:
     def nodes(self) -> list[KafkaNode]:
         st = self._state()
         return [
-            KafkaNode(ClusterSpec(n, c["port"], self.home), broker_config=c.get("broker_config"), security=c.get("security", "plaintext"))
+            KafkaNode(ClusterSpec(n, c["port"], self.home), broker_config=c.get("broker_config"), security=c.get("security", "plaintext"),
+                      extra_security=c.get("extra_security", ()))
             for n, c in st["clusters"].items()
         ]
 
@@ -307,12 +317,13 @@ class DevClusters:
     def up(
         self, names: Sequence[str], base_port: int = DEFAULT_BASE_PORT, *, cassandra: bool = False, heap: str | None = None,
         broker_config: Mapping[str, str] | None = None, security: Security | str = Security.PLAINTEXT,
+        extra_security: Sequence[Security | str] = (),
     ) -> UpResult:
         """Start the named clusters; `broker_config` lines are added to every broker's
         server.properties (and remembered, so a restart of the node keeps them)."""
         state = self._state()
         started, running = [], []
-        nodes = [KafkaNode(s, heap, broker_config, security) for s in specs(names, base_port, self.home)]
+        nodes = [KafkaNode(s, heap, broker_config, security, extra_security) for s in specs(names, base_port, self.home)]
         for node in nodes:
             prior = state["clusters"].get(node.spec.name)
             if prior and prior.get("security", "plaintext") != node.security.value and (node.spec.dir / "data").exists():
@@ -336,7 +347,7 @@ class DevClusters:
                 started.append(node.spec.name)
                 state["clusters"][node.spec.name] = {
                     "port": node.spec.port, "bootstrap": node.spec.bootstrap, "broker_config": node.broker_config,
-                    "security": node.security.value,
+                    "security": node.security.value, "extra_security": [m.value for m in node.extra_ports],
                 }
                 self._save(state)
             for node in nodes:
@@ -401,7 +412,7 @@ class DevClusters:
         """Grant `user` what `mirror acls` lists for `config` (all commands unless narrowed),
         on each config cluster that is one of these dev clusters (matched by bootstrap).
         Returns cluster -> ACLs created."""
-        by_bootstrap = {n.spec.bootstrap: n.spec.name for n in self.nodes()}
+        by_bootstrap = {n.bootstrap(m): n.spec.name for n in self.nodes() for m in (n.security, *n.extra_ports)}
         grants = required_grants(config, commands)
         out = {}
         for name, cluster in config.clusters.items():

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
 
@@ -137,14 +138,20 @@ class Material:
         """`kafka-storage format` arguments creating every user's SCRAM-SHA-512 credential."""
         return [a for u, p in self.passwords().items() for a in ("--add-scram", f"SCRAM-SHA-512=[name={u},password={p}]")]
 
-    def server_properties(self, mode: Security, port: int, controller_port: int) -> str:
-        """Listener and security lines of server.properties for a secured broker."""
+    def server_properties(self, mode: Security, port: int, controller_port: int, extra: Mapping[Security, int] | None = None) -> str:
+        """Listener and security lines of server.properties for a secured broker.
+
+        `extra`: more client listeners (mode -> port) next to the main one, so that one
+        broker serves clients of several protocols (the tests' SSL and SASL_PLAINTEXT runs
+        share the SASL_SSL clusters). The same users and ACLs apply on every listener.
+        """
         admin_pw = self.passwords()["admin"]
+        listeners = {"CLIENT": (mode, port), **{listener_name(m): (m, p) for m, p in (extra or {}).items() if m is not mode}}
         lines = [
-            f"listeners=CLIENT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            f"advertised.listeners=CLIENT://127.0.0.1:{port}",
+            "listeners=" + ",".join(f"{n}://127.0.0.1:{p}" for n, (_, p) in listeners.items()) + f",CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners=" + ",".join(f"{n}://127.0.0.1:{p}" for n, (_, p) in listeners.items()),
             "controller.listener.names=CONTROLLER",
-            f"listener.security.protocol.map=CLIENT:{mode.value.upper()},CONTROLLER:SASL_PLAINTEXT",
+            "listener.security.protocol.map=" + ",".join(f"{n}:{m.value.upper()}" for n, (m, _) in listeners.items()) + ",CONTROLLER:SASL_PLAINTEXT",
             "inter.broker.listener.name=CLIENT",
             # The controller listener: SASL/PLAIN, only the admin user (the broker itself).
             "sasl.mechanism.controller.protocol=PLAIN",
@@ -155,7 +162,7 @@ class Material:
             "allow.everyone.if.no.acl.found=false",
             "super.users=" + ";".join(f"User:{u}" for u in SUPER_USERS),
         ]
-        if mode.tls:
+        if any(m.tls for m, _ in listeners.values()):
             lines += [
                 "ssl.keystore.type=PEM",
                 f"ssl.keystore.location={self.broker_keystore}",
@@ -164,13 +171,20 @@ class Material:
                 # CN=mirror -> User:mirror, the same principal as the SCRAM user.
                 "ssl.principal.mapping.rules=RULE:^CN=([a-zA-Z0-9._-]+)$/$1/,DEFAULT",
             ]
-        if mode is Security.SSL:
-            lines.append("ssl.client.auth=required")
         if mode.sasl:
-            lines += [
-                "listener.name.client.sasl.enabled.mechanisms=SCRAM-SHA-512",
-                "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512",
-                "listener.name.client.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
-                f'username="admin" password="{admin_pw}";',
-            ]
+            lines.append("sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512")
+        for name, (m, _) in listeners.items():
+            lname = name.lower()
+            if m is Security.SSL:
+                lines.append(f"listener.name.{lname}.ssl.client.auth=required")
+            if m.sasl:
+                lines += [
+                    f"listener.name.{lname}.sasl.enabled.mechanisms=SCRAM-SHA-512",
+                    f"listener.name.{lname}.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+                    f'username="admin" password="{admin_pw}";',
+                ]
         return "\n".join(lines) + "\n"
+
+
+def listener_name(mode: Security) -> str:
+    return f"X{mode.name}"
