@@ -336,3 +336,28 @@ def test_cassandra_store_with_a_password_from_the_environment(secured, auth_cass
     assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr
     assert "cannot log in" in errors[0] and "'mirror'" in errors[0], errors[0]
     assert wrong not in res.stdout + res.stderr
+
+
+def test_dev_status_shows_client_settings_and_a_private_password_file(secured, tmp_path):
+    res = _mirror("dev", "status", "--home", str(secured.dev.home), "--json")
+    assert res.returncode == 0, res.stderr
+    status = json.loads(res.stdout)
+    client = status["clusters"]["ssrc"]["client"]
+    assert client["security.protocol"] == "SASL_SSL" and client["sasl.username"] == "mirror"
+    assert client["sasl.password"] == "${MIRROR_DEV_MIRROR_PASSWORD}"
+    path = Path(status["passwords"])
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert {line.split("=", 1)[0] for line in path.read_text().splitlines()} == {password_var(u) for u in ("admin", "mirror", "nogrants")}
+    for password in secured.passwords.values():
+        assert password not in res.stdout
+    assert len(set(secured.passwords.values())) == 3, "passwords are generated, one per user"
+
+    # The user with no grants sees nothing and may do nothing: one line, exit 1.
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u)
+    cfg.write_text(cfg.read_text().replace('"sasl.username": "mirror"', '"sasl.username": "nogrants"').replace(
+        "MIRROR_DEV_MIRROR_PASSWORD", "MIRROR_DEV_NOGRANTS_PASSWORD"))
+    res = _mirror("failover", "export", "-c", str(cfg), "--cluster", "ssrc", "--group", f"billing-{u}")
+    assert res.returncode == 1, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "User:nogrants" in lines[0] and f"group 'billing-{u}'" in lines[0] and "Describe" in lines[0], res.stderr
