@@ -251,9 +251,34 @@ def test_every_command_with_the_documented_grants_never_shows_a_password(secured
         outputs += [res.stdout, res.stderr]
         assert res.returncode == 0, res.stderr[-2000:]
         assert _committed(secured, f"billing-{u}", t, n) == {0: 400, 1: 500}
+        res = _mirror(*debug, "failback", "-c", str(cfg), "--flow", f"f-{u}", "--json")
+        outputs += [res.stdout, res.stderr]
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert json.loads(res.stdout)["never_mirrored"] == 0
         metrics = scrape(port)
         outputs.append(json.dumps(metrics))
         assert any(v > 0 for _, v in metrics.get("mirror_records_total", [])), "no records counted"
+        # The lag exporter, scraped as Prometheus would.
+        mport = free_port()
+        mon = subprocess.Popen([sys.executable, "-m", "mirror", *debug, "monitor", "-c", str(cfg), "--port", str(mport), "--host", "127.0.0.1"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            lag: dict = {}
+
+            def scraped() -> bool:
+                nonlocal lag
+                try:
+                    lag = scrape(mport)
+                except OSError:
+                    return False
+                return bool(lag.get("mirror_replication_lag_records"))
+
+            wait_for(scraped, 60, "the exporter's lag series")
+            outputs.append(json.dumps(lag))
+            assert {labels["topic"] for labels, _ in lag["mirror_replication_lag_records"]} >= {t}
+        finally:
+            mon.terminate()
+            outputs.append(mon.communicate(timeout=60)[0])
     finally:
         m.stop()
     outputs.append(m.output())
