@@ -67,14 +67,14 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         dev.down()
 
 
-def _config(sec: Secured, tmp: Path, u: str, *, password_var_name: str | None = None, store: str | None = None, mode: str = "sasl_ssl") -> Path:
+def _config(sec: Secured, tmp: Path, u: str, *, password_var_name: str | None = None, store: str | None = None, mode: str = "sasl_ssl", timeout: str = "10s") -> Path:
     """A config for the mirror user, with the password as ${VAR}; grants exactly `mirror acls`."""
     clusters = ""
     for name in NAMES:
         client = sec.nodes[name].client("mirror", mode=mode)  # sasl.password: ${MIRROR_DEV_MIRROR_PASSWORD}
         if password_var_name:
             client["sasl.password"] = f"${{{password_var_name}}}"
-        clusters += f"  {name}:\n    bootstrap: {sec.nodes[name].bootstrap(mode)}\n    timeout: 10s\n    client: {json.dumps(client)}\n"
+        clusters += f"  {name}:\n    bootstrap: {sec.nodes[name].bootstrap(mode)}\n    timeout: {timeout}\n    client: {json.dumps(client)}\n"
     path = tmp / f"secured-{u}.yaml"
     path.write_text(f"""\
 clusters:
@@ -319,7 +319,8 @@ def test_a_missing_grant_is_one_line_and_nothing_is_committed_past_it(secured, t
 
 def test_wrong_password_names_the_cluster_and_never_echoes_it(secured, tmp_path):
     u = uuid.uuid4().hex[:6]
-    cfg = _config(secured, tmp_path, u, password_var_name="SEC_TEST_WRONG_PASSWORD")
+    # A refused login surfaces when the request times out: a short timeout keeps this quick.
+    cfg = _config(secured, tmp_path, u, password_var_name="SEC_TEST_WRONG_PASSWORD", timeout="3s")
     wrong = "wrong-" + uuid.uuid4().hex
     res = _mirror("lag", "-c", str(cfg), env={**os.environ, "SEC_TEST_WRONG_PASSWORD": wrong})
     assert res.returncode == 1, res.stderr
