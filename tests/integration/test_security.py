@@ -387,3 +387,9 @@ def test_dev_status_shows_client_settings_and_a_private_password_file(secured, t
     assert res.returncode == 1, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "User:nogrants" in lines[0] and f"group 'billing-{u}'" in lines[0] and "Describe" in lines[0], res.stderr
+    # A topic it may not Describe is not taken for a missing one.
+    _produce(secured, f"sec-{u}-lit", 1, 1)
+    cfg.write_text(cfg.read_text().replace(f'"sec-{u}-.*"', f'"sec-{u}-lit"'))
+    res = _mirror("validate", "-c", str(cfg))
+    assert res.returncode == 0, res.stderr
+    assert f"not allowed to Describe on ssrc (not mirrored until granted; see `mirror acls`): sec-{u}-lit" in res.stdout, res.stdout

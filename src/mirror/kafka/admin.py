@@ -136,6 +136,24 @@ class Admin:
                     self._raise(f"describe topic {name!r}", exc, self.timeout, ("Describe", "topic", name))
         return out
 
+    def hidden_topics(self, topics: Iterable[str]) -> list[str]:
+        """Of these topic names, those the principal may not Describe.
+
+        Listing topics shows only the ones the principal may Describe, so a missing grant
+        looks like a missing topic; asked by name, the cluster says which it is.
+        """
+        names = list(topics)
+        if not names:
+            return []
+        out = []
+        for name, fut in self._client.describe_topics(TopicCollection(names), request_timeout=self.timeout).items():
+            try:
+                fut.result(timeout=self.timeout)
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    out.append(name)
+        return sorted(out)
+
     def broker_count(self) -> int:
         try:
             return len(self._client.list_topics(timeout=self.timeout).brokers)
