@@ -393,3 +393,7 @@ def test_dev_status_shows_client_settings_and_a_private_password_file(secured, t
     res = _mirror("validate", "-c", str(cfg))
     assert res.returncode == 0, res.stderr
     assert f"not allowed to Describe on ssrc (not mirrored until granted; see `mirror acls`): sec-{u}-lit" in res.stdout, res.stdout
+    res = _mirror("run", "-c", str(cfg), "--until-caught-up")
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and len(lines) == 1, res.stderr
+    assert "User:nogrants" in lines[0] and f"missing Describe on topic 'sec-{u}-lit'" in lines[0], lines[0]
