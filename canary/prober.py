@@ -28,7 +28,7 @@ from canary.ledger import Counts, Ledger, Outcome, Probe
 from mirror.config import Config, FlowConfig
 from mirror.domain.naming import target_topic
 from mirror.errors import MirrorError
-from mirror.kafka import Admin, KafkaError, Message, PartitionReader, make_producer
+from mirror.kafka import Admin, KafkaError, KafkaException, Message, PartitionReader, make_producer, raise_for
 from mirror.metrics import CanaryMetrics
 from mirror.run.canary_topic import ensure_canary_topic
 
@@ -262,6 +262,11 @@ class FlowProber:
     def close(self) -> None:
         try:
             self._producer.flush(5)
+        except KafkaException as exc:
+            # A fatal producer error (a missing IdempotentWrite grant, say) surfaces here.
+            err = exc.args[0] if exc.args else None
+            idem = isinstance(err, KafkaError) and err.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+            raise_for(self.flow.source, f"produce probes to {self.topic!r}", exc, acl=("IdempotentWrite", "cluster", "kafka-cluster") if idem else ("Write", "topic", self.topic))
         finally:
             self._reader.close()
 

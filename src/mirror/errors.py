@@ -103,3 +103,11 @@ class NotFound(UsageError):
 
 class DevClusterError(MirrorError):
     """A local dev cluster (Kafka or Cassandra) could not be set up or started."""
+
+
+class AuthenticationFailed(ClusterUnavailable):
+    """A cluster refused the TLS handshake or the SASL login; says what failed, never the secret."""
+
+
+class AuthorizationFailed(KafkaOperationError):
+    """The cluster refused a request for want of an ACL; names principal, operation and resource."""

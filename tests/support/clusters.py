@@ -60,7 +60,7 @@ def start_clusters(home: Path, names: Sequence[str], *, cassandra: bool = False)
     return tc
 
 
-def start_cassandra(home: Path):
+def start_cassandra(home: Path, *, auth: bool = False):
     """One dev Cassandra node on a free native/storage port pair (never the dev default 19042)."""
     from mirror.devenv.cassandra import CassandraNode
 
@@ -71,7 +71,7 @@ def start_cassandra(home: Path):
             break
     else:
         raise RuntimeError("no free port pair found for test Cassandra")
-    node = CassandraNode(home, port)
+    node = CassandraNode(home, port, auth=auth)
     node.start()
     try:
         node.wait_ready()

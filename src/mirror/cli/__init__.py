@@ -53,6 +53,9 @@ def setup_logging(verbose: int, debug: bool) -> None:
     if not debug and verbose < 3:
         # librdkafka's per-retry connection chatter; the project reports reachability itself.
         logging.getLogger("mirror.librdkafka").setLevel(logging.WARNING)
+        # The Cassandra driver logs a refused login or an unreachable node with a traceback
+        # per attempt; the offset store reports it once, as one line.
+        logging.getLogger("cassandra").setLevel(logging.CRITICAL)
 
 
 class _LazyGroup(click.Group):
@@ -74,6 +77,7 @@ class _LazyGroup(click.Group):
 
 _COMMANDS = {
     "validate": "mirror.cli.validate:validate",
+    "acls": "mirror.cli.acls:acls",
     "dev": "mirror.cli.dev:dev",
     "lag": "mirror.cli.lag:lag",
     "monitor": "mirror.cli.monitor:monitor",

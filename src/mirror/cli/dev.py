@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
 
+from mirror import config as cfg
 from mirror.devenv.kafka import DEFAULT_BASE_PORT, DEFAULT_HOME, DevClusters
+from mirror.devenv.security import Material, Security, password_var
+from mirror.errors import UsageError
 
 home_option = click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_HOME, show_default=True, help="Data, logs and pid files.")
 
@@ -25,13 +29,22 @@ def dev() -> None:
     "--broker-config", "broker_config", multiple=True, metavar="KEY=VALUE",
     help="A server.properties line for every broker (repeatable), e.g. auto.create.topics.enable=false. Brokers otherwise run with Kafka's defaults.",
 )
+@click.option(
+    "--security", type=click.Choice([s.value for s in Security]), default=Security.PLAINTEXT.value, show_default=True,
+    help="Client listener: TLS (dev CA, made at first start) and/or SASL/SCRAM-SHA-512 users admin, mirror and nogrants, "
+    "with ACLs enforced. `dev status --json` shows the mirror user's client settings and the 0600 password file.",
+)
+@click.option(
+    "-c", "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+    help="With --security: grant the mirror user what `mirror acls -c CONFIG` lists (as `dev grant` does).",
+)
 @home_option
-def up(clusters: str, cassandra: bool, base_port: int, broker_config: tuple[str, ...], home: Path) -> None:
+def up(clusters: str, cassandra: bool, base_port: int, broker_config: tuple[str, ...], security: str, config_path: Path | None, home: Path) -> None:
     """Start the clusters; return once each answers metadata and accepts a topic."""
     names = [n.strip() for n in clusters.split(",") if n.strip()]
     if not names or len(set(names)) != len(names):
         raise click.BadParameter("give distinct, comma-separated names, e.g. nyc,sf", param_hint="--clusters")
-    result = DevClusters(home).up(names, base_port, cassandra=cassandra, broker_config=parse_broker_config(broker_config))
+    result = DevClusters(home).up(names, base_port, cassandra=cassandra, broker_config=parse_broker_config(broker_config), security=security)
     for name, c in result.status["clusters"].items():
         if name in names:
             what = "already running" if name in result.already_running else "started"
@@ -40,6 +53,10 @@ def up(clusters: str, cassandra: bool, base_port: int, broker_config: tuple[str,
     if cassandra and cas:
         what = "already running" if "cassandra" in result.already_running else "started"
         click.echo(f"cassandra: {cas['contact_point']} ({what}; log {cas['log']})")
+    if config_path is not None and security != Security.PLAINTEXT.value:
+        _grant(home, config_path)
+    if result.status.get("passwords"):
+        click.echo(f"passwords: {result.status['passwords']} (mode 0600; `mirror dev status --json` shows the client settings)")
     click.echo(f"Stop with: mirror dev down --home {home}")
 
 
@@ -63,9 +80,13 @@ def status(home: Path, as_json: bool) -> None:
     st = DevClusters(home).status()
     if as_json:
         out = {
-            "clusters": {n: {"bootstrap": c["bootstrap"], "running": c["running"]} for n, c in st["clusters"].items()},
-            "cassandra": {"contact_point": st["cassandra"]["contact_point"], "running": st["cassandra"]["running"]} if st["cassandra"] else None,
+            "clusters": {
+                n: {"bootstrap": c["bootstrap"], "running": c["running"], "security": c["security"], "client": c["client"]}
+                for n, c in st["clusters"].items()
+            },
+            "cassandra": {k: v for k, v in st["cassandra"].items() if k in ("contact_point", "running", "username", "password")} if st["cassandra"] else None,
         }
+        out["passwords"] = st["passwords"]
         click.echo(json.dumps(out, indent=2))
         return
     if not st["clusters"]:
@@ -75,6 +96,25 @@ def status(home: Path, as_json: bool) -> None:
     if st["cassandra"]:
         c = st["cassandra"]
         click.echo(f"cassandra: {c['contact_point']} {'running' if c['running'] else 'stopped'}")
+
+
+def _grant(home: Path, config_path: Path) -> None:
+    dev_clusters = DevClusters(home)
+    # The file may name the dev passwords as ${VAR}: supply them (in memory only) so it loads.
+    env = {**os.environ, **{password_var(u): p for u, p in Material(dev_clusters.home).passwords().items()}}
+    done = dev_clusters.grant(cfg.load(config_path, env=env))
+    if not done:
+        raise UsageError(f"no cluster of {config_path} is a secured dev cluster under {home}", hint="check the bootstrap addresses against `mirror dev status`")
+    for name, count in done.items():
+        click.echo(f"{name}: granted User:mirror {count} ACLs (see `mirror acls -c {config_path}`)")
+
+
+@dev.command()
+@click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@home_option
+def grant(config_path: Path, home: Path) -> None:
+    """Grant the mirror user, on the secured dev clusters a config names, what `mirror acls` lists."""
+    _grant(home, config_path)
 
 
 @dev.command()

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from mirror.cli import AppContext, config_option, json_option, pass_app
+from mirror.domain.acls import resource_for
 from mirror.domain.topics import match_topics
 from mirror.errors import ClusterUnavailable
 from mirror.kafka import Admin
@@ -26,7 +27,12 @@ def validate(app: AppContext, config_path: Path, offline: bool, as_json: bool) -
         entry: dict = {"flow": flow.name, "source": flow.source, "target": flow.target, "rename": flow.rename.value, "topics": None}
         if not offline:
             try:
-                topics = Admin(flow.source, config.clusters[flow.source]).topics()
+                admin = Admin(flow.source, config.clusters[flow.source])
+                topics = admin.topics()
+                # A topic the principal may not Describe is left out of listings: named
+                # literally, ask for it, so a missing grant is not taken for a missing topic.
+                literal = [p for p in flow.topics.include if resource_for("topic", p)[0].pattern == "literal" and p != "*" and p not in topics]
+                entry["not_allowed"] = admin.hidden_topics(literal)
             except ClusterUnavailable as exc:
                 entry["error"] = str(exc)
             else:
@@ -38,6 +44,8 @@ def validate(app: AppContext, config_path: Path, offline: bool, as_json: bool) -
     click.echo(f"{config_path}: valid ({len(config.clusters)} clusters, {len(config.flows)} flows)")
     for entry in plan:
         click.echo(f"\nflow {entry['flow']}: {entry['source']} -> {entry['target']} (rename: {entry['rename']})")
+        if entry.get("not_allowed"):
+            click.echo(f"  not allowed to Describe on {entry['source']} (not mirrored until granted; see `mirror acls`): {', '.join(entry['not_allowed'])}")
         if entry.get("error"):
             click.echo(f"  topics: unknown, {entry['error']}")
         elif entry["topics"] is None:

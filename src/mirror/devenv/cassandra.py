@@ -32,7 +32,7 @@ from mirror.devenv.common import (
     terminate,
     wait_until,
 )
-from mirror.errors import DevClusterError
+from mirror.errors import DevClusterError, MirrorError
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def cassandra_libs() -> Path:
     return libs
 
 
-def _yaml(d: Path, port: int, storage_port: int) -> str:
+def _yaml(d: Path, port: int, storage_port: int, auth: bool = False) -> str:
     return f"""\
 # Written by `mirror dev`: one Cassandra node on loopback, tuned for a fast start.
 cluster_name: mirror-dev
@@ -127,7 +127,7 @@ cdc_raw_directory: {d / 'data' / 'cdc_raw'}
 # a dev node fsyncs its commit log in batches like a default install.
 commitlog_sync: periodic
 commitlog_sync_period: 2000ms
-authenticator: AllowAllAuthenticator
+authenticator: {"PasswordAuthenticator" if auth else "AllowAllAuthenticator"}
 authorizer: AllowAllAuthorizer
 hinted_handoff_enabled: false
 auto_snapshot: false
@@ -145,10 +145,13 @@ dynamic_snitch: false
 class CassandraNode:
     """One dev Cassandra node under `home/cassandra`: start, stop, readiness."""
 
-    def __init__(self, home: Path, port: int, heap: str = DEFAULT_HEAP) -> None:
+    def __init__(self, home: Path, port: int, heap: str = DEFAULT_HEAP, *, auth: bool = False) -> None:
         self.home = Path(home).resolve()
         self.port = port
         self.heap = heap
+        # PasswordAuthenticator: the default superuser cassandra/cassandra creates roles
+        # (`create_role`); clients log in with a username and password from the environment.
+        self.auth = auth
 
     @property
     def storage_port(self) -> int:
@@ -190,7 +193,7 @@ class CassandraNode:
         (d / "triggers").mkdir(parents=True, exist_ok=True)
         for sub in ("data", "commitlog", "saved_caches", "hints", "cdc_raw"):
             (d / "data" / sub).mkdir(parents=True, exist_ok=True)
-        self.config_file.write_text(_yaml(d, self.port, self.storage_port))
+        self.config_file.write_text(_yaml(d, self.port, self.storage_port, self.auth))
         (d / "logback.xml").write_text(_LOGBACK)
         cmd = [
             *spawn_prefix(),
@@ -202,6 +205,7 @@ class CassandraNode:
             *_FAST_START,
             f"-javaagent:{libs / 'jamm-0.4.0.jar'}",
             f"-Dcassandra.config=file://{self.config_file}",
+            "-Dcassandra.superuser_setup_delay_ms=0",
             f"-Dcassandra.storagedir={d / 'data'}",
             f"-Dcassandra.logdir={d}",
             f"-Dcassandra.triggers_dir={d / 'triggers'}",
@@ -235,6 +239,20 @@ class CassandraNode:
                 return
             time.sleep(0.5)
         raise DevClusterError(f"cassandra not ready after {timeout:g}s; last lines of {self.log_file}:\n{log_tail(self.log_file)}")
+
+    def create_role(self, role: str, password: str) -> None:
+        """A login role for the offset store (needs `auth`); retried while the superuser is set up."""
+        from mirror.store.cassandra import ensure_role
+
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                ensure_role(self.contact_point, ("cassandra", "cassandra"), role, password)
+                return
+            except MirrorError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
 
     def stop(self, *, kill: bool = False) -> bool:
         pid = self.pid()

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mirror.config import ClusterConfig
+from mirror.config import ClusterConfig, Config
 from mirror.devenv.cassandra import CassandraNode
 from mirror.devenv.common import (
     CACHE,
@@ -36,6 +36,8 @@ from mirror.devenv.common import (
     started_alive,
     terminate,
 )
+from mirror.devenv.security import Material, Security, password_var
+from mirror.domain.acls import COMMANDS, cluster_bindings, required_grants
 from mirror.errors import DevClusterError, MirrorError
 from mirror.kafka import Admin
 
@@ -109,21 +111,24 @@ logger.state.level = WARN
 """
 
 
-def _server_properties(spec: ClusterSpec, broker_config: Mapping[str, str] | None = None) -> str:
+def _server_properties(spec: ClusterSpec, broker_config: Mapping[str, str] | None = None, security: str = "") -> str:
     """Kafka's own defaults (auto-created topics included, as on most production clusters),
-    except what one loopback node needs; `broker_config` lines come last and win."""
+    except what one loopback node needs; `broker_config` lines come last and win.
+    `security`: the listener lines of a secured broker (`Material.server_properties`)."""
     extra = "".join(f"{k}={v}\n" for k, v in (broker_config or {}).items())
-    return f"""\
-# Written by `mirror dev`: one combined KRaft broker+controller on loopback.
-process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:{spec.controller_port}
+    listeners = security or f"""\
 listeners=PLAINTEXT://127.0.0.1:{spec.port},CONTROLLER://127.0.0.1:{spec.controller_port}
 advertised.listeners=PLAINTEXT://127.0.0.1:{spec.port}
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
-log.dirs={spec.dir / 'data'}
+"""
+    return f"""\
+# Written by `mirror dev`: one combined KRaft broker+controller on loopback.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{spec.controller_port}
+{listeners}log.dirs={spec.dir / 'data'}
 # Single node: internal topics cannot have more than one replica.
 offsets.topic.replication.factor=1
 offsets.topic.num.partitions=8
@@ -147,10 +152,31 @@ def _cluster_id(name: str) -> str:
 class KafkaNode:
     """One dev Kafka cluster: format, start, stop, readiness."""
 
-    def __init__(self, spec: ClusterSpec, heap: str | None = None, broker_config: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, spec: ClusterSpec, heap: str | None = None, broker_config: Mapping[str, str] | None = None,
+        security: Security | str = Security.PLAINTEXT, extra_security: Sequence[Security | str] = (),
+    ) -> None:
         self.spec = spec
         self.heap = heap or default_heap()
         self.broker_config = dict(broker_config or {})
+        self.security = Security(security)
+        self.material = Material(spec.home)
+        # More client listeners of other protocols, on port + 2, + 3, ... (tests: one
+        # cluster pair serves ssl, sasl_plaintext and sasl_ssl clients).
+        extra = [Security(m) for m in extra_security if Security(m) not in (self.security, Security.PLAINTEXT)]
+        self.extra_ports = {m: spec.port + 2 + i for i, m in enumerate(extra)}
+
+    def bootstrap(self, mode: Security | str | None = None) -> str:
+        m = self.security if mode is None else Security(mode)
+        return self.spec.bootstrap if m is self.security else f"127.0.0.1:{self.extra_ports[m]}"
+
+    def client(self, user: str = "admin", *, with_password: bool = False, mode: Security | str | None = None) -> dict[str, str | int | float | bool]:
+        """librdkafka settings for a dev user on this cluster (none for plaintext)."""
+        m = self.security if mode is None else Security(mode)
+        if m is Security.PLAINTEXT:
+            return {}
+        pw = self.material.passwords()[user] if with_password else None
+        return dict(self.material.client(m, user, password=pw))
 
     def pid(self) -> int | None:
         return owned_pid(self.spec.pid_file, str(self.spec.props))
@@ -158,20 +184,33 @@ class KafkaNode:
     def _prepare(self) -> None:
         d = self.spec.dir
         d.mkdir(parents=True, exist_ok=True)
-        self.spec.props.write_text(_server_properties(self.spec, self.broker_config))
+        secured = ""
+        if self.security is not Security.PLAINTEXT:
+            self.material.ensure()
+            secured = self.material.server_properties(self.security, self.spec.port, self.spec.controller_port, self.extra_ports)
+        # 0600: a secured broker's file holds the admin password.
+        fd = os.open(self.spec.props, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(_server_properties(self.spec, self.broker_config, secured))
         (d / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
         if not (d / "data" / "meta.properties").exists():
+            # SCRAM users exist from the first moment (KIP-900), so the broker can authenticate
+            # itself and the admin before any API is up.
+            scram = self.material.scram_args() if self.security.sasl else []
             out = subprocess.run(
                 [java(), "-Xmx256m", "-cp", f"{kafka_libs()}/*", f"-Dlog4j2.configurationFile={d / 'log4j2.properties'}",
-                 "kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id(self.spec.name)}", "-c", str(self.spec.props)],
+                 "kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id(self.spec.name)}", "-c", str(self.spec.props), *scram],
                 capture_output=True, text=True, timeout=120,
             )
             if out.returncode != 0:
-                raise DevClusterError(f"cannot format storage of cluster {self.spec.name!r}: {(out.stderr or out.stdout).strip()[-500:]}")
+                # The output may quote the arguments (passwords): show only the last line of it.
+                tail = (out.stderr or out.stdout).strip().splitlines()[-1:] or [""]
+                shown = tail[0] if not scram else "see the format command's output (not shown: it may quote passwords)"
+                raise DevClusterError(f"cannot format storage of cluster {self.spec.name!r}: {shown[-500:]}")
 
     def start(self) -> int:
         """Start the JVM (detached) and return its pid; readiness is `wait_ready`'s job."""
-        for port in (self.spec.port, self.spec.controller_port):
+        for port in (self.spec.port, self.spec.controller_port, *self.extra_ports.values()):
             if not port_free(port):
                 raise DevClusterError(
                     f"port {port} on 127.0.0.1 is already in use (needed by cluster {self.spec.name!r})",
@@ -192,7 +231,7 @@ class KafkaNode:
         return proc.pid
 
     def _admin(self) -> Admin:
-        return Admin(f"dev-{self.spec.name}", ClusterConfig(bootstrap=self.spec.bootstrap, timeout=2.0))
+        return Admin(f"dev-{self.spec.name}", ClusterConfig(bootstrap=self.spec.bootstrap, client=self.client(with_password=True), timeout=2.0))
 
     def ready(self) -> bool:
         """The broker answers metadata and has a live broker registered."""
@@ -213,7 +252,7 @@ class KafkaNode:
 
     def _probe_topic(self) -> bool:
         """Create and delete a topic: the controller is elected and accepts metadata writes."""
-        admin = Admin(f"dev-{self.spec.name}", ClusterConfig(bootstrap=self.spec.bootstrap, timeout=15.0))
+        admin = Admin(f"dev-{self.spec.name}", ClusterConfig(bootstrap=self.spec.bootstrap, client=self.client(with_password=True), timeout=15.0))
         try:
             admin.create_topic("__mirror_dev_probe", 1, 1)
             admin.delete_topics(["__mirror_dev_probe"])
@@ -263,7 +302,11 @@ class DevClusters:
 
     def nodes(self) -> list[KafkaNode]:
         st = self._state()
-        return [KafkaNode(ClusterSpec(n, c["port"], self.home), broker_config=c.get("broker_config")) for n, c in st["clusters"].items()]
+        return [
+            KafkaNode(ClusterSpec(n, c["port"], self.home), broker_config=c.get("broker_config"), security=c.get("security", "plaintext"),
+                      extra_security=c.get("extra_security", ()))
+            for n, c in st["clusters"].items()
+        ]
 
     def node(self, name: str) -> KafkaNode:
         for n in self.nodes():
@@ -273,15 +316,21 @@ class DevClusters:
 
     def up(
         self, names: Sequence[str], base_port: int = DEFAULT_BASE_PORT, *, cassandra: bool = False, heap: str | None = None,
-        broker_config: Mapping[str, str] | None = None,
+        broker_config: Mapping[str, str] | None = None, security: Security | str = Security.PLAINTEXT,
+        extra_security: Sequence[Security | str] = (),
     ) -> UpResult:
         """Start the named clusters; `broker_config` lines are added to every broker's
         server.properties (and remembered, so a restart of the node keeps them)."""
         state = self._state()
         started, running = [], []
-        nodes = [KafkaNode(s, heap, broker_config) for s in specs(names, base_port, self.home)]
+        nodes = [KafkaNode(s, heap, broker_config, security, extra_security) for s in specs(names, base_port, self.home)]
         for node in nodes:
             prior = state["clusters"].get(node.spec.name)
+            if prior and prior.get("security", "plaintext") != node.security.value and (node.spec.dir / "data").exists():
+                raise DevClusterError(
+                    f"cluster {node.spec.name!r} was formatted with --security {prior.get('security', 'plaintext')}, not {node.security.value}",
+                    hint="use another --home, or remove its data with `mirror dev down` and deleting the home",
+                )
             if prior and prior["port"] != node.spec.port:
                 old = KafkaNode(ClusterSpec(node.spec.name, prior["port"], self.home))
                 if old.pid() is not None:
@@ -296,21 +345,29 @@ class DevClusters:
                     continue
                 node.start()
                 started.append(node.spec.name)
-                state["clusters"][node.spec.name] = {"port": node.spec.port, "bootstrap": node.spec.bootstrap, "broker_config": node.broker_config}
+                state["clusters"][node.spec.name] = {
+                    "port": node.spec.port, "bootstrap": node.spec.bootstrap, "broker_config": node.broker_config,
+                    "security": node.security.value, "extra_security": [m.value for m in node.extra_ports],
+                }
                 self._save(state)
             for node in nodes:
                 node.wait_ready()
             if cassandra:
 
-                cas = CassandraNode(self.home, base_port - 50)
+                # With --security the store is secured too: PasswordAuthenticator, and a
+                # `mirror` role with the mirror user's password.
+                auth = Security(security) is not Security.PLAINTEXT
+                cas = CassandraNode(self.home, base_port - 50, auth=auth)
                 if cas.pid() is None:
                     cas.start()
                     started.append("cassandra")
                 else:
                     running.append("cassandra")
-                state["cassandra"] = {"port": cas.port, "contact_point": cas.contact_point}
+                state["cassandra"] = {"port": cas.port, "contact_point": cas.contact_point, "auth": auth}
                 self._save(state)
                 cas.wait_ready()
+                if auth:
+                    cas.create_role("mirror", Material(self.home).passwords()["mirror"])
         except BaseException:
             # Leave nothing half-started behind: stop what this call started.
             for node in nodes:
@@ -332,12 +389,38 @@ class DevClusters:
                 "running": node.pid() is not None,
                 "pid": node.pid(),
                 "log": str(node.spec.log_file),
+                "security": node.security.value,
+                # The mirror user's librdkafka settings; the password as ${VAR}, its value in `passwords`.
+                "client": node.client("mirror"),
             }
         cas = None
         if state.get("cassandra"):
             cnode = CassandraNode(self.home, state["cassandra"]["port"])
             cas = {"contact_point": cnode.contact_point, "running": cnode.pid() is not None, "pid": cnode.pid(), "log": str(cnode.log_file)}
-        return {"clusters": clusters, "cassandra": cas}
+            if state["cassandra"].get("auth"):
+                cas.update(username="mirror", password=f"${{{password_var('mirror')}}}")
+        secured = any(n.security is not Security.PLAINTEXT for n in self.nodes())
+        passwords = str(Material(self.home).passwords_file) if secured else None
+        return {"clusters": clusters, "cassandra": cas, "passwords": passwords}
+
+    def admin(self, name: str) -> Admin:
+        """An admin client logged in as the dev admin (a super user) on one cluster."""
+        node = self.node(name)
+        return Admin(f"dev-{name}", ClusterConfig(bootstrap=node.spec.bootstrap, client=node.client("admin", with_password=True), timeout=15.0))
+
+    def grant(self, config: Config, user: str = "mirror", commands: Sequence[str] = COMMANDS) -> dict[str, int]:
+        """Grant `user` what `mirror acls` lists for `config` (all commands unless narrowed),
+        on each config cluster that is one of these dev clusters (matched by bootstrap).
+        Returns cluster -> ACLs created."""
+        by_bootstrap = {n.bootstrap(m): n.spec.name for n in self.nodes() for m in (n.security, *n.extra_ports)}
+        grants = required_grants(config, commands)
+        out = {}
+        for name, cluster in config.clusters.items():
+            dev = by_bootstrap.get(cluster.bootstrap)
+            if dev is not None and self.node(dev).security is not Security.PLAINTEXT:
+                bindings = {(r.kind, r.name, r.pattern): ops for r, ops in cluster_bindings(grants, name).items()}
+                out[name] = self.admin(dev).create_acls(f"User:{user}", bindings)
+        return out
 
     def down(self) -> list[str]:
         stopped = [n.spec.name for n in self.nodes() if n.stop()]

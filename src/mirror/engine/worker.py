@@ -55,7 +55,7 @@ from mirror.domain.ledger import Ledger, Segment
 from mirror.domain.topics import TopicMapping, match_topics
 from mirror.engine.assignment import UNREAD, Assignment, Partition
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
-from mirror.errors import ClusterUnavailable, FatalProduceError, MirrorError
+from mirror.errors import AuthorizationFailed, ClusterUnavailable, FatalProduceError, MirrorError
 from mirror.kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -66,6 +66,12 @@ from mirror.kafka import (
     TopicPartition,
     make_consumer,
     make_producer,
+)
+from mirror.kafka.errors import (
+    AUTHENTICATION,
+    AUTHORIZATION,
+    authentication_error,
+    authorization_error,
 )
 from mirror.kafka.settings import BATCH_SIZE, CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
 
@@ -109,6 +115,19 @@ class FlowState(str, Enum):
     STOPPING = "stopping"
     STOPPED = "stopped"
     FAILED = "failed"
+
+
+def _denied_in_fatal(err: KafkaError) -> tuple[str, str, str] | None:
+    """The ACL a fatal producer error says is missing: librdkafka wraps the broker's refusal
+    in a fatal (gapless, idempotence) error whose code is not the broker's, only its text."""
+    text = err.str()
+    m = re.search(r"for (\S+) \[\d+\]", text)
+    if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED or "Topic authorization failed" in text:
+        return ("Write", "topic", m.group(1) if m else "the target topics")
+    if err.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED or "Cluster authorization failed" in text:
+        # Since Kafka 3.0 (KIP-679) Write on any topic lets a producer be idempotent.
+        return ("Write", "topic", "the target topics")
+    return None
 
 
 class FlowWorker(Assignment):
@@ -702,6 +721,13 @@ class FlowWorker(Assignment):
         self._pending = keep
 
     def _delivery_failed(self, st: Partition, seg: Segment, err: KafkaError) -> None:
+        if err.code() in AUTHORIZATION:
+            # A missing grant is the operator's to fix, not the record's: say which one.
+            st.fail_at(seg.first)
+            if self._failure is None:
+                self._failure = authorization_error(self.flow.target, err, f"write topic {st.route.target_topic!r}", ("Write", "topic", st.route.target_topic))
+                self._set_state(FlowState.FAILED, str(self._failure))
+            return
         if err.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT):
             st.purged(seg)  # uncommitted, so re-read by the next owner
             return
@@ -753,7 +779,12 @@ class FlowWorker(Assignment):
         records, and for size errors the largest is the one that does not fit).
         """
         self._producer_dead = True
-        if isinstance(self._failure, FatalProduceError):
+        if isinstance(self._failure, (FatalProduceError, AuthorizationFailed)):
+            return
+        denied = _denied_in_fatal(err)
+        if denied is not None:
+            self._failure = authorization_error(self.flow.target, err, f"write {denied[2]!r}" if denied[1] == "topic" else "write with the idempotent producer", denied)
+            self._set_state(FlowState.FAILED, str(self._failure))
             return
         m = re.search(r"for (\S+) \[(\d+)\]", err.str())
         st = self._ledger.by_target.get((m.group(1), int(m.group(2)))) if m else None
@@ -776,7 +807,9 @@ class FlowWorker(Assignment):
         self._set_state(FlowState.FAILED, str(self._failure))
 
     def _on_producer_error(self, err: KafkaError) -> None:
-        if err.fatal():
+        if err.code() in AUTHENTICATION:
+            self._failure = self._failure or authentication_error(self.flow.target, err)
+        elif err.fatal():
             # Typically the gapless guarantee: a refused request of records that asked for
             # no report. Name the partition and record, and stop acknowledging anything.
             self._producer_fatal(err)
@@ -784,11 +817,23 @@ class FlowWorker(Assignment):
             self._set_state(FlowState.RETRYING, f"target {self.flow.target} unreachable: {err.str()}")
 
     def _on_consumer_error(self, err: KafkaError) -> None:
-        if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+        if err.code() in AUTHENTICATION:
+            self._failure = self._failure or authentication_error(self.flow.source, err)
+        elif err.code() in AUTHORIZATION:
+            self._failure = self._failure or self._consumer_denied(err, None)
+        elif err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
             self._set_state(FlowState.RETRYING, f"source {self.flow.source} unreachable: {err.str()}")
+
+    def _consumer_denied(self, err: KafkaError, topic: str | None) -> MirrorError:
+        if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED or topic is None:
+            return authorization_error(self.flow.source, err, f"consume as group {self.flow.group_id!r}", ("Read", "group", self.flow.group_id))
+        return authorization_error(self.flow.source, err, f"read topic {topic!r}", ("Read", "topic", topic))
 
     def _on_consume_error(self, err: KafkaError, msg: Message) -> None:
         if err.code() == KafkaError._PARTITION_EOF:
+            return
+        if err.code() in AUTHORIZATION:
+            self._failure = self._failure or self._consumer_denied(err, msg.topic())
             return
         if err.fatal():
             self._failure = MirrorError(f"flow {self.flow.name}: the source consumer failed: {err.str()}")

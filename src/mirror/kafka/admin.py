@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -17,6 +18,10 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
@@ -25,13 +30,14 @@ from confluent_kafka.admin import (
     NewPartitions,
     NewTopic,
     OffsetSpec,
+    ResourcePatternType,
     ResourceType,
 )
 
 from mirror.config import ClusterConfig
 from mirror.errors import ClusterUnavailable, KafkaOperationError
 from mirror.kafka.clients import client_settings
-from mirror.kafka.errors import HINT_UNREACHABLE, raise_for
+from mirror.kafka.errors import AUTHORIZATION, HINT_UNREACHABLE, authentication_error, authorization_error, raise_for, security_error
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +76,20 @@ class Admin:
         self._client = AdminClient(client_settings(name, cluster))
 
     # -- plumbing
-    def _result(self, what: str, future: Any) -> Any:
+    def _raise(self, what: str, exc: BaseException, timeout: float | None = None, acl: tuple[str, str, str] | None = None) -> None:
+        self._client.poll(0)  # serve error_cb: a refused login is recorded there
+        raise_for(self.name, what, exc, timeout, acl)
+
+    def _result(self, what: str, future: Any, acl: tuple[str, str, str] | None = None) -> Any:
         try:
             return future.result(timeout=self.timeout)
         except KafkaException as exc:
-            raise_for(self.name, what, exc, self.timeout)
+            self._raise(what, exc, self.timeout, acl)
         except TimeoutError as exc:
+            self._client.poll(0)
+            refused = security_error(self.name)
+            if refused is not None:
+                raise authentication_error(self.name, refused) from None
             raise ClusterUnavailable(
                 f"cluster {self.name!r} did not answer within {self.timeout:g}s while trying to {what}",
                 hint=HINT_UNREACHABLE,
@@ -91,7 +105,7 @@ class Admin:
         try:
             md = self._client.list_topics(timeout=self.timeout)
         except KafkaException as exc:
-            raise_for(self.name, "list topics", exc, self.timeout)
+            self._raise("list topics", exc, self.timeout, ("Describe", "topic", "*"))
         return {t.topic: len(t.partitions) for t in md.topics.values() if t.error is None and t.topic is not None}
 
     def topic_details(self) -> dict[str, tuple[int, int]]:
@@ -99,7 +113,7 @@ class Admin:
         try:
             md = self._client.list_topics(timeout=self.timeout)
         except KafkaException as exc:
-            raise_for(self.name, "list topics", exc, self.timeout)
+            self._raise("list topics", exc, self.timeout, ("Describe", "topic", "*"))
         out = {}
         for t in md.topics.values():
             if t.error is None and t.topic is not None and t.partitions:
@@ -119,14 +133,32 @@ class Admin:
                 out[name] = str(fut.result(timeout=self.timeout).topic_id)
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    raise_for(self.name, f"describe topic {name!r}", exc, self.timeout)
+                    self._raise(f"describe topic {name!r}", exc, self.timeout, ("Describe", "topic", name))
         return out
+
+    def hidden_topics(self, topics: Iterable[str]) -> list[str]:
+        """Of these topic names, those the principal may not Describe.
+
+        Listing topics shows only the ones the principal may Describe, so a missing grant
+        looks like a missing topic; asked by name, the cluster says which it is.
+        """
+        names = list(topics)
+        if not names:
+            return []
+        out = []
+        for name, fut in self._client.describe_topics(TopicCollection(names), request_timeout=self.timeout).items():
+            try:
+                fut.result(timeout=self.timeout)
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    out.append(name)
+        return sorted(out)
 
     def broker_count(self) -> int:
         try:
             return len(self._client.list_topics(timeout=self.timeout).brokers)
         except KafkaException as exc:
-            raise_for(self.name, "describe the cluster", exc, self.timeout)
+            self._raise("describe the cluster", exc, self.timeout)
         return 0  # unreachable; raise_for always raises
 
     def create_topic(self, topic: str, partitions: int, replication: int = -1, config: Mapping[str, str] | None = None) -> bool:
@@ -138,7 +170,7 @@ class Admin:
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 return False
-            raise_for(self.name, f"create topic {topic!r}", exc, self.timeout)
+            self._raise(f"create topic {topic!r}", exc, self.timeout, ("Create", "topic", topic))
         return False
 
     def create_topics(self, topics: Mapping[str, tuple[int, int, Mapping[str, str]]]) -> list[str]:
@@ -157,7 +189,7 @@ class Admin:
                     created.append(topic)
                 except KafkaException as exc:
                     if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                        raise_for(self.name, f"create topic {topic!r}", exc, self.timeout)
+                        self._raise(f"create topic {topic!r}", exc, self.timeout, ("Create", "topic", topic))
         return created
 
     def delete_topics(self, topics: Iterable[str]) -> None:
@@ -169,11 +201,11 @@ class Admin:
                 fut.result(timeout=self.timeout)
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    raise_for(self.name, f"delete topic {topic!r}", exc, self.timeout)
+                    self._raise(f"delete topic {topic!r}", exc, self.timeout, ("Delete", "topic", topic))
 
     def create_partitions(self, topic: str, total: int) -> None:
         fut = self._client.create_partitions([NewPartitions(topic, total)], operation_timeout=self.timeout)[topic]
-        self._result(f"grow {topic!r} to {total} partitions", fut)
+        self._result(f"grow {topic!r} to {total} partitions", fut, ("Alter", "topic", topic))
 
     def topic_configs(self, topics: Iterable[str]) -> dict[str, dict[str, str]]:
         """Non-default configs of each topic (what a user or the cluster set on purpose)."""
@@ -182,7 +214,7 @@ class Admin:
             return {}
         out: dict[str, dict[str, str]] = {}
         for res, fut in self._client.describe_configs(resources, request_timeout=self.timeout).items():
-            entries = self._result(f"describe configs of {res.name!r}", fut)
+            entries = self._result(f"describe configs of {res.name!r}", fut, ("DescribeConfigs", "topic", res.name))
             # Only what was set on the topic itself: broker-wide settings belong to each cluster.
             out[res.name] = {k: e.value for k, e in entries.items() if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and e.value is not None}
         return out
@@ -199,7 +231,7 @@ class Admin:
             return
         res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
         for fut in self._client.incremental_alter_configs([res], request_timeout=self.timeout).values():
-            self._result(f"alter the configs of topic {topic!r}", fut)
+            self._result(f"alter the configs of topic {topic!r}", fut, ("AlterConfigs", "topic", topic))
 
     def max_message_bytes(self, topics: Iterable[str]) -> dict[str, int]:
         """Each topic's effective `max.message.bytes` (set on it, or its broker's default):
@@ -214,7 +246,7 @@ class Admin:
             except KafkaException as exc:
                 if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     continue  # deleted, or created a moment ago: not known yet
-                self._result(f"describe configs of {res.name!r}", fut)  # raises the right error
+                self._result(f"describe configs of {res.name!r}", fut, ("DescribeConfigs", "topic", res.name))  # raises the right error
                 continue
             if entry is not None and entry.value is not None:
                 out[res.name] = int(entry.value)
@@ -252,7 +284,7 @@ class Admin:
         futs = self._client.list_offsets({tp: spec for tp in parts}, isolation_level=iso, request_timeout=self.timeout)
         out: dict[tuple[str, int], int] = {}
         for tp, fut in futs.items():
-            out[(tp.topic, tp.partition)] = self._result(f"list offsets of {tp.topic}[{tp.partition}]", fut).offset
+            out[(tp.topic, tp.partition)] = self._result(f"list offsets of {tp.topic}[{tp.partition}]", fut, ("Describe", "topic", tp.topic)).offset
         return out
 
     # -- consumer groups
@@ -264,14 +296,14 @@ class Admin:
         """Committed offsets of a group (partitions without a commit are left out)."""
         self._wait_for_coordinator(group)
         futs = self._client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout)
-        res = self._result(f"read offsets of group {group!r}", futs[group])
+        res = self._result(f"read offsets of group {group!r}", futs[group], ("Describe", "group", group))
         return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions if tp.offset >= 0 and tp.error is None}
 
     def group_offsets_with_metadata(self, group: str) -> dict[tuple[str, int], tuple[int, str | None]]:
         """Committed offsets of a group with their commit metadata (None when empty)."""
         self._wait_for_coordinator(group)
         futs = self._client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout)
-        res = self._result(f"read offsets of group {group!r}", futs[group])
+        res = self._result(f"read offsets of group {group!r}", futs[group], ("Describe", "group", group))
         return {(tp.topic, tp.partition): (tp.offset, tp.metadata or None) for tp in res.topic_partitions if tp.offset >= 0 and tp.error is None}
 
     def _wait_for_coordinator(self, group: str) -> None:
@@ -288,7 +320,7 @@ class Admin:
             started = time.monotonic()
             try:
                 futs = self._client.describe_consumer_groups([group], request_timeout=self.timeout)
-                self._result(f"find the coordinator of group {group!r}", futs[group])
+                self._result(f"find the coordinator of group {group!r}", futs[group], ("Describe", "group", group))
                 return
             except ClusterUnavailable:
                 # A quick "not coordinator" is the cluster getting ready; a slow failure
@@ -301,19 +333,21 @@ class Admin:
         """Active members of a group (0 for an empty, dead or unknown group)."""
         self._wait_for_coordinator(group)  # a new cluster answers NOT_COORDINATOR for a moment
         futs = self._client.describe_consumer_groups([group], request_timeout=self.timeout)
-        desc = self._result(f"describe group {group!r}", futs[group])
+        desc = self._result(f"describe group {group!r}", futs[group], ("Describe", "group", group))
         return len(desc.members or [])
 
     def group_state(self, group: str) -> str:
         futs = self._client.describe_consumer_groups([group], request_timeout=self.timeout)
-        desc = self._result(f"describe group {group!r}", futs[group])
+        desc = self._result(f"describe group {group!r}", futs[group], ("Describe", "group", group))
         return str(getattr(desc.state, "name", desc.state))
 
     def alter_group_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], *, metadata: str | None = None) -> None:
         tps = [TopicPartition(t, p, o, metadata=metadata) if metadata else TopicPartition(t, p, o) for (t, p), o in offsets.items()]
         futs = self._client.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)], request_timeout=self.timeout)
-        res = self._result(f"set offsets of group {group!r}", futs[group])
+        res = self._result(f"set offsets of group {group!r}", futs[group], ("Read", "group", group))
         for tp in res.topic_partitions:
+            if tp.error is not None and tp.error.code() in AUTHORIZATION:
+                raise authorization_error(self.name, tp.error, f"set {group!r} offsets", ("Read", "topic", tp.topic))
             if tp.error is not None:
                 raise KafkaOperationError(f"cluster {self.name!r}: cannot set {group!r} offset of {tp.topic}[{tp.partition}]: {tp.error.str()}")
 
@@ -325,7 +359,7 @@ class Admin:
                     fut.result(timeout=self.timeout)
                 except KafkaException as exc:
                     if exc.args[0].code() != KafkaError.GROUP_ID_NOT_FOUND:
-                        raise_for(self.name, f"delete group {group!r}", exc, self.timeout)
+                        self._raise(f"delete group {group!r}", exc, self.timeout, ("Delete", "group", group))
 
     def delete_records(self, before: Mapping[tuple[str, int], int]) -> None:
         """Delete every record below the given offset (OFFSET_END for all) per partition."""
@@ -333,4 +367,34 @@ class Admin:
             return
         tps = [TopicPartition(t, p, o) for (t, p), o in before.items()]
         for tp, fut in self._client.delete_records(tps, request_timeout=self.timeout, operation_timeout=self.timeout).items():
-            self._result(f"delete records of {tp.topic}[{tp.partition}]", fut)
+            self._result(f"delete records of {tp.topic}[{tp.partition}]", fut, ("Delete", "topic", tp.topic))
+
+    # -- ACLs
+    def create_acls(self, principal: str, bindings: Mapping[tuple[str, str, str], Iterable[str]]) -> int:
+        """Allow `principal` each operation on each (kind, name, pattern) resource; returns the count.
+
+        kind: topic | group | cluster; pattern: literal | prefixed; operations by Kafka's
+        names (Read, Write, Describe, IdempotentWrite, ...).
+        """
+        acls = [self._binding(principal, res, op) for res, ops in bindings.items() for op in ops]
+        if not acls:
+            return 0
+        for fut in self._client.create_acls(acls, request_timeout=self.timeout).values():
+            self._result(f"create ACLs for {principal}", fut)
+        return len(acls)
+
+    def delete_acls(self, principal: str, bindings: Mapping[tuple[str, str, str], Iterable[str]]) -> None:
+        filters = [self._binding(principal, res, op, filter_=True) for res, ops in bindings.items() for op in ops]
+        if filters:
+            for fut in self._client.delete_acls(filters, request_timeout=self.timeout).values():
+                self._result(f"delete ACLs of {principal}", fut)
+
+    @staticmethod
+    def _binding(principal: str, resource: tuple[str, str, str], operation: str, *, filter_: bool = False) -> Any:
+        kind, name, pattern = resource
+        op = AclOperation[re.sub(r"(?<!^)(?=[A-Z])", "_", operation).upper()]
+        cls = AclBindingFilter if filter_ else AclBinding
+        return cls(
+            ResourceType.BROKER if kind == "cluster" else ResourceType[kind.upper()], "kafka-cluster" if kind == "cluster" else name, ResourcePatternType[pattern.upper()],
+            principal, "*", op, AclPermissionType.ALLOW,
+        )

@@ -6,12 +6,14 @@ Security settings pass through untouched; the settings are logged only redacted.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 
 from mirror.config import ClusterConfig, redact
+from mirror.kafka.errors import note_principal, note_security_error
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +32,36 @@ class _LibrdkafkaLog:
         self._log.debug(fmt, *args)
 
 
+def principal(settings: Mapping[str, Any]) -> str:
+    """The principal these settings log in as, for error messages: the SASL user, or the
+    subject of the TLS client certificate (Kafka's default principal for mTLS)."""
+    if settings.get("sasl.username"):
+        return f"User:{settings['sasl.username']}"
+    cert = settings.get("ssl.certificate.location")
+    if cert:
+        try:
+            subject = ssl._ssl._test_decode_cert(str(cert))["subject"]  # type: ignore[attr-defined]
+            return "User:" + ",".join(f"{k}={v}" for rdn in reversed(subject) for k, v in rdn).replace("commonName", "CN")
+        except (OSError, ValueError, KeyError, AttributeError):
+            return f"the principal of {cert}"
+    return "User:ANONYMOUS"
+
+
 def client_settings(name: str, cluster: ClusterConfig, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     settings: dict[str, Any] = {"bootstrap.servers": cluster.bootstrap, **cluster.client, **(extra or {})}
     log.debug("client settings for %s: %s", name, redact(settings))
     settings["logger"] = _LibrdkafkaLog(name)
+    note_principal(name, principal(settings))
+    # Every client remembers a refused TLS handshake or SASL login (librdkafka tells only
+    # error_cb), so a timeout can be reported as what it really is.
+    own = settings.get("error_cb")
+
+    def on_error(err: KafkaError) -> None:
+        note_security_error(name, err)
+        if own is not None:
+            own(err)
+
+    settings["error_cb"] = on_error
     return settings
 
 

@@ -92,7 +92,7 @@ class PartitionReader:
                 if is_retriable(err) or err.code() in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
                     log.debug("reader %s: %s", self.name, err.str())
                     continue
-                raise_for(self.name, f"read {m.topic()}[{m.partition()}]", KafkaException(err))
+                raise_for(self.name, f"read {m.topic()}[{m.partition()}]", KafkaException(err), acl=("Read", "topic", str(m.topic())))
             topic, partition, offset = m.topic(), m.partition(), m.offset()
             if topic is None or partition is None or offset is None:
                 continue  # only error events lack them, and those are handled above

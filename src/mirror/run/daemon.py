@@ -15,10 +15,12 @@ from contextlib import ExitStack
 
 from mirror.config import Config, FlowConfig
 from mirror.domain.acks import AckListener
+from mirror.domain.acls import Resource, resource_for
 from mirror.engine.runner import Runner
 from mirror.engine.worker import FlowState
-from mirror.errors import MirrorError
+from mirror.errors import AuthorizationFailed, ClusterUnavailable, MirrorError
 from mirror.kafka import Admin
+from mirror.kafka.errors import principal_of
 from mirror.metrics import FlowStateCollector, RunMetrics, serve
 from mirror.run.canary_topic import ensure_canary_topic
 from mirror.run.checkpointer import GroupCheckpointer
@@ -40,6 +42,7 @@ def run_flows(
     offset_store: bool = True,
 ) -> None:
     """Mirror `flows` until `stop` is set (or caught up); raises `MirrorError` on failure."""
+    _check_literal_topics(config, flows)
     with ExitStack() as stack:
         store = None
         if offset_store:
@@ -109,6 +112,31 @@ def run_flows(
             # so a migration that ends here leaves translations as fresh as they can be.
             for cp, _ in checkpointers:
                 cp.tick()
+
+
+def _check_literal_topics(config: Config, flows: Sequence[FlowConfig]) -> None:
+    """A literally named source topic the principal may not Describe stops the run.
+
+    Listings leave such a topic out, so without this the mirror would wait for it forever,
+    as if it did not exist yet. (Topics matched by a regex cannot be told apart this way.)
+    """
+    for flow in flows:
+        literal = [p for p in flow.topics.include if resource_for("topic", p) == (Resource("topic", p), True) and p != "*"]
+        if not literal:
+            continue
+        try:
+            admin = Admin(flow.source, config.clusters[flow.source])
+            hidden = admin.hidden_topics(sorted(set(literal) - set(admin.topics())))
+        except ClusterUnavailable as exc:
+            log.debug("flow %s: topic visibility not checked: %s", flow.name, exc)  # the workers wait for the source
+            continue
+        if hidden:
+            who = principal_of(flow.source)
+            raise AuthorizationFailed(
+                f"cluster {flow.source!r}: {who} is not allowed to see topic {hidden[0]!r}: missing Describe on topic {hidden[0]!r}"
+                + (f" (and {len(hidden) - 1} more)" if len(hidden) > 1 else ""),
+                hint="grant it; `mirror acls -c CONFIG` lists every ACL the mirror needs",
+            )
 
 
 def _ensure_canary_topics(config: Config, flows: Sequence[FlowConfig]) -> None:

@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from cassandra import ConsistencyLevel, DriverException
+from cassandra import AuthenticationFailed, ConsistencyLevel, DriverException
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
 from cassandra.concurrent import execute_concurrent_with_args
@@ -188,6 +188,12 @@ class CassandraStore:
             return exc
         reason = str(exc) or type(exc).__name__
         if isinstance(exc, NoHostAvailable):
+            if any(isinstance(e, AuthenticationFailed) for e in exc.errors.values()):
+                # The server's text names the user, never the password; ours does the same.
+                return OffsetStoreError(
+                    f"offset store {self.describe()}: user {self.config.username or '(none)'!r} cannot log in: credentials refused",
+                    hint="check offset_store.username and offset_store.password (from the environment)",
+                )
             reason = f"no Cassandra node answered at {', '.join(self.config.contact_points)}"
         return OffsetStoreError(
             f"offset store {self.describe()}: cannot {what}: {reason}"[:500],
@@ -320,3 +326,21 @@ class CassandraStore:
             if self._cluster is not None:
                 self._cluster.shutdown()
             self._cluster = self._session = None
+
+
+def ensure_role(contact_point: str, admin: tuple[str, str], role: str, password: str, timeout: float = 60.0) -> None:
+    """Create (or reset) a login role with its password, as `admin` (user, password); for dev
+    nodes. The password is a driver-quoted parameter, never part of a message or log line."""
+    host, _, port = contact_point.rpartition(":")
+    profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy())
+    cluster = Cluster([host], port=int(port), auth_provider=PlainTextAuthProvider(*admin), protocol_version=5,
+                      execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+                      connect_timeout=timeout, control_connection_timeout=timeout, connection_class=_connection_class())
+    try:
+        session = cluster.connect()
+        session.execute(f"CREATE ROLE IF NOT EXISTS {role} WITH LOGIN = true AND PASSWORD = %s", [password], timeout=timeout)
+        session.execute(f"ALTER ROLE {role} WITH PASSWORD = %s", [password], timeout=timeout)
+    except Exception as exc:
+        raise OffsetStoreError(f"cannot create the Cassandra role {role!r} at {contact_point}: {type(exc).__name__}") from None
+    finally:
+        cluster.shutdown()

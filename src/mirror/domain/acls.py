@@ -1,0 +1,236 @@
+"""The least privilege each command needs, per cluster, as Kafka ACLs: pure, no I/O.
+
+Kafka ACLs name resources literally or by prefix, never by regex, so a flow's patterns are
+turned into the narrowest resource covering them: `orders` literal, `orders\\..*` prefixed
+`orders.`, anything else the longest literal prefix before the first regex operator
+(broader than the pattern: noted in `why`), `*` when there is none. Exclude patterns cannot
+narrow a grant.
+
+Operations follow Kafka's authorization of each request (KIP-11 and the protocol guide):
+Metadata, ListOffsets and OffsetFetch need Describe on the topic; Fetch needs Read; Produce
+needs Write (and since Kafka 3.0, KIP-679, Write on any topic is all an idempotent producer
+needs: IdempotentWrite on the cluster only matters to older brokers); JoinGroup and
+OffsetCommit need Read on the group; OffsetFetch and DescribeGroups need Describe on it;
+DescribeConfigs/AlterConfigs, CreateTopics (Create), CreatePartitions (Alter),
+DeleteRecords and DeleteGroups (Delete) what their names say. ListGroups needs nothing: it
+lists the groups the principal may Describe.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from mirror.domain.naming import SEPARATOR, RenamePolicy
+
+if TYPE_CHECKING:
+    from mirror.config import Config, FlowConfig
+
+# Groups whose names the project makes up itself (assign-only consumers, nothing committed).
+READER_GROUP_PREFIX = "mirror-reader-"  # mirror.kafka.reader.PartitionReader
+FAILOVER_PROBE_GROUP_PREFIX = "mirror-failover-probe-"  # failover.gather's boundary consumer
+
+COMMANDS = ("validate", "topics", "run", "lag", "canary", "failover plan", "failover apply", "failover export", "failover import", "failback")
+
+_REGEX_CHARS = set(".^$*+?{}[]\\|()")
+
+
+@dataclass(frozen=True, order=True)
+class Resource:
+    kind: str  # topic | group | cluster
+    name: str
+    pattern: str = "literal"  # literal | prefixed
+
+    def args(self) -> list[str]:
+        if self.kind == "cluster":
+            return ["--cluster"]
+        out = [f"--{self.kind}", self.name]
+        if self.pattern != "literal":
+            out += ["--resource-pattern-type", self.pattern]
+        return out
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Allow `operations` on `resource` to the principal on `cluster`, for `command`."""
+
+    command: str
+    cluster: str
+    resource: Resource
+    operations: tuple[str, ...]
+    why: str
+
+    def kafka_acls_args(self, principal: str) -> list[str]:
+        ops = [a for op in self.operations for a in ("--operation", op)]
+        return ["--add", "--allow-principal", principal, *ops, *self.resource.args()]
+
+
+def resource_for(kind: str, regex: str) -> tuple[Resource, bool]:
+    """The narrowest literal or prefixed resource covering a full-match regex; True when exact."""
+    if not any(c in _REGEX_CHARS for c in regex):
+        return Resource(kind, regex), True
+    m = re.fullmatch(r"((?:[^.^$*+?{}\[\]\\|()]|\\\.)*)\.\*", regex)
+    if m:
+        return Resource(kind, m.group(1).replace("\\.", "."), "prefixed") if m.group(1) else Resource(kind, "*"), True
+    prefix = ""
+    i = 0
+    while i < len(regex):
+        c = regex[i]
+        if c == "\\" and i + 1 < len(regex) and regex[i + 1] == ".":
+            prefix, i = prefix + ".", i + 2
+            continue
+        if c in _REGEX_CHARS:
+            break
+        prefix, i = prefix + c, i + 1
+    # A quantifier applies to the character before it: that one is not certain either.
+    if i < len(regex) and regex[i] in "*?{" and prefix:
+        prefix = prefix[:-1]
+    if "|" in regex:
+        prefix = ""  # alternatives: no common literal start is known without parsing
+    return (Resource(kind, prefix, "prefixed") if prefix else Resource(kind, "*")), False
+
+
+def _renamed(res: Resource, source: str, policy: RenamePolicy) -> Resource:
+    if policy is not RenamePolicy.PREFIX:
+        return res
+    if res.name == "*":
+        return Resource(res.kind, f"{source}{SEPARATOR}", "prefixed")
+    return Resource(res.kind, f"{source}{SEPARATOR}{res.name}", res.pattern)
+
+
+def _topics(flow: FlowConfig) -> list[tuple[Resource, bool]]:
+    return [resource_for("topic", p) for p in flow.topics.include]
+
+
+def _groups(flow: FlowConfig) -> list[tuple[Resource, bool]]:
+    return [resource_for("group", p) for p in flow.groups]
+
+
+def _note(exact: bool, what: str) -> str:
+    return what if exact else f"{what} (broader than the regex: ACLs take only literal names and prefixes)"
+
+
+def flow_grants(config: Config, flow: FlowConfig) -> list[Grant]:
+    """Every grant each command needs for one flow."""
+    s, t = flow.source, flow.target
+    canary_src = Resource("topic", config.canary.topic)
+    canary_dst = _renamed(canary_src, s, flow.rename)
+    src_topics = _topics(flow)
+    dst_topics = [(_renamed(r, s, flow.rename), exact) for r, exact in src_topics]
+    groups = _groups(flow)
+    mirror_group = Resource("group", flow.group_id)
+    reader = Resource("group", READER_GROUP_PREFIX, "prefixed")
+    probe = Resource("group", FAILOVER_PROBE_GROUP_PREFIX, "prefixed")
+    out: list[Grant] = []
+
+    def add(command: str, cluster: str, res: Resource, ops: Iterable[str], why: str) -> None:
+        out.append(Grant(command, cluster, res, tuple(ops), why))
+
+    for r, exact in src_topics:
+        add("validate", s, r, ["Describe"], _note(exact, "list the matching source topics"))
+        add("topics", s, r, ["Describe", "DescribeConfigs"], _note(exact, "source topics and their configs"))
+    for r, exact in dst_topics:
+        add("topics", t, r, ["Describe", "DescribeConfigs"], _note(exact, "target topics and their configs"))
+
+    # run: read the source, write the target, checkpoint the groups.
+    for r, exact in [*src_topics, (canary_src, True)]:
+        add("run", s, r, ["Describe", "Read", "DescribeConfigs"], _note(exact, "read the source topics, their offsets and max.message.bytes"))
+    add("run", s, canary_src, ["Create"], "create the canary topic on the source")
+    add("run", s, mirror_group, ["Read"], "the mirror's consumer group: join, commit, read back")
+    for r, exact in groups:
+        add("run", s, r, ["Describe"], _note(exact, "read the checkpointed groups' offsets"))
+    tgt_ops = ["Create", "Describe", "Write", "DescribeConfigs", "Alter", "Delete"]
+    if flow.sync_topic_configs:
+        tgt_ops.insert(4, "AlterConfigs")
+    for r, exact in [*dst_topics, (canary_dst, True)]:
+        add("run", t, r, tgt_ops, _note(exact, "create, grow, configure and write the target topics; empty a recreated one"))
+    if flow.sync_group_offsets:
+        for r, exact in groups:
+            add("run", t, r, ["Read"], _note(exact, "sync_group_offsets: commit translated offsets for idle groups"))
+        for r, exact in dst_topics:
+            add("run", t, r, ["Read"], _note(exact, "sync_group_offsets: an offset commit needs Read on the topic"))
+
+    # lag and monitor: offsets and groups on both sides, first records on the source.
+    for r, exact in src_topics:
+        add("lag", s, r, ["Describe", "Read"], _note(exact, "end offsets; the oldest unmirrored record's time"))
+    add("lag", s, mirror_group, ["Describe"], "the mirror's committed positions")
+    add("lag", s, reader, ["Read"], "the assign-only reader of first records (commits nothing)")
+    for r, exact in dst_topics:
+        add("lag", t, r, ["Describe"], _note(exact, "target end offsets"))
+    for r, exact in groups:
+        add("lag", s, r, ["Describe"], _note(exact, "the groups' positions on the source"))
+        add("lag", t, r, ["Describe"], _note(exact, "the groups' positions on the target"))
+
+    # canary: probes into the source's canary topic, read back on the target.
+    add("canary", s, canary_src, ["Create", "Describe", "Write"], "create the canary topic and produce probes")
+    add("canary", t, canary_dst, ["Describe", "Read"], "read the mirrored probes")
+    add("canary", t, reader, ["Read"], "the assign-only probe reader (commits nothing)")
+
+    # failover: plan reads; apply writes the group's offsets on the target.
+    for command in ("failover plan", "failover apply"):
+        add(command, s, mirror_group, ["Describe"], "how far the mirror got")
+        for r, exact in src_topics:
+            add(command, s, r, ["Describe"], _note(exact, "source offsets"))
+        for r, exact in groups:
+            add(command, s, r, ["Describe"], _note(exact, "the group's positions on the source"))
+            add(command, t, r, ["Read"] if command == "failover apply" else ["Describe"],
+                _note(exact, "set the group's offsets on the target" if command == "failover apply" else "the group's members on the target"))
+        for r, exact in dst_topics:
+            add(command, t, r, ["Describe", "Read"], _note(exact, "target offsets; --at counts records at the boundary millisecond"))
+        add(command, t, probe, ["Read"], "the assign-only boundary reader of --at (commits nothing)")
+    # export/import run against one cluster: either side of the flow.
+    for cluster, topics in ((s, src_topics), (t, dst_topics)):
+        for r, exact in groups:
+            add("failover export", cluster, r, ["Describe"], _note(exact, "the group's committed offsets"))
+            add("failover import", cluster, r, ["Describe", "Read", "Delete"], _note(exact, "replace the group's offsets"))
+        for r, exact in topics:
+            add("failover export", cluster, r, ["Describe"], _note(exact, "offsets of the group's topics"))
+            add("failover import", cluster, r, ["Describe", "Read"], _note(exact, "an offset commit needs Read on the topic"))
+
+    # failback: the old primary (the flow's source) is emptied of the flow's topics and groups.
+    for r, exact in src_topics:
+        add("failback", s, r, ["Describe", "Delete"], _note(exact, "offsets, then delete the stranded records"))
+    for r, exact in dst_topics:
+        add("failback", t, r, ["Describe"], _note(exact, "how far each partition was mirrored"))
+    add("failback", s, mirror_group, ["Describe", "Delete"], "the mirror's positions; deleted with the flow's groups")
+    for r, exact in groups:
+        add("failback", s, r, ["Describe", "Delete"], _note(exact, "delete the flow's groups on the old primary"))
+    return out
+
+
+def required_grants(config: Config, commands: Iterable[str] = COMMANDS) -> list[Grant]:
+    """The grants of the given commands over every flow, merged per (command, cluster, resource)."""
+    wanted = set(commands)
+    merged: dict[tuple[str, str, Resource], Grant] = {}
+    for flow in config.flows:
+        for g in flow_grants(config, flow):
+            if g.command not in wanted:
+                continue
+            key = (g.command, g.cluster, g.resource)
+            prior = merged.get(key)
+            if prior is None:
+                merged[key] = g
+            else:
+                ops = tuple(dict.fromkeys([*prior.operations, *g.operations]))
+                why = prior.why if g.why in prior.why else f"{prior.why}; {g.why}"
+                merged[key] = Grant(g.command, g.cluster, g.resource, ops, why)
+    order = {c: i for i, c in enumerate(COMMANDS)}
+    return sorted(merged.values(), key=lambda g: (order.get(g.command, 99), g.cluster, g.resource))
+
+
+def cluster_bindings(grants: Iterable[Grant], cluster: str) -> dict[Resource, tuple[str, ...]]:
+    """Resource -> operations on one cluster, the union over commands: what a user needs for all of them."""
+    out: dict[Resource, tuple[str, ...]] = {}
+    for g in grants:
+        if g.cluster == cluster:
+            out[g.resource] = tuple(dict.fromkeys([*out.get(g.resource, ()), *g.operations]))
+    return out
+
+
+def principal_for(client: dict[str, object], default: str = "User:mirror") -> str:
+    """The principal a cluster's `client:` settings log in as: the SASL user, else `default`
+    (with mTLS the principal comes from the certificate, which the config does not show)."""
+    user = client.get("sasl.username")
+    return f"User:{user}" if user else default

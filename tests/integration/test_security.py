@@ -1,0 +1,399 @@
+"""Secured clusters end to end: SASL_SSL with SCRAM-SHA-512 and ACLs enforced.
+
+One pair of secured clusters for this module (`mirror dev up --security sasl_ssl`'s code).
+The `mirror` user holds exactly the ACLs `mirror acls` lists for each test's config
+(granted by `DevClusters.grant`); test data is written and read back as the admin user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from mirror.config import load
+from mirror.devenv.kafka import DevClusters
+from mirror.devenv.security import Material, Security, password_var
+from tests.support.clusters import free_base_port, start_cassandra
+from tests.support.kafkautil import wait_for
+from tests.support.metrics import scrape
+from tests.support.mirrorproc import MirrorProcess
+from tests.support.prometheus import free_port
+
+pytestmark = pytest.mark.slow
+
+NAMES = ("ssrc", "sdst")
+
+
+class Secured:
+    def __init__(self, dev: DevClusters) -> None:
+        self.dev = dev
+        self.material = Material(dev.home)
+        self.passwords = self.material.passwords()
+        self.nodes = {n.spec.name: n for n in dev.nodes()}
+
+    def bootstrap(self, name: str) -> str:
+        return self.nodes[name].spec.bootstrap
+
+    def admin_settings(self, name: str) -> dict:
+        return {"bootstrap.servers": self.bootstrap(name), **self.nodes[name].client("admin", with_password=True)}
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+    dev = DevClusters(tmp_path_factory.mktemp("secured"))
+    # SASL_SSL clients on the main listener; SSL (mTLS) and SASL_PLAINTEXT ones on two more.
+    dev.up(list(NAMES), free_base_port(len(NAMES)), security=Security.SASL_SSL, extra_security=[Security.SSL, Security.SASL_PLAINTEXT])
+    sec = Secured(dev)
+    saved = {k: os.environ.get(k) for k in map(password_var, sec.passwords)}
+    # Configs name ${MIRROR_DEV_MIRROR_PASSWORD}: the children inherit it from here.
+    os.environ.update({password_var(u): p for u, p in sec.passwords.items()})
+    try:
+        yield sec
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        dev.down()
+
+
+def _config(sec: Secured, tmp: Path, u: str, *, password_var_name: str | None = None, store: str | None = None, mode: str = "sasl_ssl", timeout: str = "10s") -> Path:
+    """A config for the mirror user, with the password as ${VAR}; grants exactly `mirror acls`."""
+    clusters = ""
+    for name in NAMES:
+        client = sec.nodes[name].client("mirror", mode=mode)  # sasl.password: ${MIRROR_DEV_MIRROR_PASSWORD}
+        if password_var_name:
+            client["sasl.password"] = f"${{{password_var_name}}}"
+        clusters += f"  {name}:\n    bootstrap: {sec.nodes[name].bootstrap(mode)}\n    timeout: {timeout}\n    client: {json.dumps(client)}\n"
+    path = tmp / f"secured-{u}.yaml"
+    path.write_text(f"""\
+clusters:
+{clusters}flows:
+  - name: f-{u}
+    source: ssrc
+    target: sdst
+    consumer_group: mirror-{u}
+    refresh_interval: 1s
+    commit_interval: 500ms
+    topics: {{include: ["sec-{u}-.*"]}}
+    groups: ["billing-{u}"]
+offset_store: {store or f"{{kind: sqlite, path: offsets-{u}.db}}"}
+canary: {{topic: canary-{u}, interval: 1s, max_latency: 20s}}
+metrics: {{port: 0, host: 127.0.0.1}}
+""")
+    if password_var_name is None:
+        sec.dev.grant(load(path))
+    return path
+
+
+def _produce(sec: Secured, topic: str, count: int, partitions: int, start: int = 0) -> None:
+    admin = AdminClient(sec.admin_settings("ssrc"))
+    fut = admin.create_topics([NewTopic(topic, partitions, 1)])[topic]
+    try:
+        fut.result(30)
+    except Exception as exc:  # noqa: BLE001 - already there on a second call
+        assert "already exists" in str(exc)
+    p = Producer({**sec.admin_settings("ssrc"), "enable.idempotence": True, "linger.ms": 5})
+    for i in range(start, start + count):
+        while True:
+            try:
+                p.produce(topic, key=b"k%d" % i, value=b"%d:" % i + b"x" * 100, partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.1)
+    assert p.flush(60) == 0
+
+
+def _ends(sec: Secured, cluster: str, topic: str, partitions: int) -> dict[int, int]:
+    c = Consumer({**sec.admin_settings(cluster), "group.id": "tests-ends"})
+    try:
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+    finally:
+        c.close()
+
+
+def _committed(sec: Secured, group: str, topic: str, partitions: int) -> dict[int, int]:
+    c = Consumer({**sec.admin_settings("ssrc"), "group.id": group, "enable.auto.commit": False})
+    try:
+        return {tp.partition: max(tp.offset, 0) for tp in c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)}
+    finally:
+        c.close()
+
+
+def _values(sec: Secured, topic: str, partitions: int) -> list[int]:
+    """The record numbers on the target, as the admin reads them back."""
+    ends = _ends(sec, "sdst", topic, partitions)
+    c = Consumer({**sec.admin_settings("sdst"), "group.id": "tests-reader", "enable.auto.commit": False})
+    out: list[int] = []
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        seen = dict.fromkeys(range(partitions), 0)
+
+        def done() -> bool:
+            for m in c.consume(5000, timeout=0.5):
+                if m.error() is None:
+                    out.append(int(m.value().split(b":")[0]))
+                    seen[m.partition()] = m.offset() + 1
+            return all(seen[p] >= ends[p] for p in range(partitions))
+
+        wait_for(done, 60, f"reading {topic} back")
+    finally:
+        c.close()
+    return out
+
+
+def _mirror(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mirror", *args], capture_output=True, text=True, timeout=180, env=env)
+
+
+@pytest.mark.parametrize("mode", ["sasl_ssl", "ssl", "sasl_plaintext"])
+def test_sigkill_then_clean_stop(secured, tmp_path, mode):
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, mode=mode)
+    t, n, total = f"sec-{u}-orders", 3, 60_000
+    _produce(secured, t, total, n)
+    m = MirrorProcess(cfg)
+    try:
+        wait_for(lambda: sum(_ends(secured, "sdst", f"ssrc.{t}", n).values()) > total // 5, 120, "the mirror to be part way",
+                 detail=m.output)
+        m.kill()
+    finally:
+        m.close()
+    on_target = _ends(secured, "sdst", f"ssrc.{t}", n)
+    committed = _committed(secured, f"mirror-{u}", t, n)
+    assert sum(on_target.values()) < total, "the mirror finished before it was killed; the test proves nothing"
+    assert all(committed[p] <= on_target[p] for p in range(n)), "committed past what the target acknowledged"
+    in_flight = sum(on_target[p] - committed[p] for p in range(n))
+
+    res = _mirror("run", "-c", str(cfg), "--until-caught-up")
+    assert res.returncode == 0, res.stderr
+    seen = _values(secured, f"ssrc.{t}", n)
+    assert set(seen) == set(range(total)), "records lost"
+    assert len(seen) - total <= in_flight
+
+    # Clean stop: drain, commit, exit; a restart mirrors nothing twice.
+    _produce(secured, t, 9_000, n, start=total)
+    m = MirrorProcess(cfg)
+    try:
+        wait_for(lambda: sum(_ends(secured, "sdst", f"ssrc.{t}", n).values()) >= len(seen) + 9_000, 120, "the new records to arrive", detail=m.output)
+        m.stop()
+        assert m.proc.returncode in (0, 130), m.output()
+    finally:
+        m.close()
+    before = _ends(secured, "sdst", f"ssrc.{t}", n)
+    assert _mirror("run", "-c", str(cfg), "--until-caught-up").returncode == 0
+    assert _ends(secured, "sdst", f"ssrc.{t}", n) == before, "a clean stop left records to mirror twice"
+
+
+def _commit_group(sec: Secured, group: str, topic: str, offsets: dict[int, int]) -> None:
+    c = Consumer({**sec.admin_settings("ssrc"), "group.id": group, "enable.auto.commit": False})
+
+    def commit() -> bool:
+        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+        return True
+
+    try:
+        wait_for(commit, 60, f"committing {group}")  # a new cluster loads its offsets topic first
+    finally:
+        c.close()
+
+
+def test_every_command_with_the_documented_grants_never_shows_a_password(secured, tmp_path):
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u)
+    t, n = f"sec-{u}-pay", 2
+    _produce(secured, t, 2_000, n)
+    _commit_group(secured, f"billing-{u}", t, {0: 400, 1: 500})
+    outputs: list[str] = []
+    files: list[Path] = []
+    port = free_port()
+    m = MirrorProcess(cfg, "--metrics-port", str(port))
+    try:
+        wait_for(lambda: sum(_ends(secured, "sdst", f"ssrc.{t}", n).values()) >= 2_000, 120, "the mirror to catch up", detail=m.output)
+        debug = ["--debug", "-vv"]
+        for args in (
+            ["validate", "-c", str(cfg)],
+            ["acls", "-c", str(cfg)],
+            ["topics", "-c", str(cfg)],
+            ["lag", "-c", str(cfg), "--json"],
+            ["canary", "once", "-c", str(cfg), "--json"],
+        ):
+            res = _mirror(*debug, *args)
+            outputs += [res.stdout, res.stderr]
+            assert res.returncode == 0, f"{args}: {res.stderr[-2000:]}"
+        # The checkpointer has stored the group's position: a translated plan.
+        wait_for(lambda: _mirror("failover", "plan", "-c", str(cfg), "--flow", f"f-{u}", "--group", f"billing-{u}", "--translate", "--json").returncode == 0,
+                 60, "a failover plan")
+        res = _mirror(*debug, "failover", "plan", "-c", str(cfg), "--flow", f"f-{u}", "--group", f"billing-{u}", "--translate", "--json")
+        outputs += [res.stdout, res.stderr]
+        plan = json.loads(res.stdout)
+        assert {p["partition"]: p["target_offset"] for p in plan["partitions"]} == {0: 400, 1: 500}
+        export = tmp_path / "export.json"
+        res = _mirror(*debug, "failover", "export", "-c", str(cfg), "--cluster", "ssrc", "--group", f"billing-{u}", "-o", str(export))
+        outputs += [res.stdout, res.stderr]
+        assert res.returncode == 0, res.stderr[-2000:]
+        files.append(export)
+        backup = tmp_path / "backup.json"
+        res = _mirror(*debug, "failover", "apply", "-c", str(cfg), "--flow", f"f-{u}", "--group", f"billing-{u}", "--translate", "--yes", "--backup", str(backup))
+        outputs += [res.stdout, res.stderr]
+        assert res.returncode == 0, res.stderr[-2000:]
+        res = _mirror(*debug, "failover", "import", "-c", str(cfg), "--cluster", "ssrc", str(export), "--yes")
+        outputs += [res.stdout, res.stderr]
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert _committed(secured, f"billing-{u}", t, n) == {0: 400, 1: 500}
+        res = _mirror(*debug, "failback", "-c", str(cfg), "--flow", f"f-{u}", "--json")
+        outputs += [res.stdout, res.stderr]
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert json.loads(res.stdout)["never_mirrored"] == 0
+        metrics = scrape(port)
+        outputs.append(json.dumps(metrics))
+        assert any(v > 0 for _, v in metrics.get("mirror_records_total", [])), "no records counted"
+        # The lag exporter, scraped as Prometheus would.
+        mport = free_port()
+        mon = subprocess.Popen([sys.executable, "-m", "mirror", *debug, "monitor", "-c", str(cfg), "--port", str(mport), "--host", "127.0.0.1"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            lag: dict = {}
+
+            def scraped() -> bool:
+                nonlocal lag
+                try:
+                    lag = scrape(mport)
+                except OSError:
+                    return False
+                return bool(lag.get("mirror_replication_lag_records"))
+
+            wait_for(scraped, 60, "the exporter's lag series")
+            outputs.append(json.dumps(lag))
+            assert {labels["topic"] for labels, _ in lag["mirror_replication_lag_records"]} >= {t}
+        finally:
+            mon.terminate()
+            outputs.append(mon.communicate(timeout=60)[0])
+    finally:
+        m.stop()
+    outputs.append(m.output())
+    files += [p for p in tmp_path.rglob("*") if p.is_file()]
+    for user, password in secured.passwords.items():
+        for i, text in enumerate(outputs):
+            assert password not in text, f"the {user} password appears in output #{i}"
+        for f in files:
+            assert password.encode() not in f.read_bytes(), f"the {user} password appears in {f}"
+
+
+def test_a_missing_grant_is_one_line_and_nothing_is_committed_past_it(secured, tmp_path):
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u)
+    t, n = f"sec-{u}-x", 2
+    _produce(secured, t, 1_000, n)
+    assert _mirror("run", "-c", str(cfg), "--until-caught-up").returncode == 0
+    admin = secured.dev.admin("sdst")
+    denied = {("topic", f"ssrc.sec-{u}-", "prefixed"): ["Write"]}
+    admin.delete_acls("User:mirror", denied)
+    try:
+        _produce(secured, t, 1_000, n, start=1_000)
+        res = _mirror("run", "-c", str(cfg), "--until-caught-up")
+        errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+        assert res.returncode == 1, res.stderr
+        assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr
+        assert "User:mirror" in errors[0] and "Write" in errors[0] and f"ssrc.sec-{u}-x" in errors[0], errors[0]
+        committed = _committed(secured, f"mirror-{u}", t, n)
+        on_target = _ends(secured, "sdst", f"ssrc.{t}", n)
+        assert all(committed[p] <= on_target[p] for p in range(n)), (committed, on_target)
+        # lag (read-only) still works: the refusal is the run's alone.
+        assert _mirror("lag", "-c", str(cfg)).returncode == 0
+    finally:
+        admin.create_acls("User:mirror", denied)
+    assert _mirror("run", "-c", str(cfg), "--until-caught-up").returncode == 0
+    assert sorted(_values(secured, f"ssrc.{t}", n)) == list(range(2_000))
+
+
+def test_wrong_password_names_the_cluster_and_never_echoes_it(secured, tmp_path):
+    u = uuid.uuid4().hex[:6]
+    # A refused login surfaces when the request times out: a short timeout keeps this quick.
+    cfg = _config(secured, tmp_path, u, password_var_name="SEC_TEST_WRONG_PASSWORD", timeout="3s")
+    wrong = "wrong-" + uuid.uuid4().hex
+    res = _mirror("lag", "-c", str(cfg), env={**os.environ, "SEC_TEST_WRONG_PASSWORD": wrong})
+    assert res.returncode == 1, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: cluster 'ssrc'"), res.stderr
+    assert "SASL credentials refused" in lines[0]
+    assert wrong not in res.stderr + res.stdout
+    res = _mirror("--debug", "-vv", "lag", "-c", str(cfg), env={**os.environ, "SEC_TEST_WRONG_PASSWORD": wrong})
+    assert res.returncode != 0 and wrong not in res.stderr + res.stdout
+
+
+@pytest.fixture(scope="module")
+def auth_cassandra(secured: Secured, tmp_path_factory: pytest.TempPathFactory):
+    """Cassandra with PasswordAuthenticator and a `mirror` role holding the mirror user's password."""
+    node = start_cassandra(tmp_path_factory.mktemp("cassandra-auth"), auth=True)
+    try:
+        node.create_role("mirror", secured.passwords["mirror"])
+        yield node
+    finally:
+        node.stop()
+
+
+def test_cassandra_store_with_a_password_from_the_environment(secured, auth_cassandra, tmp_path, monkeypatch):
+    u = uuid.uuid4().hex[:6]
+    monkeypatch.setenv("SEC_TEST_CASSANDRA_PASSWORD", secured.passwords["mirror"])
+    store = f'{{kind: cassandra, contact_points: ["{auth_cassandra.contact_point}"], keyspace: sec_{u}, username: mirror, password: "${{SEC_TEST_CASSANDRA_PASSWORD}}"}}'
+    cfg = _config(secured, tmp_path, u, store=store)
+    t, n = f"sec-{u}-c", 2
+    _produce(secured, t, 500, n)
+    res = _mirror("--debug", "-vv", "run", "-c", str(cfg), "--until-caught-up")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert sorted(_values(secured, f"ssrc.{t}", n)) == list(range(500))
+    assert secured.passwords["mirror"] not in res.stdout + res.stderr
+
+    wrong = "wrong-" + uuid.uuid4().hex
+    res = _mirror("run", "-c", str(cfg), "--until-caught-up", env={**os.environ, "SEC_TEST_CASSANDRA_PASSWORD": wrong})
+    assert res.returncode == 1, res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "cannot log in" in errors[0] and "'mirror'" in errors[0], errors[0]
+    assert wrong not in res.stdout + res.stderr
+
+
+def test_dev_status_shows_client_settings_and_a_private_password_file(secured, tmp_path):
+    res = _mirror("dev", "status", "--home", str(secured.dev.home), "--json")
+    assert res.returncode == 0, res.stderr
+    status = json.loads(res.stdout)
+    client = status["clusters"]["ssrc"]["client"]
+    assert client["security.protocol"] == "SASL_SSL" and client["sasl.username"] == "mirror"
+    assert client["sasl.password"] == "${MIRROR_DEV_MIRROR_PASSWORD}"
+    path = Path(status["passwords"])
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert {line.split("=", 1)[0] for line in path.read_text().splitlines()} == {password_var(u) for u in ("admin", "mirror", "nogrants")}
+    for password in secured.passwords.values():
+        assert password not in res.stdout
+    assert len(set(secured.passwords.values())) == 3, "passwords are generated, one per user"
+
+    # The user with no grants sees nothing and may do nothing: one line, exit 1.
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u)
+    cfg.write_text(cfg.read_text().replace('"sasl.username": "mirror"', '"sasl.username": "nogrants"').replace(
+        "MIRROR_DEV_MIRROR_PASSWORD", "MIRROR_DEV_NOGRANTS_PASSWORD"))
+    res = _mirror("failover", "export", "-c", str(cfg), "--cluster", "ssrc", "--group", f"billing-{u}")
+    assert res.returncode == 1, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "User:nogrants" in lines[0] and f"group 'billing-{u}'" in lines[0] and "Describe" in lines[0], res.stderr
+    # A topic it may not Describe is not taken for a missing one.
+    _produce(secured, f"sec-{u}-lit", 1, 1)
+    cfg.write_text(cfg.read_text().replace(f'"sec-{u}-.*"', f'"sec-{u}-lit"'))
+    res = _mirror("validate", "-c", str(cfg))
+    assert res.returncode == 0, res.stderr
+    assert f"not allowed to Describe on ssrc (not mirrored until granted; see `mirror acls`): sec-{u}-lit" in res.stdout, res.stdout
+    res = _mirror("run", "-c", str(cfg), "--until-caught-up")
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and len(lines) == 1, res.stderr
+    assert "User:nogrants" in lines[0] and f"missing Describe on topic 'sec-{u}-lit'" in lines[0], lines[0]
