@@ -22,10 +22,12 @@ def free_base_port(count: int, *, extra_below: int = 50) -> int:
         return int(os.environ["MIRROR_TEST_BASE_PORT"])
     rng = random.Random()
     for _ in range(200):
-        base = rng.randrange(30000, 45000, 10)
+        # Below the kernel's ephemeral range (32768-60999 on Linux): a port there can be
+        # taken by any outgoing connection between this check and a broker's (re)start.
+        base = rng.randrange(20000, 32000, 10)
         ports = [base - extra_below, base - extra_below + 1]
         for i in range(count):
-            ports += [base + PORT_STEP * i, base + PORT_STEP * i + 1]
+            ports += [base + PORT_STEP * i + d for d in range(5)]  # client, controller, extra listeners
         if all(port_free(p) for p in ports):
             return base
     raise RuntimeError("no free port range found for test clusters")
@@ -66,7 +68,7 @@ def start_cassandra(home: Path, *, auth: bool = False):
 
     rng = random.Random()
     for _ in range(200):
-        port = rng.randrange(46000, 52000, 2)
+        port = rng.randrange(12000, 18000, 2)  # below the ephemeral range, as above
         if port_free(port) and port_free(port + 1):
             break
     else:
