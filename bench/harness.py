@@ -84,7 +84,7 @@ def _free_base_port(count: int) -> int:
 
     rng = random.Random()
     for _ in range(200):
-        base = rng.randrange(45000, 55000, 10)
+        base = rng.randrange(20000, 32000, 10)  # below the ephemeral range (see tests/support/clusters.py)
         ports = [base + PORT_STEP * i + d for i in range(count) for d in (0, 1)]
         if all(port_free(p) for p in ports):
             return base
