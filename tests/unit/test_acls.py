@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from mirror import config
 from mirror.cli import cli
-from mirror.domain.acls import Resource, cluster_bindings, principal_for, required_grants, resource_for
+from mirror.domain.acls import Resource, cluster_bindings, minimal_operations, principal_for, required_grants, resource_for, visibility_probes
 
 BODY = """\
 clusters:
@@ -49,13 +49,25 @@ def test_run_needs_write_and_idempotence_on_the_target_read_on_the_source():
     assert not any(r.kind == "cluster" for r in target)
     # Prefix renaming: the target resources carry the source cluster's prefix.
     ops = target[Resource("topic", "nyc.orders.", "prefixed")]
-    assert {"Create", "Write", "AlterConfigs", "Alter", "Describe"} <= set(ops)
+    assert {"Create", "Write", "AlterConfigs", "Alter"} <= set(ops)
+    # Implied by Kafka (Write/Alter/Delete imply Describe, AlterConfigs DescribeConfigs): not listed.
+    assert "Describe" not in ops and "DescribeConfigs" not in ops
     assert "Read" not in ops  # sync_group_offsets is off: nothing is committed on the target
     assert Resource("topic", "nyc.canary-t") in target
     source = cluster_bindings([g for g in _grants() if g.command == "run"], "nyc")
-    assert set(source[Resource("topic", "orders.", "prefixed")]) == {"Describe", "Read", "DescribeConfigs"}
+    assert set(source[Resource("topic", "orders.", "prefixed")]) == {"Read", "DescribeConfigs"}
+    assert source[Resource("topic", "canary-t")] == ("Read", "DescribeConfigs")  # `mirror canary` creates it
     assert source[Resource("group", "mirror.f")] == ("Read",)
     assert "Write" not in {op for ops in source.values() for op in ops}
+
+
+def test_implied_operations_are_left_out():
+    assert minimal_operations(["Describe", "Read", "DescribeConfigs", "Read"]) == ("Read", "DescribeConfigs")
+    assert minimal_operations(["Create", "Describe", "Write", "DescribeConfigs", "AlterConfigs"]) == ("Create", "Write", "AlterConfigs")
+    assert minimal_operations(["Describe"]) == ("Describe",)
+    # Merged over commands: lag's Describe on a topic run also Reads is implied there too.
+    source = cluster_bindings(_grants(), "nyc")
+    assert "Describe" not in source[Resource("topic", "orders.", "prefixed")]
 
 
 def test_topic_config_sync_off_drops_alter_configs():
@@ -85,10 +97,10 @@ def test_acls_command_prints_kafka_acls_arguments(tmp_path, monkeypatch):
     nyc = [r for r in rows if r["cluster"] == "nyc" and r["resource_type"] == "topic"]
     assert nyc[0]["kafka_acls_args"] == [
         "--bootstrap-server", "127.0.0.1:19092", "--add", "--allow-principal", "User:mirror-nyc",
-        "--operation", "Create", "--operation", "Describe", "--operation", "Write", "--topic", "canary-t",
+        "--operation", "Create", "--operation", "Write", "--topic", "canary-t",
     ]
     text = CliRunner().invoke(cli, ["acls", "-c", str(path)]).output
-    assert "# mirror run on sf" in text and "--operation Write --operation DescribeConfigs" in text
+    assert "# mirror run on sf" in text and "--operation Create --operation Write --operation AlterConfigs" in text
     assert "hunter2-secret" not in text + res.output
 
 
@@ -101,3 +113,10 @@ def test_readme_table_covers_every_command():
     table = readme.split("### Least privilege", 1)[1].split("\n\n", 3)[2]
     rows = {cell.strip("` ") for line in table.splitlines() if line.startswith("| `") for cell in line.split("|")[1].split(",")}
     assert set(COMMANDS) <= rows, set(COMMANDS) - rows
+
+
+def test_visibility_probes_ask_for_what_no_listed_topic_matches():
+    listed = ["orders.eu", "users"]
+    probes = visibility_probes(["orders\\..*", "users", "payments", "pay\\..*", "audit-[0-9]+", ".*"], listed)
+    # Matched by a listed topic: nothing to ask; a literal name: itself; a regex: its prefix.
+    assert probes == {"payments": "payments", "pay\\..*": "pay.", "audit-[0-9]+": "audit-"}

@@ -14,6 +14,11 @@ OffsetCommit need Read on the group; OffsetFetch and DescribeGroups need Describ
 DescribeConfigs/AlterConfigs, CreateTopics (Create), CreatePartitions (Alter),
 DeleteRecords and DeleteGroups (Delete) what their names say. ListGroups needs nothing: it
 lists the groups the principal may Describe.
+
+An operation Kafka implies from another on the same resource is not listed: Read, Write,
+Delete and Alter each imply Describe, AlterConfigs implies DescribeConfigs (Kafka's
+AclEntry.supportedOperations / the authorizer's implicit allows). Every listed grant is
+then one whose removal alone a command notices (tests/integration/test_security.py).
 """
 
 from __future__ import annotations
@@ -35,6 +40,15 @@ FAILOVER_PROBE_GROUP_PREFIX = "mirror-failover-probe-"  # failover.gather's boun
 COMMANDS = ("validate", "topics", "run", "lag", "canary", "failover plan", "failover apply", "failover export", "failover import", "failback")
 
 _REGEX_CHARS = set(".^$*+?{}[]\\|()")
+
+# Operation -> the operations that imply it on the same resource (Kafka's authorizer).
+IMPLIED_BY = {"Describe": ("Read", "Write", "Delete", "Alter"), "DescribeConfigs": ("AlterConfigs",)}
+
+
+def minimal_operations(ops: Iterable[str]) -> tuple[str, ...]:
+    """`ops` in order, without duplicates and without those another of them implies."""
+    unique = tuple(dict.fromkeys(ops))
+    return tuple(op for op in unique if not any(o in unique for o in IMPLIED_BY.get(op, ())))
 
 
 @dataclass(frozen=True, order=True)
@@ -92,6 +106,24 @@ def resource_for(kind: str, regex: str) -> tuple[Resource, bool]:
     return (Resource(kind, prefix, "prefixed") if prefix else Resource(kind, "*")), False
 
 
+def visibility_probes(patterns: Iterable[str], listed: Iterable[str]) -> dict[str, str]:
+    """Topic names to ask for by name, for the include patterns no listed topic matches.
+
+    Kafka lists only the topics a principal may Describe, and asked for a name it may not
+    Describe answers "not authorized" whether the topic exists or not: a literal pattern is
+    asked for itself, a regex for its literal prefix (what the ACL `mirror acls` lists
+    covers). Returns pattern -> the name to ask for; a pattern with no prefix is left out.
+    """
+    names = list(listed)
+    out = {}
+    for p in patterns:
+        res, _ = resource_for("topic", p)
+        if res.name == "*" or any(re.fullmatch(p, n) for n in names):
+            continue
+        out[p] = res.name
+    return out
+
+
 def _renamed(res: Resource, source: str, policy: RenamePolicy) -> Resource:
     if policy is not RenamePolicy.PREFIX:
         return res
@@ -126,7 +158,7 @@ def flow_grants(config: Config, flow: FlowConfig) -> list[Grant]:
     out: list[Grant] = []
 
     def add(command: str, cluster: str, res: Resource, ops: Iterable[str], why: str) -> None:
-        out.append(Grant(command, cluster, res, tuple(ops), why))
+        out.append(Grant(command, cluster, res, minimal_operations(ops), why))
 
     for r, exact in src_topics:
         add("validate", s, r, ["Describe"], _note(exact, "list the matching source topics"))
@@ -137,7 +169,7 @@ def flow_grants(config: Config, flow: FlowConfig) -> list[Grant]:
     # run: read the source, write the target, checkpoint the groups.
     for r, exact in [*src_topics, (canary_src, True)]:
         add("run", s, r, ["Describe", "Read", "DescribeConfigs"], _note(exact, "read the source topics, their offsets and max.message.bytes"))
-    add("run", s, canary_src, ["Create"], "create the canary topic on the source")
+    # No Create on the canary topic: `mirror canary` makes it; run only tries to, to route it sooner.
     add("run", s, mirror_group, ["Read"], "the mirror's consumer group: join, commit, read back")
     for r, exact in groups:
         add("run", s, r, ["Describe"], _note(exact, "read the checkpointed groups' offsets"))
@@ -213,7 +245,7 @@ def required_grants(config: Config, commands: Iterable[str] = COMMANDS) -> list[
             if prior is None:
                 merged[key] = g
             else:
-                ops = tuple(dict.fromkeys([*prior.operations, *g.operations]))
+                ops = minimal_operations([*prior.operations, *g.operations])
                 why = prior.why if g.why in prior.why else f"{prior.why}; {g.why}"
                 merged[key] = Grant(g.command, g.cluster, g.resource, ops, why)
     order = {c: i for i, c in enumerate(COMMANDS)}
@@ -225,7 +257,7 @@ def cluster_bindings(grants: Iterable[Grant], cluster: str) -> dict[Resource, tu
     out: dict[Resource, tuple[str, ...]] = {}
     for g in grants:
         if g.cluster == cluster:
-            out[g.resource] = tuple(dict.fromkeys([*out.get(g.resource, ()), *g.operations]))
+            out[g.resource] = minimal_operations([*out.get(g.resource, ()), *g.operations])
     return out
 
 

@@ -35,9 +35,10 @@ from confluent_kafka.admin import (
 )
 
 from mirror.config import ClusterConfig
-from mirror.errors import ClusterUnavailable, KafkaOperationError
+from mirror.domain.acls import Resource, resource_for, visibility_probes
+from mirror.errors import AuthorizationFailed, ClusterUnavailable, KafkaOperationError
 from mirror.kafka.clients import client_settings
-from mirror.kafka.errors import AUTHORIZATION, HINT_UNREACHABLE, authentication_error, authorization_error, raise_for, security_error
+from mirror.kafka.errors import AUTHORIZATION, HINT_UNREACHABLE, authentication_error, authorization_error, principal_of, raise_for, security_error
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,28 @@ class Admin:
                 if exc.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
                     out.append(name)
         return sorted(out)
+
+    def require_visible(self, patterns: Iterable[str], listed: Iterable[str], need: str = "Read", literal: Iterable[str] = ()) -> None:
+        """Raise `AuthorizationFailed` when an include pattern matches no listed topic because
+        the principal may not see the topics it names (not even Describe), rather than
+        because there are none. `literal`: exact names to check too (the canary topic)."""
+        names = set(listed)
+        probes = visibility_probes(patterns, names)
+        probes.update({re.escape(t): t for t in literal if t not in names})
+        hidden = set(self.hidden_topics(sorted(set(probes.values()))))
+        bad = [(p, n) for p, n in probes.items() if n in hidden]
+        if not bad:
+            return
+        pattern, name = bad[0]
+        exact = resource_for("topic", pattern)[0] == Resource("topic", pattern) or pattern == re.escape(name)
+        what, res, them = (f"see topic {name!r}", f"topic {name!r}", "it") if exact else (
+            f"see any topic matching {pattern!r}", f"topics prefixed {name!r}", "them")
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise AuthorizationFailed(
+            f"cluster {self.name!r}: {principal_of(self.name)} is not allowed to {what}: missing {need} on {res}"
+            f" (not even Describe: listings leave {them} out){more}",
+            hint="grant it; `mirror acls -c CONFIG` lists every ACL the mirror needs",
+        )
 
     def broker_count(self) -> int:
         try:

@@ -72,7 +72,10 @@ def gather_flow(
     (nothing can be said then); a target or group failure is reported in `errors`."""
     cache = cache if cache is not None else TimestampCache()
     errors: list[str] = []
-    mappings = match_topics(config, flow, source.topics())
+    listed = source.topics()
+    # Topics the principal may not see are left out of the listing: said, not shown as none.
+    source.require_visible(flow.topics.include, listed, "Read")
+    mappings = match_topics(config, flow, listed)
     parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
     marks = source.watermarks(parts)
     committed = source.group_offsets(flow.group_id)

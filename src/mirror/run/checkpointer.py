@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mirror.config import Config, FlowConfig
+from mirror.domain.acls import Resource, resource_for
 from mirror.domain.naming import target_topic
 from mirror.domain.offsetmap import Checkpoint, OffsetSync, translate
 from mirror.domain.topics import match_topics
@@ -124,7 +125,11 @@ class GroupCheckpointer:
             return result
         names = {m.source: m.target for m in mappings}
         source_parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
-        groups = matching_groups(flow.groups, self.source.list_groups(), exclude={flow.group_id})
+        listed = self.source.list_groups()
+        groups = matching_groups(flow.groups, listed, exclude={flow.group_id})
+        # Listing shows only the groups the principal may Describe: a group named literally is
+        # asked for by name, so a missing grant fails the tick instead of skipping the group.
+        groups += [p for p in flow.groups if resource_for("group", p) == (Resource("group", p), True) and p not in listed and p != flow.group_id]
         target_topics = self.target.topics()
         # The target's ends first, the source's after: every copy on the target is then of a
         # record below the source end, which translating a partition with no offset-map row

@@ -15,12 +15,10 @@ from contextlib import ExitStack
 
 from mirror.config import Config, FlowConfig
 from mirror.domain.acks import AckListener
-from mirror.domain.acls import Resource, resource_for
 from mirror.engine.runner import Runner
 from mirror.engine.worker import FlowState
 from mirror.errors import AuthorizationFailed, ClusterUnavailable, MirrorError
 from mirror.kafka import Admin
-from mirror.kafka.errors import principal_of
 from mirror.metrics import FlowStateCollector, RunMetrics, serve
 from mirror.run.canary_topic import ensure_canary_topic
 from mirror.run.checkpointer import GroupCheckpointer
@@ -115,28 +113,20 @@ def run_flows(
 
 
 def _check_literal_topics(config: Config, flows: Sequence[FlowConfig]) -> None:
-    """A literally named source topic the principal may not Describe stops the run.
+    """A source topic the principal may not see stops the run: one named literally (or the
+    canary topic), or a regex's whole prefix when no topic matches it.
 
-    Listings leave such a topic out, so without this the mirror would wait for it forever,
-    as if it did not exist yet. (Topics matched by a regex cannot be told apart this way.)
+    Listings leave such topics out, so without this the mirror would wait for them forever,
+    as if they did not exist yet (or, with --until-caught-up, call nothing "caught up").
     """
     for flow in flows:
-        literal = [p for p in flow.topics.include if resource_for("topic", p) == (Resource("topic", p), True) and p != "*"]
-        if not literal:
-            continue
         try:
             admin = Admin(flow.source, config.clusters[flow.source])
-            hidden = admin.hidden_topics(sorted(set(literal) - set(admin.topics())))
+            listed = admin.topics()
         except ClusterUnavailable as exc:
             log.debug("flow %s: topic visibility not checked: %s", flow.name, exc)  # the workers wait for the source
             continue
-        if hidden:
-            who = principal_of(flow.source)
-            raise AuthorizationFailed(
-                f"cluster {flow.source!r}: {who} is not allowed to see topic {hidden[0]!r}: missing Describe on topic {hidden[0]!r}"
-                + (f" (and {len(hidden) - 1} more)" if len(hidden) > 1 else ""),
-                hint="grant it; `mirror acls -c CONFIG` lists every ACL the mirror needs",
-            )
+        admin.require_visible(flow.topics.include, listed, "Read", literal=[config.canary.topic])
 
 
 def _ensure_canary_topics(config: Config, flows: Sequence[FlowConfig]) -> None:
@@ -145,6 +135,10 @@ def _ensure_canary_topics(config: Config, flows: Sequence[FlowConfig]) -> None:
     for source in sorted({f.source for f in flows}):
         try:
             count, created = ensure_canary_topic(Admin(source, config.clusters[source]), config.canary.topic)
+        except AuthorizationFailed as exc:
+            # Least privilege leaves Create on it to `mirror canary`, which makes it itself.
+            log.info("not making the canary topic %s on %s (`mirror canary` makes it): %s", config.canary.topic, source, exc)
+            continue
         except MirrorError as exc:
             log.warning("could not make the canary topic %s on %s (probes reach the target after a later topic refresh): %s", config.canary.topic, source, exc)
             continue
