@@ -423,19 +423,29 @@ CONDITIONAL = {
 }
 
 
+LAG_GRANTS = [
+    ("ssrc", "topics", "Read"),
+    ("ssrc", "mirror-group", "Describe"),
+    ("ssrc", "reader", "Read"),
+    ("ssrc", "groups", "Describe"),
+    ("sdst", "topics", "Describe"),
+    ("sdst", "groups", "Describe"),
+]
+
+
 def _role(kind: str, name: str, u: str) -> str:
     if kind == "group":
-        return "mirror-group" if name == f"mirror-{u}" else "groups"
+        return {f"mirror-{u}": "mirror-group", "mirror-reader-": "reader", "mirror-failover-probe-": "probe"}.get(name, "groups")
     return "canary" if name.endswith(f"canary-{u}") else "topics"
 
 
-def _run_bindings(cfg: Path, u: str) -> dict[tuple[str, str, str], tuple[str, str, str]]:
+def _bindings(cfg: Path, u: str, command: str = "run") -> dict[tuple[str, str, str], tuple[str, str, str]]:
     """(cluster, role, operation) -> the ACL resource (kind, name, pattern), from `mirror acls --json`."""
     res = _mirror("acls", "-c", str(cfg), "--json")
     assert res.returncode == 0, res.stderr
     out = {}
     for g in json.loads(res.stdout):
-        if g["command"] == "run":
+        if g["command"] == command:
             for op in g["operations"]:
                 out[(g["cluster"], _role(g["resource_type"], g["resource"], u), op)] = (g["resource_type"], g["resource"], g["pattern_type"])
     return out
@@ -452,7 +462,7 @@ def _ends_or_zero(sec: Secured, cluster: str, topic: str, partitions: int) -> di
 def test_run_without_one_grant(secured, tmp_path, cluster, role, op):
     u = uuid.uuid4().hex[:6]
     cfg = _config(secured, tmp_path, u, timeout="3s", commands=("run",))
-    bindings = _run_bindings(cfg, u)
+    bindings = _bindings(cfg, u)
     assert set(bindings) == {*RUN_GRANTS, *CONDITIONAL}, "RUN_GRANTS is not what `mirror acls` lists for run"
     kind, name, pattern = bindings[(cluster, role, op)]
     t, n = f"sec-{u}-t", 2
@@ -477,3 +487,40 @@ def test_run_without_one_grant(secured, tmp_path, cluster, role, op):
     assert res.returncode == 1, res.stderr[-3000:]
     assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
     assert "User:mirror" in errors[0] and op in errors[0] and shown.rstrip("-") in errors[0], errors[0]
+
+
+def _check_one_line(res: subprocess.CompletedProcess, op: str, kind: str, name: str) -> None:
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert res.returncode == 1, res.stderr[-3000:]
+    assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert "User:mirror" in errors[0] and f"missing {op} on" in errors[0] and name.rstrip("-") in errors[0], errors[0]
+
+
+@pytest.mark.parametrize(("cluster", "role", "op"), LAG_GRANTS, ids=["-".join(g) for g in LAG_GRANTS])
+def test_lag_without_one_grant(secured, tmp_path, cluster, role, op):
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, timeout="3s", commands=("lag",))
+    bindings = _bindings(cfg, u, "lag")
+    assert set(bindings) == set(LAG_GRANTS), "LAG_GRANTS is not what `mirror acls` lists for lag"
+    kind, name, pattern = bindings[(cluster, role, op)]
+    # Nothing mirrored yet (lag to read a first record of), the target topic there, the
+    # checkpointed group on both sides.
+    t, n = f"sec-{u}-t", 2
+    _produce(secured, t, 50, n)
+    tgt = AdminClient(secured.admin_settings("sdst"))
+    tgt.create_topics([NewTopic(f"ssrc.{t}", n, 1)])[f"ssrc.{t}"].result(30)
+    _commit_group(secured, f"billing-{u}", t, {0: 10, 1: 20})
+    c = Consumer({**secured.admin_settings("sdst"), "group.id": f"billing-{u}", "enable.auto.commit": False})
+    try:
+        wait_for(lambda: c.commit(offsets=[TopicPartition(f"ssrc.{t}", 0, 0)], asynchronous=False) or True, 60, "a target commit")
+    finally:
+        c.close()
+    ok = _mirror("lag", "-c", str(cfg), "--json")
+    assert ok.returncode == 0 and not json.loads(ok.stdout)["flows"][0]["errors"], ok.stdout + ok.stderr[-2000:]
+    admin = secured.dev.admin(cluster)
+    admin.delete_acls("User:mirror", {(kind, name, pattern): [op]})
+    try:
+        res = _mirror("lag", "-c", str(cfg), "--json", timeout=90)
+    finally:
+        admin.create_acls("User:mirror", {(kind, name, pattern): [op]})
+    _check_one_line(res, op, kind, name)

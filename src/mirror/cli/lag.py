@@ -46,7 +46,7 @@ def lag(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: boo
             rounds += 1
             results = []
             for f in selected:
-                raw = gather_flow(config, f, source=admin(f.source), target=admin(f.target), reader=readers[f.name], store=store, cache=caches[f.name])
+                raw = gather_flow(config, f, source=admin(f.source), target=admin(f.target), reader=readers[f.name], store=store, cache=caches[f.name], strict=True)
                 results.append(judge(evaluators[f.name], raw))
             if as_json:
                 click.echo(json.dumps({"flows": [r.to_json() for r in results]}, indent=None if watch else 2))

@@ -49,7 +49,9 @@ class PartitionReader:
             "isolation.level": "read_committed",
             "enable.partition.eof": False,
         }
-        self._consumer = Consumer(client_settings(name, cluster, {**base, **(settings or {})}))
+        merged = {**base, **(settings or {})}
+        self._group = str(merged["group.id"])
+        self._consumer = Consumer(client_settings(name, cluster, merged))
         self._assigned: set[tuple[str, int]] = set()
 
     def assign(self, offsets: Mapping[tuple[str, int], int]) -> None:
@@ -92,6 +94,8 @@ class PartitionReader:
                 if is_retriable(err) or err.code() in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
                     log.debug("reader %s: %s", self.name, err.str())
                     continue
+                if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:  # the group.id librdkafka requires
+                    raise_for(self.name, f"read as group {self._group!r}", KafkaException(err), acl=("Read", "group", self._group))
                 raise_for(self.name, f"read {m.topic()}[{m.partition()}]", KafkaException(err), acl=("Read", "topic", str(m.topic())))
             topic, partition, offset = m.topic(), m.partition(), m.offset()
             if topic is None or partition is None or offset is None:

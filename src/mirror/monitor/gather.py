@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from mirror.config import Config, FlowConfig
+from mirror.domain.acls import Resource, resource_for
 from mirror.domain.burrow import Evaluator
 from mirror.domain.lag import (
     Clock,
@@ -28,8 +29,9 @@ from mirror.domain.lag import (
     unmirrored,
 )
 from mirror.domain.topics import TopicMapping, match_topics
-from mirror.errors import MirrorError
+from mirror.errors import AuthorizationFailed, MirrorError
 from mirror.kafka import Admin, PartitionReader, Watermarks
+from mirror.kafka.errors import principal_of
 from mirror.store import FullOffsetStore
 
 
@@ -55,6 +57,19 @@ def _matches(patterns: Iterable[str], name: str) -> bool:
     return any(re.fullmatch(p, name) for p in patterns)
 
 
+class _Errors(list[str]):
+    """Partial failures of one observation; with `strict`, a missing grant is raised instead."""
+
+    def __init__(self, strict: bool) -> None:
+        super().__init__()
+        self.strict = strict
+
+    def add(self, exc: MirrorError) -> None:
+        if self.strict and isinstance(exc, AuthorizationFailed):
+            raise exc
+        self.append(str(exc))
+
+
 def gather_flow(
     config: Config,
     flow: FlowConfig,
@@ -67,11 +82,14 @@ def gather_flow(
     clock: Clock = time.time,
     read_timeout: float = 3.0,
     with_groups: bool = True,
+    strict: bool = False,
 ) -> FlowLag:
     """One observation of a flow. Raises `ClusterUnavailable` when the source does not answer
-    (nothing can be said then); a target or group failure is reported in `errors`."""
+    (nothing can be said then); a target or group failure is reported in `errors`, except
+    with `strict` a missing grant, which is raised (`mirror lag`: one line, exit 1; the
+    exporter keeps what it can gather)."""
     cache = cache if cache is not None else TimestampCache()
-    errors: list[str] = []
+    errors = _Errors(strict)
     listed = source.topics()
     # Topics the principal may not see are left out of the listing: said, not shown as none.
     source.require_visible(flow.topics.include, listed, "Read")
@@ -83,15 +101,24 @@ def gather_flow(
         active: bool | None = source.group_members(flow.group_id) > 0
     except MirrorError as exc:
         active = None
-        errors.append(str(exc))
+        errors.add(exc)
     target_marks: dict[PartitionKey, Any] = {}
     try:
         existing = target.topics()
+        # A target topic the principal may not Describe is left out of the listing: asked
+        # for by name, so a missing grant is not shown as a topic not mirrored yet.
+        hidden = target.hidden_topics(sorted({m.target for m in mappings if m.target not in existing}))
+        if hidden:
+            errors.add(AuthorizationFailed(
+                f"cluster {flow.target!r}: {principal_of(flow.target)} is not allowed to see topic {hidden[0]!r}: missing Describe on topic {hidden[0]!r}"
+                + (f" (and {len(hidden) - 1} more)" if len(hidden) > 1 else ""),
+                hint="grant it; `mirror acls -c CONFIG` lists every ACL the mirror needs",
+            ))
         tparts = [(m.target, p) for m in mappings if m.target in existing for p in range(min(m.partitions, existing[m.target]))]
         # Only the ends are used: half the ListOffsets of `watermarks` (10,000 partitions each).
         target_marks = {k: Watermarks(-1, high) for k, high in target.end_offsets(tparts, committed_only=False).items()}
     except MirrorError as exc:
-        errors.append(str(exc))
+        errors.add(exc)
     now = clock()
 
     # Lag seconds: the record at each lagging partition's position, read from the source.
@@ -107,7 +134,7 @@ def gather_flow(
                 if rec.timestamp_ms >= 0:
                     cache.put(key, wanted[key], rec.timestamp_ms, "record" if rec.offset == wanted[key] else "next-existing")
         except MirrorError as exc:
-            errors.append(str(exc))
+            errors.add(exc)
 
     by_source = {m.source: m for m in mappings}
     out: list[PartitionLag] = []
@@ -127,7 +154,7 @@ def gather_flow(
         out.append(PartitionLag(topic, tm.target, p, wm.low, wm.high, pos, tw.high if tw else None, lag, secs, basis))
 
     groups = _gather_groups(flow, mappings, marks, committed, target_marks, source, target, store, now, errors) if with_groups and flow.groups else []
-    return FlowLag(flow.name, flow.source, flow.target, now, out, groups, active, errors=errors)
+    return FlowLag(flow.name, flow.source, flow.target, now, out, groups, active, errors=list(errors))
 
 
 def _gather_groups(
@@ -140,17 +167,21 @@ def _gather_groups(
     target: Admin,
     store: FullOffsetStore | None,
     now: float,
-    errors: list[str],
+    errors: _Errors,
 ) -> list[GroupLag]:
     try:
-        src_groups = {g for g in source.list_groups() if _matches(flow.groups, g)}
+        src_listed = source.list_groups()
+        src_groups = {g for g in src_listed if _matches(flow.groups, g)}
+        _ask_unlisted(source, flow, src_listed, errors)
     except MirrorError as exc:
-        errors.append(str(exc))
+        errors.add(exc)
         return []
     try:
-        tgt_groups = {g for g in target.list_groups() if _matches(flow.groups, g)}
+        tgt_listed = target.list_groups()
+        tgt_groups = {g for g in tgt_listed if _matches(flow.groups, g)}
+        _ask_unlisted(target, flow, tgt_listed, errors)
     except MirrorError as exc:
-        errors.append(str(exc))
+        errors.add(exc)
         tgt_groups = set()
     src_topics = {m.source: m for m in mappings}
     tgt_topics = {m.target: m for m in mappings}
@@ -176,7 +207,7 @@ def _gather_groups(
             else:
                 members = 0
         except MirrorError as exc:
-            errors.append(str(exc))
+            errors.add(exc)
         age = None
         if store is not None:
             try:
@@ -184,9 +215,21 @@ def _gather_groups(
                 if cps:
                     age = max(0.0, now - max(c.time_ms for c in cps) / 1000.0)
             except MirrorError as exc:
-                errors.append(str(exc))
+                errors.add(exc)
         out.append(GroupLag(group, src_rows, tgt_rows, at_risk, members, age))
     return out
+
+
+def _ask_unlisted(admin: Admin, flow: FlowConfig, listed: Iterable[str], errors: _Errors) -> None:
+    """Listing shows only the groups the principal may Describe: a literally named group not
+    listed is asked for by name, so a missing grant is reported, not shown as no group."""
+    names = set(listed)
+    for group in flow.groups:
+        if group not in names and resource_for("group", group) == (Resource("group", group), True):
+            try:
+                admin.group_offsets(group)  # nothing, for a group that does not exist
+            except AuthorizationFailed as exc:
+                errors.add(exc)
 
 
 class FlowProbe:
