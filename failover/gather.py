@@ -92,7 +92,10 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
         # lookup that librdkafka (2.16) can abort the process on when it times out
         # (`eonce->refcnt > 0` assertion), so a source that does not answer this is
         # treated as gone before any group request is sent to it.
-        ctx.source.topics()
+        listed = ctx.source.topics()
+        # Topics it may not Describe are left out of listings and of the group's offsets:
+        # that must not pass for a source that is gone (and a plan from checkpoints).
+        ctx.source.require_visible(flow.topics.include, listed, "Describe")
         positions = {k: v for k, v in ctx.source.group_offsets(group).items() if topic_ok(k[0])}
         if positions:
             source_ends = ctx.source.end_offsets(positions)
@@ -123,6 +126,7 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
     names = {t: target_topic(t, flow.source, flow.rename) for t, _ in positions}
     existing = ctx.target.topics()
     missing = sorted({f"{names[t]}" for t, _ in positions if names[t] not in existing})
+    ctx.target.require_visible([], existing, "Read", literal=missing)  # not there, or not visible?
     keys = sorted(k for k in positions if names[k[0]] in existing)
     if not keys:
         raise MirrorError(

@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from mirror.config import load
 from mirror.devenv.kafka import DevClusters
 from mirror.devenv.security import Material, Security, password_var
+from mirror.domain.acls import cluster_bindings, required_grants
 from tests.support.clusters import free_base_port, start_cassandra
 from tests.support.kafkautil import wait_for
 from tests.support.metrics import scrape
@@ -521,6 +522,67 @@ def test_lag_without_one_grant(secured, tmp_path, cluster, role, op):
     admin.delete_acls("User:mirror", {(kind, name, pattern): [op]})
     try:
         res = _mirror("lag", "-c", str(cfg), "--json", timeout=90)
+    finally:
+        admin.create_acls("User:mirror", {(kind, name, pattern): [op]})
+    _check_one_line(res, op, kind, name)
+
+
+PLAN_GRANTS = [
+    ("ssrc", "mirror-group", "Describe"),
+    ("ssrc", "topics", "Describe"),
+    ("ssrc", "groups", "Describe"),
+    ("sdst", "topics", "Read"),
+]
+
+
+def _first_timestamp(sec: Secured, cluster: str, topic: str) -> int:
+    c = Consumer({**sec.admin_settings(cluster), "group.id": "tests-ts", "enable.auto.commit": False})
+    stamps: list[int] = []
+
+    def read() -> bool:
+        m = c.poll(1)
+        if m is not None and m.error() is None:
+            stamps.append(m.timestamp()[1])
+        return bool(stamps)
+
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        wait_for(read, 30, f"a record of {topic}")
+    finally:
+        c.close()
+    return stamps[0]
+
+
+@pytest.mark.parametrize(("cluster", "role", "op"), PLAN_GRANTS, ids=["-".join(g) for g in PLAN_GRANTS])
+def test_failover_plan_without_one_grant(secured, tmp_path, cluster, role, op):
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, timeout="3s", commands=("run", "failover plan"))
+    bindings = _bindings(cfg, u, "failover plan")
+    assert set(bindings) == set(PLAN_GRANTS), "PLAN_GRANTS is not what `mirror acls` lists for failover plan"
+    kind, name, pattern = bindings[(cluster, role, op)]
+    t, n = f"sec-{u}-t", 2
+    _produce(secured, t, 200, n)
+    _commit_group(secured, f"billing-{u}", t, {0: 10, 1: 20})
+    res = _mirror("run", "-c", str(cfg), "--until-caught-up")
+    assert res.returncode == 0, res.stderr[-2000:]
+    # From here on the mirror user holds exactly what `failover plan` needs.
+    config = load(cfg)
+    union = required_grants(config, ("run", "failover plan"))
+    for c in NAMES:
+        secured.dev.admin(c).delete_acls("User:mirror", {(r.kind, r.name, r.pattern): ops for r, ops in cluster_bindings(union, c).items()})
+    secured.dev.grant(config, commands=("failover plan",))
+    plan = ["failover", "plan", "-c", str(cfg), "--flow", f"f-{u}", "--group", f"billing-{u}", "--translate", "--json"]
+    ok = _mirror(*plan)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    if (cluster, role) == ("sdst", "topics"):
+        # --at a record's own millisecond: the boundary reader counts the records sharing
+        # it, with no group ACL (none is listed for it).
+        at = _mirror(*plan[:-2], "--at", str(_first_timestamp(secured, "sdst", f"ssrc.{t}")), "--json")
+        assert at.returncode == 0 and json.loads(at.stdout)["boundary_records"] > 0, at.stdout + at.stderr[-2000:]
+    admin = secured.dev.admin(cluster)
+    admin.delete_acls("User:mirror", {(kind, name, pattern): [op]})
+    try:
+        res = _mirror(*plan, timeout=90)
     finally:
         admin.create_acls("User:mirror", {(kind, name, pattern): [op]})
     _check_one_line(res, op, kind, name)

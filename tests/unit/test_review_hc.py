@@ -86,6 +86,9 @@ class FakeAdmin:
     def topics(self) -> set[str]:
         return self._topics
 
+    def require_visible(self, patterns: Any, listed: Any, need: str = "Read", literal: Any = ()) -> None:
+        """Every topic is visible here."""
+
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
         return dict(self._groups.get(group, {}))
 
