@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from mirror.domain.topics import TopicMapping
-from mirror.errors import KafkaOperationError
+from mirror.errors import AuthorizationFailed, KafkaOperationError
 from mirror.kafka import Admin
 
 log = logging.getLogger(__name__)
@@ -146,6 +146,7 @@ class TopicSync:
     applied: dict[str, str | None]  # config -> value set on the target (None: back to its default)
     grown: tuple[int, int] | None  # (from, to) partitions
     failed: str | None = None  # why the target could not be brought in line: it still drifts
+    denied: bool = False  # failed for want of a grant (AuthorizationFailed)
 
     @property
     def drifting(self) -> bool:
@@ -191,7 +192,7 @@ def sync_topics(source: Admin, target: Admin, mappings: Iterable[TopicMapping]) 
                 log.info("target topic %s follows its source: %s", r.target, ", ".join(f"{k}={v or 'default'}" for k, v in applied.items()))
         except KafkaOperationError as exc:
             log.warning("target topic %s differs from its source %s and cannot be changed: %s", r.target, r.source, exc)
-            out.append(TopicSync(r.source, r.target, applied, grown, str(exc)))
+            out.append(TopicSync(r.source, r.target, applied, grown, str(exc), denied=isinstance(exc, AuthorizationFailed)))
             continue
         out.append(TopicSync(r.source, r.target, applied, grown))
     return out

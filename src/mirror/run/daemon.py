@@ -84,7 +84,7 @@ def run_flows(
                 syncer = TopicSyncer(config, flow, run_metrics.topic_sync if run_metrics else None)
                 t = threading.Thread(target=syncer.run, args=(side_stop,), name=f"topicsync-{flow.name}", daemon=True)
                 t.start()
-                syncers.append(t)
+                syncers.append((syncer, t))
 
         runner = Runner(
             config,
@@ -103,13 +103,20 @@ def run_flows(
             side_stop.set()
             for _, t in checkpointers:
                 t.join(timeout=30)
-            for t in syncers:
+            for _, t in syncers:
                 t.join(timeout=30)
         if until_caught_up:
             # One last checkpoint of every group against the final, fully committed state,
             # so a migration that ends here leaves translations as fresh as they can be.
             for cp, _ in checkpointers:
                 cp.tick()
+            # And target topics that follow their sources' configs: a refusal for want of a
+            # grant fails the run (the daemon's loop only warns, and a run that ends here
+            # would leave the target differing unnoticed).
+            for syncer, _ in syncers:
+                denied = [s for s in syncer.tick() if s.denied]
+                if denied:
+                    raise AuthorizationFailed(denied[0].failed or "")  # the message carries its hint
 
 
 def _check_literal_topics(config: Config, flows: Sequence[FlowConfig]) -> None:
