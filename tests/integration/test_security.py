@@ -389,7 +389,14 @@ def test_dev_status_shows_client_settings_and_a_private_password_file(secured, t
     assert res.returncode == 1, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "User:nogrants" in lines[0] and f"group 'billing-{u}'" in lines[0] and "Describe" in lines[0], res.stderr
-    # A topic it may not Describe is not taken for a missing one.
+    # Topics it may not Describe are not taken for missing ones: by a regex's prefix...
+    res = _mirror("validate", "-c", str(cfg))
+    assert res.returncode == 0 and f"sec-{u}-* (matching 'sec-{u}-.*')" in res.stdout, res.stdout
+    res = _mirror("lag", "-c", str(cfg))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 1 and len(lines) == 1, res.stderr
+    assert "User:nogrants" in lines[0] and f"missing Read on topics prefixed 'sec-{u}-'" in lines[0], lines[0]
+    # ...or by name.
     _produce(secured, f"sec-{u}-lit", 1, 1)
     cfg.write_text(cfg.read_text().replace(f'"sec-{u}-.*"', f'"sec-{u}-lit"'))
     res = _mirror("validate", "-c", str(cfg))

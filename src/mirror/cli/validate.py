@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from mirror.cli import AppContext, config_option, json_option, pass_app
-from mirror.domain.acls import resource_for
+from mirror.domain.acls import resource_for, visibility_probes
 from mirror.domain.topics import match_topics
 from mirror.errors import ClusterUnavailable
 from mirror.kafka import Admin
@@ -29,10 +29,12 @@ def validate(app: AppContext, config_path: Path, offline: bool, as_json: bool) -
             try:
                 admin = Admin(flow.source, config.clusters[flow.source])
                 topics = admin.topics()
-                # A topic the principal may not Describe is left out of listings: named
-                # literally, ask for it, so a missing grant is not taken for a missing topic.
-                literal = [p for p in flow.topics.include if resource_for("topic", p)[0].pattern == "literal" and p != "*" and p not in topics]
-                entry["not_allowed"] = admin.hidden_topics(literal)
+                # A topic the principal may not Describe is left out of listings: a pattern no
+                # listed topic matches is asked for by name (a regex: its prefix), so a missing
+                # grant is not taken for a missing topic.
+                probes = visibility_probes(flow.topics.include, topics)
+                hidden = set(admin.hidden_topics(sorted(set(probes.values()))))
+                entry["not_allowed"] = sorted(n if resource_for("topic", p)[0].pattern == "literal" else f"{n}* (matching {p!r})" for p, n in probes.items() if n in hidden)
             except ClusterUnavailable as exc:
                 entry["error"] = str(exc)
             else:
