@@ -83,6 +83,7 @@ _COMMANDS = {
     "failover": "failover.cli:failover",
     "failback": "failover.cli:failback",
     "drill": "mirror.cli.drill:drill",
+    "spark": "mirror.cli.spark:spark",
 }
 
 

@@ -126,3 +126,51 @@ class PartitionReader:
             self._consumer.close()
         except (KafkaException, RuntimeError):
             pass
+
+
+def read_headers(name: str, cluster: ClusterConfig, topic: str, partition: int, start: int, end: int, timeout: float) -> list[tuple[int, list[tuple[str, bytes | None]]]]:
+    """Offsets and headers of the records of one partition in [start, end), in order.
+
+    For the Spark engine's replay check (what the target already holds, by the provenance
+    header of its last records). read_uncommitted: the mirror's own target writes are not
+    transactional, and an offset range that ends at the high watermark must be read whole.
+    Raises `KafkaOperationError` when the range cannot be read within `timeout`.
+    """
+    if end <= start:
+        return []
+    settings = {
+        "group.id": f"mirror-tail-{topic}-{partition}",  # required by librdkafka; nothing is committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": True,
+    }
+    consumer = Consumer(client_settings(name, cluster, settings))
+    out: list[tuple[int, list[tuple[str, bytes | None]]]] = []
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + timeout
+        while True:
+            if time.monotonic() > deadline:
+                raise_for(name, f"read {topic}[{partition}] {start}..{end}", KafkaException(KafkaError(KafkaError._TIMED_OUT)))
+            for m in consumer.consume(1000, timeout=0.5):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF or is_retriable(err):
+                        continue
+                    raise_for(name, f"read {topic}[{partition}]", KafkaException(err))
+                offset = m.offset()
+                if offset is None or offset >= end:
+                    continue
+                out.append((offset, list(m.headers() or [])))
+            position = consumer.position([TopicPartition(topic, partition)])[0].offset
+            if position >= end:
+                return out
+    except KafkaException as exc:
+        raise_for(name, f"read {topic}[{partition}]", exc)
+    finally:
+        try:
+            consumer.close()
+        except (KafkaException, RuntimeError):
+            pass
+    return out
