@@ -7,10 +7,6 @@ the driver-kill test run `mirror spark run` as a child process, like a user woul
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,9 +14,8 @@ import pytest
 
 from mirror.cli import main
 from mirror.config import load
-from mirror.devenv.common import spawn_prefix
 from mirror.store import open_store
-from tests.support.kafkautil import Rec, create_topic, end_offsets, group_offsets, producer, read_partition, read_topic, wait_for
+from tests.support.kafkautil import Rec, create_topic, end_offsets, group_offsets, producer, read_partition, read_topic
 
 pytestmark = pytest.mark.slow
 

@@ -162,7 +162,8 @@ def read_headers(name: str, cluster: ClusterConfig, topic: str, partition: int, 
                 offset = m.offset()
                 if offset is None or offset >= end:
                     continue
-                out.append((offset, list(m.headers() or [])))
+                raw: Any = m.headers() or []
+                out.append((offset, [(k, v if isinstance(v, bytes) or v is None else str(v).encode()) for k, v in raw]))
             position = consumer.position([TopicPartition(topic, partition)])[0].offset
             if position >= end:
                 return out

@@ -127,7 +127,7 @@ def mirror_partition(plan: TaskPlan, rows: Iterable[SourceRow]) -> Iterator[Task
     first, last = batch[0][2], batch[-1][2]
     result = TaskResult(topic, partition, r.target_topic, first, last + 1)
 
-    held, pairs = -1, []
+    held, pairs = -1, list[tuple[int, int]]()
     if r.origin is not None:
         admin = Admin(plan.flow.target, plan.target)
         marks = admin.watermarks([(r.target_topic, partition)], committed_only=False)[(r.target_topic, partition)]
@@ -178,19 +178,19 @@ def _produce(plan: TaskPlan, r: Route, rows: Sequence[SourceRow]) -> list[tuple[
             kwargs["on_delivery"] = report("last") if n > 1 else _both(report("first"), report("last"))
         while True:
             try:
-                producer.produce(r.target_topic, _bytes(value), _bytes(key), partition=partition, timestamp=ts, headers=r.headers(offset, _headers(headers)), **kwargs)
+                producer.produce(r.target_topic, _bytes(value), _bytes(key), partition=partition, timestamp=ts, headers=r.headers(offset, _headers(headers)), **kwargs)  # type: ignore[arg-type]
                 break
             except BufferError:
                 producer.poll(0.05)  # acknowledgements free queue room
     deadline = time.monotonic() + FLUSH_TIMEOUT
     while producer.flush(1.0) > 0:
         if time.monotonic() > deadline:
-            raise FatalProduceError(f"flow {plan.flow.name}: the target did not acknowledge {r.target_topic}[{r.partition}] within {FLUSH_TIMEOUT:.0f}s")
+            raise FatalProduceError(r.source_topic, r.partition, rows[0][2], f"the target did not acknowledge {r.target_topic}[{r.partition}] within {FLUSH_TIMEOUT:.0f}s")
     if errors:
-        raise FatalProduceError(f"flow {plan.flow.name}: producing {r.source_topic}[{r.partition}] to {r.target_topic} failed: {errors[0]}")
+        raise FatalProduceError(r.source_topic, r.partition, rows[0][2], f"producing to {r.target_topic} failed: {errors[0]}")
     t0, t1 = reports.get("first"), reports.get("last")
     if t0 is None or t1 is None or t1 - t0 != n - 1:
-        raise FatalProduceError(f"flow {plan.flow.name}: {r.target_topic}[{r.partition}] did not receive the batch contiguously (offsets {t0}..{t1} for {n} records): is another producer writing it?")
+        raise FatalProduceError(r.source_topic, r.partition, rows[0][2], f"{r.target_topic}[{r.partition}] did not receive the batch contiguously (offsets {t0}..{t1} for {n} records)", hint="is another producer writing the target topic?")
     return [(row[2], t0 + i) for i, row in enumerate(rows)]
 
 

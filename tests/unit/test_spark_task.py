@@ -1,0 +1,69 @@
+"""The Spark engine's pure pieces: replay detection from provenance headers, delta changes,
+and the checks a run makes before Spark starts (no Spark, no Kafka)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mirror.config import parse
+from mirror.domain.route import HEADER_ORIGIN, Route
+from mirror.errors import ExitCode, MirrorError, UsageError
+from mirror.spark.job import check_master, claim_checkpoint
+from mirror.spark.task import delta_changes, held_pairs, origin_offset
+
+R = Route("orders", 1, "nyc.orders", b"nyc/orders/1/")
+
+
+def h(origin: str | None, *own: tuple[str, bytes | None]) -> list[tuple[str, bytes | None]]:
+    return [*own, (HEADER_ORIGIN, origin.encode())] if origin else list(own)
+
+
+def test_origin_offset_reads_only_this_routes_newest_hop():
+    assert origin_offset(R, h("nyc/orders/1/42", ("a", b"x"))) == 42
+    assert origin_offset(R, h("nyc/orders/2/42")) is None  # another partition's copy
+    assert origin_offset(R, h("nyc/orders/1/7") + h("nyc/orders/1/9")) == 9
+    assert origin_offset(R, [("a", None)]) is None
+    assert origin_offset(Route("orders", 1, "orders", None), h("nyc/orders/1/3")) is None  # provenance off
+
+
+def test_held_pairs_gives_the_newest_copy_and_the_pairs_of_this_batch():
+    # target offsets 10..14 hold copies of source 3, 4, 6, 7 (5 was a marker) and a foreign record
+    tail = [(10, h("nyc/orders/1/3")), (11, h("nyc/orders/1/4")), (12, h("nyc/orders/1/6")), (13, [("x", b"1")]), (14, h("nyc/orders/1/7"))]
+    held, pairs = held_pairs(R, tail, first=4)
+    assert held == 7
+    assert pairs == [(4, 11), (6, 12), (7, 14)]
+    assert held_pairs(R, [], first=0) == (-1, [])
+
+
+def test_delta_changes_keep_the_first_pair_and_every_change():
+    assert delta_changes([(4, 11), (5, 12), (7, 13), (8, 14), (9, 16)]) == [(4, 11), (7, 13), (9, 16)]
+    assert delta_changes([]) == []
+
+
+def test_a_master_that_does_not_answer_is_one_clear_error():
+    with pytest.raises(MirrorError, match="spark://127.0.0.1:9 does not answer") as info:
+        check_master("spark://127.0.0.1:9", timeout=2)
+    assert info.value.exit_code == ExitCode.FAILURE
+    check_master("local[2]")  # nothing to reach
+
+
+def _flow(name: str):
+    text = f"""\
+clusters:
+  a: {{bootstrap: 127.0.0.1:9092}}
+  b: {{bootstrap: 127.0.0.1:9093}}
+flows:
+  - {{name: {name}, source: a, target: b, topics: {{include: [x]}}}}
+"""
+    config = parse(text, env={})
+    return config.flow(name)
+
+
+def test_a_checkpoint_directory_belongs_to_one_flow(tmp_path):
+    assert claim_checkpoint(tmp_path / "cp", _flow("one")) == tmp_path / "cp" / "query"
+    assert json.loads((tmp_path / "cp" / "mirror-flow.json").read_text())["flow"] == "one"
+    assert claim_checkpoint(tmp_path / "cp", _flow("one")) == tmp_path / "cp" / "query"  # its own again
+    with pytest.raises(UsageError, match="belongs to .*'one'.*not flow 'two'"):
+        claim_checkpoint(tmp_path / "cp", _flow("two"))
