@@ -36,6 +36,7 @@ from mirror.devenv.common import (
     started_alive,
     terminate,
 )
+from mirror.devenv.spark import SparkDev
 from mirror.errors import DevClusterError, MirrorError
 from mirror.kafka import Admin
 
@@ -255,7 +256,7 @@ class DevClusters:
         try:
             return json.loads((self.home / self.STATE).read_text())
         except (OSError, ValueError):
-            return {"clusters": {}, "cassandra": None}
+            return {"clusters": {}, "cassandra": None, "spark": None}
 
     def _save(self, state: dict) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
@@ -273,7 +274,7 @@ class DevClusters:
 
     def up(
         self, names: Sequence[str], base_port: int = DEFAULT_BASE_PORT, *, cassandra: bool = False, heap: str | None = None,
-        broker_config: Mapping[str, str] | None = None,
+        broker_config: Mapping[str, str] | None = None, spark: bool = False,
     ) -> UpResult:
         """Start the named clusters; `broker_config` lines are added to every broker's
         server.properties (and remembered, so a restart of the node keeps them)."""
@@ -311,6 +312,15 @@ class DevClusters:
                 state["cassandra"] = {"port": cas.port, "contact_point": cas.contact_point}
                 self._save(state)
                 cas.wait_ready()
+            if spark:
+                sp = SparkDev(self.home, base_port)
+                new = sp.start()
+                started += new
+                if not new:
+                    running.append("spark")
+                state["spark"] = {"base_port": base_port, "master": sp.master_url}
+                self._save(state)
+                sp.wait_ready()
         except BaseException:
             # Leave nothing half-started behind: stop what this call started.
             for node in nodes:
@@ -319,6 +329,8 @@ class DevClusters:
             if "cassandra" in started:
 
                 CassandraNode(self.home, base_port - 50).stop(kill=True)
+            if any(s.startswith("spark-") for s in started):
+                SparkDev(self.home, base_port).stop(kill=True)
             raise
         return UpResult(started, running, self.status())
 
@@ -337,7 +349,11 @@ class DevClusters:
         if state.get("cassandra"):
             cnode = CassandraNode(self.home, state["cassandra"]["port"])
             cas = {"contact_point": cnode.contact_point, "running": cnode.pid() is not None, "pid": cnode.pid(), "log": str(cnode.log_file)}
-        return {"clusters": clusters, "cassandra": cas}
+        sp = None
+        if state.get("spark"):
+            dev = SparkDev(self.home, state["spark"]["base_port"])
+            sp = {"master": dev.master_url, "running": dev.running(), "pid": dev.pid("master"), "log": str(dev.dir)}
+        return {"clusters": clusters, "cassandra": cas, "spark": sp}
 
     def down(self) -> list[str]:
         stopped = [n.spec.name for n in self.nodes() if n.stop()]
@@ -346,4 +362,6 @@ class DevClusters:
 
             if CassandraNode(self.home, state["cassandra"]["port"]).stop():
                 stopped.append("cassandra")
+        if state.get("spark"):
+            stopped += SparkDev(self.home, state["spark"]["base_port"]).stop()
         return stopped
