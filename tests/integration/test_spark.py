@@ -7,6 +7,9 @@ the driver-kill test run `mirror spark run` as a child process, like a user woul
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,8 +17,10 @@ import pytest
 
 from mirror.cli import main
 from mirror.config import load
+from mirror.devenv.common import spawn_prefix
 from mirror.store import open_store
-from tests.support.kafkautil import Rec, create_topic, end_offsets, group_offsets, producer, read_partition, read_topic
+from tests.support.kafkautil import Rec, create_topic, end_offsets, group_offsets, producer, read_partition, read_topic, wait_for
+from tests.support.kafkautil import topics as kafka_topics
 
 pytestmark = pytest.mark.slow
 
@@ -145,3 +150,142 @@ def test_local_mode_mirrors_exactly_and_commits_the_group(clusters, write_config
     # A second run has nothing to do: the group says where it stopped.
     again = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
     assert again.records == 0
+
+
+class SparkRun:
+    """`mirror spark run` as a child process (its own driver JVM), for the cluster and kill tests."""
+
+    def __init__(self, config: Path, flow: str, *args: str) -> None:
+        self.log = config.with_suffix(f".spark.{time.monotonic_ns()}.log")
+        self._logf = open(self.log, "wb")
+        self.proc = subprocess.Popen(
+            [*spawn_prefix(), sys.executable, "-m", "mirror", "-v", "spark", "run", "-c", str(config), "--flow", flow, *args],
+            stdout=self._logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+
+    def wait(self, timeout: float = 300) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._logf.flush()
+
+    def output(self) -> str:
+        self._logf.flush()
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def kill(self) -> None:
+        """SIGKILL the driver (the Python process); its JVM exits with it (the gateway's stdin closes)."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+        self._logf.close()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """`mirror dev up --spark`'s standalone master and worker (no Kafka: the session's clusters serve)."""
+    from mirror.devenv.kafka import DevClusters
+    from tests.support.clusters import free_base_port
+
+    home = tmp_path_factory.mktemp("spark-dev")
+    dev = DevClusters(home)
+    base = free_base_port(0, extra_below=30)
+    result = dev.up([], base, spark=True)
+    try:
+        yield home, result.status["spark"]["master"]
+    finally:
+        dev.down()
+
+
+def test_standalone_cluster_mirrors_exactly_with_tasks_on_its_worker(clusters, write_config, unique, tmp_path, spark_cluster, capsys):
+    home, master = spark_cluster
+    assert main(["dev", "status", "--home", str(home), "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["spark"] == {"master": master, "running": True}
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topics = load_data(src, unique, records=RECORDS // 2)
+    config = write_config(flow_yaml(unique, f"sp-{unique}-.*", tmp_path / "offsets.db"))
+    run = SparkRun(config, f"f-{unique}", "--master", master, "--until-caught-up")
+    try:
+        t0 = time.monotonic()
+        assert run.wait() == 0, run.output()
+        print(f"spark standalone (1 worker core): {time.monotonic() - t0:.1f}s including driver start")
+    finally:
+        run.close()
+    assert_exact(src, dst, unique, topics)
+    topic = next(iter(topics))
+    assert_translation_exact(src, dst, config, unique, topic, topics[topic], capsys)
+    # The tasks ran in an executor of the dev worker: it keeps each application's executor logs.
+    apps = list((home / "spark" / "work").glob("app-*"))
+    assert apps and any((a / "0" / "stderr").exists() for a in apps)
+
+
+def test_driver_killed_mid_run_and_restarted_loses_nothing_and_duplicates_nothing(clusters, write_config, unique, tmp_path):
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topics = load_data(src, unique)
+    config = write_config(flow_yaml(unique, f"sp-{unique}-.*", tmp_path / "offsets.db"))
+    group, plain = f"mirror-{unique}", f"sp-{unique}-plain"
+    total_plain = sum(end_offsets(src, plain, 3).values())
+    run = SparkRun(config, f"f-{unique}", "--max-records-per-batch", "1500", "--checkpoint", str(tmp_path / "cp"))
+    try:
+        # Kill once the group moved (batches are committing) and while records are still in flight.
+        wait_for(lambda: 0 < sum(max(0, o) for o in group_offsets(src, group, plain, 3).values()) < total_plain // 2, 240,
+                 "the Spark run to commit its first batches", interval=0.1, detail=run.output)
+        run.kill()
+    finally:
+        run.close()
+    committed = sum(max(0, o) for o in group_offsets(src, group, plain, 3).values())
+    landed = sum(end_offsets(dst, f"src.{plain}", 3, committed=False).values())
+    assert committed < total_plain
+    again = SparkRun(config, f"f-{unique}", "--until-caught-up", "--checkpoint", str(tmp_path / "cp"))
+    try:
+        assert again.wait() == 0, again.output()
+        out = again.output()
+    finally:
+        again.close()
+    print(f"killed with the group at {committed} and {landed} plain records on the target; restart: {out.strip().splitlines()[-1]}")
+    assert_exact(src, dst, unique, topics)  # every record exactly once: the replay skipped what had landed
+
+
+def test_bad_input_one_line_and_the_right_exit_code(clusters, write_config, unique, tmp_path, capsys, monkeypatch):
+    from confluent_kafka import Consumer
+
+    src = clusters.bootstrap("src")
+    create_topic(src, f"sp-{unique}-plain", 1)
+    config = write_config(flow_yaml(unique, f"sp-{unique}-.*", tmp_path / "offsets.db"))
+    flow = f"f-{unique}"
+
+    def err(argv: list[str]) -> tuple[int, str]:
+        capsys.readouterr()
+        rc = main(argv)
+        lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+        assert len(lines) == 1, lines
+        return rc, lines[0]
+
+    rc, line = err(["spark", "run", "-c", str(config), "--flow", flow, "--master", "spark://127.0.0.1:9"])
+    assert rc == 1 and "Spark master spark://127.0.0.1:9 does not answer" in line
+
+    cp = tmp_path / "cp"
+    cp.mkdir()
+    (cp / "mirror-flow.json").write_text(json.dumps({"flow": "other", "source": "src", "group": "g"}))
+    rc, line = err(["spark", "run", "-c", str(config), "--flow", flow, "--checkpoint", str(cp)])
+    assert rc == 2 and f"--checkpoint {cp} belongs to" in line
+
+    member = Consumer({"bootstrap.servers": src, "group.id": f"mirror-{unique}", "session.timeout.ms": 10000})
+    member.subscribe([f"sp-{unique}-plain"])
+    try:
+        wait_for(lambda: member.poll(0.2) is None and bool(member.assignment()), 60, "the group to have a live member")
+        rc, line = err(["spark", "run", "-c", str(config), "--flow", flow])
+        assert rc == 3 and "live members" in line
+    finally:
+        member.close()
+
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-java"))
+    rc, line = err(["spark", "run", "-c", str(config), "--flow", flow])
+    assert rc == 1 and "no Java found" in line
+    assert not any(t.startswith(f"src.sp-{unique}") for t in kafka_topics(clusters.bootstrap("dst")))  # nothing produced
