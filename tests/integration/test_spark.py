@@ -134,7 +134,8 @@ def test_local_mode_mirrors_exactly_and_commits_the_group(clusters, write_config
     job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, max_records_per_batch=8000)
     took = time.monotonic() - t0
     total = sum(len(v) for t in topics for v in read_topic(src, t, topics[t]).values())
-    print(f"spark local mode: {total} records in {took:.1f}s ({total / took:.0f} rec/s)")
+    with capsys.disabled():
+        print(f"\nspark local mode: {total} records in {took:.1f}s ({total / took:.0f} rec/s, session already started)")
     assert job.records == total and job.skipped == 0
     assert_exact(src, dst, unique, topics)
     store = open_store(config.offset_store)
@@ -149,7 +150,20 @@ def test_local_mode_mirrors_exactly_and_commits_the_group(clusters, write_config
 
     # A second run has nothing to do: the group says where it stopped.
     again = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
-    assert again.records == 0
+    assert again.records == 0 and again.skipped == 0
+
+    # What a driver crash between produce and commit leaves: records on the target the group
+    # has not committed. Rewind the group by 700 records a partition: the replay produces
+    # nothing again, and the offset map still translates exactly.
+    from mirror.kafka import Admin
+
+    plain = f"sp-{unique}-plain"
+    ends = end_offsets(src, plain, 3)
+    Admin("src", config.clusters["src"]).alter_group_offsets(f"mirror-{unique}", {(plain, p): ends[p] - 700 for p in range(3)})
+    replay = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
+    assert (replay.records, replay.skipped) == (0, 3 * 700)
+    assert_exact(src, dst, unique, topics)
+    assert_translation_exact(src, dst, config_path, unique, plain, 3, capsys)
 
 
 class SparkRun:
@@ -214,7 +228,8 @@ def test_standalone_cluster_mirrors_exactly_with_tasks_on_its_worker(clusters, w
     try:
         t0 = time.monotonic()
         assert run.wait() == 0, run.output()
-        print(f"spark standalone (1 worker core): {time.monotonic() - t0:.1f}s including driver start")
+        with capsys.disabled():
+            print(f"\nspark standalone (1 worker core): {sum(end_offsets(src, t, n)[p] for t, n in topics.items() for p in range(n))} source offsets in {time.monotonic() - t0:.1f}s including driver start")
     finally:
         run.close()
     assert_exact(src, dst, unique, topics)
@@ -233,9 +248,21 @@ def test_driver_killed_mid_run_and_restarted_loses_nothing_and_duplicates_nothin
     total_plain = sum(end_offsets(src, plain, 3).values())
     run = SparkRun(config, f"f-{unique}", "--max-records-per-batch", "1500", "--checkpoint", str(tmp_path / "cp"))
     try:
-        # Kill once the group moved (batches are committing) and while records are still in flight.
-        wait_for(lambda: 0 < sum(max(0, o) for o in group_offsets(src, group, plain, 3).values()) < total_plain // 2, 240,
-                 "the Spark run to commit its first batches", interval=0.1, detail=run.output)
+        # Kill once batches are committing, preferably while a batch is on the target but not
+        # yet committed (the replay case); past half the records, kill anyway.
+        def state() -> tuple[int, int]:
+            return sum(max(0, o) for o in group_offsets(src, group, plain, 3).values()), sum(end_offsets(dst, f"src.{plain}", 3, committed=False).values())
+
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            try:
+                committed, landed = state()
+            except Exception:  # the target topic does not exist yet
+                continue
+            if committed and (landed > committed or committed > total_plain // 2):
+                break
+        else:
+            raise AssertionError(f"the Spark run committed nothing in 240s:\n{run.output()}")
         run.kill()
     finally:
         run.close()
@@ -248,7 +275,8 @@ def test_driver_killed_mid_run_and_restarted_loses_nothing_and_duplicates_nothin
         out = again.output()
     finally:
         again.close()
-    print(f"killed with the group at {committed} and {landed} plain records on the target; restart: {out.strip().splitlines()[-1]}")
+    summary = [ln for ln in out.splitlines() if "records mirrored on Spark" in ln]
+    print(f"killed with the group at {committed} and {landed} plain records on the target; restart: {summary}")
     assert_exact(src, dst, unique, topics)  # every record exactly once: the replay skipped what had landed
 
 
@@ -289,3 +317,47 @@ def test_bad_input_one_line_and_the_right_exit_code(clusters, write_config, uniq
     rc, line = err(["spark", "run", "-c", str(config), "--flow", flow])
     assert rc == 1 and "no Java found" in line
     assert not any(t.startswith(f"src.sp-{unique}") for t in kafka_topics(clusters.bootstrap("dst")))  # nothing produced
+
+
+def test_audit_finds_no_difference_after_a_mirror_then_injected_altered_and_removed_records(clusters, write_config, unique, tmp_path, spark_local):
+    from mirror.kafka import Admin
+    from mirror.spark.audit import audit
+    from mirror.spark.job import run_flow
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic = f"sp-{unique}-audit"
+    target = f"src.{topic}"
+    create_topic(src, topic, 3)
+    p = producer(src)
+    for i in range(900):
+        p.produce(topic, value=None if i % 9 == 0 else b"v%d" % i, key=b"k%d" % i, partition=i % 3, timestamp=1_600_000_000_000 + i * 1000,
+                  headers=[("h", b"%d" % i)] if i % 2 else None)
+    assert p.flush(30) == 0
+    config_path = write_config(flow_yaml(unique, topic, tmp_path / "offsets.db"))
+    config = load(config_path)
+    flow = config.flow(f"f-{unique}")
+    run_flow(config, flow, until_caught_up=True, spark=spark_local)
+
+    clean = audit(spark_local, config, flow)
+    assert clean.equal, clean.to_json()
+    assert [(a.partition, a.source_count, a.target_count) for a in clean.partitions] == [(0, 300, 300), (1, 300, 300), (2, 300, 300)]
+
+    t = producer(dst)
+    t.produce(target, value=b"injected", key=b"x", partition=0)  # no provenance: a record nobody mirrored
+    t.produce(target, value=b"tampered", key=b"k4", partition=1, timestamp=1_600_000_004_000, headers=[("h", b"4"), ("mirror.origin", f"src/{topic}/1/1".encode())])
+    assert t.flush(30) == 0
+    Admin("dst", config.clusters["dst"]).delete_records({(target, 2): 3})  # the first 3 copies of partition 2
+
+    found = audit(spark_local, config, flow)
+    by_part = {a.partition: a for a in found.partitions}
+    assert not found.equal
+    assert (by_part[0].extra, by_part[0].missing, by_part[0].altered) == ([300], [], [])
+    assert (by_part[1].extra, by_part[1].altered, by_part[1].missing) == ([300], [1], [])
+    assert (by_part[2].missing, by_part[2].target_count, by_part[2].extra) == ([0, 1, 2], 297, [])
+    assert not by_part[2].checksum_equal
+
+    # The command: exit 1 and the same report as JSON (its own driver JVM).
+    out = subprocess.run([sys.executable, "-m", "mirror", "audit", "-c", str(config_path), "--flow", flow.name, "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stderr[-2000:]
+    report = json.loads(out.stdout)
+    assert report["equal"] is False and {p["partition"]: p["missing"] for p in report["partitions"]} == {0: [], 1: [], 2: [0, 1, 2]}

@@ -84,6 +84,7 @@ _COMMANDS = {
     "failback": "failover.cli:failback",
     "drill": "mirror.cli.drill:drill",
     "spark": "mirror.cli.spark:spark",
+    "audit": "mirror.cli.audit:audit",
 }
 
 
