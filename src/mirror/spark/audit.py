@@ -112,7 +112,7 @@ def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None
 
     ts = F.expr("unix_millis(timestamp)")
     src = src.select("topic", "partition", "offset", ts.alias("ts"), "key", "value", "headers")
-    origin = F.expr(f"element_at(filter(coalesce(headers, array()), h -> h.key = '{HEADER_ORIGIN}'), -1).value").cast("string")
+    origin = F.expr(f"try_element_at(filter(coalesce(headers, array()), h -> h.key = '{HEADER_ORIGIN}'), -1).value").cast("string")
     tgt = tgt.select("topic", "partition", "offset", ts.alias("ts"), "key", "value", "headers", origin.alias("origin"))
     # Only copies made by this flow, of this partition, count as copies; this hop's header is not content.
     prefix = {f"{r.target_topic}|{r.partition}": (r.origin or b"").decode() for m, p in parts for r in [route(flow, m.source, p)]}
