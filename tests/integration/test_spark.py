@@ -361,3 +361,35 @@ def test_audit_finds_no_difference_after_a_mirror_then_injected_altered_and_remo
     assert out.returncode == 1, out.stderr[-2000:]
     report = json.loads(out.stdout)
     assert report["equal"] is False and {p["partition"]: p["missing"] for p in report["partitions"]} == {0: [], 1: [], 2: [0, 1, 2]}
+
+
+def test_a_running_query_picks_up_a_new_topic_serves_metrics_and_stops_on_sigterm(clusters, write_config, unique, tmp_path):
+    from tests.support.metrics import scrape, total
+    from tests.support.prometheus import free_port
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    first, later = f"sp-{unique}-a", f"sp-{unique}-b"
+    create_topic(src, first, 2)
+    p = producer(src)
+    for i in range(200):
+        p.produce(first, value=b"a%d" % i, key=b"%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+    config = write_config(flow_yaml(unique, f"sp-{unique}-.*", tmp_path / "offsets.db"))
+    port = free_port()
+    run = SparkRun(config, f"f-{unique}", "--metrics-port", str(port))
+    try:
+        group = f"mirror-{unique}"
+        wait_for(lambda: group_offsets(src, group, first, 2) == {0: 100, 1: 100}, 180, "the first topic mirrored and committed", detail=run.output)
+        assert total(scrape(port), "mirror_records_total", flow=f"f-{unique}", topic=first) == 200
+
+        create_topic(src, later, 1)  # matches the flow: the query restarts with it
+        for i in range(50):
+            p.produce(later, value=b"b%d" % i, key=b"%d" % i, partition=0)
+        assert p.flush(30) == 0
+        wait_for(lambda: group_offsets(src, group, later, 1) == {0: 50}, 180, "the new topic mirrored and committed", detail=run.output)
+        assert [r.content() for r in read_partition(dst, f"src.{later}", 0)] == [r.content() for r in read_partition(src, later, 0)]
+
+        run.proc.send_signal(signal.SIGTERM)
+        assert run.wait(120) == 0, run.output()
+    finally:
+        run.close()
