@@ -67,3 +67,15 @@ def test_a_checkpoint_directory_belongs_to_one_flow(tmp_path):
     assert claim_checkpoint(tmp_path / "cp", _flow("one")) == tmp_path / "cp" / "query"  # its own again
     with pytest.raises(UsageError, match="belongs to .*'one'.*not flow 'two'"):
         claim_checkpoint(tmp_path / "cp", _flow("two"))
+
+
+def test_a_pyspark_without_its_connector_jar_is_refused(tmp_path, monkeypatch):
+    from mirror.spark import job
+
+    monkeypatch.setattr(job, "CACHE", tmp_path)
+    (tmp_path / "spark-4.2.0" / "jars").mkdir(parents=True)
+    (tmp_path / "spark-4.2.0" / "jars" / "spark-sql-kafka-0-10_2.13-4.2.0.jar").write_bytes(b"")
+    assert job.connector_jars("4.2.0") == [str(tmp_path / "spark-4.2.0" / "jars" / "spark-sql-kafka-0-10_2.13-4.2.0.jar")]
+    with pytest.raises(MirrorError, match="no Spark Kafka connector for pyspark 4.3.0") as info:
+        job.connector_jars("4.3.0")
+    assert "make setup" in str(info.value)

@@ -25,6 +25,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from contextlib import ExitStack
 from functools import partial
@@ -205,12 +206,16 @@ class SparkFlow:
             writer = writer.trigger(availableNow=True) if self.until_caught_up else writer.trigger(processingTime=f"{max(0.1, self.flow.commit_interval):g} seconds")
             query = writer.queryName(f"mirror-{self.flow.name}").start()
             try:
+                next_refresh = time.monotonic() + self.flow.refresh_interval
                 while query.isActive:
                     query.awaitTermination(min(self.flow.refresh_interval, 1.0))
                     self._commit_progress(query)
                     if self.stop.is_set():
                         return False
-                    if not self.until_caught_up and self._topics_changed(mappings):
+                    if self.until_caught_up or time.monotonic() < next_refresh:
+                        continue
+                    next_refresh = time.monotonic() + self.flow.refresh_interval
+                    if self._topics_changed(mappings):
                         log.info("flow %s: matched topics changed; restarting the query", self.flow.name)
                         return True
                 exc = query.exception()

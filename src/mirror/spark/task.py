@@ -17,8 +17,9 @@ rows an interrupted attempt never stored are stored now.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from mirror.config import ClusterConfig, FlowConfig
@@ -129,19 +130,27 @@ def mirror_partition(plan: TaskPlan, rows: Iterable[SourceRow]) -> Iterator[Task
 
     held, pairs = -1, list[tuple[int, int]]()
     if r.origin is not None:
-        admin = Admin(plan.flow.target, plan.target)
+        admin = _cached(("admin", plan.flow.target), lambda: Admin(plan.flow.target, plan.target))
         marks = admin.watermarks([(r.target_topic, partition)], committed_only=False)[(r.target_topic, partition)]
         low, high = marks.low, marks.high
         if high > low:
-            # The copies of this batch's records are among the target's last (last - first + 1)
-            # records: the source range has at least as many offsets as it has records.
-            start = max(low, high - (last - first + 1))
-            held, pairs = held_pairs(r, read_headers(plan.flow.target, plan.target, r.target_topic, partition, start, high, plan.target.timeout), first)
+            # The target's last record says the newest source offset it holds; only when that
+            # is in this batch (a replay) are the copies read back, for their offset-map pairs.
+            # They are among the target's last (last - first + 1) records: the source range has
+            # at least as many offsets as it has records.
+            read = partial(read_headers, plan.flow.target, plan.target, r.target_topic, partition, timeout=plan.target.timeout)
+            held, pairs = held_pairs(r, read(high - 1, high), first)
+            if held >= first:
+                held, pairs = held_pairs(r, read(max(low, high - (last - first + 1)), high), first)
     todo = [row for row in batch if row[2] > held]
     result.skipped = len(batch) - len(todo)
 
     if todo:
-        produced = _produce(plan, r, todo)
+        try:
+            produced = _produce(plan, r, todo)
+        except MirrorError:
+            _CLIENTS.pop(("producer", plan.flow.name, plan.flow.target), None)  # never reuse a failed producer
+            raise
         result.produced = len(todo)
         result.bytes = sum((len(row[4]) if row[4] is not None else 0) + (len(row[5]) if row[5] is not None else 0) for row in todo)
         result.max_timestamp_ms = max(row[3] for row in todo)
@@ -168,7 +177,7 @@ def _produce(plan: TaskPlan, r: Route, rows: Sequence[SourceRow]) -> list[tuple[
                 reports[which] = msg.offset()
         return cb
 
-    producer = make_producer(plan.flow.target, plan.target, plan.producer_settings)
+    producer = _cached(("producer", plan.flow.name, plan.flow.target), lambda: make_producer(plan.flow.target, plan.target, plan.producer_settings))
     n = len(rows)
     for i, (_topic, partition, offset, ts, key, value, headers) in enumerate(rows):
         kwargs: dict[str, Any] = {}
@@ -192,6 +201,18 @@ def _produce(plan: TaskPlan, r: Route, rows: Sequence[SourceRow]) -> list[tuple[
     if t0 is None or t1 is None or t1 - t0 != n - 1:
         raise FatalProduceError(r.source_topic, r.partition, rows[0][2], f"{r.target_topic}[{r.partition}] did not receive the batch contiguously (offsets {t0}..{t1} for {n} records)", hint="is another producer writing the target topic?")
     return [(row[2], t0 + i) for i, row in enumerate(rows)]
+
+
+# Spark reuses a Python worker process for the tasks of later batches (one task at a time):
+# its producer and admin client are kept for them, instead of a new connection per task.
+_CLIENTS: dict[tuple[str, ...], Any] = {}
+
+
+def _cached(key: tuple[str, ...], make: Callable[[], Any]) -> Any:
+    client = _CLIENTS.get(key)
+    if client is None:
+        client = _CLIENTS[key] = make()
+    return client
 
 
 def _both(a: Any, b: Any) -> Any:
