@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,12 +128,31 @@ class PartitionReader:
             pass
 
 
+@dataclass(frozen=True, slots=True)
+class TailRecord:
+    """A target record read back by the Spark engine's replay check."""
+
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
 def read_headers(name: str, cluster: ClusterConfig, topic: str, partition: int, start: int, end: int, timeout: float) -> list[tuple[int, list[tuple[str, bytes | None]]]]:
-    """Offsets and headers of the records of one partition in [start, end), in order.
+    """Offsets and headers of the records of one partition in [start, end), in order."""
+    return [(r.offset, r.headers) for r in read_range(name, cluster, topic, partition, start, end, timeout=timeout)]
+
+
+def read_range(name: str, cluster: ClusterConfig, topic: str, partition: int, start: int, end: int, timeout: float,
+               until: Callable[[TailRecord], bool] | None = None) -> list[TailRecord]:
+    """The records of one partition in [start, end), in order (stopping after the first one
+    `until` accepts, when given).
 
     For the Spark engine's replay check (what the target already holds, by the provenance
-    header of its last records). read_uncommitted: the mirror's own target writes are not
-    transactional, and an offset range that ends at the high watermark must be read whole.
+    header of its last records, and whether those copies are of the records being mirrored).
+    read_uncommitted: the mirror's own target writes are not transactional, and an offset
+    range that ends at the high watermark must be read whole.
     Raises `KafkaOperationError` when the range cannot be read within `timeout`.
     """
     if end <= start:
@@ -146,7 +165,7 @@ def read_headers(name: str, cluster: ClusterConfig, topic: str, partition: int, 
         "enable.partition.eof": True,
     }
     consumer = Consumer(client_settings(name, cluster, settings))
-    out: list[tuple[int, list[tuple[str, bytes | None]]]] = []
+    out: list[TailRecord] = []
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
         deadline = time.monotonic() + timeout
@@ -163,7 +182,12 @@ def read_headers(name: str, cluster: ClusterConfig, topic: str, partition: int, 
                 if offset is None or offset >= end:
                     continue
                 raw: Any = m.headers() or []
-                out.append((offset, [(k, v if isinstance(v, bytes) or v is None else str(v).encode()) for k, v in raw]))
+                _kind, ts = m.timestamp()
+                rec = TailRecord(offset, ts if ts is not None else -1, m.key(), m.value(),
+                                 [(k, v if isinstance(v, bytes) or v is None else str(v).encode()) for k, v in raw])
+                out.append(rec)
+                if until is not None and until(rec):
+                    return out
             position = consumer.position([TopicPartition(topic, partition)])[0].offset
             if position >= end:
                 return out

@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Mapping
 from contextlib import ExitStack
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -247,12 +248,21 @@ class SparkFlow:
 
     def _on_batch(self, df: Any, batch_id: int) -> None:
         """Mirror one micro-batch: tasks produce, then rows are stored, then the group commits."""
-        results: list[TaskResult] = df.selectExpr(*_SELECT).rdd.map(tuple).mapPartitions(partial(mirror_partition, self._plan)).collect()
+        # The source ends now (after the batch was planned): a target copy naming an offset at
+        # or past them is not of this topic's records (a recreated topic); see `replay_check`.
+        ends = self._source.end_offsets([(m.source, p) for m in self._mappings for p in range(m.partitions)])
+        plan = replace(self._plan, source_ends=ends)
+        results: list[TaskResult] = df.selectExpr(*_SELECT).rdd.map(tuple).mapPartitions(partial(mirror_partition, plan)).collect()
         batches = [
             AckBatch(self.flow.name, r.topic, r.partition, r.target_topic, r.first_offset, r.next_offset,
-                     count=r.produced + r.skipped, bytes=r.bytes, max_timestamp_ms=r.max_timestamp_ms, syncs=r.syncs)
+                     # Unplaced (part of the batch's target offsets unknown): no rows and no
+                     # tip, so translation resumes before these records, never past them.
+                     count=r.produced + r.skipped if r.placed else 0, bytes=r.bytes, max_timestamp_ms=r.max_timestamp_ms, syncs=r.syncs)
             for r in results
         ]
+        for r in results:
+            if r.warning:
+                log.warning("flow %s: batch %d: %s", self.flow.name, batch_id, r.warning)
         self._recorder.on_acked(batches)
         if self.metrics is not None:
             self.metrics.on_acked([AckBatch(b.flow, b.source_topic, b.partition, b.target_topic, b.first_offset, b.next_offset,

@@ -8,14 +8,22 @@ driver needs for the offset map and the group commit. This module never imports 
 task gets plain tuples, so the logic runs (and is tested) without Spark.
 
 Replays add no duplicates: a retried task or a batch replayed after a driver crash first
-reads the target partition's last records, and skips every source offset the target already
-holds (the provenance header of the target's last record names the newest one). The offset
-map still gets the skipped records' (source -> target) pairs, read from the same headers, so
-rows an interrupted attempt never stored are stored now.
+reads the target partition's last record; when its provenance header names a source offset
+of this batch or later (`held`), the copies are read back from where the copy of the batch's
+first record must be, and the batch's records up to `held` are skipped only when they are
+copies of *these* records: the copy of the last record to skip is read back and has that
+record's timestamp, key and value. A source topic deleted and created again restarts its
+offsets at 0 while the target's copies name the old ones: those never match, and the batch
+is produced (a copy of a record that is not on the target is never skipped; the worst case
+is a duplicate). The offset map gets the skipped records' (source -> target) pairs, read
+from the same headers, so rows an interrupted attempt never stored are stored now, but only
+when the copy of the batch's first record was read back: pairs that start later would
+translate the positions before them past their copies (invariant 2).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,12 +34,13 @@ from mirror.config import ClusterConfig, FlowConfig
 from mirror.domain.route import HEADER_ORIGIN, Route, route
 from mirror.errors import FatalProduceError, MirrorError
 from mirror.kafka import Admin, make_producer
-from mirror.kafka.reader import read_headers
+from mirror.kafka.reader import TailRecord, read_range
 from mirror.kafka.settings import PRODUCER_DEFAULTS
 
 # A Spark row of the batch, as the job selects it:
 # (topic, partition, offset, timestamp ms, key, value, headers as [(key, value)] or None)
 SourceRow = tuple[str, int, int, int, Any, Any, Any]
+log = logging.getLogger(__name__)
 FLUSH_TIMEOUT = 300.0  # a target slower than this for one batch fails the task (Spark retries it)
 
 
@@ -41,6 +50,9 @@ class TaskPlan:
 
     flow: FlowConfig
     target: ClusterConfig
+    # Each source partition's high watermark when the batch was planned (the driver sets it
+    # per batch): a target copy naming an offset at or past it cannot be of this topic.
+    source_ends: dict[tuple[str, int], int] = field(default_factory=dict)
 
     @property
     def producer_settings(self) -> dict[str, Any]:
@@ -61,6 +73,8 @@ class TaskResult:
     bytes: int = 0
     max_timestamp_ms: int = -1
     syncs: list[tuple[int, int]] = field(default_factory=list)  # (source, target) where the delta changes
+    placed: bool = True  # False: the target offsets of part of the batch are unknown (no syncs, no tip)
+    warning: str | None = None  # for the driver's log
 
 
 def origin_offset(r: Route, headers: Sequence[tuple[str, bytes | None]] | None) -> int | None:
@@ -90,6 +104,76 @@ def held_pairs(r: Route, tail: Iterable[tuple[int, Sequence[tuple[str, bytes | N
         if src >= first and (not pairs or src > pairs[-1][0]):
             pairs.append((src, target_offset))
     return held, pairs
+
+
+@dataclass
+class Replay:
+    """What the target already holds of a batch, as the task decided it."""
+
+    held: int = -1  # skip source offsets up to this one
+    pairs: list[tuple[int, int]] = field(default_factory=list)
+    placed: bool = True
+    warning: str | None = None
+
+
+def _same(copy: TailRecord, row: SourceRow) -> bool:
+    return copy.timestamp_ms == row[3] and copy.key == _bytes(row[4]) and copy.value == _bytes(row[5])
+
+
+def replay_check(r: Route, batch: Sequence[SourceRow], low: int, high: int,
+                 read: Callable[..., list[TailRecord]], source_end: int | None = None) -> Replay:
+    """Decide which of `batch` the target partition [low, high) already holds.
+
+    `read(start, end, until=None)` reads target records back. Skips only what is proved to
+    be on the target; anything in doubt is produced (a duplicate, never a loss).
+    """
+    if high <= low or not batch:
+        return Replay()
+    first, last = batch[0][2], batch[-1][2]
+    tail = read(high - 1, high)
+    newest = origin_offset(r, tail[-1].headers) if tail else None
+    if newest is None or newest < first:
+        return Replay()
+    where = f"{r.target_topic}[{r.partition}]"
+    if source_end is not None and newest >= source_end:
+        return Replay(warning=f"{where}: the target's last copy names source offset {newest}, but {r.source_topic}[{r.partition}] ends at "
+                              f"{source_end} (a recreated source topic?): producing offsets {first}..{last}, nothing skipped")
+    upto = min(newest, last)
+    anchor = max((row for row in batch if row[2] <= upto), key=lambda row: row[2])
+    # The copies of source offsets [first, newest] are among the target's last
+    # (newest - first + 1) records: the source range has at least as many offsets as records.
+    start = max(low, high - (newest - first + 1))
+
+    def reached(rec: TailRecord) -> bool:
+        o = origin_offset(r, rec.headers)
+        return o is not None and o >= anchor[2]
+
+    copies = read(start, high, until=reached)
+    by_origin: dict[int, TailRecord] = {}
+    for rec in copies:
+        o = origin_offset(r, rec.headers)
+        if o is not None:
+            by_origin[o] = rec
+    copy = by_origin.get(anchor[2])
+    if copy is None or not _same(copy, anchor):
+        what = "is not among the records read back" if copy is None else f"at {where} offset {copy.offset} differs from the source record"
+        return Replay(warning=f"{where}: the target's last copy names source offset {newest}, but the copy of {r.source_topic}[{r.partition}] "
+                              f"offset {anchor[2]} {what} (a recreated source topic?): producing offsets {first}..{last}, nothing skipped")
+    # The pairs: the run of copies that ends at the matched copy, back to the copy of `first`.
+    pairs: list[tuple[int, int]] = []
+    for rec in reversed(copies[: copies.index(copy) + 1]):
+        o = origin_offset(r, rec.headers)
+        if o is None:
+            continue
+        if o < first or (pairs and o >= pairs[-1][0]):
+            break
+        pairs.append((o, rec.offset))
+    pairs.reverse()
+    if pairs[0][0] != first:
+        # The copies of this batch's first records are gone (target retention) or were never
+        # read: no pairs, so no row can translate a position before them past their copies.
+        return Replay(held=newest, placed=False)
+    return Replay(held=newest, pairs=pairs)
 
 
 def delta_changes(pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -128,20 +212,16 @@ def mirror_partition(plan: TaskPlan, rows: Iterable[SourceRow]) -> Iterator[Task
     first, last = batch[0][2], batch[-1][2]
     result = TaskResult(topic, partition, r.target_topic, first, last + 1)
 
-    held, pairs = -1, list[tuple[int, int]]()
+    replay = Replay()
     if r.origin is not None:
         admin = _cached(("admin", plan.flow.target), lambda: Admin(plan.flow.target, plan.target))
         marks = admin.watermarks([(r.target_topic, partition)], committed_only=False)[(r.target_topic, partition)]
-        low, high = marks.low, marks.high
-        if high > low:
-            # The target's last record says the newest source offset it holds; only when that
-            # is in this batch (a replay) are the copies read back, for their offset-map pairs.
-            # They are among the target's last (last - first + 1) records: the source range has
-            # at least as many offsets as it has records.
-            read = partial(read_headers, plan.flow.target, plan.target, r.target_topic, partition, timeout=plan.target.timeout)
-            held, pairs = held_pairs(r, read(high - 1, high), first)
-            if held >= first:
-                held, pairs = held_pairs(r, read(max(low, high - (last - first + 1)), high), first)
+        read = partial(read_range, plan.flow.target, plan.target, r.target_topic, partition, timeout=plan.target.timeout)
+        replay = replay_check(r, batch, marks.low, marks.high, read, plan.source_ends.get((topic, partition)))
+    held, pairs = replay.held, list(replay.pairs)
+    result.placed, result.warning = replay.placed, replay.warning
+    if replay.warning:
+        log.warning("%s", replay.warning)
     todo = [row for row in batch if row[2] > held]
     result.skipped = len(batch) - len(todo)
 
@@ -155,7 +235,7 @@ def mirror_partition(plan: TaskPlan, rows: Iterable[SourceRow]) -> Iterator[Task
         result.bytes = sum((len(row[4]) if row[4] is not None else 0) + (len(row[5]) if row[5] is not None else 0) for row in todo)
         result.max_timestamp_ms = max(row[3] for row in todo)
         pairs.extend(produced)
-    result.syncs = delta_changes(pairs)
+    result.syncs = delta_changes(pairs) if result.placed else []
     yield result
 
 
