@@ -169,7 +169,6 @@ def test_rows_rederived_from_a_replay_never_translate_past_a_copy(monkeypatch: p
     store.close()
 
 
-@pytest.mark.xfail(strict=True, reason="L1: fixed in the next commit")
 def test_a_report_without_offset_never_becomes_an_offset_map_row(monkeypatch: pytest.MonkeyPatch) -> None:
     """A DUPLICATE_SEQUENCE_NUMBER "success" carries offset -1 (the native engine places such
     a segment at a lower bound, `_ack_unplaced`). For a one-record batch both reports are -1,

@@ -234,13 +234,17 @@ def mirror_partition(plan: TaskPlan, rows: Iterable[SourceRow]) -> Iterator[Task
         result.produced = len(todo)
         result.bytes = sum((len(row[4]) if row[4] is not None else 0) + (len(row[5]) if row[5] is not None else 0) for row in todo)
         result.max_timestamp_ms = max(row[3] for row in todo)
-        pairs.extend(produced)
+        if produced:
+            pairs.extend(produced)
+        else:
+            result.placed = False  # delivered, but the target did not say where (see `_produce`)
     result.syncs = delta_changes(pairs) if result.placed else []
     yield result
 
 
 def _produce(plan: TaskPlan, r: Route, rows: Sequence[SourceRow]) -> list[tuple[int, int]]:
-    """Produce `rows` in order, flush, and return every record's (source, target) offsets.
+    """Produce `rows` in order, flush, and return every record's (source, target) offsets
+    (none when the target acknowledged them without offsets).
 
     Only the first and last record ask for a delivery report (as in `mirror run`): the
     producer is idempotent with the gapless guarantee, so the last one acknowledged means all
@@ -278,6 +282,11 @@ def _produce(plan: TaskPlan, r: Route, rows: Sequence[SourceRow]) -> list[tuple[
     if errors:
         raise FatalProduceError(r.source_topic, r.partition, rows[0][2], f"producing to {r.target_topic} failed: {errors[0]}")
     t0, t1 = reports.get("first"), reports.get("last")
+    if (t0 is not None and t0 < 0) or (t1 is not None and t1 < 0):
+        # A DUPLICATE_SEQUENCE_NUMBER "success" (a retried batch the broker already had)
+        # carries offset -1: the records are on the target, their offsets unknown. No pair
+        # at all: a (source, -1) row would translate to a target offset that does not exist.
+        return []
     if t0 is None or t1 is None or t1 - t0 != n - 1:
         raise FatalProduceError(r.source_topic, r.partition, rows[0][2], f"{r.target_topic}[{r.partition}] did not receive the batch contiguously (offsets {t0}..{t1} for {n} records)", hint="is another producer writing the target topic?")
     return [(row[2], t0 + i) for i, row in enumerate(rows)]
