@@ -79,3 +79,39 @@ def test_a_pyspark_without_its_connector_jar_is_refused(tmp_path, monkeypatch):
     with pytest.raises(MirrorError, match="no Spark Kafka connector for pyspark 4.3.0") as info:
         job.connector_jars("4.3.0")
     assert "make setup" in str(info.value)
+
+
+def test_a_committed_offset_outside_the_source_log_starts_from_the_earliest():
+    from mirror.spark.job import starting_offset
+
+    assert starting_offset(None, 0, 10) == (-2, None)  # never committed
+    assert starting_offset(7, 0, 10) == (7, None)
+    assert starting_offset(10, 0, 10) == (10, None)  # caught up
+    assert starting_offset(3, 3, 10) == (3, None)
+    start, why = starting_offset(900, 0, 50)  # the topic was recreated: offsets restarted
+    assert start == -2 and why is not None and "past the log end 50" in why
+    start, why = starting_offset(2, 5, 50)  # retention deleted what the group had not read
+    assert start == -2 and why is not None and "before the log start 5" in why
+
+
+def test_a_query_starts_a_recreated_topic_from_the_earliest_offset():
+    """The group committed 900 on `x` partition 0 before the topic was deleted and created
+    again (now 0..50): the query must start it at -2, not hand 900 to Spark (whose source,
+    with failOnDataLoss=false, would start at the latest offset and skip the new records)."""
+    from mirror.domain.topics import TopicMapping
+    from mirror.kafka.admin import Watermarks
+    from mirror.spark.job import SparkFlow
+
+    class FakeSource:
+        def group_offsets(self, _group):
+            return {("x", 0): 900, ("x", 1): 20}
+
+        def watermarks(self, parts, committed_only=True):
+            return {tp: Watermarks(0, 50) for tp in parts}
+
+    flow = _flow("one")
+    job = SparkFlow(None, flow)  # type: ignore[arg-type]
+    job._source = FakeSource()
+    starting = job._starting_offsets([TopicMapping("x", "a.x", 3)])
+    assert starting == {"x": {"0": -2, "1": 20, "2": -2}}
+    assert job._committed == {("x", 1): 20}

@@ -166,13 +166,19 @@ class SparkFlow:
 
     def _starting_offsets(self, mappings: list[TopicMapping]) -> dict[str, dict[str, int]]:
         committed = self._source.group_offsets(self.flow.group_id)
+        parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
+        marks = self._source.watermarks([tp for tp in parts if tp in committed], committed_only=False)
         out: dict[str, dict[str, int]] = {}
         for m in mappings:
-            # -2: Spark's "earliest", like `mirror run`'s auto.offset.reset for an uncommitted partition.
-            out[m.source] = {str(p): committed.get((m.source, p), -2) for p in range(m.partitions)}
+            out[m.source] = {}
             for p in range(m.partitions):
-                if (m.source, p) in committed:
-                    self._committed[(m.source, p)] = committed[(m.source, p)]
+                w = marks.get((m.source, p))
+                start, why = starting_offset(committed.get((m.source, p)), w.low if w else None, w.high if w else None)
+                if why:
+                    log.warning("flow %s: %s[%d]: %s; mirroring from the earliest offset", self.flow.name, m.source, p, why)
+                out[m.source][str(p)] = start
+                if start >= 0:
+                    self._committed[(m.source, p)] = start
         return out
 
     def _run_query(self, spark: Any, mappings: list[TopicMapping]) -> bool:
@@ -304,6 +310,25 @@ class SparkFlow:
     def caught_up(self) -> bool:
         ends = self._source.end_offsets([(m.source, p) for m in self._mappings for p in range(m.partitions)])
         return all(self._committed.get(tp, 0) >= end for tp, end in ends.items())
+
+
+def starting_offset(committed: int | None, low: int | None, high: int | None) -> tuple[int, str | None]:
+    """Where a query starts a source partition: the group's committed offset, or -2 (Spark's
+    "earliest") with the reason when there is none or it is outside the log [low, high].
+
+    Like `mirror run` (librdkafka's auto.offset.reset=earliest). Spark's own source would
+    not: with failOnDataLoss=false it starts an offset past the end (the topic was deleted
+    and created again) at *latest*, silently skipping every record written meanwhile.
+    """
+    if committed is None or committed < 0:
+        return -2, None  # never committed: from the beginning, nothing to report
+    if low is None or high is None:
+        return committed, None
+    if committed > high:
+        return -2, f"the group's committed offset {committed} is past the log end {high} (was the topic recreated?)"
+    if committed < low:
+        return -2, f"the group's committed offset {committed} is before the log start {low} (deleted by retention)"
+    return committed, None
 
 
 def _first_line(text: str) -> str:
