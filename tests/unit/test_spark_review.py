@@ -19,6 +19,7 @@ from mirror.config import SqliteStoreConfig, parse
 from mirror.domain.acks import AckBatch
 from mirror.domain.offsetmap import translate
 from mirror.domain.route import route
+from mirror.errors import FatalProduceError
 from mirror.kafka.admin import Watermarks
 from mirror.kafka.reader import TailRecord
 from mirror.run.recorder import OffsetMapRecorder
@@ -222,3 +223,37 @@ def test_a_replay_of_an_earlier_batch_skips_it_and_gives_its_exact_pairs(monkeyp
     assert (result.produced, result.skipped, result.placed) == (0, 10, True)
     assert result.syncs == [(10, 15)]
     assert target.high == 105
+
+
+def test_a_producer_that_timed_out_is_purged_and_never_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A target that never acknowledges: the task fails (Spark retries it), and the producer
+    is purged before that, so nothing it still queues lands after the retry's copies."""
+    made: list[Any] = []
+
+    class StuckProducer:
+        def __init__(self) -> None:
+            self.queued = 0
+            self.purged = False
+            made.append(self)
+
+        def produce(self, *_a: Any, **_k: Any) -> None:
+            self.queued += 1
+
+        def flush(self, _timeout: float = 0) -> int:
+            return self.queued
+
+        def poll(self, _timeout: float = 0) -> int:
+            return 0
+
+        def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+            self.purged, self.queued = True, 0
+
+    install(monkeypatch, TargetPartition())
+    monkeypatch.setattr(task, "make_producer", lambda *_a, **_k: StuckProducer())
+    monkeypatch.setattr(task, "FLUSH_TIMEOUT", 0.0)
+    with pytest.raises(FatalProduceError, match="did not acknowledge"):
+        run_task(plan(), rows(range(3)))
+    assert len(made) == 1 and made[0].purged
+    with pytest.raises(FatalProduceError):
+        run_task(plan(), rows(range(3)))
+    assert len(made) == 2  # a new producer for the retry

@@ -363,6 +363,9 @@ def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, 
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
+    # A speculative copy of a task would produce the same records alongside the original:
+    # duplicates, and each one's contiguity check failing on the other's records.
+    builder = builder.config("spark.speculation", "false")
     spark = builder.getOrCreate()
     if quiet:
         spark.sparkContext.setLogLevel("ERROR")

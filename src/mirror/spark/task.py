@@ -229,7 +229,12 @@ def mirror_partition(plan: TaskPlan, rows: Iterable[SourceRow]) -> Iterator[Task
         try:
             produced = _produce(plan, r, todo)
         except MirrorError:
-            _CLIENTS.pop(("producer", plan.flow.name, plan.flow.target), None)  # never reuse a failed producer
+            # Never reuse a failed producer, and purge what it still holds first: records left
+            # queued or in flight could land after the retried task's copies (out of order,
+            # and the retry's contiguity check fails on them).
+            failed = _CLIENTS.pop(("producer", plan.flow.name, plan.flow.target), None)
+            if failed is not None:
+                _purge(failed)
             raise
         result.produced = len(todo)
         result.bytes = sum((len(row[4]) if row[4] is not None else 0) + (len(row[5]) if row[5] is not None else 0) for row in todo)
@@ -302,6 +307,14 @@ def _cached(key: tuple[str, ...], make: Callable[[], Any]) -> Any:
     if client is None:
         client = _CLIENTS[key] = make()
     return client
+
+
+def _purge(producer: Any) -> None:
+    try:
+        producer.purge(in_queue=True, in_flight=True, blocking=True)
+        producer.poll(0)  # deliver the purge reports now, not from a later task's poll
+    except Exception as exc:  # the task fails anyway; a purge error must not hide why
+        log.warning("purging a failed producer: %s", exc)
 
 
 def _both(a: Any, b: Any) -> Any:
