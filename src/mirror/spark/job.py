@@ -106,7 +106,7 @@ class SparkFlow:
 
     def __init__(self, config: Config, flow: FlowConfig, *, master: str | None = None, checkpoint: Path | None = None,
                  until_caught_up: bool = False, max_records_per_batch: int | None = None, metrics: Any = None,
-                 stop: threading.Event | None = None, spark_conf: Mapping[str, str] | None = None) -> None:
+                 stop: threading.Event | None = None) -> None:
         self.config = config
         self.flow = flow
         self.master = master or "local[*]"
@@ -115,7 +115,6 @@ class SparkFlow:
         self.max_records_per_batch = max_records_per_batch
         self.metrics = metrics
         self.stop = stop or threading.Event()
-        self.spark_conf = dict(spark_conf or {})
         self._lock = threading.Lock()
         self._committed: dict[tuple[str, int], int] = {}
         self._mappings: list[TopicMapping] = []
@@ -306,10 +305,6 @@ class SparkFlow:
                 return
             self._source.alter_group_offsets(self.flow.group_id, ahead)
             self._committed.update(ahead)
-
-    def caught_up(self) -> bool:
-        ends = self._source.end_offsets([(m.source, p) for m in self._mappings for p in range(m.partitions)])
-        return all(self._committed.get(tp, 0) >= end for tp, end in ends.items())
 
 
 def starting_offset(committed: int | None, low: int | None, high: int | None) -> tuple[int, str | None]:
