@@ -94,24 +94,94 @@ def test_a_committed_offset_outside_the_source_log_starts_from_the_earliest():
     assert start == -2 and why is not None and "before the log start 5" in why
 
 
+class FakeSource:
+    """The source cluster's admin port, in memory: group commits (with metadata) and the log."""
+
+    def __init__(self, committed, low=0, high=50):
+        self.committed = dict(committed)  # (topic, partition) -> (offset, metadata)
+        self.low, self.high = low, high
+
+    def group_offsets_with_metadata(self, _group):
+        return dict(self.committed)
+
+    def watermarks(self, parts, committed_only=True):
+        from mirror.kafka.admin import Watermarks
+
+        return {tp: Watermarks(self.low, self.high) for tp in parts}
+
+    def alter_group_offsets(self, _group, offsets, *, metadata=None):
+        for tp, o in offsets.items():
+            self.committed[tp] = (o, metadata if isinstance(metadata, str) or metadata is None else metadata.get(tp))
+
+
+class FakeTarget:
+    def __init__(self, ids):
+        self.ids = ids
+
+    def topic_ids(self, topics):
+        return {t: self.ids[t] for t in topics if t in self.ids}
+
+
+class FakeRecorder:
+    def __init__(self):
+        self.reset = []
+
+    def on_reset(self, _flow, partitions):
+        self.reset.extend(partitions)
+
+    def flush(self):
+        pass
+
+
+def _job(source, target, created=()):
+    from mirror.spark.job import SparkFlow
+
+    job = SparkFlow(None, _flow("one"))  # type: ignore[arg-type]
+    job._source, job._target, job._recorder = source, target, FakeRecorder()
+    job._created = set(created)
+    return job
+
+
+def _start(job, partitions=3):
+    from mirror.domain.topics import TopicMapping
+
+    job._mappings = [TopicMapping("x", "a.x", partitions)]
+    return job._starting_offsets(job._mappings)
+
+
 def test_a_query_starts_a_recreated_topic_from_the_earliest_offset():
     """The group committed 900 on `x` partition 0 before the topic was deleted and created
     again (now 0..50): the query must start it at -2, not hand 900 to Spark (whose source,
     with failOnDataLoss=false, would start at the latest offset and skip the new records)."""
-    from mirror.domain.topics import TopicMapping
-    from mirror.kafka.admin import Watermarks
-    from mirror.spark.job import SparkFlow
-
-    class FakeSource:
-        def group_offsets(self, _group):
-            return {("x", 0): 900, ("x", 1): 20}
-
-        def watermarks(self, parts, committed_only=True):
-            return {tp: Watermarks(0, 50) for tp in parts}
-
-    flow = _flow("one")
-    job = SparkFlow(None, flow)  # type: ignore[arg-type]
-    job._source = FakeSource()
-    starting = job._starting_offsets([TopicMapping("x", "a.x", 3)])
-    assert starting == {"x": {"0": -2, "1": 20, "2": -2}}
+    job = _job(FakeSource({("x", 0): (900, None), ("x", 1): (20, None)}), FakeTarget({"a.x": "T1"}))
+    assert _start(job) == {"x": {"0": -2, "1": 20, "2": -2}}
     assert job._committed == {("x", 1): 20}
+
+
+def test_a_target_topic_created_by_the_run_is_mirrored_from_the_beginning():
+    """The group committed 20 (into a target topic since deleted, by an untagged commit): the
+    run creates a.x again, so every partition starts at the beginning, the recorder drops the
+    old rows, and the group is rewound (tagged with the new topic's id) before Spark starts."""
+    source = FakeSource({("x", 0): (20, None)})
+    job = _job(source, FakeTarget({"a.x": "T2"}), created={"a.x"})
+    assert _start(job, 2) == {"x": {"0": -2, "1": -2}}
+    assert job._recorder.reset == [("x", 0), ("x", 1)]
+    assert source.committed == {("x", 0): (0, "target-topic-id=T2"), ("x", 1): (0, "target-topic-id=T2")}
+    assert not job._created
+    job._commit({("x", 0): 30})
+    assert source.committed[("x", 0)] == (30, "target-topic-id=T2")  # every commit carries the tag
+
+
+def test_a_commit_tagged_with_an_earlier_target_topic_starts_from_the_beginning():
+    """a.x was deleted and created again while the flow was stopped: the commit names T1, the
+    topic is now T2. A commit tagged T2, or untagged, is trusted."""
+    from mirror.engine.worker import _TID
+    from mirror.spark.job import TARGET_TOPIC_ID, new_target
+
+    assert TARGET_TOPIC_ID == _TID  # the same tag as `mirror run`: either engine reads the other's
+    source = FakeSource({("x", 0): (20, "target-topic-id=T1"), ("x", 1): (20, "target-topic-id=T2"), ("x", 2): (20, None)})
+    job = _job(source, FakeTarget({"a.x": "T2"}))
+    assert _start(job) == {"x": {"0": -2, "1": 20, "2": 20}}
+    assert job._recorder.reset == [("x", 0)]
+    assert new_target(False, "target-topic-id=T1", None) is False  # the target's id unknown: trust
+    assert new_target(False, "something else", "T2") is False

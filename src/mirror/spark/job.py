@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 CACHE = Path(os.environ.get("MIRROR_CACHE", Path.home() / ".cache" / "mirror"))
 MARKER = "mirror-flow.json"  # in a --checkpoint directory: which flow it belongs to
+TARGET_TOPIC_ID = "target-topic-id="  # group commit metadata, the same tag `mirror run` writes (engine.worker._TID)
 _SELECT = ["topic", "partition", "offset", "unix_millis(timestamp) AS ts", "key", "value", "headers"]
 
 
@@ -118,6 +119,8 @@ class SparkFlow:
         self._lock = threading.Lock()
         self._committed: dict[tuple[str, int], int] = {}
         self._mappings: list[TopicMapping] = []
+        self._created: set[str] = set()  # target topics this run created, not yet started from the beginning
+        self._target_ids: dict[str, str] = {}
         self.records = 0
         self.skipped = 0
 
@@ -160,25 +163,55 @@ class SparkFlow:
 
     def _refresh(self) -> list[TopicMapping]:
         mappings = match_topics(self.config, self.flow, self._source.topics())
-        ensure_targets(self._source, self._target, mappings, headroom=LIMIT_HEADROOM)
+        result = ensure_targets(self._source, self._target, mappings, headroom=LIMIT_HEADROOM)
+        self._created |= set(result.created)  # their partitions start from the beginning
         return mappings
 
     def _starting_offsets(self, mappings: list[TopicMapping]) -> dict[str, dict[str, int]]:
-        committed = self._source.group_offsets(self.flow.group_id)
+        """Each source partition's start: the group's committed offset, except (from the
+        beginning) where there is none, where it is outside the source log (`starting_offset`),
+        and where the target topic is new: created by this run, or created again since the
+        commit (its id differs from the one the commit is tagged with), as `mirror run` does."""
+        committed = self._source.group_offsets_with_metadata(self.flow.group_id)
+        self._target_ids = self._target.topic_ids(sorted({m.target for m in mappings}))
         parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
         marks = self._source.watermarks([tp for tp in parts if tp in committed], committed_only=False)
         out: dict[str, dict[str, int]] = {}
+        reset: list[tuple[str, int]] = []
         for m in mappings:
             out[m.source] = {}
+            tid = self._target_ids.get(m.target)
             for p in range(m.partitions):
+                offset, meta = committed.get((m.source, p), (None, None))
+                if new_target(m.target in self._created, meta, tid):
+                    log.warning("flow %s: %s[%d]: target topic %s is new (%s); mirroring from the earliest offset", self.flow.name, m.source, p, m.target,
+                                "created by this run" if m.target in self._created else f"the group's offset was committed into an earlier {m.target}")
+                    out[m.source][str(p)] = -2
+                    reset.append((m.source, p))
+                    continue
                 w = marks.get((m.source, p))
-                start, why = starting_offset(committed.get((m.source, p)), w.low if w else None, w.high if w else None)
+                start, why = starting_offset(offset, w.low if w else None, w.high if w else None)
                 if why:
                     log.warning("flow %s: %s[%d]: %s; mirroring from the earliest offset", self.flow.name, m.source, p, why)
                 out[m.source][str(p)] = start
                 if start >= 0:
                     self._committed[(m.source, p)] = start
+        if reset:
+            # Rows of an earlier incarnation of the target would mistranslate; and the group is
+            # rewound first, so a crash before the first commit cannot resume past records the
+            # new topic never received.
+            self._recorder.on_reset(self.flow.name, reset)
+            self._recorder.flush()
+            self._source.alter_group_offsets(self.flow.group_id, dict.fromkeys(reset, 0), metadata=self._tags(reset))
+            for tp in reset:
+                self._committed[tp] = 0
+        self._created -= {m.target for m in mappings}
         return out
+
+    def _tags(self, partitions: Any) -> dict[tuple[str, int], str]:
+        """Commit metadata naming the id of each partition's target topic (see `new_target`)."""
+        target = {m.source: m.target for m in self._mappings}
+        return {tp: f"{TARGET_TOPIC_ID}{self._target_ids[target[tp[0]]]}" for tp in partitions if self._target_ids.get(target.get(tp[0], ""))}
 
     def _run_query(self, spark: Any, mappings: list[TopicMapping]) -> bool:
         """Run one query over `mappings`; True when it stopped because the matched topics changed."""
@@ -303,8 +336,19 @@ class SparkFlow:
             ahead = {tp: o for tp, o in positions.items() if o > self._committed.get(tp, -1)}
             if not ahead:
                 return
-            self._source.alter_group_offsets(self.flow.group_id, ahead)
+            self._source.alter_group_offsets(self.flow.group_id, ahead, metadata=self._tags(ahead))
             self._committed.update(ahead)
+
+
+def new_target(created: bool, metadata: str | None, topic_id: str | None) -> bool:
+    """Whether a source partition must be mirrored from the beginning into its target topic:
+    the run created that topic, or the group's commit is tagged with another topic id (the
+    target was deleted and created again since; an untagged commit is trusted)."""
+    if created:
+        return True
+    if not metadata or not metadata.startswith(TARGET_TOPIC_ID) or topic_id is None:
+        return False
+    return metadata[len(TARGET_TOPIC_ID):] != topic_id
 
 
 def starting_offset(committed: int | None, low: int | None, high: int | None) -> tuple[int, str | None]:
