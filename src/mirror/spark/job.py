@@ -211,6 +211,12 @@ class SparkFlow:
     def _tags(self, partitions: Any) -> dict[tuple[str, int], str]:
         """Commit metadata naming the id of each partition's target topic (see `new_target`)."""
         target = {m.source: m.target for m in self._mappings}
+        missing = sorted({t for t in target.values() if t not in self._target_ids})
+        if missing:  # a topic created a moment ago may not be describable yet
+            try:
+                self._target_ids.update(self._target.topic_ids(missing))
+            except MirrorError as exc:
+                log.debug("flow %s: target topic ids: %s", self.flow.name, exc)
         return {tp: f"{TARGET_TOPIC_ID}{self._target_ids[target[tp[0]]]}" for tp in partitions if self._target_ids.get(target.get(tp[0], ""))}
 
     def _run_query(self, spark: Any, mappings: list[TopicMapping]) -> bool:
