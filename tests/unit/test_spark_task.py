@@ -117,6 +117,10 @@ class FakeSource:
 class FakeTarget:
     def __init__(self, ids):
         self.ids = ids
+        self.deleted = {}
+
+    def delete_records(self, before):
+        self.deleted.update(before)
 
     def topic_ids(self, topics):
         return {t: self.ids[t] for t in topics if t in self.ids}
@@ -183,5 +187,20 @@ def test_a_commit_tagged_with_an_earlier_target_topic_starts_from_the_beginning(
     job = _job(source, FakeTarget({"a.x": "T2"}))
     assert _start(job) == {"x": {"0": -2, "1": 20, "2": 20}}
     assert job._recorder.reset == [("x", 0)]
+    from mirror.kafka import OFFSET_END
+
+    assert job._target.deleted == {("a.x", 0): OFFSET_END}  # what the new topic got uncommitted goes first
+    assert job._restarted  # a --checkpoint of the query is dropped: it would resume past the reset
     assert new_target(False, "target-topic-id=T1", None) is False  # the target's id unknown: trust
     assert new_target(False, "something else", "T2") is False
+
+
+def test_a_target_topic_recreated_while_the_query_runs_restarts_it():
+    target = FakeTarget({"a.x": "T1"})
+    job = _job(FakeSource({("x", 0): (20, None)}), target)
+    _start(job, 1)
+    assert not job._restarted and not job._targets_recreated(job._mappings)
+    target.ids["a.x"] = "T2"
+    assert job._targets_recreated(job._mappings)
+    del target.ids["a.x"]
+    assert job._targets_recreated(job._mappings)

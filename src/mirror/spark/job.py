@@ -39,7 +39,7 @@ from mirror.domain.acks import AckBatch
 from mirror.domain.topics import TopicMapping, match_topics
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
 from mirror.errors import MirrorError, UnsafeOperation, UsageError
-from mirror.kafka import Admin
+from mirror.kafka import OFFSET_END, Admin
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.spark.task import TaskPlan, TaskResult, mirror_partition
 from mirror.store import open_store
@@ -121,6 +121,7 @@ class SparkFlow:
         self._mappings: list[TopicMapping] = []
         self._created: set[str] = set()  # target topics this run created, not yet started from the beginning
         self._target_ids: dict[str, str] = {}
+        self._restarted = False  # partitions with a commit start again from the beginning
         self.records = 0
         self.skipped = 0
 
@@ -178,6 +179,8 @@ class SparkFlow:
         marks = self._source.watermarks([tp for tp in parts if tp in committed], committed_only=False)
         out: dict[str, dict[str, int]] = {}
         reset: list[tuple[str, int]] = []
+        stale: dict[tuple[str, int], int] = {}  # target partitions to empty
+        self._restarted = False
         for m in mappings:
             out[m.source] = {}
             tid = self._target_ids.get(m.target)
@@ -188,6 +191,10 @@ class SparkFlow:
                                 "created by this run" if m.target in self._created else f"the group's offset was committed into an earlier {m.target}")
                     out[m.source][str(p)] = -2
                     reset.append((m.source, p))
+                    if m.target not in self._created:
+                        # Nobody committed into the new topic: what it holds are copies that
+                        # would come ahead of (or twice with) the ones mirrored now.
+                        stale[(m.target, p)] = OFFSET_END
                     continue
                 w = marks.get((m.source, p))
                 start, why = starting_offset(offset, w.low if w else None, w.high if w else None)
@@ -196,7 +203,15 @@ class SparkFlow:
                 out[m.source][str(p)] = start
                 if start >= 0:
                     self._committed[(m.source, p)] = start
+                elif offset is not None:
+                    self._restarted = True
+        if stale:
+            try:
+                self._target.delete_records(stale)
+            except MirrorError as exc:
+                log.warning("flow %s: could not empty the recreated target partitions: %s", self.flow.name, exc)
         if reset:
+            self._restarted = True
             # Rows of an earlier incarnation of the target would mistranslate; and the group is
             # rewound first, so a crash before the first commit cannot resume past records the
             # new topic never received.
@@ -243,8 +258,11 @@ class SparkFlow:
         with ExitStack() as stack:
             if self.checkpoint is not None:
                 location = str(self.checkpoint)
-                if self._query_topics_changed(mappings):
-                    shutil.rmtree(location, ignore_errors=True)  # the group, not Spark's checkpoint, says where to start
+                # The group, not Spark's checkpoint, says where to start: a query resumed from a
+                # checkpoint ignores startingOffsets, so a partition started again from the
+                # beginning (`_starting_offsets`) needs the checkpoint gone too.
+                if self._query_topics_changed(mappings) or self._restarted:
+                    shutil.rmtree(location, ignore_errors=True)
             else:
                 location = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"mirror-spark-{self.flow.name}-"))
             writer = reader.load().writeStream.foreachBatch(self._on_batch).option("checkpointLocation", location)
@@ -260,7 +278,7 @@ class SparkFlow:
                     if self.until_caught_up or time.monotonic() < next_refresh:
                         continue
                     next_refresh = time.monotonic() + self.flow.refresh_interval
-                    if self._topics_changed(mappings):
+                    if self._topics_changed(mappings) or self._targets_recreated(mappings):
                         log.info("flow %s: matched topics changed; restarting the query", self.flow.name)
                         return True
                 exc = query.exception()
@@ -287,6 +305,22 @@ class SparkFlow:
             log.warning("flow %s: topic refresh failed: %s", self.flow.name, exc)
             return False
         return [(m.source, m.partitions) for m in now] != [(m.source, m.partitions) for m in mappings]
+
+    def _targets_recreated(self, mappings: list[TopicMapping]) -> bool:
+        """A target topic was deleted, or deleted and created again (a new id), while the query
+        ran: restarted, the query starts its partitions from the beginning (`new_target`)."""
+        known = {m.target: self._target_ids[m.target] for m in mappings if m.target in self._target_ids}
+        if not known:
+            return False
+        try:
+            now = self._target.topic_ids(sorted(known))
+        except MirrorError as exc:
+            log.warning("flow %s: target topic refresh failed: %s", self.flow.name, exc)
+            return False
+        changed = sorted(t for t, i in known.items() if now.get(t) != i)
+        if changed:
+            log.warning("flow %s: target topics %s were deleted or created again", self.flow.name, ", ".join(changed))
+        return bool(changed)
 
     # ------------------------------------------------------------------ per batch
 
