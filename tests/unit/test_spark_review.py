@@ -257,3 +257,14 @@ def test_a_producer_that_timed_out_is_purged_and_never_reused(monkeypatch: pytes
     with pytest.raises(FatalProduceError):
         run_task(plan(), rows(range(3)))
     assert len(made) == 2  # a new producer for the retry
+
+
+def test_the_replay_check_compares_timestamps_only_where_the_target_keeps_them() -> None:
+    """A copy whose timestamp differs is another record, unless the target topic stamps its
+    own (LogAppendTime): then key and value decide, or every replay would duplicate."""
+    (row,) = rows([5])
+    origin: list[Any] = []  # headers play no part in the comparison
+    assert task._same(TailRecord(9, row[3], row[4], row[5], origin), row)
+    assert not task._same(TailRecord(9, row[3] + 1, row[4], row[5], origin), row)
+    assert task._same(TailRecord(9, row[3] + 1, row[4], row[5], origin, log_append_time=True), row)
+    assert not task._same(TailRecord(9, row[3], row[4], b"other", origin), row)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, KafkaException, TopicPartition
 
 from mirror.config import ClusterConfig
 from mirror.kafka.clients import client_settings
@@ -137,6 +137,7 @@ class TailRecord:
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]]
+    log_append_time: bool = False  # the broker set the timestamp (the topic's message.timestamp.type)
 
 
 def read_headers(name: str, cluster: ClusterConfig, topic: str, partition: int, start: int, end: int, timeout: float) -> list[tuple[int, list[tuple[str, bytes | None]]]]:
@@ -182,9 +183,10 @@ def read_range(name: str, cluster: ClusterConfig, topic: str, partition: int, st
                 if offset is None or offset >= end:
                     continue
                 raw: Any = m.headers() or []
-                _kind, ts = m.timestamp()
+                kind, ts = m.timestamp()
                 rec = TailRecord(offset, ts if ts is not None else -1, m.key(), m.value(),
-                                 [(k, v if isinstance(v, bytes) or v is None else str(v).encode()) for k, v in raw])
+                                 [(k, v if isinstance(v, bytes) or v is None else str(v).encode()) for k, v in raw],
+                                 log_append_time=kind == TIMESTAMP_LOG_APPEND_TIME)
                 out.append(rec)
                 if until is not None and until(rec):
                     return out

@@ -117,7 +117,9 @@ class Replay:
 
 
 def _same(copy: TailRecord, row: SourceRow) -> bool:
-    return copy.timestamp_ms == row[3] and copy.key == _bytes(row[4]) and copy.value == _bytes(row[5])
+    """A copy of this source record: same key and value, and same timestamp unless the target
+    topic stamps its own (LogAppendTime; then the key and value must do)."""
+    return (copy.log_append_time or copy.timestamp_ms == row[3]) and copy.key == _bytes(row[4]) and copy.value == _bytes(row[5])
 
 
 def replay_check(r: Route, batch: Sequence[SourceRow], low: int, high: int,
