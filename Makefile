@@ -12,6 +12,9 @@ KAFKA_LIBS := $(CACHE)/kafka-$(KAFKA_VERSION)/libs
 CASSANDRA_VERSION := 5.0.6
 CASSANDRA_LIBS := $(CACHE)/cassandra-$(CASSANDRA_VERSION)/libs
 MM2_LIBS := $(CACHE)/mm2-$(KAFKA_VERSION)/libs
+# Spark's Kafka connector for the pinned pyspark (deps/spark/pom.xml, pyproject's `spark` extra).
+SPARK_VERSION := 4.2.0
+SPARK_JARS := $(CACHE)/spark-$(SPARK_VERSION)/jars
 MVN := mvn -q -B
 PYTEST_ARGS ?=
 
@@ -25,7 +28,7 @@ $(PY):
 	$(PY) -m pip install -q -U pip
 
 $(VENV)/.installed: pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,spark]'
 	touch $@
 
 # Jars from Maven Central, keyed by the pom's content (not its mtime: every fresh clone has
@@ -46,6 +49,7 @@ jars:
 	$(call fetch_jars,deps/kafka/pom.xml,$(KAFKA_LIBS))
 	$(call fetch_jars,deps/cassandra/pom.xml,$(CASSANDRA_LIBS))
 	$(call fetch_jars,deps/mm2/pom.xml,$(MM2_LIBS))
+	$(call fetch_jars,deps/spark/pom.xml,$(SPARK_JARS))
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -87,6 +87,8 @@ _COMMANDS = {
     "failover": "failover.cli:failover",
     "failback": "failover.cli:failback",
     "drill": "mirror.cli.drill:drill",
+    "spark": "mirror.cli.spark:spark",
+    "audit": "mirror.cli.audit:audit",
 }
 
 

@@ -24,6 +24,7 @@ def dev() -> None:
 @dev.command()
 @click.option("--clusters", default="nyc,sf", show_default=True, help="Comma-separated cluster names; cluster i listens on base-port + 100*i.")
 @click.option("--cassandra", is_flag=True, help="Also run one Cassandra node (on base-port - 50).")
+@click.option("--spark", is_flag=True, help="Also run a Spark standalone master and one worker (1 core; master on base-port - 30).")
 @click.option("--base-port", type=click.IntRange(1024, 65000), default=DEFAULT_BASE_PORT, show_default=True)
 @click.option(
     "--broker-config", "broker_config", multiple=True, metavar="KEY=VALUE",
@@ -39,12 +40,12 @@ def dev() -> None:
     help="With --security: grant the mirror user what `mirror acls -c CONFIG` lists (as `dev grant` does).",
 )
 @home_option
-def up(clusters: str, cassandra: bool, base_port: int, broker_config: tuple[str, ...], security: str, config_path: Path | None, home: Path) -> None:
+def up(clusters: str, cassandra: bool, spark: bool, base_port: int, broker_config: tuple[str, ...], security: str, config_path: Path | None, home: Path) -> None:
     """Start the clusters; return once each answers metadata and accepts a topic."""
     names = [n.strip() for n in clusters.split(",") if n.strip()]
     if not names or len(set(names)) != len(names):
         raise click.BadParameter("give distinct, comma-separated names, e.g. nyc,sf", param_hint="--clusters")
-    result = DevClusters(home).up(names, base_port, cassandra=cassandra, broker_config=parse_broker_config(broker_config), security=security)
+    result = DevClusters(home).up(names, base_port, cassandra=cassandra, broker_config=parse_broker_config(broker_config), security=security, spark=spark)
     for name, c in result.status["clusters"].items():
         if name in names:
             what = "already running" if name in result.already_running else "started"
@@ -53,6 +54,10 @@ def up(clusters: str, cassandra: bool, base_port: int, broker_config: tuple[str,
     if cassandra and cas:
         what = "already running" if "cassandra" in result.already_running else "started"
         click.echo(f"cassandra: {cas['contact_point']} ({what}; log {cas['log']})")
+    sp = result.status.get("spark")
+    if spark and sp:
+        what = "already running" if "spark" in result.already_running else "started"
+        click.echo(f"spark: {sp['master']} ({what}; logs in {sp['log']})")
     if config_path is not None and security != Security.PLAINTEXT.value:
         _grant(home, config_path)
     if result.status.get("passwords"):
@@ -85,6 +90,7 @@ def status(home: Path, as_json: bool) -> None:
                 for n, c in st["clusters"].items()
             },
             "cassandra": {k: v for k, v in st["cassandra"].items() if k in ("contact_point", "running", "username", "password")} if st["cassandra"] else None,
+            "spark": {"master": st["spark"]["master"], "running": st["spark"]["running"]} if st["spark"] else None,
         }
         out["passwords"] = st["passwords"]
         click.echo(json.dumps(out, indent=2))
@@ -96,6 +102,8 @@ def status(home: Path, as_json: bool) -> None:
     if st["cassandra"]:
         c = st["cassandra"]
         click.echo(f"cassandra: {c['contact_point']} {'running' if c['running'] else 'stopped'}")
+    if st["spark"]:
+        click.echo(f"spark: {st['spark']['master']} {'running' if st['spark']['running'] else 'stopped'}")
 
 
 def _grant(home: Path, config_path: Path) -> None:

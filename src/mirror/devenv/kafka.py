@@ -37,6 +37,7 @@ from mirror.devenv.common import (
     terminate,
 )
 from mirror.devenv.security import Material, Security, password_var
+from mirror.devenv.spark import SparkDev
 from mirror.domain.acls import COMMANDS, cluster_bindings, required_grants
 from mirror.errors import DevClusterError, MirrorError
 from mirror.kafka import Admin
@@ -294,7 +295,7 @@ class DevClusters:
         try:
             return json.loads((self.home / self.STATE).read_text())
         except (OSError, ValueError):
-            return {"clusters": {}, "cassandra": None}
+            return {"clusters": {}, "cassandra": None, "spark": None}
 
     def _save(self, state: dict) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
@@ -318,6 +319,7 @@ class DevClusters:
         self, names: Sequence[str], base_port: int = DEFAULT_BASE_PORT, *, cassandra: bool = False, heap: str | None = None,
         broker_config: Mapping[str, str] | None = None, security: Security | str = Security.PLAINTEXT,
         extra_security: Sequence[Security | str] = (),
+        spark: bool = False,
     ) -> UpResult:
         """Start the named clusters; `broker_config` lines are added to every broker's
         server.properties (and remembered, so a restart of the node keeps them)."""
@@ -368,14 +370,24 @@ class DevClusters:
                 cas.wait_ready()
                 if auth:
                     cas.create_role("mirror", Material(self.home).passwords()["mirror"])
+            if spark:
+                sp = SparkDev(self.home, base_port)
+                new = sp.start()
+                started += new
+                if not new:
+                    running.append("spark")
+                state["spark"] = {"base_port": base_port, "master": sp.master_url}
+                self._save(state)
+                sp.wait_ready()
         except BaseException:
             # Leave nothing half-started behind: stop what this call started.
             for node in nodes:
                 if node.spec.name in started:
                     node.stop(kill=True)
             if "cassandra" in started:
-
                 CassandraNode(self.home, base_port - 50).stop(kill=True)
+            if any(s.startswith("spark-") for s in started):
+                SparkDev(self.home, base_port).stop(kill=True)
             raise
         return UpResult(started, running, self.status())
 
@@ -401,7 +413,11 @@ class DevClusters:
                 cas.update(username="mirror", password=f"${{{password_var('mirror')}}}")
         secured = any(n.security is not Security.PLAINTEXT for n in self.nodes())
         passwords = str(Material(self.home).passwords_file) if secured else None
-        return {"clusters": clusters, "cassandra": cas, "passwords": passwords}
+        sp = None
+        if state.get("spark"):
+            dev = SparkDev(self.home, state["spark"]["base_port"])
+            sp = {"master": dev.master_url, "running": dev.running(), "pid": dev.pid("master"), "log": str(dev.dir)}
+        return {"clusters": clusters, "cassandra": cas, "spark": sp, "passwords": passwords}
 
     def admin(self, name: str) -> Admin:
         """An admin client logged in as the dev admin (a super user) on one cluster."""
@@ -429,4 +445,6 @@ class DevClusters:
 
             if CassandraNode(self.home, state["cassandra"]["port"]).stop():
                 stopped.append("cassandra")
+        if state.get("spark"):
+            stopped += SparkDev(self.home, state["spark"]["base_port"]).stop()
         return stopped

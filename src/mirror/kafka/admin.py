@@ -366,8 +366,13 @@ class Admin:
         desc = self._result(f"describe group {group!r}", futs[group], ("Describe", "group", group))
         return str(getattr(desc.state, "name", desc.state))
 
-    def alter_group_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], *, metadata: str | None = None) -> None:
-        tps = [TopicPartition(t, p, o, metadata=metadata) if metadata else TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+    def alter_group_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], *,
+                            metadata: str | Mapping[tuple[str, int], str] | None = None) -> None:
+        """Set a group's offsets; `metadata` for all of them, or per partition (absent: none)."""
+        def meta(tp: tuple[str, int]) -> str | None:
+            return metadata if isinstance(metadata, str) or metadata is None else metadata.get(tp)
+
+        tps = [TopicPartition(t, p, o, metadata=m) if (m := meta((t, p))) else TopicPartition(t, p, o) for (t, p), o in offsets.items()]
         futs = self._client.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)], request_timeout=self.timeout)
         res = self._result(f"set offsets of group {group!r}", futs[group], ("Read", "group", group))
         for tp in res.topic_partitions:

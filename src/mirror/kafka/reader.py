@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, KafkaException, TopicPartition
 
 from mirror.config import ClusterConfig
 from mirror.kafka.clients import client_settings
@@ -130,3 +130,78 @@ class PartitionReader:
             self._consumer.close()
         except (KafkaException, RuntimeError):
             pass
+
+
+@dataclass(frozen=True, slots=True)
+class TailRecord:
+    """A target record read back by the Spark engine's replay check."""
+
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    log_append_time: bool = False  # the broker set the timestamp (the topic's message.timestamp.type)
+
+
+def read_headers(name: str, cluster: ClusterConfig, topic: str, partition: int, start: int, end: int, timeout: float) -> list[tuple[int, list[tuple[str, bytes | None]]]]:
+    """Offsets and headers of the records of one partition in [start, end), in order."""
+    return [(r.offset, r.headers) for r in read_range(name, cluster, topic, partition, start, end, timeout=timeout)]
+
+
+def read_range(name: str, cluster: ClusterConfig, topic: str, partition: int, start: int, end: int, timeout: float,
+               until: Callable[[TailRecord], bool] | None = None) -> list[TailRecord]:
+    """The records of one partition in [start, end), in order (stopping after the first one
+    `until` accepts, when given).
+
+    For the Spark engine's replay check (what the target already holds, by the provenance
+    header of its last records, and whether those copies are of the records being mirrored).
+    read_uncommitted: the mirror's own target writes are not transactional, and an offset
+    range that ends at the high watermark must be read whole.
+    Raises `KafkaOperationError` when the range cannot be read within `timeout`.
+    """
+    if end <= start:
+        return []
+    settings = {
+        "group.id": f"mirror-tail-{topic}-{partition}",  # required by librdkafka; nothing is committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": True,
+    }
+    consumer = Consumer(client_settings(name, cluster, settings))
+    out: list[TailRecord] = []
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + timeout
+        while True:
+            if time.monotonic() > deadline:
+                raise_for(name, f"read {topic}[{partition}] {start}..{end}", KafkaException(KafkaError(KafkaError._TIMED_OUT)))
+            for m in consumer.consume(1000, timeout=0.5):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF or is_retriable(err):
+                        continue
+                    raise_for(name, f"read {topic}[{partition}]", KafkaException(err))
+                offset = m.offset()
+                if offset is None or offset >= end:
+                    continue
+                raw: Any = m.headers() or []
+                kind, ts = m.timestamp()
+                rec = TailRecord(offset, ts if ts is not None else -1, m.key(), m.value(),
+                                 [(k, v if isinstance(v, bytes) or v is None else str(v).encode()) for k, v in raw],
+                                 log_append_time=kind == TIMESTAMP_LOG_APPEND_TIME)
+                out.append(rec)
+                if until is not None and until(rec):
+                    return out
+            position = consumer.position([TopicPartition(topic, partition)])[0].offset
+            if position >= end:
+                return out
+    except KafkaException as exc:
+        raise_for(name, f"read {topic}[{partition}]", exc)
+    finally:
+        try:
+            consumer.close()
+        except (KafkaException, RuntimeError):
+            pass
+    return out

@@ -1,0 +1,52 @@
+"""`mirror spark run`: the same flow, mirrored by a Spark Structured Streaming query."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import click
+
+from mirror.cli import AppContext, config_option, pass_app
+from mirror.errors import ExitCode
+
+
+@click.group()
+def spark() -> None:
+    """Run a flow's data pipeline on Spark (local mode or a standalone cluster)."""
+
+
+@spark.command("run")
+@config_option
+@click.option("--flow", "flow_name", required=True, help="The flow to mirror (one per Spark application).")
+@click.option("--master", default=None, help="Spark master URL, e.g. spark://127.0.0.1:7077; default local[*].")
+@click.option("--until-caught-up", is_flag=True, help="Mirror what the source holds at start (Trigger.AvailableNow), commit, exit 0.")
+@click.option("--checkpoint", type=click.Path(file_okay=False, path_type=Path), default=None, help="Spark checkpoint directory of this flow (default: a temporary one; the flow's group says where to resume).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, help="Serve Prometheus metrics on this port.")
+@click.option("--max-records-per-batch", type=click.IntRange(1), default=None, help="Cap a micro-batch (Spark's maxOffsetsPerTrigger).")
+@pass_app
+def run(app: AppContext, config_path: Path, flow_name: str, master: str | None, until_caught_up: bool, checkpoint: Path | None, metrics_port: int | None, max_records_per_batch: int | None) -> int:
+    """Mirror one flow with Spark until stopped (or caught up); SIGTERM/Ctrl-C stop after the current batch."""
+    from mirror.spark.job import run_flow
+
+    config = app.config(config_path)
+    (flow,) = config.select_flows((flow_name,))
+    stop = threading.Event()
+    signals: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        signals.append(signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        job = run_flow(config, flow, master=master, checkpoint=checkpoint, until_caught_up=until_caught_up,
+                       max_records_per_batch=max_records_per_batch, metrics_port=metrics_port, stop=stop, quiet=not app.debug)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    click.echo(f"flow {flow.name}: {job.records} records mirrored on Spark ({job.skipped} already on the target)", err=True)
+    if signal.SIGINT in signals:
+        return ExitCode.INTERRUPTED
+    return ExitCode.OK

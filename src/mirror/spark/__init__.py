@@ -1,0 +1,1 @@
+"""The Spark engine: the one package that imports pyspark (see `mirror.spark.job`)."""

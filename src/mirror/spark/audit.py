@@ -1,0 +1,174 @@
+"""`mirror audit`: a Spark batch job comparing a flow's source and target, per partition.
+
+Both sides are read with Spark's Kafka source (read_committed, headers). The window is what
+the mirror had committed: the source up to the flow's group offsets, the target's copies of
+exactly those records (by their provenance header), so records still in flight are not
+called missing. Per partition: counts and an order-independent checksum (the sum of
+xxhash64 over key, value, timestamp and the headers without this hop's provenance one),
+also per minute of event time; with provenance headers on, an exact join on the origin
+offset lists missing, extra (injected, or a second copy) and altered records, first few of
+each with offsets.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mirror.config import Config, FlowConfig
+from mirror.domain.route import HEADER_ORIGIN, route
+from mirror.domain.topics import match_topics
+from mirror.errors import UsageError
+from mirror.kafka import Admin
+
+SAMPLE = 5  # offsets listed per kind of difference
+
+
+@dataclass
+class PartitionAudit:
+    source_topic: str
+    target_topic: str
+    partition: int
+    source_count: int = 0
+    target_count: int = 0
+    checksum_equal: bool = True
+    minutes_differing: int = 0
+    missing: list[int] = field(default_factory=list)  # source offsets with no copy
+    extra: list[int] = field(default_factory=list)  # target offsets that copy nothing in the window, or copy a record twice
+    altered: list[int] = field(default_factory=list)  # source offsets whose copy differs
+
+    @property
+    def equal(self) -> bool:
+        return self.source_count == self.target_count and self.checksum_equal and not (self.missing or self.extra or self.altered) and not self.minutes_differing
+
+
+@dataclass
+class AuditReport:
+    flow: str
+    partitions: list[PartitionAudit]
+
+    @property
+    def equal(self) -> bool:
+        return all(p.equal for p in self.partitions)
+
+    def to_json(self) -> str:
+        return json.dumps({"flow": self.flow, "equal": self.equal, "partitions": [{**asdict(p), "equal": p.equal} for p in self.partitions]}, indent=2)
+
+
+def _read(spark: Any, bootstrap: str, starting: dict[str, dict[str, int]], ending: dict[str, dict[str, int]]) -> Any:
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("kafka.isolation.level", "read_committed")
+        .option("subscribe", ",".join(sorted(starting)))
+        .option("startingOffsets", json.dumps(starting))
+        .option("endingOffsets", json.dumps(ending))
+        .option("includeHeaders", "true")
+        .option("failOnDataLoss", "false")
+        .load()
+    )
+
+
+def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None = None, *, from_ms: int | None = None, to_ms: int | None = None) -> AuditReport:
+    from pyspark.sql import functions as F
+
+    source_admin = Admin(flow.source, config.clusters[flow.source])
+    target_admin = Admin(flow.target, config.clusters[flow.target])
+    mappings = match_topics(config, flow, source_admin.topics())
+    if topics:
+        unknown = sorted(set(topics) - {m.source for m in mappings})
+        if unknown:
+            raise UsageError(f"--topic {unknown[0]!r} is not a topic flow {flow.name!r} mirrors")
+        mappings = [m for m in mappings if m.source in topics]
+    existing = target_admin.topics()
+    mappings = [m for m in mappings if m.target in existing]
+    committed = source_admin.group_offsets(flow.group_id)
+    parts = [(m, p) for m in mappings for p in range(m.partitions)]
+    report = AuditReport(flow.name, [PartitionAudit(m.source, m.target, p) for m, p in parts])
+    if not parts:
+        return report
+    src_marks = source_admin.watermarks([(m.source, p) for m, p in parts], committed_only=True)
+    tgt_marks = target_admin.watermarks([(m.target, p) for m, p in parts], committed_only=False)
+    # The window: from the source's log start to the group's committed offset.
+    start: dict[tuple[str, int], int] = {}
+    end: dict[tuple[str, int], int] = {}
+    for m, p in parts:
+        low = src_marks[(m.source, p)].low
+        start[(m.source, p)] = low
+        end[(m.source, p)] = max(low, committed.get((m.source, p), low))
+
+    def spec(keys: dict[tuple[str, int], int], topic_of: Any = None) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for (t, p), o in keys.items():
+            out.setdefault(topic_of(t) if topic_of else t, {})[str(p)] = o
+        return out
+
+    src = _read(spark, config.clusters[flow.source].bootstrap, spec(start), spec(end))
+    to_target = {m.source: m.target for m in mappings}
+    tgt_start = {(m.target, p): tgt_marks[(m.target, p)].low for m, p in parts}
+    tgt_end = {(m.target, p): tgt_marks[(m.target, p)].high for m, p in parts}
+    tgt = _read(spark, config.clusters[flow.target].bootstrap, spec(tgt_start), spec(tgt_end))
+
+    ts = F.expr("unix_millis(timestamp)")
+    src = src.select("topic", "partition", "offset", ts.alias("ts"), "key", "value", "headers")
+    origin = F.expr(f"try_element_at(filter(coalesce(headers, array()), h -> h.key = '{HEADER_ORIGIN}'), -1).value").cast("string")
+    tgt = tgt.select("topic", "partition", "offset", ts.alias("ts"), "key", "value", "headers", origin.alias("origin"))
+    # Only copies made by this flow, of this partition, count as copies; this hop's header is not content.
+    prefix = {f"{r.target_topic}|{r.partition}": (r.origin or b"").decode() for m, p in parts for r in [route(flow, m.source, p)]}
+    prefix_map = F.create_map(*[x for k, v in prefix.items() for x in (F.lit(k), F.lit(v))])
+    tgt = tgt.withColumn("prefix", prefix_map[F.concat_ws("|", "topic", F.col("partition").cast("string"))])
+    tgt = tgt.withColumn("is_copy", F.coalesce(F.col("origin").isNotNull() & (F.col("prefix") != F.lit("")) & F.col("origin").startswith(F.col("prefix")), F.lit(False)))
+    tgt = tgt.withColumn("src_offset", F.when(F.col("is_copy"), F.expr("try_cast(substring(origin, length(prefix) + 1) as bigint)")))
+    tgt = tgt.withColumn("headers", F.expr(f"filter(coalesce(headers, array()), h -> NOT (h.key = '{HEADER_ORIGIN}' AND cast(h.value as string) <=> origin AND is_copy))"))
+    src = src.withColumn("headers", F.expr("coalesce(headers, array())"))
+    if from_ms is not None:
+        src, tgt = src.where(F.col("ts") >= from_ms), tgt.where(F.col("ts") >= from_ms)
+    if to_ms is not None:
+        src, tgt = src.where(F.col("ts") < to_ms), tgt.where(F.col("ts") < to_ms)
+    digest = F.xxhash64("key", "value", "ts", "headers").cast("decimal(38,0)")
+    src = src.withColumn("h", digest)
+    tgt = tgt.withColumn("h", digest)
+    # The target side of the window: copies of records the group had committed past.
+    src_topic_of = F.create_map(*[x for s, t in to_target.items() for x in (F.lit(t), F.lit(s))])
+    ends_map = F.create_map(*[x for (t, p), o in end.items() for x in (F.lit(f"{t}|{p}"), F.lit(o))])
+    starts_map = F.create_map(*[x for (t, p), o in start.items() for x in (F.lit(f"{t}|{p}"), F.lit(o))])
+    tgt = tgt.withColumn("source_topic", src_topic_of[F.col("topic")])
+    key = F.concat_ws("|", "source_topic", F.col("partition").cast("string"))
+    in_window = F.col("is_copy") & (F.col("src_offset") >= starts_map[key]) & (F.col("src_offset") < ends_map[key])
+    tgt = tgt.withColumn("in_window", F.coalesce(in_window, F.lit(False))).cache()
+    window_tgt = tgt.where("in_window")
+
+    def agg(df: Any, topic_col: str) -> dict[tuple[str, int], tuple[int, int]]:
+        rows = df.groupBy(topic_col, "partition").agg(F.count("*").alias("n"), F.sum("h").alias("s")).collect()
+        return {(r[0], r[1]): (r["n"], int(r["s"] or 0)) for r in rows}
+
+    def minutes(df: Any, topic_col: str) -> set[tuple[str, int, int, int, int]]:
+        rows = df.groupBy(topic_col, "partition", F.floor(F.col("ts") / 60000).alias("m")).agg(F.count("*").alias("n"), F.sum("h").alias("s")).collect()
+        return {(r[0], r[1], r["m"], r["n"], int(r["s"] or 0)) for r in rows}
+
+    src_agg, tgt_agg = agg(src, "topic"), agg(window_tgt, "source_topic")
+    src_min, tgt_min = minutes(src, "topic"), minutes(window_tgt, "source_topic")
+    by_key = {(a.source_topic, a.partition): a for a in report.partitions}
+    for k, a in by_key.items():
+        n_s, s_s = src_agg.get(k, (0, 0))
+        n_t, s_t = tgt_agg.get(k, (0, 0))
+        a.source_count, a.target_count, a.checksum_equal = n_s, n_t, s_s == s_t
+        a.minutes_differing = len({(m[2]) for m in src_min ^ tgt_min if (m[0], m[1]) == k})
+    if flow.provenance_headers:
+        s = src.select(F.col("topic").alias("st"), F.col("partition").alias("sp"), F.col("offset").alias("so"), F.col("h").alias("sh"))
+        t = window_tgt.select(F.col("source_topic").alias("st"), F.col("partition").alias("sp"), F.col("src_offset").alias("so"), F.col("h").alias("th"), F.col("offset").alias("to"))
+        joined = s.join(t, ["st", "sp", "so"], "full_outer")
+        missing = joined.where("to IS NULL").groupBy("st", "sp").agg(F.slice(F.sort_array(F.collect_list("so")), 1, SAMPLE).alias("o")).collect()
+        altered = joined.where("sh IS NOT NULL AND th IS NOT NULL AND sh != th").groupBy("st", "sp").agg(F.slice(F.sort_array(F.collect_list("so")), 1, SAMPLE).alias("o")).collect()
+        dupes = t.groupBy("st", "sp", "so").agg(F.count("*").alias("n"), F.max("to").alias("to")).where("n > 1").groupBy("st", "sp").agg(F.slice(F.sort_array(F.collect_list("to")), 1, SAMPLE).alias("o")).collect()
+        # Records on the target that are no copy of this flow's (injected), within the target
+        # range the window's copies span.
+        foreign = tgt.where("NOT is_copy").groupBy("source_topic", "partition").agg(F.slice(F.sort_array(F.collect_list("offset")), 1, SAMPLE).alias("o")).collect()
+        for rows, attr in ((missing, "missing"), (altered, "altered"), (dupes, "extra"), (foreign, "extra")):
+            for r in rows:
+                hit = by_key.get((r[0], r[1]))
+                if hit is not None:
+                    setattr(hit, attr, sorted([*getattr(hit, attr), *r["o"]])[:SAMPLE])
+    tgt.unpersist()
+    return report

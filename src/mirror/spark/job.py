@@ -1,0 +1,475 @@
+"""`mirror spark run`: one flow mirrored by a Spark Structured Streaming query (driver side).
+
+    Kafka source (read_committed, headers)            per batch, on the driver
+    ──▶ foreachBatch: one task per source partition ──▶ offset-map rows stored ──▶ group commit
+        (mirror.spark.task: produce, flush)              (OffsetMapRecorder)       (explicit offsets)
+
+The flow's consumer group on the source is the source of truth, whichever engine ran the
+flow: a query starts from the group's committed offsets (`startingOffsets`), and every batch
+ends with the offset-map rows stored and then the group committed (invariant 1), so `mirror
+lag`, checkpoints, failover and a later `mirror run` work unchanged. Spark's own checkpoint
+only says which batch was planned last; a batch replayed from it adds no duplicates (see
+`mirror.spark.task`).
+
+Spark's Kafka *sink* is not used: it cannot set the record timestamp and discards the
+produced records' offsets, so it could keep neither CreateTime nor the offset map.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from contextlib import ExitStack
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from mirror.config import Config, FlowConfig
+from mirror.domain.acks import AckBatch
+from mirror.domain.topics import TopicMapping, match_topics
+from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
+from mirror.errors import MirrorError, UnsafeOperation, UsageError
+from mirror.kafka import OFFSET_END, Admin
+from mirror.run.recorder import OffsetMapRecorder
+from mirror.spark.task import TaskPlan, TaskResult, mirror_partition
+from mirror.store import open_store
+
+log = logging.getLogger(__name__)
+
+CACHE = Path(os.environ.get("MIRROR_CACHE", Path.home() / ".cache" / "mirror"))
+MARKER = "mirror-flow.json"  # in a --checkpoint directory: which flow it belongs to
+TARGET_TOPIC_ID = "target-topic-id="  # group commit metadata, the same tag `mirror run` writes (engine.assignment.TID)
+_SELECT = ["topic", "partition", "offset", "unix_millis(timestamp) AS ts", "key", "value", "headers"]
+
+
+def connector_jars(version: str) -> list[str]:
+    """The Kafka connector jars `make setup` fetched for this pyspark version."""
+    folder = CACHE / f"spark-{version}" / "jars"
+    jars = sorted(str(p) for p in folder.glob("*.jar"))
+    if not any(f"spark-sql-kafka-0-10_2.13-{version}.jar" in j for j in jars):
+        raise MirrorError(
+            f"no Spark Kafka connector for pyspark {version} in {folder}",
+            hint="pyspark and deps/spark/pom.xml must name the same version; run `make setup`",
+        )
+    return jars
+
+
+def check_java() -> None:
+    java_home = os.environ.get("JAVA_HOME")
+    java = Path(java_home) / "bin" / "java" if java_home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise MirrorError("no Java found (JAVA_HOME unset and no `java` on PATH)", hint="Spark needs a Java 17 or 21 runtime")
+
+
+def check_master(master: str, timeout: float = 5.0) -> None:
+    """A standalone master that does not accept connections fails here, not after Spark's minute of retries."""
+    if not master.startswith("spark://"):
+        return
+    for hostport in master[len("spark://"):].split(","):
+        u = urlparse(f"//{hostport}")
+        try:
+            with socket.create_connection((u.hostname or "", u.port or 7077), timeout=timeout):
+                return
+        except OSError:
+            continue
+    raise MirrorError(f"Spark master {master} does not answer", hint="check --master and that the master runs (mirror dev up --spark)")
+
+
+def claim_checkpoint(directory: Path, flow: FlowConfig) -> Path:
+    """A --checkpoint directory belongs to one flow; another flow's is refused (exit 2)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    marker = directory / MARKER
+    mine = {"flow": flow.name, "source": flow.source, "group": flow.group_id}
+    if marker.exists():
+        try:
+            theirs = json.loads(marker.read_text())
+        except (OSError, ValueError):
+            theirs = None
+        if theirs != mine:
+            raise UsageError(f"--checkpoint {directory} belongs to {theirs!r}, not flow {flow.name!r}", hint="give each flow its own checkpoint directory")
+    else:
+        marker.write_text(json.dumps(mine))
+    return directory / "query"
+
+
+class SparkFlow:
+    """Runs one flow's streaming query until caught up or stopped."""
+
+    def __init__(self, config: Config, flow: FlowConfig, *, master: str | None = None, checkpoint: Path | None = None,
+                 until_caught_up: bool = False, max_records_per_batch: int | None = None, metrics: Any = None,
+                 stop: threading.Event | None = None) -> None:
+        self.config = config
+        self.flow = flow
+        self.master = master or "local[*]"
+        self.checkpoint = checkpoint
+        self.until_caught_up = until_caught_up
+        self.max_records_per_batch = max_records_per_batch
+        self.metrics = metrics
+        self.stop = stop or threading.Event()
+        self._lock = threading.Lock()
+        self._committed: dict[tuple[str, int], int] = {}
+        self._mappings: list[TopicMapping] = []
+        self._created: set[str] = set()  # target topics this run created, not yet started from the beginning
+        self._target_ids: dict[str, str] = {}
+        self._restarted = False  # partitions with a commit start again from the beginning
+        self.records = 0
+        self.skipped = 0
+
+    # ------------------------------------------------------------------ checks
+
+    def preflight(self) -> None:
+        """Everything that must hold before Spark starts; nothing is produced before it."""
+        check_java()
+        check_master(self.master)
+        self._source = Admin(self.flow.source, self.config.clusters[self.flow.source])
+        self._target = Admin(self.flow.target, self.config.clusters[self.flow.target])
+        members = self._source.group_members(self.flow.group_id)
+        if members:
+            raise UnsafeOperation(
+                f"flow {self.flow.name}: group {self.flow.group_id!r} has {members} live members on {self.flow.source} (is `mirror run` mirroring it?)",
+                hint="stop the other run first: one engine per flow at a time",
+            )
+        self._target.topics()
+
+    # ------------------------------------------------------------------ run
+
+    def run(self, spark: Any) -> None:
+        self._store = open_store(self.config.offset_store)
+        self._recorder = OffsetMapRecorder(self._store, self.flow.name, registry=None)
+        self._plan = TaskPlan(self.flow, self.config.clusters[self.flow.target])
+        try:
+            while not self.stop.is_set():
+                mappings = self._refresh()
+                if not mappings:
+                    if self.until_caught_up:
+                        return
+                    self.stop.wait(self.flow.refresh_interval)
+                    continue
+                changed = self._run_query(spark, mappings)
+                if self.until_caught_up or not changed:
+                    return
+        finally:
+            self._recorder.close()
+            self._store.close()
+
+    def _refresh(self) -> list[TopicMapping]:
+        mappings = match_topics(self.config, self.flow, self._source.topics())
+        result = ensure_targets(self._source, self._target, mappings, headroom=LIMIT_HEADROOM)
+        self._created |= set(result.created)  # their partitions start from the beginning
+        return mappings
+
+    def _starting_offsets(self, mappings: list[TopicMapping]) -> dict[str, dict[str, int]]:
+        """Each source partition's start: the group's committed offset, except (from the
+        beginning) where there is none, where it is outside the source log (`starting_offset`),
+        and where the target topic is new: created by this run, or created again since the
+        commit (its id differs from the one the commit is tagged with), as `mirror run` does."""
+        committed = self._source.group_offsets_with_metadata(self.flow.group_id)
+        self._target_ids = self._target.topic_ids(sorted({m.target for m in mappings}))
+        parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
+        marks = self._source.watermarks([tp for tp in parts if tp in committed], committed_only=False)
+        out: dict[str, dict[str, int]] = {}
+        reset: list[tuple[str, int]] = []
+        stale: dict[tuple[str, int], int] = {}  # target partitions to empty
+        self._restarted = False
+        for m in mappings:
+            out[m.source] = {}
+            tid = self._target_ids.get(m.target)
+            for p in range(m.partitions):
+                offset, meta = committed.get((m.source, p), (None, None))
+                if new_target(m.target in self._created, meta, tid):
+                    log.warning("flow %s: %s[%d]: target topic %s is new (%s); mirroring from the earliest offset", self.flow.name, m.source, p, m.target,
+                                "created by this run" if m.target in self._created else f"the group's offset was committed into an earlier {m.target}")
+                    out[m.source][str(p)] = -2
+                    reset.append((m.source, p))
+                    if m.target not in self._created:
+                        # Nobody committed into the new topic: what it holds are copies that
+                        # would come ahead of (or twice with) the ones mirrored now.
+                        stale[(m.target, p)] = OFFSET_END
+                    continue
+                w = marks.get((m.source, p))
+                start, why = starting_offset(offset, w.low if w else None, w.high if w else None)
+                if why:
+                    log.warning("flow %s: %s[%d]: %s; mirroring from the earliest offset", self.flow.name, m.source, p, why)
+                out[m.source][str(p)] = start
+                if start >= 0:
+                    self._committed[(m.source, p)] = start
+                elif offset is not None:
+                    self._restarted = True
+        if stale:
+            try:
+                self._target.delete_records(stale)
+            except MirrorError as exc:
+                log.warning("flow %s: could not empty the recreated target partitions: %s", self.flow.name, exc)
+        if reset:
+            self._restarted = True
+            # Rows of an earlier incarnation of the target would mistranslate; and the group is
+            # rewound first, so a crash before the first commit cannot resume past records the
+            # new topic never received.
+            self._recorder.on_reset(self.flow.name, reset)
+            self._recorder.flush()
+            self._source.alter_group_offsets(self.flow.group_id, dict.fromkeys(reset, 0), metadata=self._tags(reset))
+            for tp in reset:
+                self._committed[tp] = 0
+        self._created -= {m.target for m in mappings}
+        return out
+
+    def _tags(self, partitions: Any) -> dict[tuple[str, int], str]:
+        """Commit metadata naming the id of each partition's target topic (see `new_target`)."""
+        target = {m.source: m.target for m in self._mappings}
+        missing = sorted({t for t in target.values() if t not in self._target_ids})
+        if missing:  # a topic created a moment ago may not be describable yet
+            try:
+                self._target_ids.update(self._target.topic_ids(missing))
+            except MirrorError as exc:
+                log.debug("flow %s: target topic ids: %s", self.flow.name, exc)
+        return {tp: f"{TARGET_TOPIC_ID}{self._target_ids[target[tp[0]]]}" for tp in partitions if self._target_ids.get(target.get(tp[0], ""))}
+
+    def _run_query(self, spark: Any, mappings: list[TopicMapping]) -> bool:
+        """Run one query over `mappings`; True when it stopped because the matched topics changed."""
+        self._mappings = mappings
+        source = self.config.clusters[self.flow.source]
+        starting = self._starting_offsets(mappings)
+        reader = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", source.bootstrap)
+            .option("kafka.isolation.level", "read_committed")
+            .option("subscribe", ",".join(m.source for m in mappings))
+            .option("startingOffsets", json.dumps(starting))
+            .option("includeHeaders", "true")
+            # Like `mirror run` (auto.offset.reset=earliest): a committed offset that retention
+            # deleted resumes at the log start instead of stopping the flow.
+            .option("failOnDataLoss", "false")
+        )
+        for k, v in source.client.items():
+            if k.startswith(("security.", "sasl.", "ssl.")):
+                reader = reader.option(f"kafka.{k}", str(v))
+        if self.max_records_per_batch:
+            reader = reader.option("maxOffsetsPerTrigger", str(self.max_records_per_batch))
+        with ExitStack() as stack:
+            if self.checkpoint is not None:
+                location = str(self.checkpoint)
+                # The group, not Spark's checkpoint, says where to start: a query resumed from a
+                # checkpoint ignores startingOffsets, so a partition started again from the
+                # beginning (`_starting_offsets`) needs the checkpoint gone too.
+                if self._query_topics_changed(mappings) or self._restarted:
+                    shutil.rmtree(location, ignore_errors=True)
+            else:
+                location = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"mirror-spark-{self.flow.name}-"))
+            writer = reader.load().writeStream.foreachBatch(self._on_batch).option("checkpointLocation", location)
+            writer = writer.trigger(availableNow=True) if self.until_caught_up else writer.trigger(processingTime=f"{max(0.1, self.flow.commit_interval):g} seconds")
+            query = writer.queryName(f"mirror-{self.flow.name}").start()
+            try:
+                next_refresh = time.monotonic() + self.flow.refresh_interval
+                while query.isActive:
+                    query.awaitTermination(min(self.flow.refresh_interval, 1.0))
+                    self._commit_progress(query)
+                    if self.stop.is_set():
+                        return False
+                    if self.until_caught_up or time.monotonic() < next_refresh:
+                        continue
+                    next_refresh = time.monotonic() + self.flow.refresh_interval
+                    if self._topics_changed(mappings) or self._targets_recreated(mappings):
+                        log.info("flow %s: matched topics changed; restarting the query", self.flow.name)
+                        return True
+                exc = query.exception()
+                if exc is not None:
+                    raise MirrorError(f"flow {self.flow.name}: the Spark query failed: {_first_line(str(exc))}")
+                self._commit_progress(query)
+                return False
+            finally:
+                if query.isActive:
+                    query.stop()
+
+    def _query_topics_changed(self, mappings: list[TopicMapping]) -> bool:
+        assert self.checkpoint is not None
+        stamp = self.checkpoint.parent / "topics.json"
+        topics = sorted(m.source for m in mappings)
+        before = json.loads(stamp.read_text()) if stamp.exists() else None
+        stamp.write_text(json.dumps(topics))
+        return before is not None and before != topics
+
+    def _topics_changed(self, mappings: list[TopicMapping]) -> bool:
+        try:
+            now = match_topics(self.config, self.flow, self._source.topics())
+        except MirrorError as exc:
+            log.warning("flow %s: topic refresh failed: %s", self.flow.name, exc)
+            return False
+        return [(m.source, m.partitions) for m in now] != [(m.source, m.partitions) for m in mappings]
+
+    def _targets_recreated(self, mappings: list[TopicMapping]) -> bool:
+        """A target topic was deleted, or deleted and created again (a new id), while the query
+        ran: restarted, the query starts its partitions from the beginning (`new_target`)."""
+        known = {m.target: self._target_ids[m.target] for m in mappings if m.target in self._target_ids}
+        if not known:
+            return False
+        try:
+            now = self._target.topic_ids(sorted(known))
+        except MirrorError as exc:
+            log.warning("flow %s: target topic refresh failed: %s", self.flow.name, exc)
+            return False
+        changed = sorted(t for t, i in known.items() if now.get(t) != i)
+        if changed:
+            log.warning("flow %s: target topics %s were deleted or created again", self.flow.name, ", ".join(changed))
+        return bool(changed)
+
+    # ------------------------------------------------------------------ per batch
+
+    def _on_batch(self, df: Any, batch_id: int) -> None:
+        """Mirror one micro-batch: tasks produce, then rows are stored, then the group commits."""
+        # The source ends now (after the batch was planned): a target copy naming an offset at
+        # or past them is not of this topic's records (a recreated topic); see `replay_check`.
+        ends = self._source.end_offsets([(m.source, p) for m in self._mappings for p in range(m.partitions)])
+        plan = replace(self._plan, source_ends=ends)
+        results: list[TaskResult] = df.selectExpr(*_SELECT).rdd.map(tuple).mapPartitions(partial(mirror_partition, plan)).collect()
+        batches = [
+            AckBatch(self.flow.name, r.topic, r.partition, r.target_topic, r.first_offset, r.next_offset,
+                     # Unplaced (part of the batch's target offsets unknown): no rows and no
+                     # tip, so translation resumes before these records, never past them.
+                     count=r.produced + r.skipped if r.placed else 0, bytes=r.bytes, max_timestamp_ms=r.max_timestamp_ms, syncs=r.syncs)
+            for r in results
+        ]
+        for r in results:
+            if r.warning:
+                log.warning("flow %s: batch %d: %s", self.flow.name, batch_id, r.warning)
+        self._recorder.on_acked(batches)
+        if self.metrics is not None:
+            self.metrics.on_acked([AckBatch(b.flow, b.source_topic, b.partition, b.target_topic, b.first_offset, b.next_offset,
+                                            count=r.produced, bytes=r.bytes, max_timestamp_ms=b.max_timestamp_ms) for b, r in zip(batches, results)])
+        self._recorder.flush()  # invariant 1: rows durable before the group moves past them
+        self.records += sum(r.produced for r in results)
+        self.skipped += sum(r.skipped for r in results)
+        if any(r.skipped for r in results):
+            log.warning("flow %s: batch %d: %d records were already on the target (a replayed batch); not produced again", self.flow.name, batch_id, sum(r.skipped for r in results))
+        self._commit({(r.topic, r.partition): r.next_offset for r in results})
+
+    def _commit_progress(self, query: Any) -> None:
+        """Commit the end offsets of the last completed batch.
+
+        A batch's records may end before its offset range does (transaction markers, aborted
+        records): the tasks only see records, so the range end comes from the query's
+        progress, once the batch (rows stored included) is complete.
+        """
+        progress = query.lastProgress
+        if not progress:
+            return
+        ends: dict[tuple[str, int], int] = {}
+        for src in progress.get("sources", []):
+            raw = src.get("endOffset")
+            end = json.loads(raw) if isinstance(raw, str) else raw
+            for topic, parts in (end or {}).items():
+                for p, offset in parts.items():
+                    ends[(topic, int(p))] = int(offset)
+        self._commit(ends)
+
+    def _commit(self, positions: Mapping[tuple[str, int], int]) -> None:
+        with self._lock:
+            ahead = {tp: o for tp, o in positions.items() if o > self._committed.get(tp, -1)}
+            if not ahead:
+                return
+            self._source.alter_group_offsets(self.flow.group_id, ahead, metadata=self._tags(ahead))
+            self._committed.update(ahead)
+
+
+def new_target(created: bool, metadata: str | None, topic_id: str | None) -> bool:
+    """Whether a source partition must be mirrored from the beginning into its target topic:
+    the run created that topic, or the group's commit is tagged with another topic id (the
+    target was deleted and created again since; an untagged commit is trusted)."""
+    if created:
+        return True
+    if not metadata or not metadata.startswith(TARGET_TOPIC_ID) or topic_id is None:
+        return False
+    return metadata[len(TARGET_TOPIC_ID):] != topic_id
+
+
+def starting_offset(committed: int | None, low: int | None, high: int | None) -> tuple[int, str | None]:
+    """Where a query starts a source partition: the group's committed offset, or -2 (Spark's
+    "earliest") with the reason when there is none or it is outside the log [low, high].
+
+    Like `mirror run` (librdkafka's auto.offset.reset=earliest). Spark's own source would
+    not: with failOnDataLoss=false it starts an offset past the end (the topic was deleted
+    and created again) at *latest*, silently skipping every record written meanwhile.
+    """
+    if committed is None or committed < 0:
+        return -2, None  # never committed: from the beginning, nothing to report
+    if low is None or high is None:
+        return committed, None
+    if committed > high:
+        return -2, f"the group's committed offset {committed} is past the log end {high} (was the topic recreated?)"
+    if committed < low:
+        return -2, f"the group's committed offset {committed} is before the log start {low} (deleted by retention)"
+    return committed, None
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return text
+
+
+def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, *, quiet: bool = True) -> Any:
+    """A SparkSession with the Kafka connector from the cache; executors run this Python."""
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    jars = connector_jars(pyspark.__version__)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master).appName(app)
+        .config("spark.jars", ",".join(jars))
+        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+    )
+    host = urlparse(master.replace("spark://", "//").split(",")[0]).hostname if master.startswith("spark://") else "127.0.0.1"
+    if host in ("127.0.0.1", "localhost"):
+        # Local mode, or a cluster on this host: the driver listens on loopback only (the
+        # host name may resolve to an address nothing routes to).
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
+    # A speculative copy of a task would produce the same records alongside the original:
+    # duplicates, and each one's contiguity check failing on the other's records.
+    builder = builder.config("spark.speculation", "false")
+    spark = builder.getOrCreate()
+    if quiet:
+        spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def run_flow(config: Config, flow: FlowConfig, *, master: str | None = None, checkpoint: Path | None = None,
+             until_caught_up: bool = False, max_records_per_batch: int | None = None, metrics_port: int | None = None,
+             stop: threading.Event | None = None, spark: Any = None, quiet: bool = True) -> SparkFlow:
+    """`mirror spark run`'s core: checks, a session (unless given), the query; returns the finished run."""
+    location = claim_checkpoint(checkpoint, flow) if checkpoint is not None else None
+    with ExitStack() as stack:
+        metrics = None
+        if metrics_port is not None:
+            from mirror.metrics import RunMetrics, serve
+
+            run_metrics = RunMetrics.create()
+            server = serve(metrics_port, config.metrics.host, run_metrics.registry)
+            stack.callback(server.shutdown)
+            metrics = run_metrics.listener
+        job = SparkFlow(config, flow, master=master, checkpoint=location, until_caught_up=until_caught_up,
+                        max_records_per_batch=max_records_per_batch, metrics=metrics, stop=stop)
+        job.preflight()
+        if spark is None:
+            spark = spark_session(job.master, f"mirror-{flow.name}", quiet=quiet)
+            stack.callback(spark.stop)
+        job.run(spark)
+        return job
