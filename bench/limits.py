@@ -45,6 +45,11 @@ def _produce(bootstrap: str, topic: str, records: int, partitions: int, size: in
     admin.create_topics([NewTopic(topic, partitions, 1, config=cfg)])[topic].result(60)
     # batches that fit the restricted topic, for both topics: the same source layout
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 60000, "enable.idempotence": True})
+    _write(p, topic, records, partitions, size)
+
+
+def _write(p: Producer, topic: str, records: int, partitions: int, size: int) -> None:
+    """The bench's records: random-looking values of `size` bytes (plus a counter), round robin."""
     payload = os.urandom(size * 64)
     for i in range(records):
         j = (i * 7919) % 63 * size
@@ -53,8 +58,8 @@ def _produce(bootstrap: str, topic: str, records: int, partitions: int, size: in
                 p.produce(topic, value=payload[j : j + size] + i.to_bytes(8, "big"), partition=i % partitions)
                 break
             except BufferError:
-                p.poll(0.1)
-    assert p.flush(120) == 0
+                p.poll(0.05)
+    assert p.flush(300) == 0
 
 
 def _floor(dst: str, records: int, partitions: int, size: int, limit: int | None, run: int) -> float:
@@ -70,17 +75,8 @@ def _floor(dst: str, records: int, partitions: int, size: int, limit: int | None
     if target_limit and target_limit < int(settings["batch.size"]):
         settings["batch.size"] = max(1024, target_limit - BATCH_MARGIN)
     p = Producer({"bootstrap.servers": dst, **settings})
-    payload = os.urandom(size * 64)
     t0 = time.monotonic()
-    for i in range(records):
-        j = (i * 7919) % 63 * size
-        while True:
-            try:
-                p.produce(topic, value=payload[j : j + size] + i.to_bytes(8, "big"), partition=i % partitions)
-                break
-            except BufferError:
-                p.poll(0.05)
-    assert p.flush(300) == 0
+    _write(p, topic, records, partitions, size)
     return time.monotonic() - t0
 
 

@@ -15,6 +15,8 @@ from mirror.domain.route import route
 from mirror.engine.assignment import UNREAD, Partition
 from mirror.engine.worker import FlowWorker
 from mirror.kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from tests.unit.test_worker_commits import Msg as WorkerMsg
+from tests.unit.test_worker_commits import Report
 
 TP = ("orders", 0)
 TEXT = """\
@@ -24,45 +26,9 @@ flows:
 """
 
 
-class Report:
-    """A delivery report: the target offset a record landed at."""
-
-    def __init__(self, offset: int) -> None:
-        self._offset = offset
-
-    def offset(self) -> int:
-        return self._offset
-
-
-class Msg:
+def Msg(offset: int) -> WorkerMsg:
     """A consumed record of orders[0]."""
-
-    def __init__(self, offset: int) -> None:
-        self._offset = offset
-
-    def error(self) -> None:
-        return None
-
-    def topic(self) -> str:
-        return TP[0]
-
-    def partition(self) -> int:
-        return TP[1]
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes:
-        return b"k"
-
-    def value(self) -> bytes:
-        return b"v%d" % self._offset
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, 1000 + self._offset)
-
-    def headers(self) -> None:
-        return None
+    return WorkerMsg(TP, offset)
 
 
 def worker_and_partition() -> tuple[FlowWorker, Partition]:
