@@ -162,11 +162,13 @@ def _mirror(*args: str, env: dict | None = None, timeout: float = 180) -> subpro
 def test_sigkill_then_clean_stop(secured, tmp_path, mode):
     u = uuid.uuid4().hex[:6]
     cfg = _config(secured, tmp_path, u, mode=mode)
-    t, n, total = f"sec-{u}-orders", 3, 60_000
+    t, n, total = f"sec-{u}-orders", 3, 150_000
     _produce(secured, t, total, n)
     m = MirrorProcess(cfg)
     try:
-        wait_for(lambda: sum(_ends(secured, "sdst", f"ssrc.{t}", n).values()) > total // 5, 120, "the mirror to be part way",
+        # Killed as soon as anything landed: on a quiet machine the mirror copies tens of
+        # thousands of records between two looks (each look logs in anew).
+        wait_for(lambda: sum(_ends(secured, "sdst", f"ssrc.{t}", n).values()) > 0, 120, "the mirror to be part way",
                  detail=m.output)
         m.kill()
     finally:
