@@ -51,6 +51,8 @@ class Assignment:
     _paused: bool
     _tick: float
 
+    # What the callbacks need from the worker: FlowWorker (engine/worker.py) implements each
+    # of these; they are declared here so the mixin type-checks on its own, not unfinished.
     def _producer_for(self, target_topic: str | None) -> Any:
         raise NotImplementedError
 
