@@ -1,0 +1,139 @@
+"""A target topic this worker created, deleted and created again by another worker of the
+flow before this worker's next refresh (issue 10, point 1 under --workers 2).
+
+Found on real brokers: a worker creates its target topic, but the topic cannot be described
+yet a moment later (metadata propagation), so the worker never learned its id. When another
+worker recreated the deleted topic, nothing looked different: same name, no id to compare,
+and this worker's producer stalled silently on the new topic. Run here on in-memory fakes of
+the worker's ports (tests/unit/test_worker_commits.py has the rest of them).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pytest
+
+from mirror import config
+from mirror.engine.worker import FlowWorker
+from mirror.errors import ClusterUnavailable
+from mirror.kafka import KafkaError
+from tests.unit.test_worker_commits import P0, P1, TEXT, Clock, FakeAdmin, FakeConsumer, FakeProducer, Target, batch
+
+TARGET = "nyc.orders"
+
+
+class LaggingTarget(FakeAdmin):
+    """The target cluster's admin: creates topics; a new topic's id can be read only after
+    `lag` more describe calls (a broker's metadata cache behind the controller)."""
+
+    def __init__(self, lag: int, *, exists: bool = False, delete_fails: int = 0) -> None:
+        super().__init__({})
+        self.lag, self.ids, self.hidden = lag, {}, 0
+        self.deleted: list[Mapping[tuple[str, int], int]] = []
+        self.generation = 0
+        self.delete_fails = delete_fails
+        if exists:  # created a moment ago by another worker of the flow
+            self.recreate(TARGET, 2)
+
+    def create_topics(self, wanted: Mapping[str, tuple[int, int, dict[str, str]]]) -> list[str]:
+        for name, (partitions, _, _) in wanted.items():
+            self.recreate(name, partitions)
+        return list(wanted)
+
+    def recreate(self, name: str, partitions: int) -> None:
+        self.generation += 1
+        self._topics[name] = partitions
+        self.ids[name] = f"id-{self.generation}"
+        self.hidden = self.lag
+
+    def topic_ids(self, topics: Iterable[str]) -> dict[str, str]:
+        if self.hidden:
+            self.hidden -= 1
+            return {}
+        return {t: self.ids[t] for t in topics if t in self._topics}
+
+    def broker_count(self) -> int:
+        return 1
+
+    def delete_records(self, before: Mapping[tuple[str, int], int]) -> None:
+        if self.delete_fails:  # the new topic's partitions have no leader yet
+            self.delete_fails -= 1
+            raise ClusterUnavailable("cluster 'sf' did not answer while trying to delete records")
+        self.deleted.append(dict(before))
+
+
+class PurgeBreaksIt(FakeProducer):
+    """librdkafka's idempotent producer: purging requests in flight breaks its gapless
+    guarantee, and it says so with a fatal error."""
+
+    def __init__(self, target: Target, capacity: int, error_cb: Any) -> None:
+        super().__init__(target, capacity)
+        self.error_cb = error_cb
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True) -> None:
+        super().purge(in_queue, in_flight)
+        self.error_cb(KafkaError(KafkaError._PURGE_INFLIGHT, "ProduceRequest failed: Local: Purged in flight: unable to satisfy gap-less guarantee", fatal=True))
+
+
+class Source(FakeAdmin):
+    def topic_details(self) -> dict[str, tuple[int, int]]:
+        return {t: (n, 1) for t, n in self._topics.items()}
+
+    def topic_configs(self, topics: Iterable[str]) -> dict[str, dict[str, str]]:
+        return {t: {} for t in topics}
+
+
+@pytest.mark.parametrize("exists", [False, True], ids=["created-here", "created-by-another-worker"])
+@pytest.mark.parametrize("lag", [0, 1, 3])
+def test_a_topic_recreated_by_another_worker_is_seen_even_if_its_id_was_slow_to_appear(lag: int, exists: bool):
+    worker, consumer, target, dst = recreated_under(LaggingTarget(lag, exists=exists))
+    assert worker.state.value != "failed", worker.state_reason
+    assert dst.generation == 2
+    # This worker's partitions of the recreated topic were emptied and mirrored again from
+    # the source's beginning, by a new producer.
+    assert dst.deleted and set(dst.deleted[-1]) == {(TARGET, 0), (TARGET, 1)}
+    assert consumer.position_of[P0] in (0, -2), consumer.position_of  # OFFSET_BEGINNING
+    assert len(target.producers) >= 2
+
+
+def test_the_purge_of_a_resync_does_not_fail_the_flow_and_emptying_the_new_topic_is_retried():
+    """Both seen on real brokers with --workers 2: the old producer's fatal 'purged in
+    flight' error failed the flow, and the new topic's partitions had no leader yet."""
+    worker, consumer, target, dst = recreated_under(LaggingTarget(0, delete_fails=2), producer_cls=PurgeBreaksIt)
+    assert worker.state.value != "failed", worker.state_reason
+    assert dst.deleted and set(dst.deleted[-1]) == {(TARGET, 0), (TARGET, 1)}
+    assert consumer.position_of[P0] in (0, -2), consumer.position_of
+
+
+def recreated_under(dst: LaggingTarget, producer_cls: type[FakeProducer] = FakeProducer) -> tuple[FlowWorker, FakeConsumer, Target, LaggingTarget]:
+    """Run a worker whose target topic is deleted and created again by someone else while
+    its first records are on their way."""
+    cfg = config.parse(TEXT.replace("commit_interval: 1s", "commit_interval: 1s, refresh_interval: 1s"), env={})
+    stop, target = threading.Event(), Target()
+
+    def recreate(c: FakeConsumer) -> list:
+        # Before this worker's next refresh: another worker saw the topic deleted and
+        # created it again, while this one's records were on their way.
+        dst.recreate(TARGET, 2)
+        return batch(P0, range(3))
+
+    script: list[Any] = [recreate, batch(P1, range(2))] + [[]] * 12
+    consumer = FakeConsumer([P0, P1], script, stop, target)
+
+    def producer(name: str, cluster: Any, settings: Mapping[str, Any]) -> FakeProducer:
+        p = producer_cls(target, 100_000, settings["error_cb"]) if producer_cls is PurgeBreaksIt else producer_cls(target, 100_000)
+        target.producers.append(p)
+        return p
+
+    admins = {"nyc": Source({"orders": 2}), "sf": dst}
+    worker = FlowWorker(
+        cfg, cfg.flows[0], stop=stop, clock=Clock(),
+        consumer_factory=lambda name, cluster, settings: consumer,
+        producer_factory=producer,
+        admin_factory=lambda name, cluster: admins[name],
+    )
+    worker.run()
+    return worker, consumer, target, dst
