@@ -26,8 +26,9 @@ log = logging.getLogger("mirror")
 class AppContext:
     """Built once per invocation; the config is loaded (and validated) on first use."""
 
-    def __init__(self, debug: bool) -> None:
+    def __init__(self, debug: bool, verbose: int = 0) -> None:
         self.debug = debug
+        self.verbose = verbose  # handed on to `run --workers` children, which log on their own
         self._config: cfg.Config | None = None
         self.config_path: Path | None = None
 
@@ -100,7 +101,7 @@ _COMMANDS = {
 def cli(ctx: click.Context, debug: bool, verbose: int) -> None:
     """Mirror Kafka topics between clusters and fail consumer groups over between them."""
     setup_logging(verbose, debug)
-    ctx.obj = AppContext(debug)
+    ctx.obj = AppContext(debug, verbose)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -46,6 +46,8 @@ def run(app: AppContext, config_path: Path, flows: tuple[str, ...], until_caught
                 argv.append("--no-offset-store")
             if app.debug:
                 argv.insert(0, "--debug")
+            if app.verbose:
+                argv.insert(0, "-" + "v" * app.verbose)
             rc = supervise(argv, workers, metrics_port=metrics_port, stop=stop)
         else:
             stop_with_supervisor(stop)
