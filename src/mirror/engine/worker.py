@@ -170,6 +170,7 @@ class FlowWorker(Assignment):
         self._refresh_now = False  # a delivery report says a target topic is gone
         self._gone_at_delivery = False  # ... and the refresh must rewind even if it is still there
         self._resyncs = 0
+        self._purging = False  # inside a resync's purge: a producer's fatal error is the purge's
         self._pending: deque[Message] = deque()  # consumed, not yet accepted by a full producer queue
         self._paused = False
         self._held = False  # reading paused because a listener (the offset store) is behind
@@ -778,6 +779,9 @@ class FlowWorker(Assignment):
         largest one of that partition still in flight (a refused request fails all of its
         records, and for size errors the largest is the one that does not fit).
         """
+        if self._purging:
+            log.debug("flow %s: a producer being dropped failed after its purge: %s", self.flow.name, err.str())
+            return
         self._producer_dead = True
         if isinstance(self._failure, (FatalProduceError, AuthorizationFailed)):
             return
@@ -922,8 +926,12 @@ class FlowWorker(Assignment):
             self._target_ids.update(ids)
             headroom = LIMIT_HEADROOM if self.flow.provenance_headers else 0
             result = ensure_targets(self._source_admin, self._target_admin, mappings, existing=existing, headroom=headroom)
-            if result.created:
-                self._target_ids.update(self._target_admin.topic_ids(result.created))
+            # Every target topic this worker may write to needs its id before the first record:
+            # a topic deleted and created again between two refreshes (by another worker of
+            # the flow, or by hand) is told apart only by its id.
+            unknown = sorted({m.target for m in mappings} - set(self._target_ids))
+            if unknown:
+                self._target_ids.update(self._wait_for_ids(unknown))
             # A topic created a moment ago may not be describable yet: its source's limit is a
             # lower bound of its own (created with the source's, plus headroom).
             limits = self._source_admin.max_message_bytes(sorted({m.source for m in mappings}))
@@ -962,6 +970,25 @@ class FlowWorker(Assignment):
             self._subscribed = topics
         return True
 
+    def _wait_for_ids(self, topics: Sequence[str]) -> dict[str, str]:
+        """The ids of target topics that exist (ensure_targets made sure) but are not known yet.
+
+        A broker may not describe a topic for a moment after it was created (by this worker
+        or another). Without the id, a topic deleted and created again before this worker's
+        next refresh looks unchanged, and this worker's producer stalls on the new topic
+        without a word (found with --workers 2). So wait for the ids, bounded.
+        """
+        ids: dict[str, str] = {}
+        deadline = self.clock() + min(10.0, self._target.timeout)
+        while True:
+            ids.update(self._target_admin.topic_ids([t for t in topics if t not in ids]))
+            if len(ids) == len(topics) or self.clock() >= deadline:
+                break
+            self.stop.wait(0.1)
+        if len(ids) < len(topics):
+            log.warning("flow %s: could not read the id of target topic(s) %s; a deletion and re-creation of them before the next refresh would go unnoticed", self.flow.name, ", ".join(t for t in topics if t not in ids))
+        return ids
+
     def _resync(self, target_topics: Sequence[str], recreated: Collection[str] = ()) -> None:
         """A target topic we were writing to was deleted (it is created again right after).
 
@@ -978,9 +1005,16 @@ class FlowWorker(Assignment):
             log.warning("flow %s: the target refused records of a partition it does have; re-mirroring every partition from its last acknowledged record", self.flow.name)
         self._resyncs += 1
         self._emit_acks()
-        for producer in self._producers.values():
-            producer.purge(in_queue=True, in_flight=True)
-        self._poll(0)
+        # Purging requests in flight breaks an idempotent producer's gapless guarantee on
+        # purpose: the fatal error that follows is the purge's, not a record's, and those
+        # producers are dropped right here (their records are re-read and produced anew).
+        self._purging = True
+        try:
+            for producer in self._producers.values():
+                producer.purge(in_queue=True, in_flight=True)
+            self._poll(0)
+        finally:
+            self._purging = False
         # The idempotent producer numbers records per partition; a recreated partition
         # expects sequence 0 again, so only a new producer (new producer id) can write to it.
         self._producers.clear()
@@ -992,10 +1026,17 @@ class FlowWorker(Assignment):
             # lost. Empty this worker's partitions of it (delete up to the end) before
             # mirroring them again from the beginning, so they hold each record once, in order.
             ends = {(st.route.target_topic, st.route.partition): OFFSET_END for st in self._ledger.parts.values() if st.route.target_topic in recreated}
-            try:
-                self._target_admin.delete_records(ends)
-            except MirrorError as exc:
-                log.warning("flow %s: could not empty this worker's partitions of the recreated %s: %s", self.flow.name, ", ".join(sorted(recreated)), exc)
+            # Right after the topic's creation its partitions may have no leader yet: retry.
+            deadline = self.clock() + self._target.timeout
+            while True:
+                try:
+                    self._target_admin.delete_records(ends)
+                    break
+                except MirrorError as exc:
+                    if isinstance(exc, AuthorizationFailed) or self.clock() >= deadline or self.stop.is_set():
+                        log.warning("flow %s: could not empty this worker's partitions of the recreated %s (records landed there before this worker saw the new topic stay, ahead of their re-mirrored copies): %s", self.flow.name, ", ".join(sorted(recreated)), exc)
+                        break
+                    self.stop.wait(0.2)
         self._drop_pending()
         gone = set(target_topics)
         keep = {tp: st for tp, st in self._ledger.parts.items() if st.route.target_topic not in gone}
