@@ -20,7 +20,7 @@ from mirror import config
 from mirror.engine.worker import FlowWorker
 from mirror.errors import ClusterUnavailable
 from mirror.kafka import KafkaError
-from tests.unit.test_worker_commits import P0, P1, TEXT, Clock, FakeAdmin, FakeConsumer, FakeProducer, Target, batch
+from tests.unit.test_worker_commits import P0, P1, TEXT, Clock, FakeAdmin, FakeConsumer, FakeProducer, Target, batch, run
 
 TARGET = "nyc.orders"
 
@@ -137,3 +137,15 @@ def recreated_under(dst: LaggingTarget, producer_cls: type[FakeProducer] = FakeP
     )
     worker.run()
     return worker, consumer, target, dst
+
+
+def test_a_partition_whose_records_are_never_acknowledged_is_named_in_the_log(caplog: pytest.LogCaptureFixture):
+    """The stall above was silent for minutes; any partition that stops being acknowledged
+    while records are in flight is now named, once, and the others are not."""
+    target = Target()
+    target.answer = lambda tp, o: "hold" if tp == P0 and o >= 2 else "store"
+    script: list[Any] = [batch(P0, range(5)) + batch(P1, range(3))] + [[]] * 200
+    with caplog.at_level("WARNING", logger="mirror.engine.worker"):
+        run(script, target=target)
+    said = [r.getMessage() for r in caplog.records if "none acknowledged" in r.getMessage()]
+    assert len(said) == 1 and "orders[0]" in said[0] and "orders[1]" not in said[0], said

@@ -353,6 +353,16 @@ class Ledger(Generic[P]):
         """Produced records not yet acknowledged (0 means: nothing to wait for)."""
         return sum(seg.count for st in self.by_target.values() for seg in st.inflight)
 
+    def stalled(self, before: Mapping[SourcePartition, Segment]) -> tuple[list[SourcePartition], dict[SourcePartition, Segment]]:
+        """Partitions whose oldest segment in flight is the one `before` (the last look) saw:
+        nothing of theirs was acknowledged since. Returns them, and what to pass next time.
+
+        Cheap enough to call every refresh (one look per partition, nothing on the record
+        path); a target that never answers one partition must not go unnoticed.
+        """
+        now = {tp: st.inflight[0] for tp, st in self.parts.items() if st.inflight}
+        return sorted(tp for tp, seg in now.items() if before.get(tp) is seg), now
+
     def take_batches(self) -> list[AckBatch]:
         """Acknowledgements since the last call, for the listeners."""
         out = []

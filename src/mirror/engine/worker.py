@@ -87,6 +87,8 @@ DRAIN_TIMEOUT = 30.0  # how long a stop (or a revoke) waits for outstanding ackn
 FATAL_DRAIN_TIMEOUT = 5.0  # the same after a fatal producer error: only failed reports are left to come
 POISON_GRACE = 30.0  # how long the other partitions may carry on after one hit a record that never fits
 BACKPRESSURE_WAIT = 1.0  # how long a full producer queue may block before reading pauses
+# Records in flight with no acknowledgement for this long, on a partition: said in the log.
+STALL_LOOK = 30.0
 
 
 # Delivery errors that mean "this record can never be written", as opposed to the
@@ -171,6 +173,8 @@ class FlowWorker(Assignment):
         self._gone_at_delivery = False  # ... and the refresh must rewind even if it is still there
         self._resyncs = 0
         self._purging = False  # inside a resync's purge: a producer's fatal error is the purge's
+        self._oldest_inflight: dict[SourcePartition, Segment] = {}  # for _look_for_stalls
+        self._stalled: list[SourcePartition] = []
         self._pending: deque[Message] = deque()  # consumed, not yet accepted by a full producer queue
         self._paused = False
         self._held = False  # reading paused because a listener (the offset store) is behind
@@ -306,12 +310,16 @@ class FlowWorker(Assignment):
     def _loop(self) -> None:
         next_refresh = 0.0
         next_commit = self.clock() + self.flow.commit_interval
+        next_stall_look = next_commit + STALL_LOOK
         while not self.stop.is_set():
             now = self.clock()
             if now >= next_refresh or self._refresh_now:
                 self._refresh_now = False
                 next_refresh = now + (self.flow.refresh_interval if self._refresh_topics() else min(5.0, self.flow.refresh_interval))
                 self._tick = self.clock()  # blocking admin calls are not a freeze
+            if now >= next_stall_look:
+                next_stall_look = now + STALL_LOOK
+                self._look_for_stalls()
             if self._pending:
                 self._drain_pending()
             # Take what is there without waiting for a full batch (consume(n, t) returns only
@@ -439,6 +447,19 @@ class FlowWorker(Assignment):
                 seg.big_offset = offset
             if ends:
                 st.open = None
+
+    def _look_for_stalls(self) -> None:
+        """Say so when partitions had records in flight and none acknowledged since the last
+        look. A target down says so on its own; this catches the quiet kind (a producer
+        waiting on a partition the target no longer has), which once went unseen for minutes."""
+        stalled, self._oldest_inflight = self._ledger.stalled(self._oldest_inflight)
+        if stalled != self._stalled:
+            if stalled:
+                names = ", ".join(f"{t}[{p}]" for t, p in stalled[:10]) + (f" and {len(stalled) - 10} more" if len(stalled) > 10 else "")
+                log.warning("flow %s: %d partition(s) had records in flight and none acknowledged for %.0f s: %s", self.flow.name, len(stalled), STALL_LOOK, names)
+            else:
+                log.info("flow %s: acknowledgements flow again on every partition", self.flow.name)
+            self._stalled = stalled
 
     def _recovered(self) -> bool:
         """Was the failure the aftermath of a target topic deleted and created again?
