@@ -19,8 +19,8 @@ import pytest
 from mirror import config
 from mirror.engine.worker import FlowWorker
 from mirror.errors import ClusterUnavailable
-from mirror.kafka import KafkaError
-from tests.unit.test_worker_commits import P0, P1, TEXT, Clock, FakeAdmin, FakeConsumer, FakeProducer, Target, batch, run
+from mirror.kafka import KafkaError, KafkaException, TopicPartition
+from tests.unit.test_worker_commits import P0, P1, TEXT, Clock, FakeAdmin, FakeConsumer, FakeProducer, Report, Target, batch, run
 
 TARGET = "nyc.orders"
 
@@ -149,3 +149,132 @@ def test_a_partition_whose_records_are_never_acknowledged_is_named_in_the_log(ca
         run(script, target=target)
     said = [r.getMessage() for r in caplog.records if "none acknowledged" in r.getMessage()]
     assert len(said) == 1 and "orders[0]" in said[0] and "orders[1]" not in said[0], said
+
+
+# ---------------------------------------------------------------- review 10 (loss paths)
+
+
+class KickedOut(FakeConsumer):
+    """A source consumer whose group may have moved on: while `kicked`, a commit is refused
+    (the member's generation is gone), as after a freeze past the session timeout."""
+
+    kicked = False
+
+    def commit(self, *, offsets: list, asynchronous: bool) -> None:
+        if self.kicked:
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN_MEMBER_ID, "Broker: Unknown member"))
+        super().commit(offsets=offsets, asynchronous=asynchronous)
+
+
+def worker_on(dst: LaggingTarget, script: list[Any], *, partitions: Iterable[tuple[str, int]] = (P0, P1), consumer_cls: type[FakeConsumer] = FakeConsumer,
+              producer: Any = None) -> tuple[FlowWorker, FakeConsumer, Target, Clock]:
+    cfg = config.parse(TEXT.replace("commit_interval: 1s", "commit_interval: 1s, refresh_interval: 1s"), env={})
+    stop, target, clock = threading.Event(), Target(), Clock()
+    consumer = consumer_cls(list(partitions), script, stop, target)
+
+    def plain(name: str, cluster: Any, settings: Mapping[str, Any]) -> FakeProducer:
+        p = FakeProducer(target, 100_000)
+        target.producers.append(p)
+        return p
+
+    admins = {"nyc": Source({"orders": 2}), "sf": dst}
+    worker = FlowWorker(
+        cfg, cfg.flows[0], stop=stop, clock=clock,
+        consumer_factory=lambda name, cluster, settings: consumer,
+        producer_factory=(lambda name, cluster, settings: producer(target, settings)) if producer else plain,
+        admin_factory=lambda name, cluster: admins[name],
+    )
+    return worker, consumer, target, clock
+
+
+def test_a_worker_fenced_after_a_freeze_never_empties_partitions_that_may_be_another_workers_now():
+    """Frozen past its session timeout, this worker's partitions went to another worker,
+    which saw the target topic deleted, created it again and filled it (and committed). On
+    waking, this worker is fenced (its commits are refused), but its next refresh sees the
+    new topic id: its resync must not delete records of partitions it may no longer own.
+    Those records are on the target and committed past: deleting them loses them."""
+    dst = LaggingTarget(0)
+    clock_ref: list[Clock] = []
+
+    def freeze(c: FakeConsumer) -> list:
+        clock_ref[0].now += 60  # SIGSTOP ... SIGCONT
+        c.kicked = True  # type: ignore[attr-defined]
+        dst.recreate(TARGET, 2)  # by the worker that took the partitions over
+        return []
+
+    def lost(c: FakeConsumer) -> list:
+        c.kicked = False  # type: ignore[attr-defined]
+        c.callbacks["lost"](c, [TopicPartition(*P0), TopicPartition(*P1)])
+        return []
+
+    script: list[Any] = [batch(P0, range(3)) + batch(P1, range(2)), [], [], [], [], freeze] + [[]] * 12 + [lost] + [[]] * 4
+    worker, consumer, target, clock = worker_on(dst, script, consumer_cls=KickedOut)
+    clock_ref.append(clock)
+    worker.run()
+    assert dst.deleted == [], f"a fenced worker deleted {dst.deleted}"
+
+
+class RefusedByTheNewTopic(FakeProducer):
+    """The producer of records queued for the old topic: they reached the topic created
+    again, which refused them (the producer's sequence numbers mean nothing to it), and
+    librdkafka's reports of that (a fatal error, the refused batch's delivery reports) were
+    still unserved when the refresh saw the new topic id."""
+
+    def __init__(self, target: Target, error_cb: Any) -> None:
+        super().__init__(target, 100_000)
+        self.error_cb = error_cb
+
+    def poll(self, timeout: float = 0) -> int:
+        return 0  # the refusal is on its way
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True) -> None:
+        queue, self.queue = self.queue, []
+        self.error_cb(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "ProduceRequest for nyc.orders [0] with 3 message(s) failed: Broker: Out of order sequence number: unable to satisfy gap-less guarantee", fatal=True))
+        for _, _, cb in queue:
+            if cb is not None:
+                cb(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER), Report(-1))
+
+
+def test_the_new_topics_refusal_of_records_queued_for_the_old_one_does_not_fail_the_resync():
+    """The resync's purge swallows the fatal error of the dropped producer, but the refused
+    batch's own delivery reports (served in the same poll) still failed the flow."""
+    dst = LaggingTarget(0)
+    made: list[FakeProducer] = []
+
+    def producer(target: Target, settings: Mapping[str, Any]) -> FakeProducer:
+        p = RefusedByTheNewTopic(target, settings["error_cb"]) if not made else FakeProducer(target, 100_000)
+        made.append(p)
+        target.producers.append(p)
+        return p
+
+    def recreate(c: FakeConsumer) -> list:
+        dst.recreate(TARGET, 2)
+        return batch(P0, range(3))
+
+    worker, consumer, target, _ = worker_on(dst, [recreate] + [[]] * 12, producer=producer)
+    worker.run()
+    assert worker.state.value != "failed", worker.state_reason
+    assert target.stored.get(P0) == [0, 1, 2] and not consumer.unsafe
+
+
+def test_a_partition_assigned_after_its_target_was_recreated_keeps_what_its_last_owner_mirrored():
+    """This worker had no partition of the target topic when another worker recreated and
+    refilled it; a rebalance then hands it one of them, with the group's offsets committed
+    into the new topic. Nothing of this worker's was ever queued for the old topic: its next
+    refresh must not call that a recreation and delete what the other worker mirrored and
+    committed (the source may no longer hold all of it)."""
+    dst = LaggingTarget(0, exists=True)
+
+    def rebalance(c: FakeConsumer) -> list:
+        dst.recreate(TARGET, 2)  # by the other worker, which then mirrored P1 up to 3
+        c.target.stored[P1] = [0, 1, 2]
+        c.records[P1] = {0, 1, 2}
+        c.commits.append({P1: 3})
+        c.callbacks["assign"](c, [TopicPartition(*P1)])
+        c.position_of[P1] = 3
+        return []
+
+    worker, consumer, target, _ = worker_on(dst, [[], [], [], rebalance] + [[]] * 12, partitions=())
+    worker.run()
+    assert dst.deleted == [], f"deleted {dst.deleted}"
+    assert consumer.last_commit(P1) == 3, consumer.commits
