@@ -214,6 +214,25 @@ def test_a_worker_fenced_after_a_freeze_never_empties_partitions_that_may_be_ano
     assert dst.deleted == [], f"a fenced worker deleted {dst.deleted}"
 
 
+def test_a_worker_fenced_after_a_freeze_resyncs_a_recreated_target_once_the_group_confirms_its_partitions():
+    """The same freeze, but the group kept this worker's partitions (the commit that asks it
+    succeeds): the recreation left for later is then acted on, emptying and re-mirroring."""
+    dst = LaggingTarget(0)
+    clock_ref: list[Clock] = []
+
+    def freeze(c: FakeConsumer) -> list:
+        clock_ref[0].now += 60
+        dst.recreate(TARGET, 2)
+        return []
+
+    script: list[Any] = [batch(P0, range(3)) + batch(P1, range(2)), [], [], [], [], freeze] + [[]] * 12
+    worker, consumer, target, clock = worker_on(dst, script)
+    clock_ref.append(clock)
+    worker.run()
+    assert dst.deleted and set(dst.deleted[-1]) == {(TARGET, 0), (TARGET, 1)}
+    assert consumer.position_of[P0] in (0, -2) and consumer.last_commit(P0) == 0, consumer.commits
+
+
 class RefusedByTheNewTopic(FakeProducer):
     """The producer of records queued for the old topic: they reached the topic created
     again, which refused them (the producer's sequence numbers mean nothing to it), and

@@ -570,6 +570,9 @@ class FlowWorker(Assignment):
             self._fenced = None
             self._fence_unread = False
             log.info("flow %s: assignment confirmed after the freeze; reading resumed", self.flow.name)
+            # A target topic recreated while fenced was left for now (`_refresh_topics`):
+            # look again before anything is written to it.
+            self._refresh_now = True
             if not self._pending and not self._held:
                 self._resume()
 
@@ -921,6 +924,9 @@ class FlowWorker(Assignment):
 
     def _refresh_topics(self) -> bool:
         """Match source topics, prepare targets, (re)subscribe. False if a cluster did not answer."""
+        # Frozen before this refresh: fence first. Its admin calls may block, and the loop
+        # does not count that as a freeze; nor may it hide one that came before.
+        self._check_frozen()
         try:
             mappings = match_topics(self.config, self.flow, self._source_admin.topics())
             existing = self._target_admin.topics()
@@ -931,6 +937,14 @@ class FlowWorker(Assignment):
             in_use = {st.route.target_topic for st in self._ledger.parts.values()}
             ids = self._target_admin.topic_ids(sorted(({m.target for m in mappings} | in_use) & set(existing)))
             recreated = {t for t, i in ids.items() if t in in_use and self._target_ids.get(t, i) != i}
+            if recreated and self._fenced is not None:
+                # Fenced after a freeze: these partitions may be another worker's by now, and
+                # emptying them would delete what it mirrored and committed. Keep the old id:
+                # once the group confirms them ours, the next refresh sees the new one again
+                # (`_unfence` asks for it); if not, their new owner empties them (`_stale_commits`).
+                log.info("flow %s: %s recreated while this worker is fenced; resynced once the group confirms its partitions", self.flow.name, ", ".join(sorted(recreated)))
+                ids = {t: i for t, i in ids.items() if t not in recreated}
+                recreated = set()
             gone = sorted((in_use - set(existing)) | recreated)
             if gone:
                 self._resync(gone, recreated)
@@ -1041,7 +1055,11 @@ class FlowWorker(Assignment):
         self._producers.clear()
         self._producer = self._producer_for(None)
         self._producer_dead = False
-        if recreated:
+        if recreated and self._fenced is not None:
+            # Fenced by the poll above (the refresh's own admin calls outlasted the session):
+            # whose partitions these are is unknown, so delete nothing.
+            log.warning("flow %s: fenced during the resync; this worker's partitions of the recreated %s are not emptied (whoever owns them re-mirrors them)", self.flow.name, ", ".join(sorted(recreated)))
+        elif recreated:
             # Created again by someone else before this worker saw it gone: records this
             # producer still had queued may have reached the new topic ahead of the ones it
             # lost. Empty this worker's partitions of it (delete up to the end) before
