@@ -270,10 +270,13 @@ def test_the_new_topics_refusal_of_records_queued_for_the_old_one_does_not_fail_
         dst.recreate(TARGET, 2)
         return batch(P0, range(3))
 
-    worker, consumer, target, _ = worker_on(dst, [recreate] + [[]] * 12, producer=producer)
+    def reread(c: FakeConsumer) -> list:  # from the source's beginning, after the resync
+        return batch(P0, range(3)) if c.position_of.get(P0) in (0, -2) else []
+
+    worker, consumer, target, _ = worker_on(dst, [recreate] + [[]] * 6 + [reread] + [[]] * 6, producer=producer)
     worker.run()
     assert worker.state.value != "failed", worker.state_reason
-    assert target.stored.get(P0) == [0, 1, 2] and not consumer.unsafe
+    assert target.stored.get(P0) == [0, 1, 2] and consumer.last_commit(P0) == 3 and not consumer.unsafe, (target.stored, consumer.commits)
 
 
 def test_a_partition_assigned_after_its_target_was_recreated_keeps_what_its_last_owner_mirrored():
