@@ -746,6 +746,12 @@ class FlowWorker(Assignment):
         self._pending = keep
 
     def _delivery_failed(self, st: Partition, seg: Segment, err: KafkaError) -> None:
+        if self._purging:
+            # A report of a producer the resync is dropping (a recreated topic refusing
+            # records queued for the old one, or the purge itself): its records are re-read
+            # and produced anew by a new producer, which meets any real refusal again.
+            st.purged(seg)
+            return
         if err.code() in AUTHORIZATION:
             # A missing grant is the operator's to fix, not the record's: say which one.
             st.fail_at(seg.first)
