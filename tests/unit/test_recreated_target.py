@@ -279,6 +279,8 @@ def test_the_new_topics_refusal_of_records_queued_for_the_old_one_does_not_fail_
     assert target.stored.get(P0) == [0, 1, 2] and consumer.last_commit(P0) == 3 and not consumer.unsafe, (target.stored, consumer.commits)
 
 
+@pytest.mark.xfail(strict=True, reason="open (review 10): a worker knows one id per target topic, not per partition; "
+                   "the recreation it missed while owning none of the topic is acted on for partitions assigned since")
 def test_a_partition_assigned_after_its_target_was_recreated_keeps_what_its_last_owner_mirrored():
     """This worker had no partition of the target topic when another worker recreated and
     refilled it; a rebalance then hands it one of them, with the group's offsets committed
@@ -300,3 +302,39 @@ def test_a_partition_assigned_after_its_target_was_recreated_keeps_what_its_last
     worker.run()
     assert dst.deleted == [], f"deleted {dst.deleted}"
     assert consumer.last_commit(P1) == 3, consumer.commits
+
+
+class SlowTarget(LaggingTarget):
+    """Listing topics takes `slow` seconds once (a controller busy with a deletion)."""
+
+    clock: Clock | None = None
+    slow = 0.0
+
+    def topics(self) -> dict[str, int]:
+        if self.slow and self.clock is not None:
+            self.clock.now += self.slow
+            self.slow = 0.0
+        return super().topics()
+
+
+def test_a_slow_refresh_is_not_a_freeze_for_the_resync_it_leads_to():
+    """The refresh's own admin calls outlasting the session timeout must not fence the
+    worker inside the resync they lead to (the loop never counts them as a freeze): it
+    would drop everything, skip emptying the recreated topic, and later commit the group's
+    old offsets again, tagged with the new topic's id."""
+    dst = SlowTarget(0)
+
+    def recreate(c: FakeConsumer) -> list:
+        dst.recreate(TARGET, 2)
+        dst.slow = 20.0
+        return []
+
+    script: list[Any] = [batch(P0, range(3)) + batch(P1, range(2)), [], [], [], [], recreate] + [[]] * 12
+    worker, consumer, target, clock = worker_on(dst, script)
+    dst.clock = clock
+    worker.run()
+    assert dst.deleted and set(dst.deleted[-1]) == {(TARGET, 0), (TARGET, 1)}
+    # Before: fenced by its own refresh, the worker re-committed the group's old offsets
+    # (P0 at 3) tagged with the new topic's id, which holds none of them: a restart, or the
+    # next owner after a rebalance, would resume there and never mirror 0-2 into it.
+    assert consumer.last_commit(P0) == 0, consumer.commits
