@@ -953,6 +953,9 @@ class FlowWorker(Assignment):
                 recreated = set()
             gone = sorted((in_use - set(existing)) | recreated)
             if gone:
+                # The admin calls above are not a freeze (one before them was checked): the
+                # resync's poll must not fence on their account.
+                self._tick = self.clock()
                 self._resync(gone, recreated)
             elif self._gone_at_delivery:
                 # The target said "unknown partition" at delivery, yet the topic is still
