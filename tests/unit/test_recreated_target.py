@@ -338,3 +338,30 @@ def test_a_slow_refresh_is_not_a_freeze_for_the_resync_it_leads_to():
     # (P0 at 3) tagged with the new topic's id, which holds none of them: a restart, or the
     # next owner after a rebalance, would resume there and never mirror 0-2 into it.
     assert consumer.last_commit(P0) == 0, consumer.commits
+
+
+def test_a_freeze_while_reports_are_served_is_not_hidden_by_the_commit_that_follows(caplog: pytest.LogCaptureFixture):
+    """Frozen (SIGSTOP) while serving delivery reports, past the session timeout: on waking,
+    the commit is due, and the loop counted the commit's blocking as 'not a freeze', which
+    also hid the freeze before it. The worker must fence (stop writing until the group says
+    whose partitions these are), not carry on as a zombie."""
+    dst = LaggingTarget(0)
+    clock_ref: list[Clock] = []
+    consumer_ref: list[FakeConsumer] = []
+    froze: list[bool] = []
+
+    def answer(tp: tuple[str, int], offset: int) -> str:
+        if tp == P0 and offset == 1 and not froze:
+            froze.append(True)
+            clock_ref[0].now += 60  # SIGSTOP ... SIGCONT inside producer.poll
+            consumer_ref[0].kicked = True  # type: ignore[attr-defined]
+        return "store"
+
+    script: list[Any] = [[], [], batch(P0, range(3))] + [[]] * 8
+    worker, consumer, target, clock = worker_on(dst, script, consumer_cls=KickedOut)
+    clock_ref.append(clock)
+    consumer_ref.append(consumer)
+    target.answer = answer
+    with caplog.at_level("WARNING", logger="mirror.engine.worker"):
+        worker.run()
+    assert froze and any("did not run for" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
