@@ -337,6 +337,9 @@ class FlowWorker(Assignment):
             if self._failure is not None and not self._recovered():
                 raise self._failure
             if self.clock() >= next_commit:
+                # The commit may block and is not a freeze (`_tick` below); a freeze before
+                # it (while reports were served, say) must not hide behind it.
+                self._check_frozen()
                 self._confirm_owner()
                 self._commit()
                 self._hold_back(backlog_full(self.listeners))
