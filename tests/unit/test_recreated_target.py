@@ -365,3 +365,30 @@ def test_a_freeze_while_reports_are_served_is_not_hidden_by_the_commit_that_foll
     with caplog.at_level("WARNING", logger="mirror.engine.worker"):
         worker.run()
     assert froze and any("did not run for" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+def test_a_stop_that_gives_up_on_records_in_flight_is_not_a_failure():
+    """A stop whose drain times out purges what is still in flight: the idempotent
+    producer's fatal 'purged in flight' error that follows is the purge's, as in a resync,
+    and must not report a clean stop as a failed flow (state, log, flow-state metric)."""
+    target = Target()
+    target.answer = lambda tp, o: "hold" if tp == P0 and o >= 2 else "store"
+
+    def producer(name: str, cluster: Any, settings: Mapping[str, Any]) -> FakeProducer:
+        p = PurgeBreaksIt(target, 100_000, settings["error_cb"])
+        target.producers.append(p)
+        return p
+
+    cfg = config.parse(TEXT, env={})
+    stop = threading.Event()
+    consumer = FakeConsumer([P0, P1], [batch(P0, range(5)) + batch(P1, range(3)), [], []], stop, target)
+    admins = {"nyc": Source({"orders": 2}), "sf": FakeAdmin({TARGET: 2})}
+    worker = FlowWorker(
+        cfg, cfg.flows[0], stop=stop, clock=Clock(),
+        consumer_factory=lambda name, cluster, settings: consumer,
+        producer_factory=producer,
+        admin_factory=lambda name, cluster: admins[name],
+    )
+    worker.run()
+    assert worker.state.value == "stopped", worker.state_reason
+    assert consumer.last_commit(P0) is None and consumer.last_commit(P1) == 3 and not consumer.unsafe, consumer.commits
