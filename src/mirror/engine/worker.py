@@ -261,9 +261,15 @@ class FlowWorker(Assignment):
         left = self._ledger.inflight_records()
         if left and not self._producer_dead:
             log.warning("flow %s: %d records not acknowledged by %s after %.0fs; their source offsets stay uncommitted", self.flow.name, left, self.flow.target, DRAIN_TIMEOUT)
-            for producer in self._producers.values():
-                producer.purge()
-            self._poll(0)
+            # The idempotent producer's fatal error that follows is the purge's (as in
+            # `_resync`): a stop that gave up on records is still a stop, not a failure.
+            self._purging = True
+            try:
+                for producer in self._producers.values():
+                    producer.purge()
+                self._poll(0)
+            finally:
+                self._purging = False
         try:
             self._commit()
         except MirrorError as exc:
