@@ -392,3 +392,24 @@ def test_a_stop_that_gives_up_on_records_in_flight_is_not_a_failure():
     worker.run()
     assert worker.state.value == "stopped", worker.state_reason
     assert consumer.last_commit(P0) is None and consumer.last_commit(P1) == 3 and not consumer.unsafe, consumer.commits
+
+
+def test_a_stop_ends_the_wait_for_a_topic_id():
+    """`_wait_for_ids` waits up to 10 s for ids a broker does not describe yet; a stop
+    request meanwhile must end it, not leave it asking the target in a tight loop (the
+    stop event's wait returns at once once set)."""
+
+    class NeverDescribed(LaggingTarget):
+        asks = 0
+
+        def topic_ids(self, topics: Iterable[str]) -> dict[str, str]:
+            self.asks += 1
+            if self.asks == 2:
+                stop.set()  # SIGTERM while waiting
+            return {}
+
+    dst = NeverDescribed(0)
+    worker, consumer, target, _ = worker_on(dst, [[]] * 3)
+    stop = worker.stop
+    worker.run()
+    assert dst.asks <= 3, dst.asks
