@@ -1035,9 +1035,8 @@ class FlowWorker(Assignment):
         deadline = self.clock() + min(10.0, self._target.timeout)
         while True:
             ids.update(self._target_admin.topic_ids([t for t in topics if t not in ids]))
-            if len(ids) == len(topics) or self.clock() >= deadline:
+            if len(ids) == len(topics) or self.clock() >= deadline or self.stop.wait(0.1):
                 break
-            self.stop.wait(0.1)
         if len(ids) < len(topics):
             log.warning("flow %s: could not read the id of target topic(s) %s; a deletion and re-creation of them before the next refresh would go unnoticed", self.flow.name, ", ".join(t for t in topics if t not in ids))
         return ids
