@@ -413,3 +413,41 @@ def test_a_stop_ends_the_wait_for_a_topic_id():
     stop = worker.stop
     worker.run()
     assert dst.asks <= 3, dst.asks
+
+
+def test_a_resync_reads_the_committed_offsets_of_idle_partitions_in_one_request():
+    """A resync rewinds every partition; those with nothing acknowledged since they were
+    assigned go back to the group's committed offset. Read one request per partition, at
+    10,000 mostly idle partitions that is 10,000 round trips with the loop blocked (and the
+    group's max.poll.interval.ms running): one request for all of them."""
+    n = 200
+    parts = [("orders", p) for p in range(n)]
+    target = Target()
+    target.answer = lambda tp, o: "unknown" if tp == P0 and o == 2 and len(target.producers) == 1 else "store"
+
+    class Counting(FakeConsumer):
+        reads = 0
+
+        def committed(self, tps: list, timeout: float | None = None) -> list:
+            self.reads += 1
+            return super().committed(tps, timeout)
+
+    cfg = config.parse(TEXT.replace("commit_interval: 1s", "commit_interval: 1s, refresh_interval: 1s"), env={})
+    stop = threading.Event()
+    consumer = Counting(parts, [batch(P0, range(3))] + [[]] * 10, stop, target)
+
+    def producer(name: str, cluster: Any, settings: Mapping[str, Any]) -> FakeProducer:
+        p = FakeProducer(target, 100_000)
+        target.producers.append(p)
+        return p
+
+    admins = {"nyc": Source({"orders": n}), "sf": FakeAdmin({TARGET: n})}
+    worker = FlowWorker(
+        cfg, cfg.flows[0], stop=stop, clock=Clock(),
+        consumer_factory=lambda name, cluster, settings: consumer,
+        producer_factory=producer,
+        admin_factory=lambda name, cluster: admins[name],
+    )
+    worker.run()
+    assert len(target.producers) >= 2, "no resync happened"
+    assert consumer.reads <= 5, consumer.reads
