@@ -1103,6 +1103,10 @@ class FlowWorker(Assignment):
         for st in keep.values():
             st.producer = self._producer_for(st.route.target_topic)
             self._size_check(st)
+        # Partitions with nothing acknowledged go back to the group's committed offset: one
+        # request for all of them (one each blocked the loop for thousands of round trips).
+        idle = [TopicPartition(t, p) for (t, p), st in keep.items() if st.acked_next is None]
+        committed = {(tp.topic, tp.partition): tp.offset for tp in self._consumer.committed(idle, timeout=self._source.timeout)} if idle else {}
         for tp, st in list(self._ledger.parts.items()):
             if st.route.target_topic in gone:
                 fresh = Partition(st.route, producer=self._producer_for(st.route.target_topic))
@@ -1114,8 +1118,8 @@ class FlowWorker(Assignment):
                 self._consumer.seek(TopicPartition(tp[0], tp[1], st.acked_next))
                 st.rewound()  # re-read from the last acknowledged record on, by a new producer
             else:
-                committed = self._consumer.committed([TopicPartition(tp[0], tp[1])], timeout=self._source.timeout)[0].offset
-                self._consumer.seek(TopicPartition(tp[0], tp[1], committed if committed >= 0 else OFFSET_BEGINNING))
+                offset = committed.get(tp, -1)
+                self._consumer.seek(TopicPartition(tp[0], tp[1], offset if offset >= 0 else OFFSET_BEGINNING))
                 st.rewound()
         for listener in self.listeners:
             listener.on_reset(self.flow.name, reset)
