@@ -19,8 +19,8 @@ import pytest
 from mirror import config
 from mirror.engine.worker import FlowWorker
 from mirror.errors import ClusterUnavailable
-from mirror.kafka import KafkaError
-from tests.unit.test_worker_commits import P0, P1, TEXT, Clock, FakeAdmin, FakeConsumer, FakeProducer, Target, batch, run
+from mirror.kafka import KafkaError, KafkaException, TopicPartition
+from tests.unit.test_worker_commits import P0, P1, TEXT, Clock, FakeAdmin, FakeConsumer, FakeProducer, Report, Target, batch, run
 
 TARGET = "nyc.orders"
 
@@ -149,3 +149,305 @@ def test_a_partition_whose_records_are_never_acknowledged_is_named_in_the_log(ca
         run(script, target=target)
     said = [r.getMessage() for r in caplog.records if "none acknowledged" in r.getMessage()]
     assert len(said) == 1 and "orders[0]" in said[0] and "orders[1]" not in said[0], said
+
+
+# ---------------------------------------------------------------- review 10 (loss paths)
+
+
+class KickedOut(FakeConsumer):
+    """A source consumer whose group may have moved on: while `kicked`, a commit is refused
+    (the member's generation is gone), as after a freeze past the session timeout."""
+
+    kicked = False
+
+    def commit(self, *, offsets: list, asynchronous: bool) -> None:
+        if self.kicked:
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN_MEMBER_ID, "Broker: Unknown member"))
+        super().commit(offsets=offsets, asynchronous=asynchronous)
+
+
+def worker_on(dst: LaggingTarget, script: list[Any], *, partitions: Iterable[tuple[str, int]] = (P0, P1), consumer_cls: type[FakeConsumer] = FakeConsumer,
+              producer: Any = None) -> tuple[FlowWorker, FakeConsumer, Target, Clock]:
+    cfg = config.parse(TEXT.replace("commit_interval: 1s", "commit_interval: 1s, refresh_interval: 1s"), env={})
+    stop, target, clock = threading.Event(), Target(), Clock()
+    consumer = consumer_cls(list(partitions), script, stop, target)
+
+    def plain(name: str, cluster: Any, settings: Mapping[str, Any]) -> FakeProducer:
+        p = FakeProducer(target, 100_000)
+        target.producers.append(p)
+        return p
+
+    admins = {"nyc": Source({"orders": 2}), "sf": dst}
+    worker = FlowWorker(
+        cfg, cfg.flows[0], stop=stop, clock=clock,
+        consumer_factory=lambda name, cluster, settings: consumer,
+        producer_factory=(lambda name, cluster, settings: producer(target, settings)) if producer else plain,
+        admin_factory=lambda name, cluster: admins[name],
+    )
+    return worker, consumer, target, clock
+
+
+def test_a_worker_fenced_after_a_freeze_never_empties_partitions_that_may_be_another_workers_now():
+    """Frozen past its session timeout, this worker's partitions went to another worker,
+    which saw the target topic deleted, created it again and filled it (and committed). On
+    waking, this worker is fenced (its commits are refused), but its next refresh sees the
+    new topic id: its resync must not delete records of partitions it may no longer own.
+    Those records are on the target and committed past: deleting them loses them."""
+    dst = LaggingTarget(0)
+    clock_ref: list[Clock] = []
+
+    def freeze(c: FakeConsumer) -> list:
+        clock_ref[0].now += 60  # SIGSTOP ... SIGCONT
+        c.kicked = True  # type: ignore[attr-defined]
+        dst.recreate(TARGET, 2)  # by the worker that took the partitions over
+        return []
+
+    def lost(c: FakeConsumer) -> list:
+        c.kicked = False  # type: ignore[attr-defined]
+        c.callbacks["lost"](c, [TopicPartition(*P0), TopicPartition(*P1)])
+        return []
+
+    script: list[Any] = [batch(P0, range(3)) + batch(P1, range(2)), [], [], [], [], freeze] + [[]] * 12 + [lost] + [[]] * 4
+    worker, consumer, target, clock = worker_on(dst, script, consumer_cls=KickedOut)
+    clock_ref.append(clock)
+    worker.run()
+    assert dst.deleted == [], f"a fenced worker deleted {dst.deleted}"
+
+
+def test_a_worker_fenced_after_a_freeze_resyncs_a_recreated_target_once_the_group_confirms_its_partitions():
+    """The same freeze, but the group kept this worker's partitions (the commit that asks it
+    succeeds): the recreation left for later is then acted on, emptying and re-mirroring."""
+    dst = LaggingTarget(0)
+    clock_ref: list[Clock] = []
+
+    def freeze(c: FakeConsumer) -> list:
+        clock_ref[0].now += 60
+        dst.recreate(TARGET, 2)
+        return []
+
+    script: list[Any] = [batch(P0, range(3)) + batch(P1, range(2)), [], [], [], [], freeze] + [[]] * 12
+    worker, consumer, target, clock = worker_on(dst, script)
+    clock_ref.append(clock)
+    worker.run()
+    assert dst.deleted and set(dst.deleted[-1]) == {(TARGET, 0), (TARGET, 1)}
+    assert consumer.position_of[P0] in (0, -2) and consumer.last_commit(P0) == 0, consumer.commits
+
+
+class RefusedByTheNewTopic(FakeProducer):
+    """The producer of records queued for the old topic: they reached the topic created
+    again, which refused them (the producer's sequence numbers mean nothing to it), and
+    librdkafka's reports of that (a fatal error, the refused batch's delivery reports) were
+    still unserved when the refresh saw the new topic id."""
+
+    def __init__(self, target: Target, error_cb: Any) -> None:
+        super().__init__(target, 100_000)
+        self.error_cb = error_cb
+
+    def poll(self, timeout: float = 0) -> int:
+        return 0  # the refusal is on its way
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True) -> None:
+        queue, self.queue = self.queue, []
+        self.error_cb(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "ProduceRequest for nyc.orders [0] with 3 message(s) failed: Broker: Out of order sequence number: unable to satisfy gap-less guarantee", fatal=True))
+        for _, _, cb in queue:
+            if cb is not None:
+                cb(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER), Report(-1))
+
+
+def test_the_new_topics_refusal_of_records_queued_for_the_old_one_does_not_fail_the_resync():
+    """The resync's purge swallows the fatal error of the dropped producer, but the refused
+    batch's own delivery reports (served in the same poll) still failed the flow."""
+    dst = LaggingTarget(0)
+    made: list[FakeProducer] = []
+
+    def producer(target: Target, settings: Mapping[str, Any]) -> FakeProducer:
+        p = RefusedByTheNewTopic(target, settings["error_cb"]) if not made else FakeProducer(target, 100_000)
+        made.append(p)
+        target.producers.append(p)
+        return p
+
+    def recreate(c: FakeConsumer) -> list:
+        dst.recreate(TARGET, 2)
+        return batch(P0, range(3))
+
+    def reread(c: FakeConsumer) -> list:  # from the source's beginning, after the resync
+        return batch(P0, range(3)) if c.position_of.get(P0) in (0, -2) else []
+
+    worker, consumer, target, _ = worker_on(dst, [recreate] + [[]] * 6 + [reread] + [[]] * 6, producer=producer)
+    worker.run()
+    assert worker.state.value != "failed", worker.state_reason
+    assert target.stored.get(P0) == [0, 1, 2] and consumer.last_commit(P0) == 3 and not consumer.unsafe, (target.stored, consumer.commits)
+
+
+@pytest.mark.xfail(strict=True, reason="open (review 10): a worker knows one id per target topic, not per partition; "
+                   "the recreation it missed while owning none of the topic is acted on for partitions assigned since")
+def test_a_partition_assigned_after_its_target_was_recreated_keeps_what_its_last_owner_mirrored():
+    """This worker had no partition of the target topic when another worker recreated and
+    refilled it; a rebalance then hands it one of them, with the group's offsets committed
+    into the new topic. Nothing of this worker's was ever queued for the old topic: its next
+    refresh must not call that a recreation and delete what the other worker mirrored and
+    committed (the source may no longer hold all of it)."""
+    dst = LaggingTarget(0, exists=True)
+
+    def rebalance(c: FakeConsumer) -> list:
+        dst.recreate(TARGET, 2)  # by the other worker, which then mirrored P1 up to 3
+        c.target.stored[P1] = [0, 1, 2]
+        c.records[P1] = {0, 1, 2}
+        c.commits.append({P1: 3})
+        c.callbacks["assign"](c, [TopicPartition(*P1)])
+        c.position_of[P1] = 3
+        return []
+
+    worker, consumer, target, _ = worker_on(dst, [[], [], [], rebalance] + [[]] * 12, partitions=())
+    worker.run()
+    assert dst.deleted == [], f"deleted {dst.deleted}"
+    assert consumer.last_commit(P1) == 3, consumer.commits
+
+
+class SlowTarget(LaggingTarget):
+    """Listing topics takes `slow` seconds once (a controller busy with a deletion)."""
+
+    clock: Clock | None = None
+    slow = 0.0
+
+    def topics(self) -> dict[str, int]:
+        if self.slow and self.clock is not None:
+            self.clock.now += self.slow
+            self.slow = 0.0
+        return super().topics()
+
+
+def test_a_slow_refresh_is_not_a_freeze_for_the_resync_it_leads_to():
+    """The refresh's own admin calls outlasting the session timeout must not fence the
+    worker inside the resync they lead to (the loop never counts them as a freeze): it
+    would drop everything, skip emptying the recreated topic, and later commit the group's
+    old offsets again, tagged with the new topic's id."""
+    dst = SlowTarget(0)
+
+    def recreate(c: FakeConsumer) -> list:
+        dst.recreate(TARGET, 2)
+        dst.slow = 20.0
+        return []
+
+    script: list[Any] = [batch(P0, range(3)) + batch(P1, range(2)), [], [], [], [], recreate] + [[]] * 12
+    worker, consumer, target, clock = worker_on(dst, script)
+    dst.clock = clock
+    worker.run()
+    assert dst.deleted and set(dst.deleted[-1]) == {(TARGET, 0), (TARGET, 1)}
+    # Before: fenced by its own refresh, the worker re-committed the group's old offsets
+    # (P0 at 3) tagged with the new topic's id, which holds none of them: a restart, or the
+    # next owner after a rebalance, would resume there and never mirror 0-2 into it.
+    assert consumer.last_commit(P0) == 0, consumer.commits
+
+
+def test_a_freeze_while_reports_are_served_is_not_hidden_by_the_commit_that_follows(caplog: pytest.LogCaptureFixture):
+    """Frozen (SIGSTOP) while serving delivery reports, past the session timeout: on waking,
+    the commit is due, and the loop counted the commit's blocking as 'not a freeze', which
+    also hid the freeze before it. The worker must fence (stop writing until the group says
+    whose partitions these are), not carry on as a zombie."""
+    dst = LaggingTarget(0)
+    clock_ref: list[Clock] = []
+    consumer_ref: list[FakeConsumer] = []
+    froze: list[bool] = []
+
+    def answer(tp: tuple[str, int], offset: int) -> str:
+        if tp == P0 and offset == 1 and not froze:
+            froze.append(True)
+            clock_ref[0].now += 60  # SIGSTOP ... SIGCONT inside producer.poll
+            consumer_ref[0].kicked = True  # type: ignore[attr-defined]
+        return "store"
+
+    script: list[Any] = [[], [], batch(P0, range(3))] + [[]] * 8
+    worker, consumer, target, clock = worker_on(dst, script, consumer_cls=KickedOut)
+    clock_ref.append(clock)
+    consumer_ref.append(consumer)
+    target.answer = answer
+    with caplog.at_level("WARNING", logger="mirror.engine.worker"):
+        worker.run()
+    assert froze and any("did not run for" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+def test_a_stop_that_gives_up_on_records_in_flight_is_not_a_failure():
+    """A stop whose drain times out purges what is still in flight: the idempotent
+    producer's fatal 'purged in flight' error that follows is the purge's, as in a resync,
+    and must not report a clean stop as a failed flow (state, log, flow-state metric)."""
+    target = Target()
+    target.answer = lambda tp, o: "hold" if tp == P0 and o >= 2 else "store"
+
+    def producer(name: str, cluster: Any, settings: Mapping[str, Any]) -> FakeProducer:
+        p = PurgeBreaksIt(target, 100_000, settings["error_cb"])
+        target.producers.append(p)
+        return p
+
+    cfg = config.parse(TEXT, env={})
+    stop = threading.Event()
+    consumer = FakeConsumer([P0, P1], [batch(P0, range(5)) + batch(P1, range(3)), [], []], stop, target)
+    admins = {"nyc": Source({"orders": 2}), "sf": FakeAdmin({TARGET: 2})}
+    worker = FlowWorker(
+        cfg, cfg.flows[0], stop=stop, clock=Clock(),
+        consumer_factory=lambda name, cluster, settings: consumer,
+        producer_factory=producer,
+        admin_factory=lambda name, cluster: admins[name],
+    )
+    worker.run()
+    assert worker.state.value == "stopped", worker.state_reason
+    assert consumer.last_commit(P0) is None and consumer.last_commit(P1) == 3 and not consumer.unsafe, consumer.commits
+
+
+def test_a_stop_ends_the_wait_for_a_topic_id():
+    """`_wait_for_ids` waits up to 10 s for ids a broker does not describe yet; a stop
+    request meanwhile must end it, not leave it asking the target in a tight loop (the
+    stop event's wait returns at once once set)."""
+
+    class NeverDescribed(LaggingTarget):
+        asks = 0
+
+        def topic_ids(self, topics: Iterable[str]) -> dict[str, str]:
+            self.asks += 1
+            if self.asks == 2:
+                stop.set()  # SIGTERM while waiting
+            return {}
+
+    dst = NeverDescribed(0)
+    worker, consumer, target, _ = worker_on(dst, [[]] * 3)
+    stop = worker.stop
+    worker.run()
+    assert dst.asks <= 3, dst.asks
+
+
+def test_a_resync_reads_the_committed_offsets_of_idle_partitions_in_one_request():
+    """A resync rewinds every partition; those with nothing acknowledged since they were
+    assigned go back to the group's committed offset. Read one request per partition, at
+    10,000 mostly idle partitions that is 10,000 round trips with the loop blocked (and the
+    group's max.poll.interval.ms running): one request for all of them."""
+    n = 200
+    parts = [("orders", p) for p in range(n)]
+    target = Target()
+    target.answer = lambda tp, o: "unknown" if tp == P0 and o == 2 and len(target.producers) == 1 else "store"
+
+    class Counting(FakeConsumer):
+        reads = 0
+
+        def committed(self, tps: list, timeout: float | None = None) -> list:
+            self.reads += 1
+            return super().committed(tps, timeout)
+
+    cfg = config.parse(TEXT.replace("commit_interval: 1s", "commit_interval: 1s, refresh_interval: 1s"), env={})
+    stop = threading.Event()
+    consumer = Counting(parts, [batch(P0, range(3))] + [[]] * 10, stop, target)
+
+    def producer(name: str, cluster: Any, settings: Mapping[str, Any]) -> FakeProducer:
+        p = FakeProducer(target, 100_000)
+        target.producers.append(p)
+        return p
+
+    admins = {"nyc": Source({"orders": n}), "sf": FakeAdmin({TARGET: n})}
+    worker = FlowWorker(
+        cfg, cfg.flows[0], stop=stop, clock=Clock(),
+        consumer_factory=lambda name, cluster, settings: consumer,
+        producer_factory=producer,
+        admin_factory=lambda name, cluster: admins[name],
+    )
+    worker.run()
+    assert len(target.producers) >= 2, "no resync happened"
+    assert consumer.reads <= 5, consumer.reads

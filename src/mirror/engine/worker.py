@@ -261,9 +261,15 @@ class FlowWorker(Assignment):
         left = self._ledger.inflight_records()
         if left and not self._producer_dead:
             log.warning("flow %s: %d records not acknowledged by %s after %.0fs; their source offsets stay uncommitted", self.flow.name, left, self.flow.target, DRAIN_TIMEOUT)
-            for producer in self._producers.values():
-                producer.purge()
-            self._poll(0)
+            # The idempotent producer's fatal error that follows is the purge's (as in
+            # `_resync`): a stop that gave up on records is still a stop, not a failure.
+            self._purging = True
+            try:
+                for producer in self._producers.values():
+                    producer.purge()
+                self._poll(0)
+            finally:
+                self._purging = False
         try:
             self._commit()
         except MirrorError as exc:
@@ -337,6 +343,9 @@ class FlowWorker(Assignment):
             if self._failure is not None and not self._recovered():
                 raise self._failure
             if self.clock() >= next_commit:
+                # The commit may block and is not a freeze (`_tick` below); a freeze before
+                # it (while reports were served, say) must not hide behind it.
+                self._check_frozen()
                 self._confirm_owner()
                 self._commit()
                 self._hold_back(backlog_full(self.listeners))
@@ -570,6 +579,9 @@ class FlowWorker(Assignment):
             self._fenced = None
             self._fence_unread = False
             log.info("flow %s: assignment confirmed after the freeze; reading resumed", self.flow.name)
+            # A target topic recreated while fenced was left for now (`_refresh_topics`):
+            # look again before anything is written to it.
+            self._refresh_now = True
             if not self._pending and not self._held:
                 self._resume()
 
@@ -743,6 +755,12 @@ class FlowWorker(Assignment):
         self._pending = keep
 
     def _delivery_failed(self, st: Partition, seg: Segment, err: KafkaError) -> None:
+        if self._purging:
+            # A report of a producer the resync is dropping (a recreated topic refusing
+            # records queued for the old one, or the purge itself): its records are re-read
+            # and produced anew by a new producer, which meets any real refusal again.
+            st.purged(seg)
+            return
         if err.code() in AUTHORIZATION:
             # A missing grant is the operator's to fix, not the record's: say which one.
             st.fail_at(seg.first)
@@ -921,6 +939,9 @@ class FlowWorker(Assignment):
 
     def _refresh_topics(self) -> bool:
         """Match source topics, prepare targets, (re)subscribe. False if a cluster did not answer."""
+        # Frozen before this refresh: fence first. Its admin calls may block, and the loop
+        # does not count that as a freeze; nor may it hide one that came before.
+        self._check_frozen()
         try:
             mappings = match_topics(self.config, self.flow, self._source_admin.topics())
             existing = self._target_admin.topics()
@@ -931,8 +952,19 @@ class FlowWorker(Assignment):
             in_use = {st.route.target_topic for st in self._ledger.parts.values()}
             ids = self._target_admin.topic_ids(sorted(({m.target for m in mappings} | in_use) & set(existing)))
             recreated = {t for t, i in ids.items() if t in in_use and self._target_ids.get(t, i) != i}
+            if recreated and self._fenced is not None:
+                # Fenced after a freeze: these partitions may be another worker's by now, and
+                # emptying them would delete what it mirrored and committed. Keep the old id:
+                # once the group confirms them ours, the next refresh sees the new one again
+                # (`_unfence` asks for it); if not, their new owner empties them (`_stale_commits`).
+                log.info("flow %s: %s recreated while this worker is fenced; resynced once the group confirms its partitions", self.flow.name, ", ".join(sorted(recreated)))
+                ids = {t: i for t, i in ids.items() if t not in recreated}
+                recreated = set()
             gone = sorted((in_use - set(existing)) | recreated)
             if gone:
+                # The admin calls above are not a freeze (one before them was checked): the
+                # resync's poll must not fence on their account.
+                self._tick = self.clock()
                 self._resync(gone, recreated)
             elif self._gone_at_delivery:
                 # The target said "unknown partition" at delivery, yet the topic is still
@@ -1003,9 +1035,8 @@ class FlowWorker(Assignment):
         deadline = self.clock() + min(10.0, self._target.timeout)
         while True:
             ids.update(self._target_admin.topic_ids([t for t in topics if t not in ids]))
-            if len(ids) == len(topics) or self.clock() >= deadline:
+            if len(ids) == len(topics) or self.clock() >= deadline or self.stop.wait(0.1):
                 break
-            self.stop.wait(0.1)
         if len(ids) < len(topics):
             log.warning("flow %s: could not read the id of target topic(s) %s; a deletion and re-creation of them before the next refresh would go unnoticed", self.flow.name, ", ".join(t for t in topics if t not in ids))
         return ids
@@ -1041,7 +1072,11 @@ class FlowWorker(Assignment):
         self._producers.clear()
         self._producer = self._producer_for(None)
         self._producer_dead = False
-        if recreated:
+        if recreated and self._fenced is not None:
+            # Fenced by the poll above (the refresh's own admin calls outlasted the session):
+            # whose partitions these are is unknown, so delete nothing.
+            log.warning("flow %s: fenced during the resync; this worker's partitions of the recreated %s are not emptied (whoever owns them re-mirrors them)", self.flow.name, ", ".join(sorted(recreated)))
+        elif recreated:
             # Created again by someone else before this worker saw it gone: records this
             # producer still had queued may have reached the new topic ahead of the ones it
             # lost. Empty this worker's partitions of it (delete up to the end) before
@@ -1068,6 +1103,10 @@ class FlowWorker(Assignment):
         for st in keep.values():
             st.producer = self._producer_for(st.route.target_topic)
             self._size_check(st)
+        # Partitions with nothing acknowledged go back to the group's committed offset: one
+        # request for all of them (one each blocked the loop for thousands of round trips).
+        idle = [TopicPartition(t, p) for (t, p), st in keep.items() if st.acked_next is None]
+        committed = {(tp.topic, tp.partition): tp.offset for tp in self._consumer.committed(idle, timeout=self._source.timeout)} if idle else {}
         for tp, st in list(self._ledger.parts.items()):
             if st.route.target_topic in gone:
                 fresh = Partition(st.route, producer=self._producer_for(st.route.target_topic))
@@ -1079,8 +1118,8 @@ class FlowWorker(Assignment):
                 self._consumer.seek(TopicPartition(tp[0], tp[1], st.acked_next))
                 st.rewound()  # re-read from the last acknowledged record on, by a new producer
             else:
-                committed = self._consumer.committed([TopicPartition(tp[0], tp[1])], timeout=self._source.timeout)[0].offset
-                self._consumer.seek(TopicPartition(tp[0], tp[1], committed if committed >= 0 else OFFSET_BEGINNING))
+                offset = committed.get(tp, -1)
+                self._consumer.seek(TopicPartition(tp[0], tp[1], offset if offset >= 0 else OFFSET_BEGINNING))
                 st.rewound()
         for listener in self.listeners:
             listener.on_reset(self.flow.name, reset)
