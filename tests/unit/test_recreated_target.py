@@ -279,8 +279,6 @@ def test_the_new_topics_refusal_of_records_queued_for_the_old_one_does_not_fail_
     assert target.stored.get(P0) == [0, 1, 2] and consumer.last_commit(P0) == 3 and not consumer.unsafe, (target.stored, consumer.commits)
 
 
-@pytest.mark.xfail(strict=True, reason="open (review 10): a worker knows one id per target topic, not per partition; "
-                   "the recreation it missed while owning none of the topic is acted on for partitions assigned since")
 def test_a_partition_assigned_after_its_target_was_recreated_keeps_what_its_last_owner_mirrored():
     """This worker had no partition of the target topic when another worker recreated and
     refilled it; a rebalance then hands it one of them, with the group's offsets committed

@@ -33,6 +33,9 @@ class Partition(PartitionLedger):
     producer: Any = None  # the producer whose batches fit this target topic's limit
     room: int = 1 << 62  # key + value bytes below which a record surely fits the target's limit
     limit: int | None = None  # the target topic's max.message.bytes
+    # The target topic's id when this worker began writing this partition: a different id
+    # later means the topic was deleted and created again under it.
+    target_id: str | None = None
 
 
 class Assignment:
@@ -161,12 +164,17 @@ class Assignment:
             log.warning("flow %s: could not read the group's offsets of the assigned partitions (%s); trusting them", self.flow.name, exc.args[0].str())
             return {}, set()
         tagged = [tp for tp in got if tp.offset >= 0 and (tp.metadata or "").startswith(TID)]
-        if not tagged:
-            return {}, set()
         try:  # the ids as they are now, not as this worker last saw them
-            ids = self._target_admin.topic_ids(sorted({self._ledger.parts[(tp.topic, tp.partition)].route.target_topic for tp in tagged}))
+            ids = self._target_admin.topic_ids(sorted({self._ledger.parts[(tp.topic, tp.partition)].route.target_topic for tp in got}))
         except MirrorError as exc:
             log.warning("flow %s: could not read the target topics' ids (%s); trusting the group's offsets", self.flow.name, exc)
+            return {}, set()
+        # What this worker writes from now on goes to the topic as it is now: a later id
+        # change is a re-creation under it (`_refresh_topics`), an earlier one is not.
+        for tp in got:
+            st = self._ledger.parts[(tp.topic, tp.partition)]
+            st.target_id = ids.get(st.route.target_topic)
+        if not tagged:
             return {}, set()
         stale: dict[SourcePartition, int] = {}
         current: set[SourcePartition] = set()

@@ -951,30 +951,41 @@ class FlowWorker(Assignment):
             # two refreshes: a new topic id says so, and it is just as empty.
             in_use = {st.route.target_topic for st in self._ledger.parts.values()}
             ids = self._target_admin.topic_ids(sorted(({m.target for m in mappings} | in_use) & set(existing)))
-            recreated = {t for t, i in ids.items() if t in in_use and self._target_ids.get(t, i) != i}
-            if recreated and self._fenced is not None:
+            # Per partition: the id its topic had when this worker began writing it (a
+            # partition assigned after another worker recreated the topic began on the new one).
+            reset, emptied = set(), set()
+            for tp, st in self._ledger.parts.items():
+                t = st.route.target_topic
+                now, seen = ids.get(t), st.target_id or self._target_ids.get(t)
+                if t not in existing:
+                    reset.add(tp)
+                elif now is not None and seen is not None and seen != now:
+                    reset.add(tp)
+                    emptied.add(tp)
+            recreated = {self._ledger.parts[tp].route.target_topic for tp in emptied}
+            if emptied and self._fenced is not None:
                 # Fenced after a freeze: these partitions may be another worker's by now, and
                 # emptying them would delete what it mirrored and committed. Keep the old id:
                 # once the group confirms them ours, the next refresh sees the new one again
                 # (`_unfence` asks for it); if not, their new owner empties them (`_stale_commits`).
                 log.info("flow %s: %s recreated while this worker is fenced; resynced once the group confirms its partitions", self.flow.name, ", ".join(sorted(recreated)))
                 ids = {t: i for t, i in ids.items() if t not in recreated}
-                recreated = set()
-            gone = sorted((in_use - set(existing)) | recreated)
-            if gone:
+                reset -= emptied
+                emptied = set()
+            if reset:
                 # The admin calls above are not a freeze (one before them was checked): the
                 # resync's poll must not fence on their account.
                 self._tick = self.clock()
-                self._resync(gone, recreated)
+                self._resync(reset, emptied)
             elif self._gone_at_delivery:
                 # The target said "unknown partition" at delivery, yet the topic is still
                 # there (the producer's metadata lagged a partition increase): the refused
                 # records' partitions would stall for good, and later records may have
                 # landed past them. Rewind every partition to what the target acknowledged,
                 # with new producers (duplicates, never a gap).
-                self._resync([])
+                self._resync(set(), set())
             self._gone_at_delivery = False
-            for t in gone:
+            for t in in_use - set(existing):
                 self._target_ids.pop(t, None)
             self._target_ids.update(ids)
             headroom = LIMIT_HEADROOM if self.flow.provenance_headers else 0
@@ -985,6 +996,9 @@ class FlowWorker(Assignment):
             unknown = sorted({m.target for m in mappings} - set(self._target_ids))
             if unknown:
                 self._target_ids.update(self._wait_for_ids(unknown))
+            for st in self._ledger.parts.values():
+                if st.target_id is None:
+                    st.target_id = self._target_ids.get(st.route.target_topic)
             # A topic created a moment ago may not be describable yet: its source's limit is a
             # lower bound of its own (created with the source's, plus headroom).
             limits = self._source_admin.max_message_bytes(sorted({m.source for m in mappings}))
@@ -1041,18 +1055,21 @@ class FlowWorker(Assignment):
             log.warning("flow %s: could not read the id of target topic(s) %s; a deletion and re-creation of them before the next refresh would go unnoticed", self.flow.name, ", ".join(t for t in topics if t not in ids))
         return ids
 
-    def _resync(self, target_topics: Sequence[str], recreated: Collection[str] = ()) -> None:
-        """A target topic we were writing to was deleted (it is created again right after).
+    def _resync(self, reset: Collection[SourcePartition], emptied: Collection[SourcePartition]) -> None:
+        """The target topic of the `reset` partitions was deleted, or (`emptied`) deleted and
+        created again by someone else; or (both empty) the target refused records of a
+        partition it does have.
 
-        Records queued for it would land first in the new topic, ahead of the older records
-        it lost: so drop everything queued (purged records are uncommitted and re-read),
-        commit what the target did acknowledge for the other topics, rewind every partition
-        to its last acknowledged position, and the recreated topics' partitions to the
+        Records queued for a deleted topic would land first in the new one, ahead of the
+        older records it lost: so drop everything queued (purged records are uncommitted and
+        re-read), commit what the target did acknowledge for the other partitions, rewind
+        every partition to its last acknowledged position, and the reset ones to the
         source's beginning. Purged in-flight requests may still have landed: those are the
         only duplicates this costs.
         """
-        if target_topics:
-            log.warning("flow %s: target topic(s) %s disappeared (or were recreated); recreating them and re-mirroring from the source's beginning", self.flow.name, ", ".join(target_topics))
+        topics = sorted({self._ledger.parts[tp].route.target_topic for tp in reset})
+        if topics:
+            log.warning("flow %s: target topic(s) %s disappeared (or were recreated); recreating them and re-mirroring this worker's %d partition(s) of them from the source's beginning", self.flow.name, ", ".join(topics), len(reset))
         else:
             log.warning("flow %s: the target refused records of a partition it does have; re-mirroring every partition from its last acknowledged record", self.flow.name)
         self._resyncs += 1
@@ -1072,6 +1089,7 @@ class FlowWorker(Assignment):
         self._producers.clear()
         self._producer = self._producer_for(None)
         self._producer_dead = False
+        recreated = sorted({self._ledger.parts[tp].route.target_topic for tp in emptied})
         if recreated and self._fenced is not None:
             # Fenced by the poll above (the refresh's own admin calls outlasted the session):
             # whose partitions these are is unknown, so delete nothing.
@@ -1081,9 +1099,10 @@ class FlowWorker(Assignment):
             # producer still had queued may have reached the new topic ahead of the ones it
             # lost. Empty this worker's partitions of it (delete up to the end) before
             # mirroring them again from the beginning, so they hold each record once, in order.
-            ends = {(st.route.target_topic, st.route.partition): OFFSET_END for st in self._ledger.parts.values() if st.route.target_topic in recreated}
-            # Right after the topic's creation its partitions may have no leader yet: retry.
-            deadline = self.clock() + self._target.timeout
+            ends = {(self._ledger.parts[tp].route.target_topic, tp[1]): OFFSET_END for tp in emptied}
+            # Right after the topic's creation its partitions may have no leader yet: retry,
+            # briefly (the loop, and so the group's poll interval, waits meanwhile).
+            deadline = self.clock() + min(10.0, self._target.timeout)
             while True:
                 try:
                     self._target_admin.delete_records(ends)
@@ -1094,12 +1113,11 @@ class FlowWorker(Assignment):
                         break
                     self.stop.wait(0.2)
         self._drop_pending()
-        gone = set(target_topics)
-        keep = {tp: st for tp, st in self._ledger.parts.items() if st.route.target_topic not in gone}
+        keep = {tp: st for tp, st in self._ledger.parts.items() if tp not in reset}
         for st in self._ledger:
             st.drop_inflight()
         self._commit(keep)
-        reset: list[SourcePartition] = []
+        restarted: list[SourcePartition] = []
         for st in keep.values():
             st.producer = self._producer_for(st.route.target_topic)
             self._size_check(st)
@@ -1108,12 +1126,12 @@ class FlowWorker(Assignment):
         idle = [TopicPartition(t, p) for (t, p), st in keep.items() if st.acked_next is None]
         committed = {(tp.topic, tp.partition): tp.offset for tp in self._consumer.committed(idle, timeout=self._source.timeout)} if idle else {}
         for tp, st in list(self._ledger.parts.items()):
-            if st.route.target_topic in gone:
+            if tp in reset:
                 fresh = Partition(st.route, producer=self._producer_for(st.route.target_topic))
                 self._size_check(fresh)
                 self._ledger.assign(tp, fresh)
                 self._consumer.seek(TopicPartition(tp[0], tp[1], OFFSET_BEGINNING))
-                reset.append(tp)
+                restarted.append(tp)
             elif st.acked_next is not None:
                 self._consumer.seek(TopicPartition(tp[0], tp[1], st.acked_next))
                 st.rewound()  # re-read from the last acknowledged record on, by a new producer
@@ -1122,8 +1140,8 @@ class FlowWorker(Assignment):
                 self._consumer.seek(TopicPartition(tp[0], tp[1], offset if offset >= 0 else OFFSET_BEGINNING))
                 st.rewound()
         for listener in self.listeners:
-            listener.on_reset(self.flow.name, reset)
-        self._rewind_group(reset)
+            listener.on_reset(self.flow.name, restarted)
+        self._rewind_group(restarted)
 
     # ------------------------------------------------------------------ caught up?
 
