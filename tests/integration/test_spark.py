@@ -395,3 +395,38 @@ def test_a_running_query_picks_up_a_new_topic_serves_metrics_and_stops_on_sigter
         assert run.wait(120) == 0, run.output()
     finally:
         run.close()
+
+
+def test_a_partition_added_to_a_source_topic_while_the_query_runs_is_mirrored(clusters, write_config, unique, tmp_path):
+    """Review M5: a source topic grown while `mirror spark run` runs must not fail the run; the
+    new partition is mirrored (its target partition grown first) and committed."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic = f"sp-{unique}-grow"
+    create_topic(src, topic, 1)
+    p = producer(src)
+    for i in range(50):
+        p.produce(topic, value=b"a%d" % i, key=b"%d" % i, partition=0)
+    assert p.flush(30) == 0
+    config = write_config(flow_yaml(unique, topic, tmp_path / "offsets.db"))
+    run = SparkRun(config, f"f-{unique}", "--checkpoint", str(tmp_path / "cp"))
+    try:
+        group = f"mirror-{unique}"
+        wait_for(lambda: group_offsets(src, group, topic, 1) == {0: 50}, 180, "the first partition mirrored and committed", detail=run.output)
+        admin = AdminClient({"bootstrap.servers": src})
+        admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
+        p = producer(src)  # a new client: the old one's metadata has one partition
+        for i in range(30):
+            p.produce(topic, value=b"b%d" % i, key=b"%d" % i, partition=1)
+            p.produce(topic, value=b"c%d" % i, key=b"%d" % i, partition=0)
+        assert p.flush(30) == 0
+        wait_for(lambda: run.proc.poll() is not None or group_offsets(src, group, topic, 2) == {0: 80, 1: 30}, 180,
+                 "the new partition mirrored and committed", detail=run.output)
+        assert run.proc.poll() is None, f"the run ended when the source topic grew:\n{run.output()}"
+        for part in range(2):
+            assert [r.content() for r in read_partition(dst, f"src.{topic}", part)] == [r.content() for r in read_partition(src, topic, part)]
+        run.proc.send_signal(signal.SIGTERM)
+        assert run.wait(120) == 0, run.output()
+    finally:
+        run.close()

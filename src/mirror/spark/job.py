@@ -243,7 +243,11 @@ class SparkFlow:
             spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", source.bootstrap)
             .option("kafka.isolation.level", "read_committed")
-            .option("subscribe", ",".join(m.source for m in mappings))
+            # Explicit partitions, not `subscribe`: a subscribed query reads a partition added
+            # to a source topic as soon as Spark sees it, before its target partition exists
+            # (the task fails). Assigned, a grown topic restarts the query (`_topics_changed`)
+            # after `_refresh` grew the target, and the new partition starts from the group.
+            .option("assign", json.dumps({m.source: list(range(m.partitions)) for m in mappings}))
             .option("startingOffsets", json.dumps(starting))
             .option("includeHeaders", "true")
             # Like `mirror run` (auto.offset.reset=earliest): a committed offset that retention
@@ -279,7 +283,7 @@ class SparkFlow:
                         continue
                     next_refresh = time.monotonic() + self.flow.refresh_interval
                     if self._topics_changed(mappings) or self._targets_recreated(mappings):
-                        log.info("flow %s: matched topics changed; restarting the query", self.flow.name)
+                        log.info("flow %s: matched topics or their partitions changed; restarting the query", self.flow.name)
                         return True
                 exc = query.exception()
                 if exc is not None:
@@ -293,7 +297,7 @@ class SparkFlow:
     def _query_topics_changed(self, mappings: list[TopicMapping]) -> bool:
         assert self.checkpoint is not None
         stamp = self.checkpoint.parent / "topics.json"
-        topics = sorted(m.source for m in mappings)
+        topics = sorted([m.source, m.partitions] for m in mappings)  # a grown topic counts as a change
         before = json.loads(stamp.read_text()) if stamp.exists() else None
         stamp.write_text(json.dumps(topics))
         return before is not None and before != topics
