@@ -430,3 +430,18 @@ def test_a_partition_added_to_a_source_topic_while_the_query_runs_is_mirrored(cl
         assert run.wait(120) == 0, run.output()
     finally:
         run.close()
+
+
+def test_a_task_that_fails_once_is_retried_in_local_mode(spark_local):
+    """Review M6a: local mode has no task retries unless the master says so (`local[N,R]`); a
+    task's transient failure must be retried, as a cluster does (retries are safe: a task skips
+    what the target holds)."""
+
+    def fail_first_attempt(x: int) -> int:  # defined here: cloudpickle ships it by value
+        from pyspark import TaskContext
+
+        if TaskContext.get().attemptNumber() == 0:
+            raise RuntimeError("a transient task failure")
+        return x
+
+    assert spark_local.sparkContext.parallelize([1, 2], 2).map(fail_first_attempt).collect() == [1, 2]

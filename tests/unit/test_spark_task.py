@@ -10,8 +10,8 @@ import pytest
 from mirror.config import parse
 from mirror.domain.route import HEADER_ORIGIN, Route
 from mirror.errors import ExitCode, MirrorError, UsageError
-from mirror.spark.job import check_master, claim_checkpoint
-from mirror.spark.task import delta_changes, held_pairs, origin_offset
+from mirror.spark.job import check_master, claim_checkpoint, with_task_retries
+from mirror.spark.task import delta_changes, origin_offset
 
 R = Route("orders", 1, "nyc.orders", b"nyc/orders/1/")
 
@@ -28,13 +28,12 @@ def test_origin_offset_reads_only_this_routes_newest_hop():
     assert origin_offset(Route("orders", 1, "orders", None), h("nyc/orders/1/3")) is None  # provenance off
 
 
-def test_held_pairs_gives_the_newest_copy_and_the_pairs_of_this_batch():
-    # target offsets 10..14 hold copies of source 3, 4, 6, 7 (5 was a marker) and a foreign record
-    tail = [(10, h("nyc/orders/1/3")), (11, h("nyc/orders/1/4")), (12, h("nyc/orders/1/6")), (13, [("x", b"1")]), (14, h("nyc/orders/1/7"))]
-    held, pairs = held_pairs(R, tail, first=4)
-    assert held == 7
-    assert pairs == [(4, 11), (6, 12), (7, 14)]
-    assert held_pairs(R, [], first=0) == (-1, [])
+def test_local_mode_gets_task_retries_and_other_masters_are_kept():
+    assert with_task_retries("local[*]") == "local[*,4]"
+    assert with_task_retries("local[2]") == "local[2,4]"
+    assert with_task_retries("local") == "local[1,4]"
+    assert with_task_retries("local[2,8]") == "local[2,8]"  # the user's own retries
+    assert with_task_retries("spark://h:7077") == "spark://h:7077"  # spark.task.maxFailures applies
 
 
 def test_delta_changes_keep_the_first_pair_and_every_change():

@@ -421,6 +421,21 @@ def _first_line(text: str) -> str:
     return text
 
 
+TASK_ATTEMPTS = 4  # Spark's spark.task.maxFailures default on a cluster
+
+
+def with_task_retries(master: str, attempts: int = TASK_ATTEMPTS) -> str:
+    """`local` / `local[N]` / `local[*]` as `local[N,attempts]`: local mode gives a task one
+    attempt whatever spark.task.maxFailures says, so one transient failure (a leader moving,
+    a slow flush) would end the run where a cluster retries. Retries are safe: a retried task
+    skips what the target already holds (`mirror.spark.task`). Other masters as given."""
+    if master == "local":
+        return f"local[1,{attempts}]"
+    if master.startswith("local[") and master.endswith("]") and "," not in master:
+        return f"{master[:-1]},{attempts}]"
+    return master
+
+
 def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, *, quiet: bool = True) -> Any:
     """A SparkSession with the Kafka connector from the cache; executors run this Python."""
     import pyspark
@@ -430,9 +445,10 @@ def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
-        SparkSession.builder.master(master).appName(app)
+        SparkSession.builder.master(with_task_retries(master)).appName(app)
         .config("spark.jars", ",".join(jars))
         .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+        .config("spark.task.maxFailures", str(TASK_ATTEMPTS))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -90,22 +90,6 @@ def origin_offset(r: Route, headers: Sequence[tuple[str, bytes | None]] | None) 
         return None
 
 
-def held_pairs(r: Route, tail: Iterable[tuple[int, Sequence[tuple[str, bytes | None]] | None]], first: int) -> tuple[int, list[tuple[int, int]]]:
-    """From the target partition's last records (target offset, headers), in order: the newest
-    source offset the target holds (-1: none of this route) and the (source, target) pairs of
-    the copies from source offset `first` on."""
-    held = -1
-    pairs: list[tuple[int, int]] = []
-    for target_offset, headers in tail:
-        src = origin_offset(r, headers)
-        if src is None:
-            continue
-        held = src  # the last copy is the newest: a partition is written in source order
-        if src >= first and (not pairs or src > pairs[-1][0]):
-            pairs.append((src, target_offset))
-    return held, pairs
-
-
 @dataclass
 class Replay:
     """What the target already holds of a batch, as the task decided it."""
