@@ -38,9 +38,10 @@ from mirror.config import Config, FlowConfig
 from mirror.domain.acks import AckBatch
 from mirror.domain.topics import TopicMapping, match_topics
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
-from mirror.errors import MirrorError, UnsafeOperation, UsageError
+from mirror.errors import MirrorError, OffsetStoreError, UnsafeOperation, UsageError
 from mirror.kafka import OFFSET_END, Admin
 from mirror.run.recorder import OffsetMapRecorder
+from mirror.run.supervisor import restart_delay
 from mirror.spark.task import TaskPlan, TaskResult, mirror_partition
 from mirror.store import open_store
 
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 CACHE = Path(os.environ.get("MIRROR_CACHE", Path.home() / ".cache" / "mirror"))
 MARKER = "mirror-flow.json"  # in a --checkpoint directory: which flow it belongs to
 TARGET_TOPIC_ID = "target-topic-id="  # group commit metadata, the same tag `mirror run` writes (engine.assignment.TID)
+STORE_BACKOFF, STORE_BACKOFF_MAX = 1.0, 30.0  # offset-store retries: doubling waits, at most this long
 _SELECT = ["topic", "partition", "offset", "unix_millis(timestamp) AS ts", "key", "value", "headers"]
 
 
@@ -122,6 +124,7 @@ class SparkFlow:
         self._created: set[str] = set()  # target topics this run created, not yet started from the beginning
         self._target_ids: dict[str, str] = {}
         self._restarted = False  # partitions with a commit start again from the beginning
+        self.store_backoff = STORE_BACKOFF  # first wait after an offset-store failure
         self.records = 0
         self.skipped = 0
 
@@ -335,6 +338,10 @@ class SparkFlow:
         ends = self._source.end_offsets([(m.source, p) for m in self._mappings for p in range(m.partitions)])
         plan = replace(self._plan, source_ends=ends)
         results: list[TaskResult] = df.selectExpr(*_SELECT).rdd.map(tuple).mapPartitions(partial(mirror_partition, plan)).collect()
+        self._finish_batch(batch_id, results)
+
+    def _finish_batch(self, batch_id: int, results: list[TaskResult]) -> None:
+        """The driver's part of a batch once the tasks produced it: rows stored, then the commit."""
         batches = [
             AckBatch(self.flow.name, r.topic, r.partition, r.target_topic, r.first_offset, r.next_offset,
                      # Unplaced (part of the batch's target offsets unknown): no rows and no
@@ -349,12 +356,30 @@ class SparkFlow:
         if self.metrics is not None:
             self.metrics.on_acked([AckBatch(b.flow, b.source_topic, b.partition, b.target_topic, b.first_offset, b.next_offset,
                                             count=r.produced, bytes=r.bytes, max_timestamp_ms=b.max_timestamp_ms) for b, r in zip(batches, results)])
-        self._recorder.flush()  # invariant 1: rows durable before the group moves past them
+        self._store_rows(batch_id)  # invariant 1: rows durable before the group moves past them
         self.records += sum(r.produced for r in results)
         self.skipped += sum(r.skipped for r in results)
         if any(r.skipped for r in results):
             log.warning("flow %s: batch %d: %d records were already on the target (a replayed batch); not produced again", self.flow.name, batch_id, sum(r.skipped for r in results))
         self._commit({(r.topic, r.partition): r.next_offset for r in results})
+
+    def _store_rows(self, batch_id: int) -> None:
+        """Flush the recorder, retrying with backoff while the store fails (as `mirror run`
+        holds commits back and carries on): the batch, and so the query, waits for the
+        store instead of failing. The recorder keeps the rows and logs the outage and the
+        recovery once each. A stop while the store still fails raises: no commit."""
+        failures = 0
+        while True:
+            try:
+                self._recorder.flush()
+                return
+            except OffsetStoreError:
+                failures += 1
+                if self.stop.is_set():
+                    raise
+                delay = restart_delay(failures, base=self.store_backoff, cap=STORE_BACKOFF_MAX)
+                log.debug("flow %s: batch %d: offset store failure %d, retrying in %.1fs", self.flow.name, batch_id, failures, delay)
+                self.stop.wait(delay)  # a stop meanwhile: one last attempt, then raise above
 
     def _commit_progress(self, query: Any) -> None:
         """Commit the end offsets of the last completed batch.
