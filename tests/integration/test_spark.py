@@ -7,6 +7,7 @@ the driver-kill test run `mirror spark run` as a child process, like a user woul
 from __future__ import annotations
 
 import json
+import random
 import signal
 import subprocess
 import sys
@@ -445,3 +446,23 @@ def test_a_task_that_fails_once_is_retried_in_local_mode(spark_local):
         return x
 
     assert spark_local.sparkContext.parallelize([1, 2], 2).map(fail_first_attempt).collect() == [1, 2]
+
+
+def test_a_target_topic_with_a_small_max_message_bytes_gets_batches_that_fit(clusters, write_config, unique, tmp_path, spark_local):
+    """Review M6c: a target topic whose max.message.bytes (64 KiB) is below the producer's
+    batch.size (1 MiB): librdkafka never splits a refused batch, so the task must produce with
+    batches that fit, as `mirror run` does (the same sizing code)."""
+    from mirror.spark.job import run_flow
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic = f"sp-{unique}-small"
+    create_topic(src, topic, 1)
+    create_topic(dst, f"src.{topic}", 1, config={"max.message.bytes": str(64 * 1024)})
+    p = producer(src, **{"compression.type": "none"})
+    for i in range(600):  # ~1.2 MB of records that do not compress (lz4) below 64 KiB a batch
+        p.produce(topic, value=random.Random(i).randbytes(2000), key=b"%d" % i, partition=0)
+    assert p.flush(30) == 0
+    config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db")))
+    job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
+    assert job.records == 600
+    assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == [r.content() for r in read_partition(src, topic, 0)]

@@ -203,3 +203,14 @@ def test_a_target_topic_recreated_while_the_query_runs_restarts_it():
     assert job._targets_recreated(job._mappings)
     del target.ids["a.x"]
     assert job._targets_recreated(job._mappings)
+
+
+def test_a_task_sizes_producer_batches_below_the_target_topics_limit_as_mirror_run_does():
+    from mirror.kafka.settings import BATCH_SIZE, batch_size_for
+    from mirror.spark.task import TaskPlan
+
+    config = parse("clusters: {s: {bootstrap: 'h:1'}, d: {bootstrap: 'h:2'}}\nflows: [{name: f, source: s, target: d, topics: {include: [t]}}]\n", env={})
+    plan = TaskPlan(config.flow("f"), config.clusters["d"], limits={"s.small": 65536, "s.big": 10 * BATCH_SIZE})
+    assert plan.producer_settings_for("s.small")["batch.size"] == batch_size_for(BATCH_SIZE, 65536) == 65536 - 1024
+    assert plan.producer_settings_for("s.big")["batch.size"] == BATCH_SIZE
+    assert plan.producer_settings_for("s.unknown")["batch.size"] == BATCH_SIZE

@@ -123,6 +123,7 @@ class SparkFlow:
         self._mappings: list[TopicMapping] = []
         self._created: set[str] = set()  # target topics this run created, not yet started from the beginning
         self._target_ids: dict[str, str] = {}
+        self._limits: dict[str, int] = {}  # target topic -> max.message.bytes
         self._restarted = False  # partitions with a commit start again from the beginning
         self.store_backoff = STORE_BACKOFF  # first wait after an offset-store failure
         self.records = 0
@@ -169,6 +170,10 @@ class SparkFlow:
         mappings = match_topics(self.config, self.flow, self._source.topics())
         result = ensure_targets(self._source, self._target, mappings, headroom=LIMIT_HEADROOM)
         self._created |= set(result.created)  # their partitions start from the beginning
+        try:
+            self._limits = self._target.max_message_bytes(sorted({m.target for m in mappings}))
+        except MirrorError as exc:  # batches of the default size; a refused one fails the task (retried)
+            log.warning("flow %s: cannot read the target topics' max.message.bytes: %s", self.flow.name, exc)
         return mappings
 
     def _starting_offsets(self, mappings: list[TopicMapping]) -> dict[str, dict[str, int]]:
@@ -336,7 +341,7 @@ class SparkFlow:
         # The source ends now (after the batch was planned): a target copy naming an offset at
         # or past them is not of this topic's records (a recreated topic); see `replay_check`.
         ends = self._source.end_offsets([(m.source, p) for m in self._mappings for p in range(m.partitions)])
-        plan = replace(self._plan, source_ends=ends)
+        plan = replace(self._plan, source_ends=ends, limits=self._limits)
         results: list[TaskResult] = df.selectExpr(*_SELECT).rdd.map(tuple).mapPartitions(partial(mirror_partition, plan)).collect()
         self._finish_batch(batch_id, results)
 
