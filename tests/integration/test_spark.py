@@ -39,13 +39,14 @@ def spark_local():
         spark.stop()
 
 
-def flow_yaml(unique: str, include: str, db: Path, *, groups: str = "['app-.*']") -> str:
+def flow_yaml(unique: str, include: str, db: Path, *, groups: str = "['app-.*']", provenance: bool = True) -> str:
     return f"""\
 flows:
   - name: f-{unique}
     source: src
     target: dst
     consumer_group: mirror-{unique}
+    provenance_headers: {str(provenance).lower()}
     refresh_interval: 1s
     commit_interval: 300ms
     topics: {{include: ['{include}']}}
@@ -330,8 +331,9 @@ def test_audit_finds_no_difference_after_a_mirror_then_injected_altered_and_remo
     target = f"src.{topic}"
     create_topic(src, topic, 3)
     p = producer(src)
+    base = int(time.time() * 1000) - 3 * 3600_000  # 3 h ago to 30 min ago: within the target's default 7-day retention
     for i in range(900):
-        p.produce(topic, value=None if i % 9 == 0 else b"v%d" % i, key=b"k%d" % i, partition=i % 3, timestamp=1_600_000_000_000 + i * 1000,
+        p.produce(topic, value=None if i % 9 == 0 else b"v%d" % i, key=b"k%d" % i, partition=i % 3, timestamp=base + i * 10_000,
                   headers=[("h", b"%d" % i)] if i % 2 else None)
     assert p.flush(30) == 0
     config_path = write_config(flow_yaml(unique, topic, tmp_path / "offsets.db"))
@@ -347,7 +349,7 @@ def test_audit_finds_no_difference_after_a_mirror_then_injected_altered_and_remo
 
     t = producer(dst)
     t.produce(target, value=b"injected", key=b"x", partition=0)  # no provenance: a record nobody mirrored
-    t.produce(target, value=b"tampered", key=b"k4", partition=1, timestamp=1_600_000_004_000, headers=[("h", b"4"), ("mirror.origin", f"src/{topic}/1/1".encode())])
+    t.produce(target, value=b"tampered", key=b"k4", partition=1, timestamp=base + 40_000, headers=[("h", b"4"), ("mirror.origin", f"src/{topic}/1/1".encode())])
     assert t.flush(30) == 0
     Admin("dst", config.clusters["dst"]).delete_records({(target, 2): 3})  # the first 3 copies of partition 2
 
@@ -364,6 +366,43 @@ def test_audit_finds_no_difference_after_a_mirror_then_injected_altered_and_remo
     assert out.returncode == 1, out.stderr[-2000:]
     report = json.loads(out.stdout)
     assert report["equal"] is False and {p["partition"]: p["missing"] for p in report["partitions"] if p["source_topic"] == topic} == {0: [], 1: [], 2: [0, 1, 2]}
+
+    # Review M4: the same 3 records, had the target's retention removed them (they are 3 h
+    # old; a 2 h retention.ms), are trimmed: reported, but no difference.
+    Admin("dst", config.clusters["dst"]).alter_topic_configs(target, {"retention.ms": str(2 * 3600_000)})
+    trimmed = {a.partition: a for a in audit(spark_local, config, flow).partitions if a.source_topic == topic}
+    assert (trimmed[2].missing, trimmed[2].trimmed, trimmed[2].source_count, trimmed[2].target_count) == ([], 3, 297, 297)
+    assert trimmed[2].equal and trimmed[2].checksum_equal and not trimmed[2].minutes_differing
+    assert (trimmed[0].trimmed, trimmed[0].extra) == (0, [300])  # the other differences remain
+
+
+def test_audit_without_provenance_headers_compares_counts_and_checksums(clusters, write_config, unique, tmp_path, spark_local):
+    """Review M3: with provenance headers off there is no origin offset to join on; a clean
+    mirror must still audit equal (counts and checksums, per minute), and a difference show."""
+    from mirror.kafka import Admin
+    from mirror.spark.audit import audit
+    from mirror.spark.job import run_flow
+
+    src = clusters.bootstrap("src")
+    topic = f"sp-{unique}-noprov"
+    create_topic(src, topic, 2)
+    p = producer(src)
+    base = int(time.time() * 1000) - 3600_000
+    for i in range(400):
+        p.produce(topic, value=b"v%d" % i, key=b"k%d" % i, partition=i % 2, timestamp=base + i * 1000, headers=[("h", b"%d" % i)] if i % 2 else None)
+    assert p.flush(30) == 0
+    config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db", provenance=False)))
+    flow = config.flow(f"f-{unique}")
+    run_flow(config, flow, until_caught_up=True, spark=spark_local)
+    clean = audit(spark_local, config, flow)
+    mine = [a for a in clean.partitions if a.source_topic == topic]
+    assert clean.equal, clean.to_json()
+    assert [(a.partition, a.source_count, a.target_count, a.checksum_equal) for a in mine] == [(0, 200, 200, True), (1, 200, 200, True)]
+
+    Admin("dst", config.clusters["dst"]).delete_records({(f"src.{topic}", 0): 2})  # recent records, removed by hand
+    found = {a.partition: a for a in audit(spark_local, config, flow).partitions if a.source_topic == topic}
+    assert (found[0].source_count, found[0].target_count, found[0].equal, found[0].trimmed) == (200, 198, False, 0)
+    assert found[1].equal
 
 
 def test_a_running_query_picks_up_a_new_topic_serves_metrics_and_stops_on_sigterm(clusters, write_config, unique, tmp_path):

@@ -214,3 +214,19 @@ def test_a_task_sizes_producer_batches_below_the_target_topics_limit_as_mirror_r
     assert plan.producer_settings_for("s.small")["batch.size"] == batch_size_for(BATCH_SIZE, 65536) == 65536 - 1024
     assert plan.producer_settings_for("s.big")["batch.size"] == BATCH_SIZE
     assert plan.producer_settings_for("s.unknown")["batch.size"] == BATCH_SIZE
+
+
+def test_audit_trims_only_what_the_target_topics_retention_explains():
+    from mirror.domain.offsetmap import OffsetSync
+    from mirror.spark.audit import first_held, retention_cutoff
+
+    now = 10_000_000
+    assert retention_cutoff({"retention.ms": "3600000", "retention.bytes": "-1"}, now) == now - 3600_000
+    assert retention_cutoff({"retention.ms": "-1", "retention.bytes": "-1"}, now) is None  # keeps everything: a gap is missing
+    assert retention_cutoff({"retention.ms": "-1", "retention.bytes": "1000"}, now) == float("inf")  # size-based: any age
+    # Copies at target offset = source + 5 from source 0, + 4 from source 100 (a marker): the
+    # target's log start 50 holds the copy of source 45; 200 the copy of 196.
+    syncs = [OffsetSync("t", 0, 0, 5), OffsetSync("t", 0, 100, 104)]
+    assert first_held(syncs, 50, 0) == 45
+    assert first_held(syncs, 200, 0) == 196
+    assert first_held(syncs, 0, 7) == 7 and first_held([], 50, 7) == 7  # nothing trimmed / no map
