@@ -33,6 +33,7 @@ from mirror.domain.route import HEADER_ORIGIN, route
 from mirror.domain.topics import match_topics
 from mirror.errors import UsageError
 from mirror.kafka import Admin
+from mirror.spark.clients import java_kafka_options
 from mirror.store import open_store
 
 SAMPLE = 5  # offsets listed per kind of difference
@@ -70,10 +71,13 @@ class AuditReport:
         return json.dumps({"flow": self.flow, "equal": self.equal, "partitions": [{**asdict(p), "equal": p.equal} for p in self.partitions]}, indent=2)
 
 
-def _read(spark: Any, bootstrap: str, starting: dict[str, dict[str, int]], ending: dict[str, dict[str, int]]) -> Any:
+def _read(spark: Any, config: Config, cluster: str, starting: dict[str, dict[str, int]], ending: dict[str, dict[str, int]]) -> Any:
+    reader = spark.read.format("kafka")
+    for k, v in java_kafka_options(cluster, config.clusters[cluster].client).items():
+        reader = reader.option(f"kafka.{k}", v)
     return (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
+        reader
+        .option("kafka.bootstrap.servers", config.clusters[cluster].bootstrap)
         .option("kafka.isolation.level", "read_committed")
         .option("subscribe", ",".join(sorted(starting)))
         .option("startingOffsets", json.dumps(starting))
@@ -138,7 +142,7 @@ def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None
             out.setdefault(topic_of(t) if topic_of else t, {})[str(p)] = o
         return out
 
-    src = _read(spark, config.clusters[flow.source].bootstrap, spec(start), spec(end))
+    src = _read(spark, config, flow.source, spec(start), spec(end))
     to_target = {m.source: m.target for m in mappings}
     tgt_start = {(m.target, p): tgt_marks[(m.target, p)].low for m, p in parts}
     tgt_end = {(m.target, p): tgt_marks[(m.target, p)].high for m, p in parts}
@@ -158,7 +162,7 @@ def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None
                 held_from[(m.source, p)] = first_held(syncs, low, start[(m.source, p)])
         finally:
             store.close()
-    tgt = _read(spark, config.clusters[flow.target].bootstrap, spec(tgt_start), spec(tgt_end))
+    tgt = _read(spark, config, flow.target, spec(tgt_start), spec(tgt_end))
 
     ts = F.expr("unix_millis(timestamp)")
     src = src.select("topic", "partition", "offset", ts.alias("ts"), "key", "value", "headers")

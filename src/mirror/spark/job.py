@@ -42,6 +42,7 @@ from mirror.errors import MirrorError, OffsetStoreError, UnsafeOperation, UsageE
 from mirror.kafka import OFFSET_END, Admin
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.run.supervisor import restart_delay
+from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.task import TaskPlan, TaskResult, mirror_partition
 from mirror.store import open_store
 
@@ -135,6 +136,7 @@ class SparkFlow:
         """Everything that must hold before Spark starts; nothing is produced before it."""
         check_java()
         check_master(self.master)
+        java_kafka_options(self.flow.source, self.config.clusters[self.flow.source].client)  # a setting Spark's source cannot take: refused now
         self._source = Admin(self.flow.source, self.config.clusters[self.flow.source])
         self._target = Admin(self.flow.target, self.config.clusters[self.flow.target])
         members = self._source.group_members(self.flow.group_id)
@@ -262,9 +264,8 @@ class SparkFlow:
             # deleted resumes at the log start instead of stopping the flow.
             .option("failOnDataLoss", "false")
         )
-        for k, v in source.client.items():
-            if k.startswith(("security.", "sasl.", "ssl.")):
-                reader = reader.option(f"kafka.{k}", str(v))
+        for k, v in java_kafka_options(self.flow.source, source.client).items():
+            reader = reader.option(f"kafka.{k}", v)
         if self.max_records_per_batch:
             reader = reader.option("maxOffsetsPerTrigger", str(self.max_records_per_batch))
         with ExitStack() as stack:
@@ -479,6 +480,7 @@ def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, 
         .config("spark.jars", ",".join(jars))
         .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
         .config("spark.task.maxFailures", str(TASK_ATTEMPTS))
+        .config("spark.redaction.regex", REDACT)  # the JAAS line and a client key never in a log or plan
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
