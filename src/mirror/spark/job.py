@@ -172,11 +172,15 @@ class SparkFlow:
         mappings = match_topics(self.config, self.flow, self._source.topics())
         result = ensure_targets(self._source, self._target, mappings, headroom=LIMIT_HEADROOM)
         self._created |= set(result.created)  # their partitions start from the beginning
+        self._read_limits(mappings)
+        return mappings
+
+    def _read_limits(self, mappings: list[TopicMapping]) -> None:
+        """The target topics' max.message.bytes, for the tasks' batch sizes (`TaskPlan.limits`)."""
         try:
             self._limits = self._target.max_message_bytes(sorted({m.target for m in mappings}))
-        except MirrorError as exc:  # batches of the default size; a refused one fails the task (retried)
+        except MirrorError as exc:  # the last known sizes; a refused batch fails the task (retried)
             log.warning("flow %s: cannot read the target topics' max.message.bytes: %s", self.flow.name, exc)
-        return mappings
 
     def _starting_offsets(self, mappings: list[TopicMapping]) -> dict[str, dict[str, int]]:
         """Each source partition's start: the group's committed offset, except (from the
@@ -291,6 +295,7 @@ class SparkFlow:
                     if self.until_caught_up or time.monotonic() < next_refresh:
                         continue
                     next_refresh = time.monotonic() + self.flow.refresh_interval
+                    self._read_limits(mappings)  # a limit changed meanwhile: the next batch's tasks see it
                     if self._topics_changed(mappings) or self._targets_recreated(mappings):
                         log.info("flow %s: matched topics or their partitions changed; restarting the query", self.flow.name)
                         return True
