@@ -288,7 +288,10 @@ class SparkFlow:
             try:
                 next_refresh = time.monotonic() + self.flow.refresh_interval
                 while query.isActive:
-                    query.awaitTermination(min(self.flow.refresh_interval, 1.0))
+                    try:
+                        query.awaitTermination(min(self.flow.refresh_interval, 1.0))
+                    except Exception as failed:  # pyspark's StreamingQueryException: one line, not a JVM trace
+                        raise MirrorError(f"flow {self.flow.name}: the Spark query failed: {_first_line(str(failed))}") from None
                     self._commit_progress(query)
                     if self.stop.is_set():
                         return False
