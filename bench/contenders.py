@@ -63,13 +63,15 @@ class Env:
     batch: int
     free_port: Any  # () -> int
     source_ends: list[int] = field(default_factory=list)  # end offset of each source partition after preload
+    spark_master: str | None = None  # the standalone cluster's URL, when a `spark-standalone` row runs
+    spark_pids: list[int] = field(default_factory=list)  # its master and worker: sampled with the contender
 
 
 @dataclass
 class Spec:
     key: str
     label: str
-    kind: str  # mirror | mm2 | ceiling | unavailable
+    kind: str  # mirror | mm2 | ceiling | spark | unavailable
     workers: int = 1
     options: dict[str, Any] = field(default_factory=dict)
     reason: str = ""  # why it is not available
@@ -97,6 +99,22 @@ class Spec:
                 argv += ["--workers", str(self.workers)]
             argv += self.options.get("extra_args", [])
             return Contender(argv, log, cwd=ROOT).start()
+        if self.kind == "spark":
+            # `mirror spark run` on the same one-flow config: local mode, or the standalone
+            # cluster the harness started (whose master and worker trees, executors included,
+            # are sampled with the driver: memory and CPU of the whole engine).
+            cfg = run_dir / "mirror.yaml"
+            cfg.write_text(mirror_config(env, alias, topic, run_dir, self.options))
+            argv = [sys.executable, "-m", "mirror", "spark", "run", "-c", str(cfg), "--flow", alias, "--metrics-port", str(env.free_port())]
+            if not daemon:
+                argv.append("--until-caught-up")
+            roots: list[int] = []
+            if self.options.get("standalone"):
+                if not env.spark_master:
+                    raise RuntimeError(f"contender {self.key}: no standalone Spark cluster was started")
+                argv += ["--master", env.spark_master]
+                roots = list(env.spark_pids)
+            return Contender(argv, log, cwd=ROOT, extra_roots=roots).start()
         if self.kind == "mm2":
             producer, consumer = mm2_client_settings(env.producer, env.consumer, env.batch)
             props = run_dir / "mm2.properties"
@@ -165,6 +183,8 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
     specs.append(Spec("ceiling-rdk", "raw ceiling, librdkafka's default fetch.queue.backoff.ms (1 s)", "ceiling", opt_in=True))
     specs.append(Spec("ceiling-idem", "raw ceiling with acks=all + idempotence", "ceiling", opt_in=True,
                       options={"producer": {"acks": "all", "enable.idempotence": "true"}, "consumer": {"fetch.queue.backoff.ms": 20}}))
-    specs.append(Spec("spark", "mirror spark run (local mode)", "unavailable",
-                      reason="not available: the Spark engine does not exist yet"))
+    # Opt-in (`--only ...,spark,spark-standalone`): JVM and session start-up (~15 s a run) would
+    # double the quick bench's time; not in the latency phase (micro-batches, not a stream).
+    specs.append(Spec("spark", "mirror spark run (local mode)", "spark", opt_in=True))
+    specs.append(Spec("spark-standalone", "mirror spark run (standalone, 1 worker core)", "spark", opt_in=True, options={"standalone": True}))
     return specs

@@ -96,7 +96,8 @@ def _free_base_port(count: int) -> int:
 
 def _alias(spec: Spec, phase: str, rep: int) -> str:
     short = {"mirror": "m1", "mirror-w2": "m2", "mm2": "k1", "mm2-t2": "k2", "ceiling": "c", "mirror-nostore": "m0", "mirror-noprov": "mh", "mirror-gc": "mg", "mirror-nogc": "mn",
-             "ceiling-idem": "ci", "mirror-lowmem": "mb", "ceiling-rdk": "cr"}
+             "ceiling-idem": "ci", "mirror-lowmem": "mb", "ceiling-rdk": "cr",
+             "spark": "s1", "spark-standalone": "s2"}
     return f"{phase}{short.get(spec.key, spec.key)}r{rep}x{uuid.uuid4().hex[:4]}"
 
 
@@ -311,11 +312,19 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
     latency_rate = None
     try:
         t = time.monotonic()
-        status = dev.up(["src", "dst"], base).status
+        standalone = any(s.kind == "spark" and s.options.get("standalone") for s in runnable)
+        status = dev.up(["src", "dst"], base, spark=standalone).status
         phases["clusters_up_s"] = round(time.monotonic() - t, 1)
         env = Env(src=status["clusters"]["src"]["bootstrap"], dst=status["clusters"]["dst"]["bootstrap"],
                   workdir=workdir / "runs", partitions=p.partitions, producer=producer, consumer=consumer,
                   batch=batch, free_port=_free_port)
+        if standalone:
+            from mirror.devenv.spark import SparkDev
+
+            spark_dev = SparkDev(workdir / "clusters", base)  # where dev.up started it
+            env.spark_master = status["spark"]["master"]
+            env.spark_pids = [pid for pid in (spark_dev.pid("master"), spark_dev.pid("worker")) if pid is not None]
+            _log(f"spark standalone master {env.spark_master} (pids {env.spark_pids})")
         _log(f"preloading {p.records:,} x {p.record_size} B over {p.partitions} partitions")
         phases["preload_s"] = round(load.preload(env.src, SOURCE_TOPIC, p.records, p.partitions, p.record_size), 1)
         env.source_ends = [hi for _lo, hi in load.watermarks(env.src, SOURCE_TOPIC, p.partitions)]
@@ -334,7 +343,7 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
         phases["throughput_s"] = round(time.monotonic() - t, 1)
 
         # The ceiling's latency is the floor this machine allows (a reference, not a target).
-        lat_specs = [s for s in runnable if s.key in ("mirror", "mm2", "ceiling") or s.opt_in]
+        lat_specs = [s for s in runnable if s.key in ("mirror", "mm2", "ceiling") or (s.opt_in and s.kind != "spark")]
         if lat_specs and p.latency_reps > 0:
             latency_rate = p.latency_rate or _latency_rate(runs, [s for s in lat_specs if s.key in ("mirror", "mm2")] or lat_specs)
             if latency_rate:

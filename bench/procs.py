@@ -72,8 +72,9 @@ class Usage:
 class Sampler:
     """Samples a process tree in a background thread until `stop()`."""
 
-    def __init__(self, root: int, interval: float = 0.2) -> None:
+    def __init__(self, root: int, interval: float = 0.2, extra_roots: Sequence[int] = ()) -> None:
         self.root = root
+        self.extra_roots = list(extra_roots)  # other trees that work for the contender (a Spark cluster's daemons)
         self.interval = interval
         self.usage = Usage()
         self._cpu: dict[int, float] = {}  # last CPU time seen per pid (processes may exit between samples)
@@ -86,6 +87,8 @@ class Sampler:
 
     def sample(self) -> None:
         pids = process_tree(self.root)
+        for extra in self.extra_roots:
+            pids += process_tree(extra)
         total = 0
         alive = 0
         for pid in pids:
@@ -130,6 +133,7 @@ class Contender:
     ended_at: float | None = None
     exit_cpu_seconds: float | None = None  # from wait4, when it exited on its own
     extra: dict = field(default_factory=dict)
+    extra_roots: Sequence[int] = ()  # sampled with the contender's own tree
 
     def start(self) -> Contender:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -145,7 +149,7 @@ class Contender:
             )
         self.started_at = time.monotonic()
         self.started_wall = time.time()
-        self.sampler = Sampler(self.proc.pid).start()
+        self.sampler = Sampler(self.proc.pid, extra_roots=self.extra_roots).start()
         return self
 
     @property

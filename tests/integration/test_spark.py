@@ -7,6 +7,7 @@ the driver-kill test run `mirror spark run` as a child process, like a user woul
 from __future__ import annotations
 
 import json
+import random
 import signal
 import subprocess
 import sys
@@ -24,7 +25,11 @@ from tests.support.kafkautil import topics as kafka_topics
 
 pytestmark = pytest.mark.slow
 
-RECORDS = 20_000  # per data topic; issue 11 asks 100k, 20k keeps the 2-core suite lean (same paths)
+# Per data topic (27,500 committed records in all: 20,000 plain, 7,500 transactional). Issue 11
+# asks 100,000; measured on the shared 2-core machine the local-mode test takes 65 s and
+# mirrors ~1,000 records/s, so 100,000 would add ~70 s (more than the suite can carry) for
+# the same code paths.
+RECORDS = 20_000
 
 
 @pytest.fixture(scope="session")
@@ -38,13 +43,14 @@ def spark_local():
         spark.stop()
 
 
-def flow_yaml(unique: str, include: str, db: Path, *, groups: str = "['app-.*']") -> str:
+def flow_yaml(unique: str, include: str, db: Path, *, groups: str = "['app-.*']", provenance: bool = True) -> str:
     return f"""\
 flows:
   - name: f-{unique}
     source: src
     target: dst
     consumer_group: mirror-{unique}
+    provenance_headers: {str(provenance).lower()}
     refresh_interval: 1s
     commit_interval: 300ms
     topics: {{include: ['{include}']}}
@@ -329,8 +335,9 @@ def test_audit_finds_no_difference_after_a_mirror_then_injected_altered_and_remo
     target = f"src.{topic}"
     create_topic(src, topic, 3)
     p = producer(src)
+    base = int(time.time() * 1000) - 3 * 3600_000  # 3 h ago to 30 min ago: within the target's default 7-day retention
     for i in range(900):
-        p.produce(topic, value=None if i % 9 == 0 else b"v%d" % i, key=b"k%d" % i, partition=i % 3, timestamp=1_600_000_000_000 + i * 1000,
+        p.produce(topic, value=None if i % 9 == 0 else b"v%d" % i, key=b"k%d" % i, partition=i % 3, timestamp=base + i * 10_000,
                   headers=[("h", b"%d" % i)] if i % 2 else None)
     assert p.flush(30) == 0
     config_path = write_config(flow_yaml(unique, topic, tmp_path / "offsets.db"))
@@ -346,7 +353,7 @@ def test_audit_finds_no_difference_after_a_mirror_then_injected_altered_and_remo
 
     t = producer(dst)
     t.produce(target, value=b"injected", key=b"x", partition=0)  # no provenance: a record nobody mirrored
-    t.produce(target, value=b"tampered", key=b"k4", partition=1, timestamp=1_600_000_004_000, headers=[("h", b"4"), ("mirror.origin", f"src/{topic}/1/1".encode())])
+    t.produce(target, value=b"tampered", key=b"k4", partition=1, timestamp=base + 40_000, headers=[("h", b"4"), ("mirror.origin", f"src/{topic}/1/1".encode())])
     assert t.flush(30) == 0
     Admin("dst", config.clusters["dst"]).delete_records({(target, 2): 3})  # the first 3 copies of partition 2
 
@@ -363,6 +370,43 @@ def test_audit_finds_no_difference_after_a_mirror_then_injected_altered_and_remo
     assert out.returncode == 1, out.stderr[-2000:]
     report = json.loads(out.stdout)
     assert report["equal"] is False and {p["partition"]: p["missing"] for p in report["partitions"] if p["source_topic"] == topic} == {0: [], 1: [], 2: [0, 1, 2]}
+
+    # Review M4: the same 3 records, had the target's retention removed them (they are 3 h
+    # old; a 2 h retention.ms), are trimmed: reported, but no difference.
+    Admin("dst", config.clusters["dst"]).alter_topic_configs(target, {"retention.ms": str(2 * 3600_000)})
+    trimmed = {a.partition: a for a in audit(spark_local, config, flow).partitions if a.source_topic == topic}
+    assert (trimmed[2].missing, trimmed[2].trimmed, trimmed[2].source_count, trimmed[2].target_count) == ([], 3, 297, 297)
+    assert trimmed[2].equal and trimmed[2].checksum_equal and not trimmed[2].minutes_differing
+    assert (trimmed[0].trimmed, trimmed[0].extra) == (0, [300])  # the other differences remain
+
+
+def test_audit_without_provenance_headers_compares_counts_and_checksums(clusters, write_config, unique, tmp_path, spark_local):
+    """Review M3: with provenance headers off there is no origin offset to join on; a clean
+    mirror must still audit equal (counts and checksums, per minute), and a difference show."""
+    from mirror.kafka import Admin
+    from mirror.spark.audit import audit
+    from mirror.spark.job import run_flow
+
+    src = clusters.bootstrap("src")
+    topic = f"sp-{unique}-noprov"
+    create_topic(src, topic, 2)
+    p = producer(src)
+    base = int(time.time() * 1000) - 3600_000
+    for i in range(400):
+        p.produce(topic, value=b"v%d" % i, key=b"k%d" % i, partition=i % 2, timestamp=base + i * 1000, headers=[("h", b"%d" % i)] if i % 2 else None)
+    assert p.flush(30) == 0
+    config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db", provenance=False)))
+    flow = config.flow(f"f-{unique}")
+    run_flow(config, flow, until_caught_up=True, spark=spark_local)
+    clean = audit(spark_local, config, flow)
+    mine = [a for a in clean.partitions if a.source_topic == topic]
+    assert clean.equal, clean.to_json()
+    assert [(a.partition, a.source_count, a.target_count, a.checksum_equal) for a in mine] == [(0, 200, 200, True), (1, 200, 200, True)]
+
+    Admin("dst", config.clusters["dst"]).delete_records({(f"src.{topic}", 0): 2})  # recent records, removed by hand
+    found = {a.partition: a for a in audit(spark_local, config, flow).partitions if a.source_topic == topic}
+    assert (found[0].source_count, found[0].target_count, found[0].equal, found[0].trimmed) == (200, 198, False, 0)
+    assert found[1].equal
 
 
 def test_a_running_query_picks_up_a_new_topic_serves_metrics_and_stops_on_sigterm(clusters, write_config, unique, tmp_path):
@@ -395,3 +439,119 @@ def test_a_running_query_picks_up_a_new_topic_serves_metrics_and_stops_on_sigter
         assert run.wait(120) == 0, run.output()
     finally:
         run.close()
+
+
+def test_a_partition_added_to_a_source_topic_while_the_query_runs_is_mirrored(clusters, write_config, unique, tmp_path):
+    """Review M5: a source topic grown while `mirror spark run` runs must not fail the run; the
+    new partition is mirrored (its target partition grown first) and committed."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic = f"sp-{unique}-grow"
+    create_topic(src, topic, 1)
+    p = producer(src)
+    for i in range(50):
+        p.produce(topic, value=b"a%d" % i, key=b"%d" % i, partition=0)
+    assert p.flush(30) == 0
+    config = write_config(flow_yaml(unique, topic, tmp_path / "offsets.db"))
+    run = SparkRun(config, f"f-{unique}", "--checkpoint", str(tmp_path / "cp"))
+    try:
+        group = f"mirror-{unique}"
+        wait_for(lambda: group_offsets(src, group, topic, 1) == {0: 50}, 180, "the first partition mirrored and committed", detail=run.output)
+        admin = AdminClient({"bootstrap.servers": src})
+        admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
+        p = producer(src)  # a new client: the old one's metadata has one partition
+        for i in range(30):
+            p.produce(topic, value=b"b%d" % i, key=b"%d" % i, partition=1)
+            p.produce(topic, value=b"c%d" % i, key=b"%d" % i, partition=0)
+        assert p.flush(30) == 0
+        wait_for(lambda: run.proc.poll() is not None or group_offsets(src, group, topic, 2) == {0: 80, 1: 30}, 180,
+                 "the new partition mirrored and committed", detail=run.output)
+        assert run.proc.poll() is None, f"the run ended when the source topic grew:\n{run.output()}"
+        for part in range(2):
+            assert [r.content() for r in read_partition(dst, f"src.{topic}", part)] == [r.content() for r in read_partition(src, topic, part)]
+        run.proc.send_signal(signal.SIGTERM)
+        assert run.wait(120) == 0, run.output()
+    finally:
+        run.close()
+
+
+def test_a_task_that_fails_once_is_retried_in_local_mode(spark_local):
+    """Review M6a: local mode has no task retries unless the master says so (`local[N,R]`); a
+    task's transient failure must be retried, as a cluster does (retries are safe: a task skips
+    what the target holds)."""
+
+    def fail_first_attempt(x: int) -> int:  # defined here: cloudpickle ships it by value
+        from pyspark import TaskContext
+
+        if TaskContext.get().attemptNumber() == 0:
+            raise RuntimeError("a transient task failure")
+        return x
+
+    assert spark_local.sparkContext.parallelize([1, 2], 2).map(fail_first_attempt).collect() == [1, 2]
+
+
+def test_a_target_topic_with_a_small_max_message_bytes_gets_batches_that_fit(clusters, write_config, unique, tmp_path, spark_local):
+    """Review M6c: a target topic whose max.message.bytes (64 KiB) is below the producer's
+    batch.size (1 MiB): librdkafka never splits a refused batch, so the task must produce with
+    batches that fit, as `mirror run` does (the same sizing code)."""
+    from mirror.spark.job import run_flow
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic = f"sp-{unique}-small"
+    create_topic(src, topic, 1)
+    create_topic(dst, f"src.{topic}", 1, config={"max.message.bytes": str(64 * 1024)})
+    p = producer(src, **{"compression.type": "none"})
+    for i in range(600):  # ~1.2 MB of records that do not compress (lz4) below 64 KiB a batch
+        p.produce(topic, value=random.Random(i).randbytes(2000), key=b"%d" % i, partition=0)
+    assert p.flush(30) == 0
+    config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db")))
+    job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
+    assert job.records == 600
+    assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == [r.content() for r in read_partition(src, topic, 0)]
+
+
+def test_spark_run_on_sasl_ssl_clusters_with_scram_and_a_pem_ca(tmp_path_factory, tmp_path, unique, spark_local, capfd):
+    """The librdkafka settings of a SASL_SSL (SCRAM-SHA-512, PEM CA) cluster, mapped to the Java
+    source's options: the Spark run reads the secured source; the password is never printed."""
+    import os
+
+    from mirror.devenv.kafka import DevClusters
+    from mirror.devenv.security import Material, Security, password_var
+    from mirror.spark.job import run_flow
+    from tests.support.clusters import free_base_port
+
+    dev = DevClusters(tmp_path_factory.mktemp("spark-secured"))
+    t0 = time.monotonic()
+    dev.up(["sps", "spd"], free_base_port(2), security=Security.SASL_SSL)
+    passwords = Material(dev.home).passwords()
+    os.environ[password_var("admin")] = passwords["admin"]
+    try:
+        nodes = {n.spec.name: n for n in dev.nodes()}
+        admin = {name: {"bootstrap.servers": n.spec.bootstrap, **n.client("admin", with_password=True)} for name, n in nodes.items()}
+        topic = f"sp-{unique}-sec"
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        creator = AdminClient(admin["sps"])
+        creator.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+        p = Producer({**admin["sps"], "enable.idempotence": True})
+        for i in range(200):
+            p.produce(topic, value=b"s%d" % i, key=b"%d" % i, partition=i % 2, headers=[("h", b"x")] if i % 2 else None)
+        assert p.flush(30) == 0
+        clusters = "".join(f"  {name}:\n    bootstrap: {n.spec.bootstrap}\n    client: {json.dumps(n.client('admin'))}\n" for name, n in nodes.items())
+        path = tmp_path / "secured.yaml"
+        path.write_text(f"clusters:\n{clusters}flows:\n  - {{name: f-{unique}, source: sps, target: spd, consumer_group: mirror-{unique}, topics: {{include: ['{topic}']}}}}\n"
+                        f"offset_store: {{kind: sqlite, path: {tmp_path / 'o.db'}}}\n")
+        config = load(path)
+        job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
+        assert job.records == 200
+        for part in range(2):
+            copies = read_partition(nodes["spd"].spec.bootstrap, f"sps.{topic}", part, settings=nodes["spd"].client("admin", with_password=True))
+            assert [r.content() for r in copies] == [r.content() for r in read_partition(nodes["sps"].spec.bootstrap, topic, part, settings=nodes["sps"].client("admin", with_password=True))]
+        out, err = capfd.readouterr()
+        assert passwords["admin"] not in out + err
+        print(f"secured pair up and Spark run in {time.monotonic() - t0:.1f}s")
+    finally:
+        os.environ.pop(password_var("admin"), None)
+        dev.down()

@@ -60,9 +60,9 @@ def end_offsets(bootstrap: str, topic: str, partitions: int, *, committed: bool 
         c.close()
 
 
-def read_partition(bootstrap: str, topic: str, partition: int, *, timeout: float = 60) -> list[Rec]:
-    """Every committed record of a partition, in offset order."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests-reader", "enable.auto.commit": False, "isolation.level": "read_committed"})
+def read_partition(bootstrap: str, topic: str, partition: int, *, timeout: float = 60, settings: dict | None = None) -> list[Rec]:
+    """Every committed record of a partition, in offset order (`settings`: a secured cluster's client settings)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests-reader", "enable.auto.commit": False, "isolation.level": "read_committed", **(settings or {})})
     try:
         lo, hi = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
         if hi <= lo:

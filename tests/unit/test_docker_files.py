@@ -109,8 +109,8 @@ def _metrics_port(params: dict[str, Any]) -> int | None:
     return params.get("metrics_port") or params.get("port")
 
 
-def _dockerfile_instructions() -> list[tuple[str, str]]:
-    text = DOCKERFILE.read_text(encoding="utf-8")
+def _dockerfile_instructions(path: Path = DOCKERFILE) -> list[tuple[str, str]]:
+    text = path.read_text(encoding="utf-8")
     joined = re.sub(r"\\\n", " ", text)
     out = []
     for line in joined.splitlines():
@@ -121,9 +121,9 @@ def _dockerfile_instructions() -> list[tuple[str, str]]:
     return out
 
 
-def _env_of_image() -> dict[str, str]:
+def _env_of_image(path: Path = DOCKERFILE) -> dict[str, str]:
     env: dict[str, str] = {}
-    for word, rest in _dockerfile_instructions():
+    for word, rest in _dockerfile_instructions(path):
         if word == "ENV":
             for key, value in re.findall(r"(\w+)=(\S+)", rest):
                 env[key] = value
@@ -453,3 +453,75 @@ def test_dashboard_queries_are_valid_promql(promtool: str, tmp_path: Path):
     rules_file.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}), encoding="utf-8")
     out = subprocess.run([promtool, "check", "rules", str(rules_file)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+# ---------------------------------------------------------------------------- Spark profile
+
+SPARK_DOCKERFILE = DOCKER / "Dockerfile.spark"
+SPARK_SERVICES = {name: s for name, s in SERVICES.items() if "spark" in s.get("profiles", [])}
+
+
+def test_the_spark_profile_is_optional_and_complete():
+    assert set(SPARK_SERVICES) == {"spark-master", "spark-worker", "mirror-spark"}
+    for name, s in SPARK_SERVICES.items():
+        assert s["build"]["dockerfile"] == "docker/Dockerfile.spark" and s["image"] == "mirror:dev-spark", name
+    # `docker compose up` without the profile starts none of it, and needs none of it.
+    for name, s in SERVICES.items():
+        if name not in SPARK_SERVICES:
+            assert not set(s.get("depends_on", {})) & set(SPARK_SERVICES), f"{name} depends on the optional Spark profile"
+
+
+def test_spark_master_and_worker_start_as_the_dev_cluster_does():
+    """spark-class with the Master / Worker classes `mirror dev up --spark` uses, from the
+    image's pyspark; the worker joins the master's service name and port."""
+    home = _env_of_image(SPARK_DOCKERFILE)["SPARK_HOME"]
+    dev_source = (ROOT / "src" / "mirror" / "devenv" / "spark.py").read_text(encoding="utf-8")
+    master, worker = SPARK_SERVICES["spark-master"], SPARK_SERVICES["spark-worker"]
+    for s in (master, worker):
+        assert s["entrypoint"] == [f"{home}/bin/spark-class"]
+        assert f'"{_command(s)[0]}"' in dev_source, f"{_command(s)[0]} is not what mirror dev up --spark starts"
+    m = _command(master)
+    assert m[m.index("--host") + 1] == "spark-master" == master["hostname"]
+    assert f"spark://spark-master:{m[m.index('--port') + 1]}" == _command(worker)[-1]
+
+
+def test_the_spark_driver_runs_the_command_the_tests_run():
+    """`mirror spark run` (tests/integration/test_spark.py's SparkRun) on the mounted
+    topology's flow, at the profile's master, serving metrics where the image says."""
+    s = SPARK_SERVICES["mirror-spark"]
+    assert "entrypoint" not in s  # the image's: `mirror`
+    path, ctx = _parse(_command(s))
+    assert path == "spark run"
+    assert '"spark", "run", "-c"' in (ROOT / "tests" / "integration" / "test_spark.py").read_text(encoding="utf-8")
+    assert str(ctx.params["config_path"]) == TOPOLOGY_IN_CONTAINER
+    assert dict((t, h) for h, t in _mounts(s))[TOPOLOGY_IN_CONTAINER] == DOCKER / "mirror.yaml"
+    config = cfg.load(DOCKER / "mirror.yaml", env={})
+    assert ctx.params["flow_name"] in {f.name for f in config.flows}
+    m = _command(SPARK_SERVICES["spark-master"])
+    assert ctx.params["master"] == f"spark://spark-master:{m[m.index('--port') + 1]}"
+    assert ctx.params["metrics_port"] == int(_env_of_image(SPARK_DOCKERFILE)["MIRROR_METRICS_PORT"])
+    assert s["hostname"] == "mirror-spark"  # executors connect back to the driver by this name
+
+
+def test_the_spark_image_has_the_pinned_pyspark_and_its_connector():
+    instructions = _dockerfile_instructions(SPARK_DOCKERFILE)
+    froms = [rest.split()[0] for word, rest in instructions if word == "FROM"]
+    assert froms[0] == froms[-1] == "python:3.11-slim"
+    users = [rest for word, rest in instructions if word == "USER"]
+    assert users and users[-1] not in ("root", "0")
+    assert json.loads([rest for word, rest in instructions if word == "ENTRYPOINT"][-1]) == ["mirror"]
+    for word, rest in instructions:
+        if word == "COPY" and "--from" not in rest:
+            for src in rest.split()[:-1]:
+                assert (ROOT / src).exists(), f"COPY {src}: not in the build context"
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    version = re.search(r'spark = \["pyspark==([\d.]+)"\]', pyproject).group(1)  # type: ignore[union-attr]
+    assert f"<spark.version>{version}</spark.version>" in (ROOT / "deps" / "spark" / "pom.xml").read_text(encoding="utf-8")
+    env = _env_of_image(SPARK_DOCKERFILE)
+    jars = [rest.split()[-1] for word, rest in instructions if word == "COPY" and "--from=jars" in rest]
+    assert jars == [f"{env['MIRROR_CACHE']}/spark-{version}/jars"]  # where connector_jars looks
+    assert any("deps/spark/pom.xml" in rest for word, rest in instructions if word == "COPY")
+    assert any("'.[spark]'" in rest for word, rest in instructions if word == "RUN")
+    ignore = (DOCKER / "Dockerfile.spark.dockerignore").read_text(encoding="utf-8").split()
+    for needed in ("pyproject.toml", "README.md", "src/", "failover/", "canary/", "deps/spark/pom.xml"):
+        assert f"!{needed}" in ignore

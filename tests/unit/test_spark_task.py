@@ -10,8 +10,8 @@ import pytest
 from mirror.config import parse
 from mirror.domain.route import HEADER_ORIGIN, Route
 from mirror.errors import ExitCode, MirrorError, UsageError
-from mirror.spark.job import check_master, claim_checkpoint
-from mirror.spark.task import delta_changes, held_pairs, origin_offset
+from mirror.spark.job import check_master, claim_checkpoint, with_task_retries
+from mirror.spark.task import delta_changes, origin_offset
 
 R = Route("orders", 1, "nyc.orders", b"nyc/orders/1/")
 
@@ -28,13 +28,12 @@ def test_origin_offset_reads_only_this_routes_newest_hop():
     assert origin_offset(Route("orders", 1, "orders", None), h("nyc/orders/1/3")) is None  # provenance off
 
 
-def test_held_pairs_gives_the_newest_copy_and_the_pairs_of_this_batch():
-    # target offsets 10..14 hold copies of source 3, 4, 6, 7 (5 was a marker) and a foreign record
-    tail = [(10, h("nyc/orders/1/3")), (11, h("nyc/orders/1/4")), (12, h("nyc/orders/1/6")), (13, [("x", b"1")]), (14, h("nyc/orders/1/7"))]
-    held, pairs = held_pairs(R, tail, first=4)
-    assert held == 7
-    assert pairs == [(4, 11), (6, 12), (7, 14)]
-    assert held_pairs(R, [], first=0) == (-1, [])
+def test_local_mode_gets_task_retries_and_other_masters_are_kept():
+    assert with_task_retries("local[*]") == "local[*,4]"
+    assert with_task_retries("local[2]") == "local[2,4]"
+    assert with_task_retries("local") == "local[1,4]"
+    assert with_task_retries("local[2,8]") == "local[2,8]"  # the user's own retries
+    assert with_task_retries("spark://h:7077") == "spark://h:7077"  # spark.task.maxFailures applies
 
 
 def test_delta_changes_keep_the_first_pair_and_every_change():
@@ -204,3 +203,30 @@ def test_a_target_topic_recreated_while_the_query_runs_restarts_it():
     assert job._targets_recreated(job._mappings)
     del target.ids["a.x"]
     assert job._targets_recreated(job._mappings)
+
+
+def test_a_task_sizes_producer_batches_below_the_target_topics_limit_as_mirror_run_does():
+    from mirror.kafka.settings import BATCH_SIZE, batch_size_for
+    from mirror.spark.task import TaskPlan
+
+    config = parse("clusters: {s: {bootstrap: 'h:1'}, d: {bootstrap: 'h:2'}}\nflows: [{name: f, source: s, target: d, topics: {include: [t]}}]\n", env={})
+    plan = TaskPlan(config.flow("f"), config.clusters["d"], limits={"s.small": 65536, "s.big": 10 * BATCH_SIZE})
+    assert plan.producer_settings_for("s.small")["batch.size"] == batch_size_for(BATCH_SIZE, 65536) == 65536 - 1024
+    assert plan.producer_settings_for("s.big")["batch.size"] == BATCH_SIZE
+    assert plan.producer_settings_for("s.unknown")["batch.size"] == BATCH_SIZE
+
+
+def test_audit_trims_only_what_the_target_topics_retention_explains():
+    from mirror.domain.offsetmap import OffsetSync
+    from mirror.spark.audit import first_held, retention_cutoff
+
+    now = 10_000_000
+    assert retention_cutoff({"retention.ms": "3600000", "retention.bytes": "-1"}, now) == now - 3600_000
+    assert retention_cutoff({"retention.ms": "-1", "retention.bytes": "-1"}, now) is None  # keeps everything: a gap is missing
+    assert retention_cutoff({"retention.ms": "-1", "retention.bytes": "1000"}, now) == float("inf")  # size-based: any age
+    # Copies at target offset = source + 5 from source 0, + 4 from source 100 (a marker): the
+    # target's log start 50 holds the copy of source 45; 200 the copy of 196.
+    syncs = [OffsetSync("t", 0, 0, 5), OffsetSync("t", 0, 100, 104)]
+    assert first_held(syncs, 50, 0) == 45
+    assert first_held(syncs, 200, 0) == 196
+    assert first_held(syncs, 0, 7) == 7 and first_held([], 50, 7) == 7  # nothing trimmed / no map

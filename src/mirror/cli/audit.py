@@ -21,7 +21,16 @@ from mirror.errors import ExitCode, UsageError
 @json_option
 @pass_app
 def audit(app: AppContext, config_path: Path, flow_name: str, topics: tuple[str, ...], from_time: str | None, to_time: str | None, master: str | None, as_json: bool) -> int:
-    """Counts, checksums and (with provenance headers) an exact join of source and target, per partition."""
+    """Counts, checksums and (with provenance headers) an exact join of source and target, per partition.
+
+    The window ends at what the flow's group committed (records in flight are not missing).
+    Without provenance headers the partitions are compared by counts and checksums only, in
+    total and per minute of event time, the target's side ending at the copy of the
+    committed offset (the offset map). Records gone from the start of a target partition
+    that the target topic's retention explains (older than its retention.ms, or any with a
+    retention.bytes) are reported as trimmed, not as a difference; gone records retention
+    does not explain (deleted by hand) are missing. Exit 0 when equal, 1 when not.
+    """
     from failover.times import parse_time
     from mirror.spark.audit import audit as run_audit
     from mirror.spark.job import check_java, check_master, spark_session
@@ -55,6 +64,8 @@ def audit(app: AppContext, config_path: Path, flow_name: str, topics: tuple[str,
             details = [f"{k} {v}" for k, v in (("missing", p.missing), ("extra", p.extra), ("altered", p.altered)) if v]
             if not p.checksum_equal:
                 details.append("checksum differs")
+            if p.trimmed:
+                details.append(f"{p.trimmed} older records trimmed by the target's retention")
             if p.minutes_differing:
                 details.append(f"{p.minutes_differing} minutes differ")
             click.echo(line + (f" ({'; '.join(details)})" if details else ""))

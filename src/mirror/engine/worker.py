@@ -73,7 +73,7 @@ from mirror.kafka.errors import (
     authentication_error,
     authorization_error,
 )
-from mirror.kafka.settings import BATCH_SIZE, CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
+from mirror.kafka.settings import BATCH_SIZE, CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, batch_size_for
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +96,6 @@ STALL_LOOK = 30.0
 _SIZE_ERRORS = {KafkaError.MSG_SIZE_TOO_LARGE, getattr(KafkaError, "RECORD_LIST_TOO_LARGE", -1)}
 # The target topic (or partition) does not exist (any more): deleted, or not yet grown.
 _GONE_ERRORS = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
-# Room left in a producer batch below a topic's max.message.bytes (framing the batch.size
-# accounting may not count).
-BATCH_MARGIN = 1024
 # A record this far below its target topic's limit fits whatever its headers (the check
 # beyond it is `_never_fits`); batch and record framing of a lone record.
 SIZE_CHECK_SLACK = 16384
@@ -294,10 +291,8 @@ class FlowWorker(Assignment):
         batches, and their throughput, for every other topic. A partition keeps its producer
         while assigned: reports of one partition must come from one producer, in order.
         """
-        size = int(self._producer_cfg.get("batch.size", BATCH_SIZE))
         limit = self._limits.get(target_topic) if target_topic is not None else None
-        if limit is not None and limit < size:
-            size = max(1024, limit - BATCH_MARGIN)
+        size = batch_size_for(int(self._producer_cfg.get("batch.size", BATCH_SIZE)), limit)
         producer = self._producers.get(size)
         if producer is None:
             producer = self._producers[size] = self._make_producer(self.flow.target, self._target, {**self._producer_cfg, "batch.size": size})

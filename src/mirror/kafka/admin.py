@@ -258,6 +258,25 @@ class Admin:
         for fut in self._client.incremental_alter_configs([res], request_timeout=self.timeout).values():
             self._result(f"alter the configs of topic {topic!r}", fut, ("AlterConfigs", "topic", topic))
 
+    def effective_configs(self, topics: Iterable[str], names: Iterable[str]) -> dict[str, dict[str, str]]:
+        """The effective value (set on the topic, or its broker's default) of each config in
+        `names`, per topic; a topic that is gone is left out."""
+        wanted = set(names)
+        resources = [ConfigResource(ResourceType.TOPIC, t) for t in topics]
+        out: dict[str, dict[str, str]] = {}
+        if not resources:
+            return out
+        for res, fut in self._client.describe_configs(resources, request_timeout=self.timeout).items():
+            try:
+                entries = fut.result(timeout=self.timeout)
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    continue
+                self._result(f"describe configs of {res.name!r}", fut, ("DescribeConfigs", "topic", res.name))  # raises the right error
+                continue
+            out[res.name] = {k: e.value for k, e in entries.items() if k in wanted and e.value is not None}
+        return out
+
     def max_message_bytes(self, topics: Iterable[str]) -> dict[str, int]:
         """Each topic's effective `max.message.bytes` (set on it, or its broker's default):
         the largest record batch the broker accepts for it."""

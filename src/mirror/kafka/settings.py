@@ -55,3 +55,15 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
 # librdkafka never splits a refused batch: topics whose limit is below this batch size get
 # a producer of their own with smaller batches (see `mirror.engine.worker`).
 BATCH_SIZE = PRODUCER_DEFAULTS["batch.size"]
+# Room left in a producer batch below a topic's max.message.bytes (framing the batch.size
+# accounting may not count).
+BATCH_MARGIN = 1024
+
+
+def batch_size_for(configured: int, limit: int | None) -> int:
+    """The producer batch.size for a target topic whose max.message.bytes is `limit`
+    (None: unknown): the configured size, or one that fits below the limit. Used by both
+    engines (`mirror.engine.worker`, `mirror.spark.task`)."""
+    if limit is not None and limit < configured:
+        return max(1024, limit - BATCH_MARGIN)
+    return configured

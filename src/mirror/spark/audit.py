@@ -7,20 +7,34 @@ called missing. Per partition: counts and an order-independent checksum (the sum
 xxhash64 over key, value, timestamp and the headers without this hop's provenance one),
 also per minute of event time; with provenance headers on, an exact join on the origin
 offset lists missing, extra (injected, or a second copy) and altered records, first few of
-each with offsets.
+each with offsets. With provenance headers off there is no origin to join on: the target's
+window ends at the copy of the group's committed offset, translated with the flow's offset
+map (the same ledger `failover` uses), and the partitions are compared by their counts and
+checksums, in total and per minute.
+
+Target retention: records at the start of a source partition whose copies the target no
+longer holds (the target's log start moved past them) are `trimmed`, not missing, when the
+target topic's retention explains it: they are older than its `retention.ms`, or it has a
+`retention.bytes`. They are left out of every comparison and reported as a count. Records
+gone from the target's start that its retention does not explain (newer than retention.ms,
+no retention.bytes: removed by hand, `kafka-delete-records`) are missing, a difference.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mirror.config import Config, FlowConfig
+from mirror.domain.offsetmap import OffsetSync, translate
 from mirror.domain.route import HEADER_ORIGIN, route
 from mirror.domain.topics import match_topics
 from mirror.errors import UsageError
 from mirror.kafka import Admin
+from mirror.spark.clients import java_kafka_options
+from mirror.store import open_store
 
 SAMPLE = 5  # offsets listed per kind of difference
 
@@ -37,6 +51,7 @@ class PartitionAudit:
     missing: list[int] = field(default_factory=list)  # source offsets with no copy
     extra: list[int] = field(default_factory=list)  # target offsets that copy nothing in the window, or copy a record twice
     altered: list[int] = field(default_factory=list)  # source offsets whose copy differs
+    trimmed: int = 0  # source records the target's retention removed (not a difference)
 
     @property
     def equal(self) -> bool:
@@ -56,10 +71,13 @@ class AuditReport:
         return json.dumps({"flow": self.flow, "equal": self.equal, "partitions": [{**asdict(p), "equal": p.equal} for p in self.partitions]}, indent=2)
 
 
-def _read(spark: Any, bootstrap: str, starting: dict[str, dict[str, int]], ending: dict[str, dict[str, int]]) -> Any:
+def _read(spark: Any, config: Config, cluster: str, starting: dict[str, dict[str, int]], ending: dict[str, dict[str, int]]) -> Any:
+    reader = spark.read.format("kafka")
+    for k, v in java_kafka_options(cluster, config.clusters[cluster].client).items():
+        reader = reader.option(f"kafka.{k}", v)
     return (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
+        reader
+        .option("kafka.bootstrap.servers", config.clusters[cluster].bootstrap)
         .option("kafka.isolation.level", "read_committed")
         .option("subscribe", ",".join(sorted(starting)))
         .option("startingOffsets", json.dumps(starting))
@@ -70,7 +88,27 @@ def _read(spark: Any, bootstrap: str, starting: dict[str, dict[str, int]], endin
     )
 
 
-def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None = None, *, from_ms: int | None = None, to_ms: int | None = None) -> AuditReport:
+def retention_cutoff(configs: dict[str, str], now_ms: int) -> float | None:
+    """The event time before which the target topic's retention may have removed records
+    (None: it keeps everything; +inf: size-based retention may remove any record)."""
+    if int(configs.get("retention.bytes", "-1")) >= 0:
+        return float("inf")
+    ms = int(configs.get("retention.ms", "-1"))
+    return None if ms < 0 else float(now_ms - ms)
+
+
+def first_held(syncs: list[OffsetSync], target_low: int, source_start: int) -> int:
+    """The source offset whose copy is the target partition's first record (`target_low`),
+    from the offset map: records before it are gone from the target."""
+    if target_low <= 0 or not syncs:
+        return source_start
+    below = [s for s in syncs if s.target_offset <= target_low]
+    anchor = below[-1] if below else syncs[0]
+    return max(source_start, anchor.source_offset + (target_low - anchor.target_offset))
+
+
+def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None = None, *, from_ms: int | None = None, to_ms: int | None = None,
+          now_ms: int | None = None) -> AuditReport:
     from pyspark.sql import functions as F
 
     source_admin = Admin(flow.source, config.clusters[flow.source])
@@ -104,11 +142,27 @@ def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None
             out.setdefault(topic_of(t) if topic_of else t, {})[str(p)] = o
         return out
 
-    src = _read(spark, config.clusters[flow.source].bootstrap, spec(start), spec(end))
+    src = _read(spark, config, flow.source, spec(start), spec(end))
     to_target = {m.source: m.target for m in mappings}
     tgt_start = {(m.target, p): tgt_marks[(m.target, p)].low for m, p in parts}
     tgt_end = {(m.target, p): tgt_marks[(m.target, p)].high for m, p in parts}
-    tgt = _read(spark, config.clusters[flow.target].bootstrap, spec(tgt_start), spec(tgt_end))
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    retention = target_admin.effective_configs(sorted(set(to_target.values())), ("retention.ms", "retention.bytes"))
+    cutoffs = {t: retention_cutoff(retention.get(t, {}), now) for t in set(to_target.values())}
+    # Without provenance: the target's window (its copies of [start, end)) from the offset map.
+    copies_end: dict[tuple[str, int], int] = {}
+    held_from: dict[tuple[str, int], int] = {}
+    if not flow.provenance_headers:
+        store = open_store(config.offset_store)
+        try:
+            for m, p in parts:
+                syncs = store.syncs(flow.name, m.source, p)
+                low, high = tgt_start[(m.target, p)], tgt_end[(m.target, p)]
+                copies_end[(m.source, p)] = translate(syncs, end[(m.source, p)], high, tip=store.tip(flow.name, m.source, p), target_start=low).target_offset
+                held_from[(m.source, p)] = first_held(syncs, low, start[(m.source, p)])
+        finally:
+            store.close()
+    tgt = _read(spark, config, flow.target, spec(tgt_start), spec(tgt_end))
 
     ts = F.expr("unix_millis(timestamp)")
     src = src.select("topic", "partition", "offset", ts.alias("ts"), "key", "value", "headers")
@@ -135,9 +189,29 @@ def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None
     starts_map = F.create_map(*[x for (t, p), o in start.items() for x in (F.lit(f"{t}|{p}"), F.lit(o))])
     tgt = tgt.withColumn("source_topic", src_topic_of[F.col("topic")])
     key = F.concat_ws("|", "source_topic", F.col("partition").cast("string"))
-    in_window = F.col("is_copy") & (F.col("src_offset") >= starts_map[key]) & (F.col("src_offset") < ends_map[key])
+    if flow.provenance_headers:
+        in_window = F.col("is_copy") & (F.col("src_offset") >= starts_map[key]) & (F.col("src_offset") < ends_map[key])
+    else:
+        copies_end_map = F.create_map(*[x for (t, p), o in copies_end.items() for x in (F.lit(f"{t}|{p}"), F.lit(o))])
+        in_window = F.col("offset") < copies_end_map[key]
     tgt = tgt.withColumn("in_window", F.coalesce(in_window, F.lit(False))).cache()
     window_tgt = tgt.where("in_window")
+    if flow.provenance_headers:
+        # The first copy the target still holds, where its log start moved (retention).
+        moved = [(m.source, p) for m, p in parts if tgt_start[(m.target, p)] > 0]
+        firsts = {(r[0], r[1]): r[2] for r in window_tgt.groupBy("source_topic", "partition").agg(F.min("src_offset")).collect()}
+        held_from = {tp: firsts.get(tp, end[tp]) for tp in moved}
+    # Source records before the first one the target holds, older than its retention: trimmed.
+    trim_rules = [(F.col("topic") == F.lit(t)) & (F.col("partition") == F.lit(p)) & (F.col("offset") < F.lit(f)) & (F.col("ts") < F.lit(cutoffs[to_target[t]]))
+                  for (t, p), f in held_from.items() if f > start[(t, p)] and cutoffs.get(to_target[t]) is not None]
+    trimmed: dict[tuple[str, int], int] = {}
+    if trim_rules:
+        rule = trim_rules[0]
+        for more in trim_rules[1:]:
+            rule = rule | more
+        src = src.withColumn("trimmed", F.coalesce(rule, F.lit(False)))
+        trimmed = {(r[0], r[1]): r[2] for r in src.where("trimmed").groupBy("topic", "partition").count().collect()}
+        src = src.where("NOT trimmed").drop("trimmed")
 
     def agg(df: Any, topic_col: str) -> dict[tuple[str, int], tuple[int, int]]:
         rows = df.groupBy(topic_col, "partition").agg(F.count("*").alias("n"), F.sum("h").alias("s")).collect()
@@ -154,6 +228,7 @@ def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None
         n_s, s_s = src_agg.get(k, (0, 0))
         n_t, s_t = tgt_agg.get(k, (0, 0))
         a.source_count, a.target_count, a.checksum_equal = n_s, n_t, s_s == s_t
+        a.trimmed = trimmed.get(k, 0)
         a.minutes_differing = len({(m[2]) for m in src_min ^ tgt_min if (m[0], m[1]) == k})
     if flow.provenance_headers:
         s = src.select(F.col("topic").alias("st"), F.col("partition").alias("sp"), F.col("offset").alias("so"), F.col("h").alias("sh"))

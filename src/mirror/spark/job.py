@@ -38,9 +38,11 @@ from mirror.config import Config, FlowConfig
 from mirror.domain.acks import AckBatch
 from mirror.domain.topics import TopicMapping, match_topics
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
-from mirror.errors import MirrorError, UnsafeOperation, UsageError
+from mirror.errors import MirrorError, OffsetStoreError, UnsafeOperation, UsageError
 from mirror.kafka import OFFSET_END, Admin
 from mirror.run.recorder import OffsetMapRecorder
+from mirror.run.supervisor import restart_delay
+from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.task import TaskPlan, TaskResult, mirror_partition
 from mirror.store import open_store
 
@@ -49,6 +51,7 @@ log = logging.getLogger(__name__)
 CACHE = Path(os.environ.get("MIRROR_CACHE", Path.home() / ".cache" / "mirror"))
 MARKER = "mirror-flow.json"  # in a --checkpoint directory: which flow it belongs to
 TARGET_TOPIC_ID = "target-topic-id="  # group commit metadata, the same tag `mirror run` writes (engine.assignment.TID)
+STORE_BACKOFF, STORE_BACKOFF_MAX = 1.0, 30.0  # offset-store retries: doubling waits, at most this long
 _SELECT = ["topic", "partition", "offset", "unix_millis(timestamp) AS ts", "key", "value", "headers"]
 
 
@@ -121,7 +124,9 @@ class SparkFlow:
         self._mappings: list[TopicMapping] = []
         self._created: set[str] = set()  # target topics this run created, not yet started from the beginning
         self._target_ids: dict[str, str] = {}
+        self._limits: dict[str, int] = {}  # target topic -> max.message.bytes
         self._restarted = False  # partitions with a commit start again from the beginning
+        self.store_backoff = STORE_BACKOFF  # first wait after an offset-store failure
         self.records = 0
         self.skipped = 0
 
@@ -131,6 +136,7 @@ class SparkFlow:
         """Everything that must hold before Spark starts; nothing is produced before it."""
         check_java()
         check_master(self.master)
+        java_kafka_options(self.flow.source, self.config.clusters[self.flow.source].client)  # a setting Spark's source cannot take: refused now
         self._source = Admin(self.flow.source, self.config.clusters[self.flow.source])
         self._target = Admin(self.flow.target, self.config.clusters[self.flow.target])
         members = self._source.group_members(self.flow.group_id)
@@ -166,7 +172,15 @@ class SparkFlow:
         mappings = match_topics(self.config, self.flow, self._source.topics())
         result = ensure_targets(self._source, self._target, mappings, headroom=LIMIT_HEADROOM)
         self._created |= set(result.created)  # their partitions start from the beginning
+        self._read_limits(mappings)
         return mappings
+
+    def _read_limits(self, mappings: list[TopicMapping]) -> None:
+        """The target topics' max.message.bytes, for the tasks' batch sizes (`TaskPlan.limits`)."""
+        try:
+            self._limits = self._target.max_message_bytes(sorted({m.target for m in mappings}))
+        except MirrorError as exc:  # the last known sizes; a refused batch fails the task (retried)
+            log.warning("flow %s: cannot read the target topics' max.message.bytes: %s", self.flow.name, exc)
 
     def _starting_offsets(self, mappings: list[TopicMapping]) -> dict[str, dict[str, int]]:
         """Each source partition's start: the group's committed offset, except (from the
@@ -243,16 +257,19 @@ class SparkFlow:
             spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", source.bootstrap)
             .option("kafka.isolation.level", "read_committed")
-            .option("subscribe", ",".join(m.source for m in mappings))
+            # Explicit partitions, not `subscribe`: a subscribed query reads a partition added
+            # to a source topic as soon as Spark sees it, before its target partition exists
+            # (the task fails). Assigned, a grown topic restarts the query (`_topics_changed`)
+            # after `_refresh` grew the target, and the new partition starts from the group.
+            .option("assign", json.dumps({m.source: list(range(m.partitions)) for m in mappings}))
             .option("startingOffsets", json.dumps(starting))
             .option("includeHeaders", "true")
             # Like `mirror run` (auto.offset.reset=earliest): a committed offset that retention
             # deleted resumes at the log start instead of stopping the flow.
             .option("failOnDataLoss", "false")
         )
-        for k, v in source.client.items():
-            if k.startswith(("security.", "sasl.", "ssl.")):
-                reader = reader.option(f"kafka.{k}", str(v))
+        for k, v in java_kafka_options(self.flow.source, source.client).items():
+            reader = reader.option(f"kafka.{k}", v)
         if self.max_records_per_batch:
             reader = reader.option("maxOffsetsPerTrigger", str(self.max_records_per_batch))
         with ExitStack() as stack:
@@ -271,15 +288,19 @@ class SparkFlow:
             try:
                 next_refresh = time.monotonic() + self.flow.refresh_interval
                 while query.isActive:
-                    query.awaitTermination(min(self.flow.refresh_interval, 1.0))
+                    try:
+                        query.awaitTermination(min(self.flow.refresh_interval, 1.0))
+                    except Exception as failed:  # pyspark's StreamingQueryException: one line, not a JVM trace
+                        raise MirrorError(f"flow {self.flow.name}: the Spark query failed: {_first_line(str(failed))}") from None
                     self._commit_progress(query)
                     if self.stop.is_set():
                         return False
                     if self.until_caught_up or time.monotonic() < next_refresh:
                         continue
                     next_refresh = time.monotonic() + self.flow.refresh_interval
+                    self._read_limits(mappings)  # a limit changed meanwhile: the next batch's tasks see it
                     if self._topics_changed(mappings) or self._targets_recreated(mappings):
-                        log.info("flow %s: matched topics changed; restarting the query", self.flow.name)
+                        log.info("flow %s: matched topics or their partitions changed; restarting the query", self.flow.name)
                         return True
                 exc = query.exception()
                 if exc is not None:
@@ -293,7 +314,7 @@ class SparkFlow:
     def _query_topics_changed(self, mappings: list[TopicMapping]) -> bool:
         assert self.checkpoint is not None
         stamp = self.checkpoint.parent / "topics.json"
-        topics = sorted(m.source for m in mappings)
+        topics = sorted([m.source, m.partitions] for m in mappings)  # a grown topic counts as a change
         before = json.loads(stamp.read_text()) if stamp.exists() else None
         stamp.write_text(json.dumps(topics))
         return before is not None and before != topics
@@ -329,8 +350,12 @@ class SparkFlow:
         # The source ends now (after the batch was planned): a target copy naming an offset at
         # or past them is not of this topic's records (a recreated topic); see `replay_check`.
         ends = self._source.end_offsets([(m.source, p) for m in self._mappings for p in range(m.partitions)])
-        plan = replace(self._plan, source_ends=ends)
+        plan = replace(self._plan, source_ends=ends, limits=self._limits)
         results: list[TaskResult] = df.selectExpr(*_SELECT).rdd.map(tuple).mapPartitions(partial(mirror_partition, plan)).collect()
+        self._finish_batch(batch_id, results)
+
+    def _finish_batch(self, batch_id: int, results: list[TaskResult]) -> None:
+        """The driver's part of a batch once the tasks produced it: rows stored, then the commit."""
         batches = [
             AckBatch(self.flow.name, r.topic, r.partition, r.target_topic, r.first_offset, r.next_offset,
                      # Unplaced (part of the batch's target offsets unknown): no rows and no
@@ -345,12 +370,30 @@ class SparkFlow:
         if self.metrics is not None:
             self.metrics.on_acked([AckBatch(b.flow, b.source_topic, b.partition, b.target_topic, b.first_offset, b.next_offset,
                                             count=r.produced, bytes=r.bytes, max_timestamp_ms=b.max_timestamp_ms) for b, r in zip(batches, results)])
-        self._recorder.flush()  # invariant 1: rows durable before the group moves past them
+        self._store_rows(batch_id)  # invariant 1: rows durable before the group moves past them
         self.records += sum(r.produced for r in results)
         self.skipped += sum(r.skipped for r in results)
         if any(r.skipped for r in results):
             log.warning("flow %s: batch %d: %d records were already on the target (a replayed batch); not produced again", self.flow.name, batch_id, sum(r.skipped for r in results))
         self._commit({(r.topic, r.partition): r.next_offset for r in results})
+
+    def _store_rows(self, batch_id: int) -> None:
+        """Flush the recorder, retrying with backoff while the store fails (as `mirror run`
+        holds commits back and carries on): the batch, and so the query, waits for the
+        store instead of failing. The recorder keeps the rows and logs the outage and the
+        recovery once each. A stop while the store still fails raises: no commit."""
+        failures = 0
+        while True:
+            try:
+                self._recorder.flush()
+                return
+            except OffsetStoreError:
+                failures += 1
+                if self.stop.is_set():
+                    raise
+                delay = restart_delay(failures, base=self.store_backoff, cap=STORE_BACKOFF_MAX)
+                log.debug("flow %s: batch %d: offset store failure %d, retrying in %.1fs", self.flow.name, batch_id, failures, delay)
+                self.stop.wait(delay)  # a stop meanwhile: one last attempt, then raise above
 
     def _commit_progress(self, query: Any) -> None:
         """Commit the end offsets of the last completed batch.
@@ -417,6 +460,21 @@ def _first_line(text: str) -> str:
     return text
 
 
+TASK_ATTEMPTS = 4  # Spark's spark.task.maxFailures default on a cluster
+
+
+def with_task_retries(master: str, attempts: int = TASK_ATTEMPTS) -> str:
+    """`local` / `local[N]` / `local[*]` as `local[N,attempts]`: local mode gives a task one
+    attempt whatever spark.task.maxFailures says, so one transient failure (a leader moving,
+    a slow flush) would end the run where a cluster retries. Retries are safe: a retried task
+    skips what the target already holds (`mirror.spark.task`). Other masters as given."""
+    if master == "local":
+        return f"local[1,{attempts}]"
+    if master.startswith("local[") and master.endswith("]") and "," not in master:
+        return f"{master[:-1]},{attempts}]"
+    return master
+
+
 def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, *, quiet: bool = True) -> Any:
     """A SparkSession with the Kafka connector from the cache; executors run this Python."""
     import pyspark
@@ -426,9 +484,11 @@ def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
-        SparkSession.builder.master(master).appName(app)
+        SparkSession.builder.master(with_task_retries(master)).appName(app)
         .config("spark.jars", ",".join(jars))
         .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+        .config("spark.task.maxFailures", str(TASK_ATTEMPTS))
+        .config("spark.redaction.regex", REDACT)  # the JAAS line and a client key never in a log or plan
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -35,7 +35,7 @@ from mirror.domain.route import HEADER_ORIGIN, Route, route
 from mirror.errors import FatalProduceError, MirrorError
 from mirror.kafka import Admin, make_producer
 from mirror.kafka.reader import TailRecord, read_range
-from mirror.kafka.settings import PRODUCER_DEFAULTS
+from mirror.kafka.settings import BATCH_SIZE, PRODUCER_DEFAULTS, batch_size_for
 
 # A Spark row of the batch, as the job selects it:
 # (topic, partition, offset, timestamp ms, key, value, headers as [(key, value)] or None)
@@ -53,10 +53,18 @@ class TaskPlan:
     # Each source partition's high watermark when the batch was planned (the driver sets it
     # per batch): a target copy naming an offset at or past it cannot be of this topic.
     source_ends: dict[tuple[str, int], int] = field(default_factory=dict)
+    # Each target topic's max.message.bytes (the driver reads them at every topic refresh):
+    # a topic that takes smaller batches than batch.size gets a producer with batches that fit.
+    limits: dict[str, int] = field(default_factory=dict)
 
     @property
     def producer_settings(self) -> dict[str, Any]:
         return {**PRODUCER_DEFAULTS, "client.id": f"mirror-spark-{self.flow.name}", **self.flow.producer}
+
+    def producer_settings_for(self, target_topic: str) -> dict[str, Any]:
+        """The producer settings for one target topic: batches sized as `mirror run` sizes them."""
+        settings = self.producer_settings
+        return {**settings, "batch.size": batch_size_for(int(settings.get("batch.size", BATCH_SIZE)), self.limits.get(target_topic))}
 
 
 @dataclass
@@ -88,22 +96,6 @@ def origin_offset(r: Route, headers: Sequence[tuple[str, bytes | None]] | None) 
         return int(values[-1][len(r.origin):])
     except ValueError:
         return None
-
-
-def held_pairs(r: Route, tail: Iterable[tuple[int, Sequence[tuple[str, bytes | None]] | None]], first: int) -> tuple[int, list[tuple[int, int]]]:
-    """From the target partition's last records (target offset, headers), in order: the newest
-    source offset the target holds (-1: none of this route) and the (source, target) pairs of
-    the copies from source offset `first` on."""
-    held = -1
-    pairs: list[tuple[int, int]] = []
-    for target_offset, headers in tail:
-        src = origin_offset(r, headers)
-        if src is None:
-            continue
-        held = src  # the last copy is the newest: a partition is written in source order
-        if src >= first and (not pairs or src > pairs[-1][0]):
-            pairs.append((src, target_offset))
-    return held, pairs
 
 
 @dataclass
@@ -228,13 +220,16 @@ def mirror_partition(plan: TaskPlan, rows: Iterable[SourceRow]) -> Iterator[Task
     result.skipped = len(batch) - len(todo)
 
     if todo:
+        settings = plan.producer_settings_for(r.target_topic)
+        key = ("producer", plan.flow.name, plan.flow.target, str(settings["batch.size"]))
         try:
-            produced = _produce(plan, r, todo)
-        except MirrorError:
-            # Never reuse a failed producer, and purge what it still holds first: records left
-            # queued or in flight could land after the retried task's copies (out of order,
-            # and the retry's contiguity check fails on them).
-            failed = _CLIENTS.pop(("producer", plan.flow.name, plan.flow.target), None)
+            produced = _produce(plan, r, todo, key, settings)
+        except Exception:
+            # Never reuse a failed producer (a fatal error, raised by produce() as a
+            # KafkaException, leaves it unusable), and purge what it still holds first:
+            # records left queued or in flight could land after the retried task's copies
+            # (out of order, and the retry's contiguity check fails on them).
+            failed = _CLIENTS.pop(key, None)
             if failed is not None:
                 _purge(failed)
             raise
@@ -249,7 +244,7 @@ def mirror_partition(plan: TaskPlan, rows: Iterable[SourceRow]) -> Iterator[Task
     yield result
 
 
-def _produce(plan: TaskPlan, r: Route, rows: Sequence[SourceRow]) -> list[tuple[int, int]]:
+def _produce(plan: TaskPlan, r: Route, rows: Sequence[SourceRow], key: tuple[str, ...], settings: dict[str, Any]) -> list[tuple[int, int]]:
     """Produce `rows` in order, flush, and return every record's (source, target) offsets
     (none when the target acknowledged them without offsets).
 
@@ -268,7 +263,8 @@ def _produce(plan: TaskPlan, r: Route, rows: Sequence[SourceRow]) -> list[tuple[
                 reports[which] = msg.offset()
         return cb
 
-    producer = _cached(("producer", plan.flow.name, plan.flow.target), lambda: make_producer(plan.flow.target, plan.target, plan.producer_settings))
+    # One producer per batch size (as `mirror run`): a small-limit topic keeps the others' large batches.
+    producer = _cached(key, lambda: make_producer(plan.flow.target, plan.target, settings))
     n = len(rows)
     for i, (_topic, partition, offset, ts, key, value, headers) in enumerate(rows):
         kwargs: dict[str, Any] = {}
