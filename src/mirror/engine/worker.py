@@ -52,6 +52,7 @@ from typing import Any
 from mirror.config import ClusterConfig, Config, FlowConfig
 from mirror.domain.acks import AckListener, SourcePartition, backlog_full
 from mirror.domain.ledger import Ledger, Segment
+from mirror.domain.route import HEADER_ORIGIN
 from mirror.domain.topics import TopicMapping, match_topics
 from mirror.engine.assignment import UNREAD, Assignment, Partition
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
@@ -361,7 +362,13 @@ class FlowWorker(Assignment):
             key = m.key()
             value = m.value()
             ts = m.timestamp()[1]
-            headers = st.route.headers(offset, m.headers())
+            # Route.headers, inlined (a call per record costs throughput); keep the two in step.
+            origin = st.route.origin
+            if origin is None:
+                headers = m.headers()
+            else:
+                hs = m.headers()
+                headers = [*hs, (HEADER_ORIGIN, origin + b"%d" % offset)] if hs else [(HEADER_ORIGIN, origin + b"%d" % offset)]
             size = (len(key) if key else 0) + (len(value) if value else 0)
             if size > st.room and self._never_fits(st, offset, key, value, headers):
                 continue  # this partition stops here; the others carry on
@@ -376,10 +383,9 @@ class FlowWorker(Assignment):
             try:
                 while True:
                     try:
-                        if cb is None:
-                            produce(st.route.target_topic, value, key, partition=tp[1], timestamp=ts, headers=headers)
-                        else:
-                            produce(st.route.target_topic, value, key, partition=tp[1], timestamp=ts, headers=headers, on_delivery=cb)
+                        # Positional (topic, value, key, partition, on_delivery, its alias,
+                        # timestamp, headers): keyword parsing costs measurably per record.
+                        produce(st.route.target_topic, value, key, tp[1], cb, None, ts, headers)
                         break
                     except BufferError:
                         if len(st.producer) == 0:
