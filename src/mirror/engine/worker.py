@@ -388,7 +388,8 @@ class FlowWorker(Assignment):
         r = st.route
         target = r.target_topic
         partition = r.partition
-        origin = r.origin
+        # The origin header's value as one format (one operation per record instead of two).
+        origin = r.origin.replace(b"%", b"%%") + b"%d" if r.origin is not None else None
         room = st.room
         produce = st.producer.produce
         seg = st.open
@@ -409,7 +410,7 @@ class FlowWorker(Assignment):
                 headers = m.headers()
             else:
                 hs = m.headers()
-                headers = [*hs, (HEADER_ORIGIN, origin + b"%d" % offset)] if hs else [(HEADER_ORIGIN, origin + b"%d" % offset)]
+                headers = [*hs, (HEADER_ORIGIN, origin % offset)] if hs else [(HEADER_ORIGIN, origin % offset)]
             size = (len(key) if key else 0) + (len(value) if value else 0)
             # Reports for a segment's first record (unless it is also its last) and its last.
             cb = partial(self._on_segment_end, st, seg) if k == end else partial(self._on_segment_start, st, seg) if count == 0 else None
