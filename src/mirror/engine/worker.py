@@ -1101,6 +1101,15 @@ class FlowWorker(Assignment):
         """
         if self._caught_up_at is None or self._pending or self._ledger.inflight_records():
             return False
+        # A partition of this worker's that it committed short of its end is not caught up:
+        # the group's offset is that commit (only the owner commits). No need to ask the
+        # group for all its offsets (a round trip per commit interval, and at 10,000
+        # partitions a large one) while this worker itself is still behind.
+        parts = self._ledger.parts
+        for tp, end in self._caught_up_at.items():
+            st = parts.get(tp)
+            if st is not None and st.committed is not None and st.committed < end:
+                return False
         try:
             committed = self._source_admin.group_offsets(self.flow.group_id)
         except MirrorError:
