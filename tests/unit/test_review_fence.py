@@ -228,7 +228,7 @@ class FreezingProducer:
         self.values: list[bytes] = []
         self.frozen = False
 
-    def produce(self, topic, value, key, *, partition, timestamp, headers, on_delivery=None) -> None:
+    def produce(self, topic, value=None, key=None, partition=-1, callback=None, on_delivery=None, timestamp=0, headers=None) -> None:
         if not self.frozen:
             self.frozen = True
             self.now[0] += 30.0  # SIGSTOP ... SIGCONT while waiting for queue room
@@ -249,7 +249,7 @@ class Recording(Producer):
     def __init__(self) -> None:
         self.values: list[bytes] = []
 
-    def produce(self, topic, value, key, *, partition, timestamp, headers, on_delivery=None) -> None:
+    def produce(self, topic, value=None, key=None, partition=-1, callback=None, on_delivery=None, timestamp=0, headers=None) -> None:
         self.values.append(value)
 
     def poll(self, timeout=0):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -138,6 +138,34 @@ def test_restart_trims_rows_of_superseded_copies_and_skips_repeats(tmp_path: Pat
     third.before_commit("f", {})
     assert store.sync_count("f") == 3 and third.rows_written == 0
 
+
+
+class TrimFailsOnce(SqliteStore):
+    """SQLite whose first bulk trim fails (the store away at the first flush of a restart)."""
+
+    failed = False
+
+    def delete_syncs_after_many(self, flow: str, cuts: Mapping[tuple[str, int], int]) -> None:
+        if not self.failed:
+            self.failed = True
+            raise OffsetStoreError("store is down")
+        super().delete_syncs_after_many(flow, cuts)
+
+
+def test_restart_trim_is_retried_after_a_store_failure_and_made_in_bulk(tmp_path: Path) -> None:
+    """The superseded rows of every partition go in one call, and a partition counts as
+    reconciled only once its trim succeeded: a failed first flush trims at the next one."""
+    first = OffsetMapRecorder(SqliteStore(tmp_path / "o.db"), "f", registry=None)
+    first.on_acked([batch("t", p, [(0, 0), (50, 45)]) for p in range(3)])
+    first.before_commit("f", {})
+    store = TrimFailsOnce(tmp_path / "o.db")
+    second = OffsetMapRecorder(store, "f", registry=None)
+    second.on_acked([batch("t", p, [(30, 90)]) for p in range(3)])  # restarted from 30
+    with pytest.raises(OffsetStoreError):
+        second.before_commit("f", {})
+    second.before_commit("f", {})
+    for p in range(3):
+        assert store.syncs("f", "t", p) == [OffsetSync("t", p, 0, 0), OffsetSync("t", p, 30, 90)]
 
 
 def test_workers_opening_one_new_store_at_once_all_succeed(tmp_path: Path) -> None:

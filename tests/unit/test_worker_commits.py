@@ -82,7 +82,10 @@ class FakeProducer:
         self.queue: list[tuple[tuple[str, int], int, Any]] = []  # (source partition, source offset, on_delivery)
         self.asked: list[tuple[int, bool]] = []  # (source offset, asked for a report)
 
-    def produce(self, topic: str, value: bytes, key: bytes, *, partition: int, timestamp: int, headers: Any, on_delivery: Any = None) -> None:
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1, callback: Any = None,
+                on_delivery: Any = None, timestamp: int = 0, headers: Any = None) -> None:
+        """confluent-kafka's signature: the worker passes everything positionally."""
+        on_delivery = callback or on_delivery
         if len(self.queue) >= self.capacity:
             raise BufferError("queue full")
         origin = dict(headers)["mirror.origin"].decode()  # cluster/topic/partition/offset

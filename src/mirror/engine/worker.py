@@ -52,6 +52,7 @@ from typing import Any
 from mirror.config import ClusterConfig, Config, FlowConfig
 from mirror.domain.acks import AckListener, SourcePartition, backlog_full
 from mirror.domain.ledger import Ledger, Segment
+from mirror.domain.route import HEADER_ORIGIN
 from mirror.domain.topics import TopicMapping, match_topics
 from mirror.engine.assignment import UNREAD, Assignment, Partition
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
@@ -100,6 +101,9 @@ _GONE_ERRORS = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, Kaf
 # beyond it is `_never_fits`); batch and record framing of a lone record.
 SIZE_CHECK_SLACK = 16384
 RECORD_OVERHEAD = 61 + 21
+
+# What `_produce_hard` did with a record whose produce raised.
+_PRODUCED, _PARTITION_STOPPED, _BATCH_STOPPED = object(), object(), object()
 
 # The hints of a record the target refuses.
 HINT_TARGET_SIZE = "raise max.message.bytes on the target topic (and message.max.bytes on its brokers), then restart"
@@ -351,106 +355,163 @@ class FlowWorker(Assignment):
                     return
 
     def _forward(self, msgs: list[Message]) -> None:
-        """The per-record path: consumed message -> produce on the target."""
+        """The per-record path: consumed messages -> produce on the target, a run at a time.
+
+        consume returns each fetched partition's records as one run. A run (and its segment)
+        ends where the next message is of another partition or is an error event: a segment
+        must never be left without its closing report at the end of a batch. The partition's
+        state is looked up once per run (`_forward_run`).
+        """
         parts = self._ledger.parts
-        # A record ends its segment where the next message is of another partition (consume
-        # returns each fetched partition's records as one run) or is an error event: a
-        # segment must never be left without its closing report at the end of a batch.
-        keys: list[SourcePartition | None] = [(m.topic(), m.partition()) if m.error() is None else None for m in msgs]
-        keys.append(None)
-        for i, m in enumerate(msgs):
+        n = len(msgs)
+        i = 0
+        while i < n:
+            m = msgs[i]
             err = m.error()
             if err is not None:
                 self._on_consume_error(err, m)
+                i += 1
                 continue
+            topic = m.topic()
+            partition = m.partition()
+            j = i + 1
+            while j < n:
+                x = msgs[j]
+                if x.error() is not None or x.partition() != partition or x.topic() != topic:
+                    break
+                j += 1
             if self._pending:
-                self._pending.append(m)
-                continue
-            tp = keys[i]
-            st = parts.get(tp)
-            if st is None or st.failed_at is not None:  # revoked in this very batch, or stopped
-                continue
+                self._pending.extend(msgs[i:j])
+            else:
+                st = parts.get((topic, partition))
+                # None: revoked in this very batch; failed_at: this partition stopped.
+                if st is not None and st.failed_at is None and not self._forward_run(st, msgs, i, j):
+                    return
+            i = j
+
+    def _forward_run(self, st: Partition, msgs: list[Message], i: int, j: int) -> bool:
+        """Produce msgs[i:j], consecutive records of one partition, and add them to its open
+        segment. False: stop the batch (the rest is pending, or the producer failed).
+
+        Segment.add is inlined, with the segment's figures in locals while the run lasts
+        (written back before anything that may look at them: a refusal, a wait for queue
+        room that serves reports, and the end of the run); keep the two in step. So is
+        Route.headers; keep the two in step too.
+        """
+        r = st.route
+        target = r.target_topic
+        partition = r.partition
+        # The origin header's value as one format (one operation per record instead of two).
+        origin = r.origin.replace(b"%", b"%%") + b"%d" if r.origin is not None else None
+        room = st.room
+        produce = st.producer.produce
+        seg = st.open
+        if seg is None:
+            seg = Segment(msgs[i].offset())
+            last, count, nbytes, max_ts, big_size, big_offset = seg.first - 1, 0, 0, -1, -1, -1
+        else:
+            last, count, nbytes, max_ts, big_size, big_offset = seg.last, seg.count, seg.bytes, seg.max_ts, seg.big_size, seg.big_offset
+        gaps = seg.gaps
+        end = j - 1
+        for k in range(i, j):
+            m = msgs[k]
             offset = m.offset()
             key = m.key()
             value = m.value()
             ts = m.timestamp()[1]
-            headers = st.route.headers(offset, m.headers())
+            if origin is None:
+                headers = m.headers()
+            else:
+                hs = m.headers()
+                headers = [*hs, (HEADER_ORIGIN, origin % offset)] if hs else [(HEADER_ORIGIN, origin % offset)]
             size = (len(key) if key else 0) + (len(value) if value else 0)
-            if size > st.room and self._never_fits(st, offset, key, value, headers):
-                continue  # this partition stops here; the others carry on
-            seg = st.open
-            new = seg is None
-            if new:
-                seg = Segment(offset)
-            ends = keys[i + 1] != tp
-            cb = partial(self._on_segment_end, st, seg) if ends else partial(self._on_segment_start, st, seg) if new else None
-            waited = 0.0
-            produce = st.producer.produce
+            # Reports for a segment's first record (unless it is also its last) and its last.
+            cb = partial(self._on_segment_end, st, seg) if k == end else partial(self._on_segment_start, st, seg) if count == 0 else None
+            if size > room:
+                seg.last, seg.count, seg.bytes, seg.max_ts, seg.big_size, seg.big_offset = last, count, nbytes, max_ts, big_size, big_offset
+                if self._never_fits(st, offset, key, value, headers):
+                    return True  # this partition stops here; the others carry on
             try:
-                while True:
-                    try:
-                        if cb is None:
-                            produce(st.route.target_topic, value, key, partition=tp[1], timestamp=ts, headers=headers)
-                        else:
-                            produce(st.route.target_topic, value, key, partition=tp[1], timestamp=ts, headers=headers, on_delivery=cb)
-                        break
-                    except BufferError:
-                        if len(st.producer) == 0:
-                            # The queue is empty and still has no room: this record is larger
-                            # than the whole producer queue and would wait forever.
-                            self._too_big_for_queue(st, offset, size)
-                            break
-                        if waited >= BACKPRESSURE_WAIT or self.stop.is_set():
-                            # The target stays slower than the source (or is down): hold
-                            # the rest, stop fetching, and go back to the loop so commits,
-                            # refreshes, stop requests and group heartbeats carry on. A
-                            # segment cut here stays open; the pending rest continues it.
-                            self._pending.extend(msgs[i:])
-                            self._pause()
-                            return
-                        self._poll(0.05)  # acknowledgements free queue room
-                        if self._fenced is not None:
-                            # Frozen meanwhile, and fenced by that poll: this batch was read
-                            # before the freeze; it is re-read from the committed offsets once
-                            # the group confirms. Nothing more of it may be produced.
-                            return
-                        waited += 0.05
-            except KafkaException as exc:
+                # Positional (topic, value, key, partition, on_delivery, its alias,
+                # timestamp, headers): keyword parsing costs measurably per record.
+                produce(target, value, key, partition, cb, None, ts, headers)
+            except (BufferError, KafkaException) as exc:
+                seg.last, seg.count, seg.bytes, seg.max_ts, seg.big_size, seg.big_offset = last, count, nbytes, max_ts, big_size, big_offset
+                outcome = self._produce_hard(st, msgs, k, exc, (target, value, key, partition, cb, None, ts, headers), offset, size)
+                if outcome is not _PRODUCED:
+                    return outcome is _PARTITION_STOPPED
+                if st.failed_at is not None:
+                    return True  # refused meanwhile (a report served while waiting for room)
+            if count == 0:
+                st.begin(seg)
+            elif offset != last + 1:
+                gaps.append((count, offset))
+            last = offset
+            count += 1
+            nbytes += size
+            if ts > max_ts:
+                max_ts = ts
+            if size > big_size:
+                big_size = size
+                big_offset = offset
+        seg.last, seg.count, seg.bytes, seg.max_ts, seg.big_size, seg.big_offset = last, count, nbytes, max_ts, big_size, big_offset
+        st.open = None  # the run's last record carries the segment's closing report
+        return True
+
+    def _produce_hard(self, st: Partition, msgs: list[Message], k: int, exc: Exception, args: tuple[Any, ...], offset: int, size: int) -> object:
+        """produce(*args) of msgs[k] raised `exc`: wait for queue room and produce it, or deal
+        with the refusal. Returns _PRODUCED, _PARTITION_STOPPED (the others carry on) or
+        _BATCH_STOPPED (the rest of the batch is pending, or the producer failed)."""
+        waited = 0.0
+        while True:
+            if isinstance(exc, BufferError):
+                if len(st.producer) == 0:
+                    # The queue is empty and still has no room: this record is larger
+                    # than the whole producer queue and would wait forever.
+                    self._too_big_for_queue(st, offset, size)
+                    return _PARTITION_STOPPED
+                if waited >= BACKPRESSURE_WAIT or self.stop.is_set():
+                    # The target stays slower than the source (or is down): hold the rest,
+                    # stop fetching, and go back to the loop so commits, refreshes, stop
+                    # requests and group heartbeats carry on. A segment cut here stays
+                    # open; the pending rest continues it.
+                    self._pending.extend(msgs[k:])
+                    self._pause()
+                    return _BATCH_STOPPED
+                self._poll(0.05)  # acknowledgements free queue room
+                if self._fenced is not None:
+                    # Frozen meanwhile, and fenced by that poll: this batch was read before
+                    # the freeze; it is re-read from the committed offsets once the group
+                    # confirms. Nothing more of it may be produced.
+                    return _BATCH_STOPPED
+                waited += 0.05
+            elif isinstance(exc, KafkaException):
                 code = exc.args[0].code()
                 if code in _GONE_ERRORS:
                     # The producer's metadata does not know this partition yet (partitions
                     # just added to the source and the target grown, or the target topic is
                     # being recreated): hold the rest like a full queue, refresh, retry.
-                    self._unknown_partition(st, tp)
-                    self._pending.extend(msgs[i:])
+                    r = st.route
+                    self._unknown_partition(st, (r.source_topic, r.partition))
+                    self._pending.extend(msgs[k:])
                     self._pause()
-                    return
+                    return _BATCH_STOPPED
                 if code == KafkaError._FATAL:
                     # The producer already failed; error_cb names the partition and the
                     # error, not this record. Serve it now.
                     self._poll(0)
                     if self._failure is None:
                         self._producer_fatal(exc.args[0])
-                    return
+                    return _BATCH_STOPPED
                 self._produce_refused(st, offset, size, exc.args[0])
-                continue
-            if st.failed_at is not None:
-                continue  # refused without a produce (the record larger than the queue)
-            # Segment.add, inlined (a call per record costs throughput); keep the two in step.
-            if new:
-                st.begin(seg)
-            elif offset != seg.last + 1:
-                seg.gaps.append((seg.count, offset))
-            seg.last = offset
-            seg.count += 1
-            seg.bytes += size
-            if ts > seg.max_ts:
-                seg.max_ts = ts
-            if size > seg.big_size:
-                seg.big_size = size
-                seg.big_offset = offset
-            if ends:
-                st.open = None
+                return _PARTITION_STOPPED
+            else:
+                raise exc
+            try:
+                st.producer.produce(*args)
+                return _PRODUCED
+            except (BufferError, KafkaException) as again:
+                exc = again
 
     def _look_for_stalls(self) -> None:
         """Say so when partitions had records in flight and none acknowledged since the last
@@ -1154,6 +1215,15 @@ class FlowWorker(Assignment):
         """
         if self._caught_up_at is None or self._pending or self._ledger.inflight_records():
             return False
+        # A partition of this worker's that it committed short of its end is not caught up:
+        # the group's offset is that commit (only the owner commits). No need to ask the
+        # group for all its offsets (a round trip per commit interval, and at 10,000
+        # partitions a large one) while this worker itself is still behind.
+        parts = self._ledger.parts
+        for tp, end in self._caught_up_at.items():
+            st = parts.get(tp)
+            if st is not None and st.committed is not None and st.committed < end:
+                return False
         try:
             committed = self._source_admin.group_offsets(self.flow.group_id)
         except MirrorError:

@@ -167,27 +167,53 @@ class OffsetMapRecorder:
         writing again (it restarted from an older committed position); left in place they
         would translate to the older copies and repeat records, so they are removed. And a
         first row with the delta already stored below it adds nothing and is dropped, so
-        restarts do not grow the map. One read and one delete per partition per process.
+        restarts do not grow the map. One read and one delete per partition per process,
+        made in bulk where the store can (`_reconcile`).
         """
-        floor = getattr(self.store, "floor_sync", None)
-        trim = getattr(self.store, "delete_syncs_after", None)
-        last: dict[SourcePartition, int | None] = {}
+        first: dict[SourcePartition, int] = {}
+        for r in pending:
+            key = (r.topic, r.partition)
+            if key not in self._seen and key not in first:
+                first[key] = r.source_offset
+        last: dict[SourcePartition, int | None] = self._reconcile(first) if first else {}
         out = []
         for r in pending:
             key = (r.topic, r.partition)
-            if key not in self._seen:
-                self._seen.add(key)
-                if trim is not None:
-                    trim(self.flow, r.topic, r.partition, r.source_offset)
-                if floor is not None and key not in self._written_delta:
-                    below = floor(self.flow, r.topic, r.partition, r.source_offset)
-                    last[key] = below.delta if below is not None else None
             previous = last.get(key, self._written_delta.get(key))
             if previous == r.delta:
                 continue
             last[key] = r.delta
             out.append(r)
         return out
+
+    def _reconcile(self, first: dict[SourcePartition, int]) -> dict[SourcePartition, int | None]:
+        """Trim the rows beyond each partition's first row of this run, and read the delta
+        stored below it (for partitions this process has not written yet).
+
+        In bulk: at 10,000 partitions a transaction (an fsync) and a read per partition held
+        the flow's thread for seconds at the first commit. The partitions count as reconciled
+        only once both succeeded, so a store failure retries them at the next flush.
+        """
+        bulk_trim = getattr(self.store, "delete_syncs_after_many", None)
+        trim = getattr(self.store, "delete_syncs_after", None)
+        if bulk_trim is not None:
+            bulk_trim(self.flow, first)
+        elif trim is not None:
+            for (topic, partition), source_offset in first.items():
+                trim(self.flow, topic, partition, source_offset)
+        unwritten = {key: so for key, so in first.items() if key not in self._written_delta}
+        below: dict[SourcePartition, int | None] = {}
+        windows = getattr(self.store, "windows", None)
+        floor = getattr(self.store, "floor_sync", None)
+        if unwritten and windows is not None:
+            for key, window in windows(self.flow, unwritten).items():
+                below[key] = window.floor.delta if window.floor is not None else None
+        elif unwritten and floor is not None:
+            for (topic, partition), source_offset in unwritten.items():
+                row = floor(self.flow, topic, partition, source_offset)
+                below[(topic, partition)] = row.delta if row is not None else None
+        self._seen.update(first)
+        return below
 
     def _failed(self, exc: MirrorError) -> None:
         if self._metrics:

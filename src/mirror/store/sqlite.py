@@ -148,22 +148,33 @@ class SqliteStore:
             db.executemany("DELETE FROM checkpoints WHERE flow=? AND topic=? AND partition=?", [(flow, t, p) for t, p in partitions])
 
     def delete_syncs_after(self, flow: str, topic: str, partition: int, source_offset: int) -> None:
+        self.delete_syncs_after_many(flow, {(topic, partition): source_offset})
+
+    def delete_syncs_after_many(self, flow: str, cuts: Mapping[tuple[str, int], int]) -> None:
+        """`delete_syncs_after` for many partitions, in one transaction (one fsync)."""
+        if not cuts:
+            return
         with self._tx("delete offset syncs") as db:
-            db.execute("DELETE FROM offset_syncs WHERE flow=? AND topic=? AND partition=? AND source_offset>?", (flow, topic, partition, source_offset))
-            # A tip past the cut vouches for rows just deleted: lower it to the newest row
-            # kept (an acknowledged record the remaining rows are complete for). Deleting it
-            # would leave the rows unbounded until the writer's next store write succeeds,
-            # and translations made meanwhile (checkpoints, the offset sync) could skip.
-            tip = db.execute("SELECT source_offset FROM offset_tips WHERE flow=? AND topic=? AND partition=?", (flow, topic, partition)).fetchone()
-            if tip is not None and tip[0] > source_offset:
-                kept = db.execute(
-                    "SELECT source_offset, target_offset FROM offset_syncs WHERE flow=? AND topic=? AND partition=? ORDER BY source_offset DESC LIMIT 1",
-                    (flow, topic, partition),
-                ).fetchone()
-                if kept is None:
-                    db.execute("DELETE FROM offset_tips WHERE flow=? AND topic=? AND partition=?", (flow, topic, partition))
-                else:
-                    db.execute("INSERT OR REPLACE INTO offset_tips VALUES (?, ?, ?, ?, ?)", (flow, topic, partition, *kept))
+            for (topic, partition), source_offset in cuts.items():
+                self._delete_after(db, flow, topic, partition, source_offset)
+
+    @staticmethod
+    def _delete_after(db: sqlite3.Connection, flow: str, topic: str, partition: int, source_offset: int) -> None:
+        db.execute("DELETE FROM offset_syncs WHERE flow=? AND topic=? AND partition=? AND source_offset>?", (flow, topic, partition, source_offset))
+        # A tip past the cut vouches for rows just deleted: lower it to the newest row
+        # kept (an acknowledged record the remaining rows are complete for). Deleting it
+        # would leave the rows unbounded until the writer's next store write succeeds,
+        # and translations made meanwhile (checkpoints, the offset sync) could skip.
+        tip = db.execute("SELECT source_offset FROM offset_tips WHERE flow=? AND topic=? AND partition=?", (flow, topic, partition)).fetchone()
+        if tip is not None and tip[0] > source_offset:
+            kept = db.execute(
+                "SELECT source_offset, target_offset FROM offset_syncs WHERE flow=? AND topic=? AND partition=? ORDER BY source_offset DESC LIMIT 1",
+                (flow, topic, partition),
+            ).fetchone()
+            if kept is None:
+                db.execute("DELETE FROM offset_tips WHERE flow=? AND topic=? AND partition=?", (flow, topic, partition))
+            else:
+                db.execute("INSERT OR REPLACE INTO offset_tips VALUES (?, ?, ?, ?, ?)", (flow, topic, partition, *kept))
 
     def syncs(self, flow: str, topic: str, partition: int) -> list[OffsetSync]:
         rows = self._query(
