@@ -416,3 +416,27 @@ def test_unknown_partition_at_delivery_on_a_topic_that_exists_rewinds_instead_of
     assert set(target.stored[P0]) == set(range(10)), target.stored[P0]
     assert consumer.last_commit(P0) == 10
 
+
+
+def test_a_refused_record_does_not_acknowledge_the_run_before_it_while_the_flush_left_it_queued():
+    """Review 14: P0's record 5 is refused by produce() itself; the open segment 0-4 before it
+    has no closing report, so `_close_open_segment` flushes and acknowledges it from its first
+    record's placement. 0-1 landed but 2-4 are still queued when the flush gives up (a slow
+    target): acknowledging the segment then would commit 5 past records the target lacks."""
+    from mirror.kafka import KafkaException
+
+    class Refusing(FakeProducer):
+        def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1, callback: Any = None,
+                    on_delivery: Any = None, timestamp: int = 0, headers: Any = None) -> None:
+            if dict(headers)["mirror.origin"].endswith(b"/5"):
+                raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+            super().produce(topic, value, key, partition, callback, on_delivery, timestamp, headers)
+
+    target = Target()
+    target.answer = lambda tp, o: "hold" if 2 <= o < 5 else "store"  # the target never gets to 2-4
+    worker, consumer, target = make([batch(P0, range(6)), [], []], target=target, producer_cls=Refusing)
+    with pytest.raises(FatalProduceError, match=r"orders\[0\]@5"):
+        worker.run()
+    assert target.stored[P0] == [0, 1]
+    assert not consumer.unsafe, consumer.unsafe
+    assert consumer.last_commit(P0) in (None, 0, 1, 2)
