@@ -697,13 +697,16 @@ class FlowWorker(Assignment):
         """The run of records before a refused one was produced without its closing report
         (that was to be the refused record's neighbour): wait for the producer to deliver
         everything, then acknowledge the run (`PartitionLedger.flushed`), or every restart
-        would mirror it again."""
+        would mirror it again. If the flush gave up with records still queued, drop it
+        instead (re-read: duplicates, never a commit past a record the target lacks)."""
         seg = st.open
         if seg is None:
             return
         st.open = None
-        st.producer.flush(DRAIN_TIMEOUT)
-        if self._producer_dead:
+        # flush returns what is still queued (of any partition): if anything is, this
+        # segment may not have landed whole, and acknowledging it would commit past it.
+        left = st.producer.flush(DRAIN_TIMEOUT)
+        if self._producer_dead or left:
             st.drop(seg)
         else:
             st.flushed(seg)
