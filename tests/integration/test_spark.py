@@ -7,6 +7,7 @@ the driver-kill test run `mirror spark run` as a child process, like a user woul
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -28,8 +29,9 @@ pytestmark = pytest.mark.slow
 # Per data topic (27,500 committed records in all: 20,000 plain, 7,500 transactional). Issue 11
 # asks 100,000; measured on the shared 2-core machine the local-mode test takes 65 s and
 # mirrors ~1,000 records/s, so 100,000 would add ~70 s (more than the suite can carry) for
-# the same code paths.
-RECORDS = 20_000
+# the same code paths. MIRROR_TEST_SPARK_RECORDS=80000 runs more than the issue's 100,000
+# (110,000 committed; a one-off check, reported in the notes).
+RECORDS = int(os.environ.get("MIRROR_TEST_SPARK_RECORDS", "20000"))
 
 
 @pytest.fixture(scope="session")
