@@ -230,3 +230,21 @@ def test_audit_trims_only_what_the_target_topics_retention_explains():
     assert first_held(syncs, 50, 0) == 45
     assert first_held(syncs, 200, 0) == 196
     assert first_held(syncs, 0, 7) == 7 and first_held([], 50, 7) == 7  # nothing trimmed / no map
+
+
+def test_a_partition_restarted_from_the_earliest_offset_commits_again_after_a_query_restart():
+    """In one run: the first query committed 900 on x[0]; the source topic was then deleted
+    and created again with more partitions (the query restarts on the count change). The
+    group's 900 is past the new log's end, so the new query starts x[0] from the earliest
+    offset, but the job still remembers 900 as committed and only commits positions beyond
+    it: the group stays at 900 while 0..50 are mirrored (lag and failover translation
+    wrong), and a restart once the new log passes 900 resumes there, past records this run
+    read but never committed."""
+    source = FakeSource({("x", 0): (20, None)})
+    job = _job(source, FakeTarget({"a.x": "T1"}))
+    _start(job, 1)
+    job._commit({("x", 0): 900})  # the first query's last batch
+    assert source.committed[("x", 0)][0] == 900
+    assert _start(job, 2) == {"x": {"0": -2, "1": -2}}  # recreated: the log is 0..50 now
+    job._commit({("x", 0): 30, ("x", 1): 10})
+    assert source.committed[("x", 0)][0] == 30, f"group left at {source.committed[('x', 0)][0]} after mirroring x[0] up to 30"
