@@ -217,8 +217,12 @@ class SparkFlow:
                 out[m.source][str(p)] = start
                 if start >= 0:
                     self._committed[(m.source, p)] = start
-                elif offset is not None:
-                    self._restarted = True
+                else:
+                    # From the beginning: what an earlier query of this run committed (an old
+                    # incarnation's offsets) must not hold this query's commits back.
+                    self._committed.pop((m.source, p), None)
+                    if offset is not None:
+                        self._restarted = True
         if stale:
             try:
                 self._target.delete_records(stale)

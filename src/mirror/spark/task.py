@@ -155,14 +155,25 @@ def replay_check(r: Route, batch: Sequence[SourceRow], low: int, high: int,
                               f"offset {anchor[2]} {what} (a recreated source topic?): producing offsets {first}..{last}, nothing skipped")
     # The pairs: the run of copies that ends at the matched copy, back to the copy of `first`.
     pairs: list[tuple[int, int]] = []
+    before: int | None = None  # the origin of the copy right before the run, when it is of an earlier record
     for rec in reversed(copies[: copies.index(copy) + 1]):
         o = origin_offset(r, rec.headers)
         if o is None:
             continue
-        if o < first or (pairs and o >= pairs[-1][0]):
+        if o < first:
+            before = o
+            break
+        if pairs and o >= pairs[-1][0]:
             break
         pairs.append((o, rec.offset))
     pairs.reverse()
+    if pairs[0][0] != first and before is not None:
+        # The copy right before the run is of a record before this batch: the copies of
+        # offsets first..(run start - 1) are provably not on the target (never produced),
+        # so nothing of the batch may be skipped on the anchor's word.
+        return Replay(warning=f"{where}: the copies on the target run back from source offset {anchor[2]} to {pairs[0][0]} only, and the copy before "
+                              f"them is of offset {before}: {r.source_topic}[{r.partition}] offsets {first}..{pairs[0][0] - 1} never reached the target; "
+                              f"producing offsets {first}..{last}, nothing skipped")
     if pairs[0][0] != first:
         # The copies of this batch's first records are gone (target retention) or were never
         # read: no pairs, so no row can translate a position before them past their copies.
