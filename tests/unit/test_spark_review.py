@@ -298,3 +298,21 @@ def test_a_replay_skips_what_the_targets_retention_removed_from_the_start_of_the
     target.low = 40
     result = run_task(plan(), rows(range(20, 100)))
     assert (result.produced, result.skipped, result.placed) == (0, 80, False)
+
+
+def test_a_replay_never_takes_an_old_incarnations_copies_for_the_batchs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the copy of the last record to skip is compared with its source record. The
+    target holds copies of an old incarnation's 0..29, then of the new incarnation's 30..120
+    (the source topic was recreated while the query ran and Spark's source read on from the
+    old position 30). The run restarts the partition from the earliest offset: the copies
+    read back run from 120 down to the old 0 without a break (their origin offsets go
+    down), so the batch 0..199's first 30 records pass for copied: never produced."""
+    target = TargetPartition()
+    install(monkeypatch, target)
+    run_task(plan(), rows(range(30), tag="old"))
+    new = rows(range(200), tag="new", ts0=1_700_000_000_000)
+    run_task(plan(), new[30:121])
+    result = run_task(replace(plan(), source_ends={(TOPIC, 0): 200}), new)
+    landed = {r[1] for r in target.records}
+    lost = [r[2] for r in new if r[5] not in landed]
+    assert lost == [], f"source offsets {lost} skipped (skipped={result.skipped}) but never on the target"
