@@ -557,3 +557,75 @@ def test_spark_run_on_sasl_ssl_clusters_with_scram_and_a_pem_ca(tmp_path_factory
     finally:
         os.environ.pop(password_var("admin"), None)
         dev.down()
+
+
+def test_audit_with_from_never_calls_a_gap_after_copies_the_target_still_holds_trimmed(spark_local, monkeypatch):
+    """`mirror audit --from T`: the target's log start moved (retention removed the copies of
+    0..4) and the copies of 10..19 never reached it (a real loss); all records are older than
+    the target's retention.ms. The target still holds the copies of 5..9, so its retention
+    cannot have removed 10..19: they are missing. With --from after 5..9's event time, the
+    first held copy was looked up among the time-filtered copies (20), and 10..19 were
+    reported as trimmed: equal, exit 0. Our own ports faked (Admin, the Kafka read); real Spark."""
+    import datetime as dt
+
+    from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
+
+    import mirror.spark.audit as audit_mod
+    from mirror.config import parse
+    from mirror.domain.route import route
+    from mirror.kafka.admin import Watermarks
+
+    config = parse("""\
+clusters:
+  src: {bootstrap: 127.0.0.1:9}
+  dst: {bootstrap: 127.0.0.1:10}
+flows:
+  - {name: f, source: src, target: dst, topics: {include: [orders]}}
+""", env={})
+    flow = config.flow("f")
+    r = route(flow, "orders", 0)
+    day = 86_400_000
+    now = 1_700_000_000_000
+    old, newer = now - 40 * day, now - 30 * day  # both older than the target's 7-day retention
+    source = [(o, old + o if o < 10 else newer + o) for o in range(30)]
+    copies = [(o, ts) for o, ts in source if o < 10 or o >= 20]  # 10..19 never landed
+    target = [(t, o, ts) for t, (o, ts) in enumerate(copies)][5:]  # retention removed target 0..4
+
+    class FakeAdmin:
+        def __init__(self, name: str, _cluster: object) -> None:
+            self.name = name
+
+        def topics(self):
+            return {"orders": 1} if self.name == "src" else {r.target_topic: 1}
+
+        def group_offsets(self, _group):
+            return {("orders", 0): 30}
+
+        def watermarks(self, parts, committed_only=True):
+            return {tp: Watermarks(0, 30) if self.name == "src" else Watermarks(5, len(copies)) for tp in parts}
+
+        def effective_configs(self, topics, _names):
+            return {t: {"retention.ms": str(7 * day), "retention.bytes": "-1"} for t in topics}
+
+    schema = StructType([StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
+                         StructField("partition", IntegerType()), StructField("offset", LongType()), StructField("timestamp", TimestampType()),
+                         StructField("headers", ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])))])
+
+    def when(ms: int) -> dt.datetime:
+        return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+
+    def fake_read(spark, _config, cluster, _starting, _ending):
+        if cluster == "src":
+            data = [(b"k%d" % o, b"v%d" % o, "orders", 0, o, when(ts), None) for o, ts in source]
+        else:
+            data = [(b"k%d" % o, b"v%d" % o, r.target_topic, 0, t, when(ts), [(h, v) for h, v in r.headers(o, None)]) for t, o, ts in target]
+        return spark.createDataFrame(data, schema)
+
+    monkeypatch.setattr(audit_mod, "Admin", FakeAdmin)
+    monkeypatch.setattr(audit_mod, "_read", fake_read)
+    spark_local.conf.set("spark.sql.session.timeZone", "UTC")
+    whole = audit_mod.audit(spark_local, config, flow, now_ms=now)
+    (p,) = whole.partitions
+    assert p.missing == list(range(10, 15)) and p.trimmed == 5 and not whole.equal  # without --from: right
+    (p,) = audit_mod.audit(spark_local, config, flow, from_ms=newer, now_ms=now).partitions
+    assert p.missing == list(range(10, 15)) and p.trimmed == 0, (p.missing, p.trimmed)

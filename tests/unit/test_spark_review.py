@@ -268,3 +268,51 @@ def test_the_replay_check_compares_timestamps_only_where_the_target_keeps_them()
     assert not task._same(TailRecord(9, row[3] + 1, row[4], row[5], origin), row)
     assert task._same(TailRecord(9, row[3] + 1, row[4], row[5], origin, log_append_time=True), row)
     assert not task._same(TailRecord(9, row[3], row[4], b"other", origin), row)
+
+
+def test_a_replay_never_skips_records_whose_copies_are_not_on_the_target(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Skips only what is proved to be on the target (task.py). The target holds copies of an
+    old incarnation's 0..29 (the group committed 30), then copies of the new incarnation's
+    50..120 only: the source topic was recreated while the query ran, and 0..49 of the new
+    one never reached the target (Spark's source, failOnDataLoss=false, moved past them).
+    The driver dies before the commit; the restart replays 30..199. The target's last copy
+    (of 120) matches, but right before the copy of 50 is a copy of 29: the copies of 30..49
+    are provably not on the target. The task skips them anyway (held=120) and the group
+    commits past them: lost."""
+    target = TargetPartition()
+    install(monkeypatch, target)
+    run_task(plan(), rows(range(30), tag="old"))  # the old incarnation, mirrored
+    new = rows(range(200), tag="new", ts0=1_700_000_000_000)
+    run_task(plan(), new[50:121])  # what the query mirrored of the new incarnation: 50..120
+    result = run_task(replace(plan(), source_ends={(TOPIC, 0): 200}), new[30:])
+    landed = {r[1] for r in target.records}
+    lost = [r[2] for r in new[30:] if r[5] not in landed]
+    assert lost == [], f"source offsets {lost} skipped (skipped={result.skipped}) but never on the target"
+
+
+def test_a_replay_skips_what_the_targets_retention_removed_from_the_start_of_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The case the rule above must keep: the run of copies reaches the target's log start."""
+    target = TargetPartition()
+    install(monkeypatch, target)
+    run_task(plan(), rows(range(100)))
+    target.low = 40
+    result = run_task(plan(), rows(range(20, 100)))
+    assert (result.produced, result.skipped, result.placed) == (0, 80, False)
+
+
+def test_a_replay_never_takes_an_old_incarnations_copies_for_the_batchs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the copy of the last record to skip is compared with its source record. The
+    target holds copies of an old incarnation's 0..29, then of the new incarnation's 30..120
+    (the source topic was recreated while the query ran and Spark's source read on from the
+    old position 30). The run restarts the partition from the earliest offset: the copies
+    read back run from 120 down to the old 0 without a break (their origin offsets go
+    down), so the batch 0..199's first 30 records pass for copied: never produced."""
+    target = TargetPartition()
+    install(monkeypatch, target)
+    run_task(plan(), rows(range(30), tag="old"))
+    new = rows(range(200), tag="new", ts0=1_700_000_000_000)
+    run_task(plan(), new[30:121])
+    result = run_task(replace(plan(), source_ends={(TOPIC, 0): 200}), new)
+    landed = {r[1] for r in target.records}
+    lost = [r[2] for r in new if r[5] not in landed]
+    assert lost == [], f"source offsets {lost} skipped (skipped={result.skipped}) but never on the target"

@@ -99,6 +99,10 @@ class FakeSource:
     def __init__(self, committed, low=0, high=50):
         self.committed = dict(committed)  # (topic, partition) -> (offset, metadata)
         self.low, self.high = low, high
+        self.ids = {"x": "S1"}
+
+    def topic_ids(self, topics):
+        return {t: self.ids[t] for t in topics if t in self.ids}
 
     def group_offsets_with_metadata(self, _group):
         return dict(self.committed)
@@ -230,3 +234,43 @@ def test_audit_trims_only_what_the_target_topics_retention_explains():
     assert first_held(syncs, 50, 0) == 45
     assert first_held(syncs, 200, 0) == 196
     assert first_held(syncs, 0, 7) == 7 and first_held([], 50, 7) == 7  # nothing trimmed / no map
+
+
+def test_a_partition_restarted_from_the_earliest_offset_commits_again_after_a_query_restart():
+    """In one run: the first query committed 900 on x[0]; the source topic was then deleted
+    and created again with more partitions (the query restarts on the count change). The
+    group's 900 is past the new log's end, so the new query starts x[0] from the earliest
+    offset, but the job still remembers 900 as committed and only commits positions beyond
+    it: the group stays at 900 while 0..50 are mirrored (lag and failover translation
+    wrong), and a restart once the new log passes 900 resumes there, past records this run
+    read but never committed."""
+    source = FakeSource({("x", 0): (20, None)})
+    job = _job(source, FakeTarget({"a.x": "T1"}))
+    _start(job, 1)
+    job._commit({("x", 0): 900})  # the first query's last batch
+    assert source.committed[("x", 0)][0] == 900
+    assert _start(job, 2) == {"x": {"0": -2, "1": -2}}  # recreated: the log is 0..50 now
+    job._commit({("x", 0): 30, ("x", 1): 10})
+    assert source.committed[("x", 0)][0] == 30, f"group left at {source.committed[('x', 0)][0]} after mirroring x[0] up to 30"
+
+
+def test_a_source_topic_recreated_while_the_query_runs_restarts_it_from_the_beginning():
+    """The source topic x was deleted and created again (same partition count) while the
+    query ran. Spark's source does not notice a new topic id: with failOnDataLoss=false it
+    drops a batch whose end is below its start ("offset was changed from .. to ..", a WARN
+    the run's ERROR log level hides) and goes on from the new end, or, once the new log is
+    past the old position, just reads on from there: the new incarnation's first records
+    are never mirrored. The run must notice (the topic id, as for target topics), restart
+    the query, and mirror the new incarnation from its beginning: the old incarnation's
+    rows dropped, the group rewound first; the target's copies of the old records stay."""
+    source = FakeSource({("x", 0): (900, None)}, high=950)
+    target = FakeTarget({"a.x": "T1"})
+    job = _job(source, target)
+    assert _start(job, 1) == {"x": {"0": 900}}
+    source.ids["x"] = "S2"  # recreated, and already refilled past 900
+    assert job._sources_recreated(job._mappings)
+    assert _start(job, 1) == {"x": {"0": -2}}
+    assert job._recorder.reset == [("x", 0)]
+    assert source.committed[("x", 0)][0] == 0 and job._restarted
+    assert target.deleted == {}
+    assert not job._sources_recreated(job._mappings)

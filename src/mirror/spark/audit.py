@@ -176,10 +176,6 @@ def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None
     tgt = tgt.withColumn("src_offset", F.when(F.col("is_copy"), F.expr("try_cast(substring(origin, length(prefix) + 1) as bigint)")))
     tgt = tgt.withColumn("headers", F.expr(f"filter(coalesce(headers, array()), h -> NOT (h.key = '{HEADER_ORIGIN}' AND cast(h.value as string) <=> origin AND is_copy))"))
     src = src.withColumn("headers", F.expr("coalesce(headers, array())"))
-    if from_ms is not None:
-        src, tgt = src.where(F.col("ts") >= from_ms), tgt.where(F.col("ts") >= from_ms)
-    if to_ms is not None:
-        src, tgt = src.where(F.col("ts") < to_ms), tgt.where(F.col("ts") < to_ms)
     digest = F.xxhash64("key", "value", "ts", "headers").cast("decimal(38,0)")
     src = src.withColumn("h", digest)
     tgt = tgt.withColumn("h", digest)
@@ -194,13 +190,19 @@ def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None
     else:
         copies_end_map = F.create_map(*[x for (t, p), o in copies_end.items() for x in (F.lit(f"{t}|{p}"), F.lit(o))])
         in_window = F.col("offset") < copies_end_map[key]
-    tgt = tgt.withColumn("in_window", F.coalesce(in_window, F.lit(False))).cache()
-    window_tgt = tgt.where("in_window")
+    tgt = cached = tgt.withColumn("in_window", F.coalesce(in_window, F.lit(False))).cache()
     if flow.provenance_headers:
-        # The first copy the target still holds, where its log start moved (retention).
+        # The first copy the target still holds, where its log start moved (retention): among
+        # all its copies, before --from/--to, or a gap after copies it still holds whose
+        # records fall in the time range would pass for trimmed.
         moved = [(m.source, p) for m, p in parts if tgt_start[(m.target, p)] > 0]
-        firsts = {(r[0], r[1]): r[2] for r in window_tgt.groupBy("source_topic", "partition").agg(F.min("src_offset")).collect()}
+        firsts = {(r[0], r[1]): r[2] for r in tgt.where("in_window").groupBy("source_topic", "partition").agg(F.min("src_offset")).collect()}
         held_from = {tp: firsts.get(tp, end[tp]) for tp in moved}
+    if from_ms is not None:
+        src, tgt = src.where(F.col("ts") >= from_ms), tgt.where(F.col("ts") >= from_ms)
+    if to_ms is not None:
+        src, tgt = src.where(F.col("ts") < to_ms), tgt.where(F.col("ts") < to_ms)
+    window_tgt = tgt.where("in_window")
     # Source records before the first one the target holds, older than its retention: trimmed.
     trim_rules = [(F.col("topic") == F.lit(t)) & (F.col("partition") == F.lit(p)) & (F.col("offset") < F.lit(f)) & (F.col("ts") < F.lit(cutoffs[to_target[t]]))
                   for (t, p), f in held_from.items() if f > start[(t, p)] and cutoffs.get(to_target[t]) is not None]
@@ -245,5 +247,5 @@ def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None
                 hit = by_key.get((r[0], r[1]))
                 if hit is not None:
                     setattr(hit, attr, sorted([*getattr(hit, attr), *r["o"]])[:SAMPLE])
-    tgt.unpersist()
+    cached.unpersist()
     return report

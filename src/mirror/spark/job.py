@@ -124,6 +124,7 @@ class SparkFlow:
         self._mappings: list[TopicMapping] = []
         self._created: set[str] = set()  # target topics this run created, not yet started from the beginning
         self._target_ids: dict[str, str] = {}
+        self._source_ids: dict[str, str] = {}  # source topic -> id, as the last query started
         self._limits: dict[str, int] = {}  # target topic -> max.message.bytes
         self._restarted = False  # partitions with a commit start again from the beginning
         self.store_backoff = STORE_BACKOFF  # first wait after an offset-store failure
@@ -189,6 +190,12 @@ class SparkFlow:
         commit (its id differs from the one the commit is tagged with), as `mirror run` does."""
         committed = self._source.group_offsets_with_metadata(self.flow.group_id)
         self._target_ids = self._target.topic_ids(sorted({m.target for m in mappings}))
+        # A source topic deleted and created again since an earlier query of this run (Spark's
+        # source does not notice: it skips the new records below the old position): its
+        # offsets start again, so the group's commit and the rows are an old incarnation's.
+        source_ids = self._source.topic_ids(sorted({m.source for m in mappings}))
+        recreated = {t for t, i in source_ids.items() if self._source_ids.get(t, i) != i}
+        self._source_ids.update(source_ids)  # a topic deleted meanwhile keeps its old id: recreated later, it is noticed
         parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
         marks = self._source.watermarks([tp for tp in parts if tp in committed], committed_only=False)
         out: dict[str, dict[str, int]] = {}
@@ -200,6 +207,11 @@ class SparkFlow:
             tid = self._target_ids.get(m.target)
             for p in range(m.partitions):
                 offset, meta = committed.get((m.source, p), (None, None))
+                if m.source in recreated:
+                    log.warning("flow %s: %s[%d]: source topic %s was deleted and created again; mirroring it from the earliest offset", self.flow.name, m.source, p, m.source)
+                    out[m.source][str(p)] = -2
+                    reset.append((m.source, p))
+                    continue
                 if new_target(m.target in self._created, meta, tid):
                     log.warning("flow %s: %s[%d]: target topic %s is new (%s); mirroring from the earliest offset", self.flow.name, m.source, p, m.target,
                                 "created by this run" if m.target in self._created else f"the group's offset was committed into an earlier {m.target}")
@@ -217,8 +229,12 @@ class SparkFlow:
                 out[m.source][str(p)] = start
                 if start >= 0:
                     self._committed[(m.source, p)] = start
-                elif offset is not None:
-                    self._restarted = True
+                else:
+                    # From the beginning: what an earlier query of this run committed (an old
+                    # incarnation's offsets) must not hold this query's commits back.
+                    self._committed.pop((m.source, p), None)
+                    if offset is not None:
+                        self._restarted = True
         if stale:
             try:
                 self._target.delete_records(stale)
@@ -299,7 +315,7 @@ class SparkFlow:
                         continue
                     next_refresh = time.monotonic() + self.flow.refresh_interval
                     self._read_limits(mappings)  # a limit changed meanwhile: the next batch's tasks see it
-                    if self._topics_changed(mappings) or self._targets_recreated(mappings):
+                    if self._topics_changed(mappings) or self._targets_recreated(mappings) or self._sources_recreated(mappings):
                         log.info("flow %s: matched topics or their partitions changed; restarting the query", self.flow.name)
                         return True
                 exc = query.exception()
@@ -326,6 +342,22 @@ class SparkFlow:
             log.warning("flow %s: topic refresh failed: %s", self.flow.name, exc)
             return False
         return [(m.source, m.partitions) for m in now] != [(m.source, m.partitions) for m in mappings]
+
+    def _sources_recreated(self, mappings: list[TopicMapping]) -> bool:
+        """A source topic was deleted and created again (a new id) while the query ran:
+        restarted, the query mirrors its partitions from the beginning (`_starting_offsets`)."""
+        known = {m.source: self._source_ids[m.source] for m in mappings if m.source in self._source_ids}
+        if not known:
+            return False
+        try:
+            now = self._source.topic_ids(sorted(known))
+        except MirrorError as exc:
+            log.warning("flow %s: source topic refresh failed: %s", self.flow.name, exc)
+            return False
+        changed = sorted(t for t, i in known.items() if t in now and now[t] != i)  # a deleted one: `_topics_changed`
+        if changed:
+            log.warning("flow %s: source topics %s were deleted and created again", self.flow.name, ", ".join(changed))
+        return bool(changed)
 
     def _targets_recreated(self, mappings: list[TopicMapping]) -> bool:
         """A target topic was deleted, or deleted and created again (a new id), while the query

@@ -12,7 +12,9 @@ reads the target partition's last record; when its provenance header names a sou
 of this batch or later (`held`), the copies are read back from where the copy of the batch's
 first record must be, and the batch's records up to `held` are skipped only when they are
 copies of *these* records: the copy of the last record to skip is read back and has that
-record's timestamp, key and value. A source topic deleted and created again restarts its
+record's timestamp, key and value, and so does every copy of the run back to the batch's
+first record (a copy of another record, or of an earlier one, right before the run means
+the batch's first records never landed: nothing is skipped). A source topic deleted and created again restarts its
 offsets at 0 while the target's copies name the old ones: those never match, and the batch
 is produced (a copy of a record that is not on the target is never skipped; the worst case
 is a duplicate). The offset map gets the skipped records' (source -> target) pairs, read
@@ -155,14 +157,28 @@ def replay_check(r: Route, batch: Sequence[SourceRow], low: int, high: int,
                               f"offset {anchor[2]} {what} (a recreated source topic?): producing offsets {first}..{last}, nothing skipped")
     # The pairs: the run of copies that ends at the matched copy, back to the copy of `first`.
     pairs: list[tuple[int, int]] = []
+    before: int | None = None  # the origin of the copy right before the run, when it is of another record
+    rows = {row[2]: row for row in batch}
     for rec in reversed(copies[: copies.index(copy) + 1]):
         o = origin_offset(r, rec.headers)
         if o is None:
             continue
-        if o < first or (pairs and o >= pairs[-1][0]):
+        if o < first or (o in rows and not _same(rec, rows[o])):
+            # A copy of an earlier record, or not of this one (an older incarnation of the
+            # source topic whose offsets run on below the new copies): the run ends here.
+            before = o
+            break
+        if pairs and o >= pairs[-1][0]:
             break
         pairs.append((o, rec.offset))
     pairs.reverse()
+    if pairs[0][0] != first and before is not None:
+        # The copy right before the run is of a record before this batch: the copies of
+        # offsets first..(run start - 1) are provably not on the target (never produced),
+        # so nothing of the batch may be skipped on the anchor's word.
+        return Replay(warning=f"{where}: the copies on the target run back from source offset {anchor[2]} to {pairs[0][0]} only, and the copy before "
+                              f"them is of offset {before} (another record's): {r.source_topic}[{r.partition}] offsets {first}..{pairs[0][0] - 1} never reached the target; "
+                              f"producing offsets {first}..{last}, nothing skipped")
     if pairs[0][0] != first:
         # The copies of this batch's first records are gone (target retention) or were never
         # read: no pairs, so no row can translate a position before them past their copies.
