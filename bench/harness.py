@@ -91,6 +91,17 @@ def _free_base_port(count: int) -> int:
     raise RuntimeError("no free loopback port range for the benchmark clusters")
 
 
+def preloaded_env(dev: Any, workdir: Path, records: int, partitions: int, record_size: int) -> Env:
+    """Start the `src` and `dst` dev clusters and preload the bench topic: the setting of
+    the diagnostic tools (bench.profile, bench.threads)."""
+    status = dev.up(["src", "dst"], _free_base_port(2)).status
+    producer, consumer, batch = engine_settings()
+    env = Env(status["clusters"]["src"]["bootstrap"], status["clusters"]["dst"]["bootstrap"], workdir / "runs",
+              partitions, producer, consumer, batch, _free_port)
+    load.preload(env.src, SOURCE_TOPIC, records, partitions, record_size)
+    return env
+
+
 # ---------------------------------------------------------------------------- one run
 
 

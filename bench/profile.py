@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from bench import load
-from bench.contenders import ROOT, Env, engine_settings, mirror_config
-from bench.harness import RESULTS, SOURCE_TOPIC, _free_base_port, _free_port
+from bench.contenders import ROOT, mirror_config
+from bench.harness import RESULTS, SOURCE_TOPIC, _free_port, preloaded_env
 
 
 def _top(collapsed: Path, n: int = 25) -> tuple[list[tuple[str, int]], list[tuple[str, int]], int]:
@@ -63,11 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     raw = RESULTS / f"profile-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.collapsed"
     RESULTS.mkdir(parents=True, exist_ok=True)
     try:
-        status = dev.up(["src", "dst"], _free_base_port(2)).status
-        producer, consumer, batch = engine_settings()
-        env = Env(status["clusters"]["src"]["bootstrap"], status["clusters"]["dst"]["bootstrap"], workdir / "runs",
-                  args.partitions, producer, consumer, batch, _free_port)
-        load.preload(env.src, SOURCE_TOPIC, args.records, args.partitions, args.record_size)
+        env = preloaded_env(dev, workdir, args.records, args.partitions, args.record_size)
         alias = "prof"
         target = f"{alias}.{SOURCE_TOPIC}"
         load.create_target_topic(env.dst, target, args.partitions)

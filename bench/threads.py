@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from bench import load
-from bench.contenders import ROOT, Env, engine_settings, mirror_config
-from bench.harness import SOURCE_TOPIC, _free_base_port, _free_port
+from bench.contenders import ROOT, mirror_config
+from bench.harness import SOURCE_TOPIC, _free_port, preloaded_env
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -81,11 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="mirror-threads-"))
     dev = DevClusters(workdir / "clusters")
     try:
-        status = dev.up(["src", "dst"], _free_base_port(2)).status
-        producer, consumer, batch = engine_settings()
-        env = Env(status["clusters"]["src"]["bootstrap"], status["clusters"]["dst"]["bootstrap"], workdir / "runs",
-                  args.partitions, producer, consumer, batch, _free_port)
-        load.preload(env.src, SOURCE_TOPIC, args.records, args.partitions, args.record_size)
+        env = preloaded_env(dev, workdir, args.records, args.partitions, args.record_size)
         n = 0
         for rep in range(args.reps):
             for what in args.what.split(","):
@@ -106,12 +102,12 @@ def main(argv: list[str] | None = None) -> int:
                     cfg.write_text(mirror_config(env, alias, SOURCE_TOPIC, run_dir, options))
                     cmd = [sys.executable, "-m", "mirror", "run", "-c", str(cfg), "--until-caught-up", "--metrics-port", str(_free_port())]
                 else:
-                    settings = {k: v for k, v in producer.items() if k in ("linger.ms", "batch.size", "compression.type", "queue.buffering.max.kbytes")}
+                    settings = {k: v for k, v in env.producer.items() if k in ("linger.ms", "batch.size", "compression.type", "queue.buffering.max.kbytes")}
                     if what == "ceiling-idem":
                         settings |= {"acks": "all", "enable.idempotence": "true"}
                     cmd = [sys.executable, "-m", "bench.ceiling", "--src", env.src, "--dst", env.dst, "--topic", SOURCE_TOPIC,
                            "--target-topic", target, "--partitions", ",".join(str(p) for p in range(args.partitions)),
-                           "--batch", str(batch), "-C", "fetch.queue.backoff.ms=20", *[f"-X{k}={v}" for k, v in settings.items()]]
+                           "--batch", str(env.batch), "-C", "fetch.queue.backoff.ms=20", *[f"-X{k}={v}" for k, v in settings.items()]]
                 groups, total, wall = sample(cmd, ROOT, penv)
                 span = load.target_span(env.dst, target, args.partitions)
                 la = os.getloadavg()

@@ -111,8 +111,6 @@ def test_the_purge_of_a_resync_does_not_fail_the_flow_and_emptying_the_new_topic
 def recreated_under(dst: LaggingTarget, producer_cls: type[FakeProducer] = FakeProducer) -> tuple[FlowWorker, FakeConsumer, Target, LaggingTarget]:
     """Run a worker whose target topic is deleted and created again by someone else while
     its first records are on their way."""
-    cfg = config.parse(TEXT.replace("commit_interval: 1s", "commit_interval: 1s, refresh_interval: 1s"), env={})
-    stop, target = threading.Event(), Target()
 
     def recreate(c: FakeConsumer) -> list:
         # Before this worker's next refresh: another worker saw the topic deleted and
@@ -120,21 +118,12 @@ def recreated_under(dst: LaggingTarget, producer_cls: type[FakeProducer] = FakeP
         dst.recreate(TARGET, 2)
         return batch(P0, range(3))
 
-    script: list[Any] = [recreate, batch(P1, range(2))] + [[]] * 12
-    consumer = FakeConsumer([P0, P1], script, stop, target)
-
-    def producer(name: str, cluster: Any, settings: Mapping[str, Any]) -> FakeProducer:
+    def producer(target: Target, settings: Mapping[str, Any]) -> FakeProducer:
         p = producer_cls(target, 100_000, settings["error_cb"]) if producer_cls is PurgeBreaksIt else producer_cls(target, 100_000)
         target.producers.append(p)
         return p
 
-    admins = {"nyc": Source({"orders": 2}), "sf": dst}
-    worker = FlowWorker(
-        cfg, cfg.flows[0], stop=stop, clock=Clock(),
-        consumer_factory=lambda name, cluster, settings: consumer,
-        producer_factory=producer,
-        admin_factory=lambda name, cluster: admins[name],
-    )
+    worker, consumer, target, _ = worker_on(dst, [recreate, batch(P1, range(2))] + [[]] * 12, producer=producer)
     worker.run()
     return worker, consumer, target, dst
 
@@ -166,10 +155,10 @@ class KickedOut(FakeConsumer):
         super().commit(offsets=offsets, asynchronous=asynchronous)
 
 
-def worker_on(dst: LaggingTarget, script: list[Any], *, partitions: Iterable[tuple[str, int]] = (P0, P1), consumer_cls: type[FakeConsumer] = FakeConsumer,
-              producer: Any = None) -> tuple[FlowWorker, FakeConsumer, Target, Clock]:
+def worker_on(dst: FakeAdmin, script: list[Any], *, partitions: Iterable[tuple[str, int]] = (P0, P1), consumer_cls: type[FakeConsumer] = FakeConsumer,
+              producer: Any = None, target: Target | None = None) -> tuple[FlowWorker, FakeConsumer, Target, Clock]:
     cfg = config.parse(TEXT.replace("commit_interval: 1s", "commit_interval: 1s, refresh_interval: 1s"), env={})
-    stop, target, clock = threading.Event(), Target(), Clock()
+    stop, target, clock = threading.Event(), target or Target(), Clock()
     consumer = consumer_cls(list(partitions), script, stop, target)
 
     def plain(name: str, cluster: Any, settings: Mapping[str, Any]) -> FakeProducer:
@@ -372,21 +361,12 @@ def test_a_stop_that_gives_up_on_records_in_flight_is_not_a_failure():
     target = Target()
     target.answer = lambda tp, o: "hold" if tp == P0 and o >= 2 else "store"
 
-    def producer(name: str, cluster: Any, settings: Mapping[str, Any]) -> FakeProducer:
+    def producer(target: Target, settings: Mapping[str, Any]) -> FakeProducer:
         p = PurgeBreaksIt(target, 100_000, settings["error_cb"])
         target.producers.append(p)
         return p
 
-    cfg = config.parse(TEXT, env={})
-    stop = threading.Event()
-    consumer = FakeConsumer([P0, P1], [batch(P0, range(5)) + batch(P1, range(3)), [], []], stop, target)
-    admins = {"nyc": Source({"orders": 2}), "sf": FakeAdmin({TARGET: 2})}
-    worker = FlowWorker(
-        cfg, cfg.flows[0], stop=stop, clock=Clock(),
-        consumer_factory=lambda name, cluster, settings: consumer,
-        producer_factory=producer,
-        admin_factory=lambda name, cluster: admins[name],
-    )
+    worker, consumer, target, _ = worker_on(LaggingTarget(0, exists=True), [batch(P0, range(5)) + batch(P1, range(3)), [], []], producer=producer, target=target)
     worker.run()
     assert worker.state.value == "stopped", worker.state_reason
     assert consumer.last_commit(P0) is None and consumer.last_commit(P1) == 3 and not consumer.unsafe, consumer.commits

@@ -345,34 +345,26 @@ class SparkFlow:
 
     def _sources_recreated(self, mappings: list[TopicMapping]) -> bool:
         """A source topic was deleted and created again (a new id) while the query ran:
-        restarted, the query mirrors its partitions from the beginning (`_starting_offsets`)."""
-        known = {m.source: self._source_ids[m.source] for m in mappings if m.source in self._source_ids}
-        if not known:
-            return False
-        try:
-            now = self._source.topic_ids(sorted(known))
-        except MirrorError as exc:
-            log.warning("flow %s: source topic refresh failed: %s", self.flow.name, exc)
-            return False
-        changed = sorted(t for t, i in known.items() if t in now and now[t] != i)  # a deleted one: `_topics_changed`
-        if changed:
-            log.warning("flow %s: source topics %s were deleted and created again", self.flow.name, ", ".join(changed))
-        return bool(changed)
+        restarted, the query mirrors its partitions from the beginning (`_starting_offsets`).
+        A deleted one is `_topics_changed`'s."""
+        return self._ids_changed("source", self._source, {m.source: self._source_ids[m.source] for m in mappings if m.source in self._source_ids}, deleted_too=False)
 
     def _targets_recreated(self, mappings: list[TopicMapping]) -> bool:
         """A target topic was deleted, or deleted and created again (a new id), while the query
         ran: restarted, the query starts its partitions from the beginning (`new_target`)."""
-        known = {m.target: self._target_ids[m.target] for m in mappings if m.target in self._target_ids}
+        return self._ids_changed("target", self._target, {m.target: self._target_ids[m.target] for m in mappings if m.target in self._target_ids}, deleted_too=True)
+
+    def _ids_changed(self, side: str, admin: Any, known: dict[str, str], *, deleted_too: bool) -> bool:
         if not known:
             return False
         try:
-            now = self._target.topic_ids(sorted(known))
+            now = admin.topic_ids(sorted(known))
         except MirrorError as exc:
-            log.warning("flow %s: target topic refresh failed: %s", self.flow.name, exc)
+            log.warning("flow %s: %s topic refresh failed: %s", self.flow.name, side, exc)
             return False
-        changed = sorted(t for t, i in known.items() if now.get(t) != i)
+        changed = sorted(t for t, i in known.items() if now.get(t) != i and (deleted_too or t in now))
         if changed:
-            log.warning("flow %s: target topics %s were deleted or created again", self.flow.name, ", ".join(changed))
+            log.warning("flow %s: %s topics %s were deleted%s created again", self.flow.name, side, ", ".join(changed), " or" if deleted_too else " and")
         return bool(changed)
 
     # ------------------------------------------------------------------ per batch
