@@ -25,7 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_quick_bench_writes_a_complete_result(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--out", str(out), "--workdir", str(tmp_path / "work")],
+        # Smaller than --quick's own sizes: this checks the harness's shape, not the speed.
+        [sys.executable, "-m", "bench", "--quick", "--records", "5000", "--latency-duration", "2", "--latency-warmup", "0.5",
+         "--out", str(out), "--workdir", str(tmp_path / "work")],
         cwd=ROOT, capture_output=True, text=True, timeout=280,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
