@@ -1010,13 +1010,22 @@ class FlowWorker(Assignment):
             # two refreshes: a new topic id says so, and it is just as empty.
             in_use = {st.route.target_topic for st in self._ledger.parts.values()}
             ids = self._target_admin.topic_ids(sorted(({m.target for m in mappings} | in_use) & set(existing)))
+            present = set(existing)
+            if in_use - present:
+                # Left out of the listing is not yet gone: a topic whose partitions wait for
+                # leaders is listed with an error (for tens of seconds after creating
+                # thousands of partitions). Gone is what the cluster, asked by name, does
+                # not know; the rest keeps its partitions as they are.
+                found = self._target_admin.topic_ids(sorted(in_use - present))
+                ids.update(found)
+                present |= set(found)
             # Per partition: the id its topic had when this worker began writing it (a
             # partition assigned after another worker recreated the topic began on the new one).
             reset, emptied = set(), set()
             for tp, st in self._ledger.parts.items():
                 t = st.route.target_topic
                 now, seen = ids.get(t), st.target_id or self._target_ids.get(t)
-                if t not in existing:
+                if t not in present:
                     reset.add(tp)
                 elif now is not None and seen is not None and seen != now:
                     reset.add(tp)
@@ -1044,7 +1053,7 @@ class FlowWorker(Assignment):
                 # with new producers (duplicates, never a gap).
                 self._resync(set(), set())
             self._gone_at_delivery = False
-            for t in in_use - set(existing):
+            for t in in_use - present:
                 self._target_ids.pop(t, None)
             self._target_ids.update(ids)
             headroom = LIMIT_HEADROOM if self.flow.provenance_headers else 0
