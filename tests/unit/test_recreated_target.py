@@ -447,8 +447,10 @@ class LeaderlessListing(LaggingTarget):
 
 def test_a_topic_listed_with_an_error_but_described_by_name_is_not_gone():
     """Seen at 10,000 partitions: topics just created were left out of the listing for tens of
-    seconds (no leaders yet); the worker called them deleted, re-mirrored their partitions from
-    the source's beginning into the same topics and rewound the group: duplicates."""
+    seconds (no leaders yet, or the broker's metadata behind the controller's); the worker
+    called them deleted, re-mirrored their partitions from the source's beginning into the
+    same topics and rewound the group: duplicates. (A topic the broker does not describe yet
+    either, never seen with an id, is left alone too: shown by `make bench SCALE=1`.)"""
     dst = LeaderlessListing(0, exists=True)
 
     def hide(c: FakeConsumer) -> list:

@@ -1026,7 +1026,12 @@ class FlowWorker(Assignment):
                 t = st.route.target_topic
                 now, seen = ids.get(t), st.target_id or self._target_ids.get(t)
                 if t not in present:
-                    reset.add(tp)
+                    # Never seen with an id, it was never seen at all: a topic this worker
+                    # just created that the cluster does not show yet (its metadata lags the
+                    # controller's after thousands of new partitions). Queued records wait
+                    # for it; only a topic seen before can have been deleted since.
+                    if seen is not None:
+                        reset.add(tp)
                 elif now is not None and seen is not None and seen != now:
                     reset.add(tp)
                     emptied.add(tp)
