@@ -462,3 +462,40 @@ def test_a_topic_listed_with_an_error_but_described_by_name_is_not_gone():
     assert dst.generation == 1 and dst.deleted == []
     assert target.stored == {P0: [0, 1, 2], P1: [0, 1]}, target.stored  # each record once
     assert consumer.last_commit(P0) == 3 and consumer.last_commit(P1) == 2, consumer.commits
+
+
+def test_a_source_topic_is_read_only_once_its_new_target_topic_has_an_id():
+    """At 10,000 partitions a broker took minutes to describe topics the worker had just
+    created; waiting for their ids held the loop 10 s per refresh, and then the worker wrote
+    to them without an id anyway. Now a source topic joins the subscription only once its
+    new target topic's id is known, and the loop goes on meanwhile (asked again each refresh)."""
+
+    class NeverDescribed(LaggingTarget):
+        asks = 0
+
+        def topic_ids(self, topics: Iterable[str]) -> dict[str, str]:
+            self.asks += 1
+            return {}
+
+    dst = NeverDescribed(0)
+    worker, consumer, target, _ = worker_on(dst, [[]] * 3)
+    worker.run()
+    assert consumer.callbacks == {}, "subscribed to a source topic whose target has no known id"
+    assert dst.asks >= 3, dst.asks  # asked at later refreshes, not once and given up
+    assert not target.stored
+
+
+def test_the_subscription_follows_the_id_of_a_slowly_described_target_topic():
+    dst = LaggingTarget(3)
+    worker, consumer, target, _ = worker_on(dst, [batch(P0, range(3)), batch(P1, range(2))] + [[]] * 12)
+    known_at_subscribe: list[str | None] = []
+    subscribe = consumer.subscribe
+
+    def watched(topics: list[str], **callbacks: Any) -> None:
+        known_at_subscribe.append(worker._target_ids.get(TARGET))
+        subscribe(topics, **callbacks)
+
+    consumer.subscribe = watched  # type: ignore[method-assign]
+    worker.run()
+    assert known_at_subscribe[:1] == ["id-1"], known_at_subscribe
+    assert sorted(target.stored[P0]) == [0, 1, 2] and sorted(target.stored[P1]) == [0, 1]

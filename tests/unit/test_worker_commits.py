@@ -153,6 +153,7 @@ class FakeConsumer:
         self.unsafe: list[str] = []
         self.callbacks: dict[str, Any] = {}
         self.closed = False
+        self.idle = 0  # turns before the first subscription
 
     # the group
     def subscribe(self, topics: list[str], *, on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
@@ -178,7 +179,12 @@ class FakeConsumer:
     def consume(self, num_messages: int, timeout: float) -> list[Msg]:
         if num_messages == 1:  # the loop's short wait when the batch came back empty
             return []
-        if self.callbacks and self.partitions:  # the first turn after subscribing: the group assigns
+        if not self.callbacks:  # not subscribed yet (targets not ready): nothing to read
+            self.idle += 1
+            if self.idle > 1000:
+                self.stop.set()
+            return []
+        if self.partitions:  # the first turn after subscribing: the group assigns
             self.callbacks["assign"](self, [TopicPartition(t, p) for t, p in self.partitions])
             self.partitions = []
         if not self.script:
