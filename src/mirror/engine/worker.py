@@ -110,6 +110,11 @@ HINT_TARGET_SIZE = "raise max.message.bytes on the target topic (and message.max
 HINT_REFUSED = "fix the cause on the target, then restart; nothing past this record was committed"
 
 
+def _some(names: Sequence[str], shown: int = 10) -> str:
+    """The first names of a long list, for one log line."""
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
 class FlowState(str, Enum):
     STARTING = "starting"
     RUNNING = "running"
@@ -242,6 +247,7 @@ class FlowWorker(Assignment):
         self._producer_cfg = producer_cfg
         self._producer = self._producer_for(None)
         self._subscribed: tuple[str, ...] = ()
+        self._waiting: set[str] = set()  # matched source topics whose targets are not ready yet
         # Frozen (SIGSTOP, a VM pause, a stalled host) for longer than this, the group may
         # have given this worker's partitions to another: see `_check_frozen`.
         self._fence_after = (int(consumer_cfg["session.timeout.ms"]) - int(consumer_cfg["heartbeat.interval.ms"])) / 1000
@@ -520,7 +526,7 @@ class FlowWorker(Assignment):
         stalled, self._oldest_inflight = self._ledger.stalled(self._oldest_inflight)
         if stalled != self._stalled:
             if stalled:
-                names = ", ".join(f"{t}[{p}]" for t, p in stalled[:10]) + (f" and {len(stalled) - 10} more" if len(stalled) > 10 else "")
+                names = _some([f"{t}[{p}]" for t, p in stalled])
                 log.warning("flow %s: %d partition(s) had records in flight and none acknowledged for %.0f s: %s", self.flow.name, len(stalled), STALL_LOOK, names)
             else:
                 log.info("flow %s: acknowledgements flow again on every partition", self.flow.name)
@@ -1066,9 +1072,18 @@ class FlowWorker(Assignment):
             # Every target topic this worker may write to needs its id before the first record:
             # a topic deleted and created again between two refreshes (by another worker of
             # the flow, or by hand) is told apart only by its id.
-            unknown = sorted({m.target for m in mappings} - set(self._target_ids))
+            unknown = {m.target for m in mappings} - set(self._target_ids)
             if unknown:
-                self._target_ids.update(self._wait_for_ids(unknown))
+                # New to this worker (never subscribed): asked once, not waited for. Their
+                # sources join the subscription once their ids are known (below), so no
+                # record goes to a topic this worker cannot tell from a later re-creation,
+                # and the loop goes on while a cluster creating thousands of partitions
+                # takes its time (minutes for 10,000 on one broker, measured).
+                fresh = {m.target for m in mappings if m.source not in self._subscribed} & unknown
+                self._target_ids.update(self._target_admin.topic_ids(sorted(fresh)))
+                # Already mirrored and recreated since: wait for the new id, bounded.
+                if unknown - fresh:
+                    self._target_ids.update(self._wait_for_ids(sorted(unknown - fresh)))
             for st in self._ledger.parts.values():
                 if st.target_id is None:
                     st.target_id = self._target_ids.get(st.route.target_topic)
@@ -1098,7 +1113,11 @@ class FlowWorker(Assignment):
         self._mappings = {m.source: m for m in mappings}
         if self._caught_up_at is None and self.until_caught_up:
             self._caught_up_at = self._end_offsets(mappings)
-        topics = tuple(sorted(self._mappings))
+        waiting = {m.source for m in mappings if m.target not in self._target_ids and m.source not in self._subscribed}
+        if waiting and waiting != self._waiting:
+            log.info("flow %s: %d source topic(s) wait for their target topics to be ready: %s", self.flow.name, len(waiting), _some(sorted(waiting)))
+        self._waiting = waiting
+        topics = tuple(sorted(set(self._mappings) - waiting))
         if topics != self._subscribed:
             added = set(topics) - set(self._subscribed)
             if added:
@@ -1108,7 +1127,7 @@ class FlowWorker(Assignment):
             else:
                 self._consumer.unsubscribe()
             self._subscribed = topics
-        return True
+        return not waiting  # soon again while targets are not ready
 
     def _wait_for_ids(self, topics: Sequence[str]) -> dict[str, str]:
         """The ids of target topics that exist (ensure_targets made sure) but are not known yet.
@@ -1125,7 +1144,7 @@ class FlowWorker(Assignment):
             if len(ids) == len(topics) or self.clock() >= deadline or self.stop.wait(0.1):
                 break
         if len(ids) < len(topics):
-            log.warning("flow %s: could not read the id of target topic(s) %s; a deletion and re-creation of them before the next refresh would go unnoticed", self.flow.name, ", ".join(t for t in topics if t not in ids))
+            log.warning("flow %s: could not read the id of target topic(s) %s; a deletion and re-creation of them before the next refresh would go unnoticed", self.flow.name, _some([t for t in topics if t not in ids]))
         return ids
 
     def _resync(self, reset: Collection[SourcePartition], emptied: Collection[SourcePartition]) -> None:

@@ -49,6 +49,12 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     # librdkafka refuses records above its own 1,000,000 before the broker sees them, while
     # a broker's default is 1,048,588 and topics may allow more: let the target decide.
     "message.max.bytes": 1_000_000_000,
+    # A topic the mirror just created may not show in the target's metadata for minutes
+    # (10,000 new partitions on one broker: 135 s here). librdkafka fails records for a topic
+    # it has not seen after this long (30 s by default), which the worker must take for a
+    # deleted target and answer with a resync of every partition; wait longer instead. A
+    # topic deleted later is still seen at once (ids at each refresh, errors at delivery).
+    "topic.metadata.propagation.max.ms": 300_000,
 }
 
 # Producer batches are checked whole against the target topic's max.message.bytes, and
