@@ -4,10 +4,16 @@ The estate: T topics x P partitions on the source (default 1,000 x 10), R record
 partition (default 5: 50,000 records), and an application group committed on every
 partition (for `failover plan --translate`). Measured, each once, in this order:
 
-1. `mirror run --until-caught-up` (one worker): start to caught up, peak RSS, CPU seconds;
+1. `mirror run --until-caught-up` (one worker), cold: the mirror creates every target topic.
+   Start to caught up, peak RSS, CPU seconds, and `targets_ready_s`: when every target
+   partition had a leader (the target broker's share; polled every 2 s from outside);
 2. `mirror monitor`: the first scrape of /metrics (cold) and the next ones: seconds and bytes;
 3. `mirror lag --json`: wall seconds of the command (and its Python start-up, measured apart);
-4. `mirror failover plan --translate --json` for the group on all partitions: wall seconds.
+4. `mirror failover plan --translate --json` for the group on all partitions: wall seconds;
+   and one checkpoint tick of the group (a process of its own);
+5. a restart: R more records in every partition while the mirror is stopped, then
+   `mirror run --until-caught-up` again with the target topics in place (the usual case:
+   a worker restarted after a crash or a deploy): the same figures.
 
 Figures only, never asserted (bench/README.md "10,000 partitions"); JSON under bench/results.
 """
@@ -22,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -64,7 +71,7 @@ def _timed(argv: Sequence[str], log: Path, timeout: float) -> tuple[float, int, 
 
 
 def _estate(bootstrap: str, p: ScaleParams) -> list[str]:
-    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -73,6 +80,20 @@ def _estate(bootstrap: str, p: ScaleParams) -> list[str]:
         futs = admin.create_topics([NewTopic(n, p.partitions, 1) for n in names[i:i + 100]], operation_timeout=120)
         for f in futs.values():
             f.result(180)
+    _produce(bootstrap, names, p, 0)
+    # An application group halfway through every partition: failover plans translate it.
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(n, q, max(1, p.records // 2)) for n in names for q in range(p.partitions)], asynchronous=False)
+    finally:
+        c.close()
+    return names
+
+
+def _produce(bootstrap: str, names: Sequence[str], p: ScaleParams, round_: int) -> None:
+    """`p.records` more records in every partition (round `round_`: keys and values of its own)."""
+    from confluent_kafka import KafkaException, Producer
+
     prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "enable.idempotence": True, "queue.buffering.max.messages": 200000})
     # Every delivery is checked: a partition whose leader is not known yet to a brand-new
     # producer fails its records (flush() still returns 0), and the first scale run
@@ -90,7 +111,7 @@ def _estate(bootstrap: str, p: ScaleParams) -> list[str]:
         if all(known.get(n) == p.partitions for n in names):
             break
         time.sleep(1)
-    todo = [(n, q, b"%d" % r, b"v%d" % r) for n in names for q in range(p.partitions) for r in range(p.records)]
+    todo = [(n, q, b"%d" % r, b"v%d.%d" % (round_, r)) for n in names for q in range(p.partitions) for r in range(p.records)]
     for _attempt in range(5):
         for n, q, key, value in todo:
             try:
@@ -104,13 +125,6 @@ def _estate(bootstrap: str, p: ScaleParams) -> list[str]:
             break
         time.sleep(2)
     assert not todo, f"preload failed for {len(todo)} records"
-    # An application group halfway through every partition: failover plans translate it.
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "enable.auto.commit": False})
-    try:
-        c.commit(offsets=[TopicPartition(n, q, max(1, p.records // 2)) for n in names for q in range(p.partitions)], asynchronous=False)
-    finally:
-        c.close()
-    return names
 
 
 def _config(path: Path, src: str, dst: str, workdir: Path, flow: str, rename: str) -> Path:
@@ -178,7 +192,8 @@ def run(p: ScaleParams, out: Path | None = None, workdir: Path | None = None, ke
         res["clusters_up_s"] = round(time.monotonic() - t, 1)
         _log(f"clusters up in {res['clusters_up_s']} s; building {p.topics} x {p.partitions} partitions, {p.records} records each")
         t = time.monotonic()
-        _estate(src, p)
+        names = _estate(src, p)
+        rounds = 1
         res["estate_s"] = round(time.monotonic() - t, 1)
         # Each variant mirrors the estate into its own target topics (identity names for the
         # "before" code, prefixed for this tree) with its own group and offset store.
@@ -187,7 +202,8 @@ def run(p: ScaleParams, out: Path | None = None, workdir: Path | None = None, ke
             if python is None:
                 continue
             cfg = _config(workdir / f"{flow}.yaml", src, dst, workdir, flow, rename)
-            res[label] = _measure(label, [python, "-m", "mirror"], cfg, flow, "src." if rename == "prefix" else "", p, logs, load_config, Admin)
+            res[label] = _measure(label, [python, "-m", "mirror"], cfg, flow, "src." if rename == "prefix" else "", p, logs, load_config, Admin, src, dst, names, rounds)
+            rounds += 1
     finally:
         dev.down()
         if own_tmp and not keep:
@@ -203,24 +219,67 @@ def run(p: ScaleParams, out: Path | None = None, workdir: Path | None = None, ke
     return result
 
 
-def _measure(label: str, py: list[str], cfg: Path, flow: str, prefix: str, p: ScaleParams, logs: Path, load_config: Any, admin_cls: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"python": py[0]}
-    # 1. start to caught up, one worker
-    _log(f"{label}: mirror run --until-caught-up")
+class _ReadyWatch(threading.Thread):
+    """Seconds from start until every target partition has a leader: the target cluster's
+    share of a cold start (the mirror creates the topics; the broker then creates their
+    logs, which at 10,000 partitions on one broker takes minutes here). Polled every 2 s."""
+
+    def __init__(self, bootstrap: str, names: set[str], partitions: int) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap, self.names, self.want = bootstrap, names, len(names) * partitions
+        self.started = time.monotonic()
+        self.ready_s: float | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        while not self.done.wait(2.0):
+            try:
+                md = admin.list_topics(timeout=30)
+            except Exception:  # noqa: BLE001 - a busy broker: ask again
+                continue
+            ready = sum(1 for n, t in md.topics.items() if n in self.names and t.error is None for q in t.partitions.values() if q.leader >= 0)
+            if ready >= self.want:
+                self.ready_s = round(time.monotonic() - self.started, 1)
+                return
+
+
+def _run_once(label: str, py: list[str], cfg: Path, prefix: str, p: ScaleParams, logs: Path, target: Any, rounds: int, dst: str | None) -> dict[str, Any]:
+    """`mirror run --until-caught-up` (one worker): wall, peak RSS, CPU, records on the target."""
     run_proc = Contender([*py, "-v", "run", "-c", str(cfg), "--until-caught-up"], logs / f"{label}-run.log", cwd=logs).start()
+    watch = _ReadyWatch(dst, {f"{prefix}scale.t{i:04d}" for i in range(p.topics)}, p.partitions) if dst else None
+    if watch is not None:
+        watch.start()
     deadline = time.monotonic() + p.timeout
     while run_proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     rc = run_proc.poll()
     wall = run_proc.wall_seconds
     usage = run_proc.finish()
-    config = load_config(cfg)
-    target = admin_cls("dst", config.cluster("dst"))
     parts = [(f"{prefix}scale.t{i:04d}", q) for i in range(p.topics) for q in range(p.partitions)]
     mirrored = sum(target.end_offsets(parts).values()) if hasattr(target, "end_offsets") else sum(w.high for w in target.watermarks(parts).values())
-    total = p.topics * p.partitions * p.records
-    out["run"] = {"exit": rc, "start_to_caught_up_s": round(wall, 1), "peak_rss_mb": round(usage.peak_rss_per_process_bytes / 1e6, 1),
-                  "cpu_s": round(usage.cpu_seconds, 1), "records_on_target": mirrored, "ok": rc == 0 and mirrored == total}
+    total = p.topics * p.partitions * p.records * rounds
+    out = {"exit": rc, "start_to_caught_up_s": round(wall, 1), "peak_rss_mb": round(usage.peak_rss_per_process_bytes / 1e6, 1),
+           "cpu_s": round(usage.cpu_seconds, 1), "records_on_target": mirrored, "ok": rc == 0 and mirrored == total}
+    if watch is not None:
+        watch.done.set()
+        watch.join(35)
+        # The run may end before the watch's next look; then the targets were ready by its end.
+        out["targets_ready_s"] = watch.ready_s if watch.ready_s is not None else (out["start_to_caught_up_s"] if out["ok"] else None)
+    return out
+
+
+def _measure(label: str, py: list[str], cfg: Path, flow: str, prefix: str, p: ScaleParams, logs: Path, load_config: Any, admin_cls: Any,
+             src: str, dst: str, names: Sequence[str], rounds: int) -> dict[str, Any]:
+    """The figures of one tree; `rounds`: rounds of records in the source so far (this adds one)."""
+    out: dict[str, Any] = {"python": py[0]}
+    config = load_config(cfg)
+    target = admin_cls("dst", config.cluster("dst"))
+    # 1. start to caught up, one worker, the target topics created by the mirror (cold)
+    _log(f"{label}: mirror run --until-caught-up (cold: creates the target topics)")
+    out["run"] = _run_once(label, py, cfg, prefix, p, logs, target, rounds, dst)
     _log(f"  -> {out['run']}")
 
     # 2. the exporter: cold scrape, then warm ones
@@ -253,6 +312,13 @@ def _measure(label: str, py: list[str], cfg: Path, flow: str, prefix: str, p: Sc
                   "failover_plan_translate_s": round(plan_s, 2), "failover_plan_exit": plan_rc, "failover_plan_partitions": plan_parts,
                   "checkpoint_tick_s": float(tick[0]) if tick[0] else None, "checkpoints": int(tick[1]) if tick[1] else None}
     _log(f"  -> {out['cli']}")
+
+    # 5. a restart: the mirror stopped, p.records more records arrived in every partition
+    # (as many as the cold run mirrored), the target topics exist: the 3 a.m. case.
+    _log(f"{label}: {p.topics * p.partitions * p.records} more records while stopped, then mirror run --until-caught-up (restart)")
+    _produce(src, names, p, rounds)
+    out["restart"] = _run_once(f"{label}-restart", py, cfg, prefix, p, logs, target, rounds + 1, None)
+    _log(f"  -> {out['restart']}")
     return out
 
 
