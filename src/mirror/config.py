@@ -415,8 +415,8 @@ def _is(allowed: set[str]) -> Callable[[Any], bool]:
     return lambda v: _text(v) in allowed
 
 
-def _is_exactly(allowed: str) -> Callable[[Any], bool]:
-    return lambda v: str(v).strip() == allowed  # librdkafka matches assignor names case-sensitively
+def _is_exactly(*allowed: str) -> Callable[[Any], bool]:
+    return lambda v: str(v).strip() in allowed  # librdkafka matches assignor names case-sensitively
 
 
 def _int_at_most(limit: int) -> Callable[[Any], bool]:
@@ -439,6 +439,8 @@ _PRODUCER_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "delivery.report.only.error": (_is(_FALSE), "must stay false: source offsets are committed from successful delivery reports, so nothing would ever be committed"),
     "transactional.id": (_never, "is not supported: the mirror's producer is idempotent, not transactional, and a transactional producer refuses records sent outside a transaction"),
 }
+# One assignor, never a list: every worker of a flow must speak the same rebalance protocol.
+ASSIGNORS = ("cooperative-sticky", "roundrobin", "range")
 _CONSUMER_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "isolation.level": (_is({"read_committed"}), "must stay read_committed: with read_uncommitted, records of aborted transactions reach the target"),
     "enable.auto.commit": (_is(_FALSE), "must stay false: source offsets would be committed before the target acknowledged the records, and a crash would lose them"),
@@ -447,7 +449,7 @@ _CONSUMER_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "group.id": (_never, "cannot be set here: lag, checkpoints and --until-caught-up read the flow's group; set the flow's consumer_group instead"),
     "group.instance.id": (_never, "is not supported: every worker of a flow runs with these settings, and workers sharing one static member id fence each other"),
     "group.protocol": (_is({"classic"}), "must stay classic: the mirror hands partitions over with the cooperative-sticky assignor and its own session timeout, which the consumer protocol does not accept"),
-    "partition.assignment.strategy": (_is_exactly("cooperative-sticky"), "must stay cooperative-sticky: the mirror hands partitions over incrementally (only moved partitions pause), which eager assignors do not do"),
+    "partition.assignment.strategy": (_is_exactly(*ASSIGNORS), "must be one assignor of " + ", ".join(ASSIGNORS) + ": cooperative-sticky (the default) moves only the partitions that must move; roundrobin and range are eager (every rebalance pauses every partition) but assign 10,000 partitions in under a second where librdkafka's cooperative-sticky takes tens of seconds"),
 }
 _COMMON_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "allow.auto.create.topics": (_is(_FALSE), "must stay false: the mirror creates target topics itself, with the source's partition count and configs; an auto-created topic gets the broker's defaults"),

@@ -279,6 +279,43 @@ def test_two_processes_share_partitions_and_one_finishes_alone(clusters, write_c
     assert group_offsets(src, f"mirror-{unique}", t, n) == end_offsets(src, t, n)
 
 
+def test_workers_with_an_eager_assignor_hand_partitions_over_without_loss_or_duplicates(clusters, write_config, unique):
+    """roundrobin (the setting for flows above ~5,000 partitions): a second worker joining
+    mid-stream and the first one leaving each revoke every partition (eager); each handover
+    drains and commits first, so the target holds every record exactly once."""
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    t, n, total = f"eager-{unique}", 4, 40_000
+    create_topic(src, t, n)
+    produce_numbered(src, t, 10_000, n)
+    cfg = write_config(flow_yaml(unique, f'["{t}"]', extra="    consumer: {partition.assignment.strategy: roundrobin}\n"))
+    from mirror.config import ClusterConfig
+    from mirror.kafka import Admin
+
+    admin = Admin("src", ClusterConfig(bootstrap=src))
+    a, b = MirrorProcess(cfg), None
+    try:
+        logs = lambda: f"\n--- a:\n{a.output()}\n--- b:\n{b.output() if b else ''}"
+        wait_for(lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) > 0, 60, "the first records", detail=logs)
+        b = MirrorProcess(cfg)
+        wait_for(lambda: admin.group_members(f"mirror-{unique}") == 2, 60, "both workers in the group", detail=logs)
+        produce_numbered(src, t, total - 10_000, n, start=10_000)
+        a.signal(signal.SIGTERM)
+        assert a.wait(60) == 0, logs()
+        wait_for(lambda: group_offsets(src, f"mirror-{unique}", t, n) == end_offsets(src, t, n), 120, "the remaining worker to commit everything", detail=logs)
+        b.signal(signal.SIGTERM)
+        assert b.wait(60) == 0, logs()
+        # The eager protocol at work: b's arrival took every partition from a, then gave some back.
+        assert a.output().count("revoked") >= 2 and "assigned" in b.output(), logs()
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+    target = read_topic(dst, f"src.{t}", n)
+    seen = [int(r.value.split(b":")[0]) for recs in target.values() for r in recs]
+    assert set(seen) == set(range(total))
+    assert len(seen) == total, f"{len(seen) - total} duplicates"
+
+
 def test_workers_flag_runs_processes_that_finish_together(clusters, write_config, unique):
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
     t, n = f"workers-{unique}", 4

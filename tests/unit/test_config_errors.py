@@ -149,7 +149,7 @@ GUARANTEE_CASES = {
     "reset_latest": ("consumer", "auto.offset.reset", "latest", "flows[0].consumer.auto.offset.reset: 'latest' refused: auto.offset.reset must stay earliest"),
     "group_id": ("consumer", "group.id", "other", "flows[0].consumer.group.id: refused: group.id cannot be set here"),
     "static_member": ("consumer", "group.instance.id", "w1", "flows[0].consumer.group.instance.id: refused: group.instance.id is not supported"),
-    "eager_assignor": ("consumer", "partition.assignment.strategy", "range", "flows[0].consumer.partition.assignment.strategy: 'range' refused: partition.assignment.strategy must stay cooperative-sticky"),
+    "unknown_assignor": ("consumer", "partition.assignment.strategy", "sticky", "flows[0].consumer.partition.assignment.strategy: 'sticky' refused: partition.assignment.strategy must be one assignor of cooperative-sticky, roundrobin, range"),
     "assignor_case": ("consumer", "partition.assignment.strategy", "Cooperative-Sticky", "flows[0].consumer.partition.assignment.strategy: 'Cooperative-Sticky' refused"),
     "mixed_assignors": ("consumer", "partition.assignment.strategy", "'cooperative-sticky,range'", "flows[0].consumer.partition.assignment.strategy: 'cooperative-sticky,range' refused"),
     "consumer_protocol": ("consumer", "group.protocol", "consumer", "flows[0].consumer.group.protocol: 'consumer' refused: group.protocol must stay classic"),

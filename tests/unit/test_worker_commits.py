@@ -154,6 +154,7 @@ class FakeConsumer:
         self.callbacks: dict[str, Any] = {}
         self.closed = False
         self.idle = 0  # turns before the first subscription
+        self.calls: list[str] = []  # assignment calls, in order
 
     # the group
     def subscribe(self, topics: list[str], *, on_assign: Any, on_revoke: Any, on_lost: Any) -> None:
@@ -163,11 +164,21 @@ class FakeConsumer:
         pass
 
     def incremental_assign(self, tps: list[TopicPartition]) -> None:
+        self.calls.append("incremental_assign")
         self.assigned += [(tp.topic, tp.partition) for tp in tps]
 
     def incremental_unassign(self, tps: list[TopicPartition]) -> None:
+        self.calls.append("incremental_unassign")
         gone = {(tp.topic, tp.partition) for tp in tps}
         self.assigned = [tp for tp in self.assigned if tp not in gone]
+
+    def assign(self, tps: list[TopicPartition]) -> None:  # eager assignors: the whole assignment
+        self.calls.append("assign")
+        self.assigned = [(tp.topic, tp.partition) for tp in tps]
+
+    def unassign(self) -> None:
+        self.calls.append("unassign")
+        self.assigned = []
 
     def revoke(self, tps: list[tuple[str, int]]) -> None:
         self.callbacks["revoke"](self, [TopicPartition(t, p) for t, p in tps])
@@ -262,9 +273,9 @@ class Clock:
         return self.now
 
 
-def make(script: list[Step], *, target: Target | None = None, capacity: int = 100_000, producer_cls: type[FakeProducer] = FakeProducer) -> tuple[FlowWorker, FakeConsumer, Target]:
+def make(script: list[Step], *, target: Target | None = None, capacity: int = 100_000, producer_cls: type[FakeProducer] = FakeProducer, text: str = TEXT) -> tuple[FlowWorker, FakeConsumer, Target]:
     """A worker of flow `p` (source topic `orders`, 2 partitions, both assigned) on fakes."""
-    cfg = config.parse(TEXT, env={})
+    cfg = config.parse(text, env={})
     stop = threading.Event()
     target = target or Target()
     consumer = FakeConsumer([P0, P1], script, stop, target)
@@ -446,3 +457,26 @@ def test_a_refused_record_does_not_acknowledge_the_run_before_it_while_the_flush
     assert target.stored[P0] == [0, 1]
     assert not consumer.unsafe, consumer.unsafe
     assert consumer.last_commit(P0) in (None, 0, 1, 2)
+
+
+def test_an_eager_assignor_gets_whole_assignments_and_whole_revocations():
+    """roundrobin/range (allowed for large flows: librdkafka's cooperative-sticky takes tens of
+    seconds at 10,000 partitions) speak the eager protocol: assign/unassign, never the
+    incremental calls, which librdkafka refuses under that protocol."""
+    eager = TEXT.replace("commit_interval: 1s}", "commit_interval: 1s, consumer: {partition.assignment.strategy: roundrobin}}")
+
+    def rebalance(c: FakeConsumer) -> list[Msg]:
+        c.revoke([P0, P1])  # everything is revoked first, then everything assigned again
+        c.callbacks["assign"](c, [TopicPartition(*P0), TopicPartition(*P1)])
+        return []
+
+    worker, consumer, target = run([batch(P0, range(3)), rebalance, batch(P1, range(2))], text=eager)
+    assert consumer.calls == ["assign", "unassign", "assign"], consumer.calls
+    assert consumer.last_commit(P0) == 3 and consumer.last_commit(P1) == 2
+    assert sorted(target.stored[P0]) == [0, 1, 2] and sorted(target.stored[P1]) == [0, 1]
+
+
+def test_the_default_assignor_gets_increments():
+    worker, consumer, target = run([batch(P0, range(3)), lambda c: (c.revoke([P1]), [])[1], batch(P0, [3])])
+    assert consumer.calls == ["incremental_assign", "incremental_unassign"], consumer.calls
+    assert consumer.last_commit(P0) == 4

@@ -53,6 +53,7 @@ class Assignment:
     _created_at: dict[SourcePartition, int | None]
     _paused: bool
     _tick: float
+    _eager: bool  # an eager assignor (roundrobin, range): whole assignments, not increments
 
     # What the callbacks need from the worker: FlowWorker (engine/worker.py) implements each
     # of these; they are declared here so the mixin type-checks on its own, not unfinished.
@@ -137,7 +138,12 @@ class Assignment:
             # records the new topic never received.
             for listener in self.listeners:
                 listener.on_reset(self.flow.name, sorted(start))
-        consumer.incremental_assign([TopicPartition(tp.topic, tp.partition, start[(tp.topic, tp.partition)]) if (tp.topic, tp.partition) in start else tp for tp in partitions])
+        chosen = [TopicPartition(tp.topic, tp.partition, start[(tp.topic, tp.partition)]) if (tp.topic, tp.partition) in start else tp for tp in partitions]
+        # An eager assignor hands over the whole assignment each time (all was revoked first).
+        if self._eager:
+            consumer.assign(chosen)
+        else:
+            consumer.incremental_assign(chosen)
         self._rewind_group(sorted(start))
         if self._paused:
             consumer.pause(partitions)
@@ -207,7 +213,10 @@ class Assignment:
         except MirrorError as exc:
             log.warning("flow %s: commit on revoke failed: %s", self.flow.name, exc)
         self._ledger.forget(keys)
-        consumer.incremental_unassign(partitions)
+        if self._eager:
+            consumer.unassign()
+        else:
+            consumer.incremental_unassign(partitions)
         self._tick = self.clock()  # the commit above may block: not a freeze
         log.info("flow %s: revoked %d partitions (now %d)", self.flow.name, len(partitions), len(self._ledger.parts))
 
@@ -219,6 +228,9 @@ class Assignment:
             if k in self._ledger.parts:
                 self._ledger.parts[k].drop_open()
         self._ledger.forget(keys)
-        consumer.incremental_unassign(partitions)
+        if self._eager:
+            consumer.unassign()
+        else:
+            consumer.incremental_unassign(partitions)
         log.warning("flow %s: lost %d partitions", self.flow.name, len(partitions))
         self._unfence()  # the group has spoken: what is left (if anything) is ours

@@ -110,6 +110,12 @@ HINT_TARGET_SIZE = "raise max.message.bytes on the target topic (and message.max
 HINT_REFUSED = "fix the cause on the target, then restart; nothing past this record was committed"
 
 
+# Above this many partitions in a flow librdkafka's cooperative-sticky assignor is too slow
+# (librdkafka#4629; 10,000 partitions, one member: 15-54 s per assignment here, 0.5 s with
+# roundrobin), and the member it blocks misses its heartbeats.
+COOPERATIVE_MAX = 5000
+
+
 def _some(names: Sequence[str], shown: int = 10) -> str:
     """The first names of a long list, for one log line."""
     return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
@@ -183,6 +189,8 @@ class FlowWorker(Assignment):
         self._stalled: list[SourcePartition] = []
         self._pending: deque[Message] = deque()  # consumed, not yet accepted by a full producer queue
         self._paused = False
+        self._eager = False  # from the consumer's assignor, in _open
+        self._told_assignor = False
         self._held = False  # reading paused because a listener (the offset store) is behind
         # After a freeze: reading paused until the group confirms these partitions are still
         # ours (a commit as a member of the current generation) or takes them away.
@@ -243,6 +251,7 @@ class FlowWorker(Assignment):
             consumer_cfg["statistics.interval.ms"] = producer_cfg["statistics.interval.ms"] = self._stats_interval_ms
             consumer_cfg["stats_cb"] = lambda s: cb(f.name, "consumer", s)
             producer_cfg["stats_cb"] = lambda s: cb(f.name, "producer", s)
+        self._eager = consumer_cfg["partition.assignment.strategy"] != "cooperative-sticky"
         self._consumer = self._make_consumer(f.source, self._source, consumer_cfg)
         self._producer_cfg = producer_cfg
         self._producer = self._producer_for(None)
@@ -1111,6 +1120,10 @@ class FlowWorker(Assignment):
                 log.warning("flow %s: could not read the group's offsets when creating %s (%s); mirroring them from the source's beginning", self.flow.name, ", ".join(result.created), exc)
                 self._created_at.update({(tp.topic, tp.partition): UNREAD for tp in created})
         self._mappings = {m.source: m for m in mappings}
+        total = sum(m.partitions for m in mappings)
+        if not self._eager and total > COOPERATIVE_MAX and not self._told_assignor:
+            self._told_assignor = True
+            log.warning("flow %s: %d partitions with the cooperative-sticky assignor, which takes tens of seconds per rebalance above ~%d in librdkafka (members time out of the group and rebalance again); set the flow's consumer partition.assignment.strategy: roundrobin", self.flow.name, total, COOPERATIVE_MAX)
         if self._caught_up_at is None and self.until_caught_up:
             self._caught_up_at = self._end_offsets(mappings)
         waiting = {m.source for m in mappings if m.target not in self._target_ids and m.source not in self._subscribed}

@@ -11,7 +11,8 @@ from mirror.config import CONSUMER_TIMINGS
 
 # Source consumer: read only committed data (aborted transactions never reach the target),
 # commit only what the worker says, cooperative rebalancing so a new worker or a new topic
-# moves only the partitions that must move.
+# moves only the partitions that must move (a flow may choose roundrobin instead: above
+# ~5,000 partitions librdkafka's cooperative-sticky assignor is too slow, see the worker).
 CONSUMER_DEFAULTS: dict[str, Any] = {
     "isolation.level": "read_committed",
     "enable.auto.commit": False,
