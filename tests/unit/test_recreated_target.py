@@ -499,3 +499,37 @@ def test_the_subscription_follows_the_id_of_a_slowly_described_target_topic():
     worker.run()
     assert known_at_subscribe[:1] == ["id-1"], known_at_subscribe
     assert sorted(target.stored[P0]) == [0, 1, 2] and sorted(target.stored[P1]) == [0, 1]
+
+
+class CountedOffsets(FakeConsumer):
+    """Counts reads of the group's offsets; `fail_from`: the reads from that one on time out."""
+
+    fail_from = 0
+
+    def committed(self, tps: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
+        self.reads = getattr(self, "reads", 0) + 1
+        if self.fail_from and self.reads >= self.fail_from:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to get committed offsets: Local: Timed out"))
+        return super().committed(tps, timeout)
+
+    def incremental_assign(self, tps: list[TopicPartition]) -> None:
+        self.starts = {(tp.topic, tp.partition): tp.offset for tp in tps}
+        super().incremental_assign(tps)
+
+
+def test_the_assignment_reads_the_groups_offsets_once():
+    """At 10,000 partitions a read of the group's offsets takes seconds inside the rebalance
+    callback; it read them twice (all partitions, then the new topics' ones again)."""
+    worker, consumer, target, _ = worker_on(LaggingTarget(0), [batch(P0, range(2))] + [[]] * 5, consumer_cls=CountedOffsets)
+    worker.run()
+    assert consumer.reads == 2, consumer.reads  # at the target's creation, then once in the callback
+    assert sorted(target.stored[P0]) == [0, 1]
+
+
+def test_a_new_target_topic_is_filled_from_the_beginning_if_the_callback_cannot_read_the_groups_offsets():
+    class FailsInCallback(CountedOffsets):
+        fail_from = 2  # the creation's read works, the callback's times out
+
+    worker, consumer, target, _ = worker_on(LaggingTarget(0), [batch(P0, range(2))] + [[]] * 5, consumer_cls=FailsInCallback)
+    worker.run()
+    assert consumer.starts == {P0: -2, P1: -2}, consumer.starts  # OFFSET_BEGINNING, never the group's offsets of an older topic
