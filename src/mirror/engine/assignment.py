@@ -116,21 +116,19 @@ class Assignment:
         # of it. But only if nobody committed since the creation: another worker may have
         # filled it in the meantime (then the group's offsets are right, as always).
         created = [tp for tp in partitions if (tp.topic, tp.partition) in self._created_at]
-        start, current = self._stale_commits(partitions)
+        start, current, read = self._stale_commits(partitions)
         if created:
-            try:
-                now = self._committed([TopicPartition(tp.topic, tp.partition) for tp in created])
-            except MirrorError as exc:
-                # Raising here would kill the worker from inside the rebalance. Fall back to
-                # the group's offsets: for a new group (the usual reason a target is created)
-                # that is the beginning anyway.
-                log.warning("flow %s: could not read the group's offsets for newly created targets (%s); starting from the group's committed offsets", self.flow.name, exc)
-                now = {}
+            # The group's offsets as `_stale_commits` just read them (one read for the whole
+            # assignment: at 10,000 partitions each read is seconds inside the callback). If
+            # that read failed, the new topic is filled from the source's beginning, as when
+            # the offsets could not be read at creation: duplicates if another worker filled
+            # it meanwhile, never a gap at the start of the new topic.
+            now = read or {}
             for key in [(tp.topic, tp.partition) for tp in created]:
                 created_with = self._created_at.pop(key)
                 if key in current:
                     continue  # committed into this very topic since: another worker filled it
-                if created_with == UNREAD or (key in now and now[key] == created_with):
+                if read is None or created_with == UNREAD or (key in now and now[key] == created_with):
                     start[key] = OFFSET_BEGINNING
         if start:
             # Rows of an earlier incarnation of the target would mistranslate; and the group's
@@ -154,11 +152,12 @@ class Assignment:
         self._tick = self.clock()  # the offset reads above may block: not a freeze
         log.info("flow %s: assigned %d partitions (now %d)", self.flow.name, len(partitions), len(self._ledger.parts))
 
-    def _stale_commits(self, partitions: list[TopicPartition]) -> tuple[dict[SourcePartition, int], set[SourcePartition]]:
+    def _stale_commits(self, partitions: list[TopicPartition]) -> tuple[dict[SourcePartition, int], set[SourcePartition], dict[SourcePartition, int | None] | None]:
         """Partitions whose committed offset was mirrored into an earlier incarnation of their
         target topic (deleted and created again since, maybe while the mirror was stopped, or
         by another worker): they start again from the source's beginning. Also returned: the
-        partitions whose committed offset was mirrored into the target topic as it is now.
+        partitions whose committed offset was mirrored into the target topic as it is now,
+        and the group's committed offsets as read here (None if they could not be read).
 
         This worker's part of the new topic is emptied first: nobody committed into it, so
         whatever it holds is a stale or unacknowledged copy that would come ahead of, or
@@ -168,20 +167,21 @@ class Assignment:
             got = self._consumer.committed([TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=min(5.0, self._source.timeout))
         except KafkaException as exc:
             log.warning("flow %s: could not read the group's offsets of the assigned partitions (%s); trusting them", self.flow.name, exc.args[0].str())
-            return {}, set()
+            return {}, set(), None
+        read = {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in got}
         tagged = [tp for tp in got if tp.offset >= 0 and (tp.metadata or "").startswith(TID)]
         try:  # the ids as they are now, not as this worker last saw them
             ids = self._target_admin.topic_ids(sorted({self._ledger.parts[(tp.topic, tp.partition)].route.target_topic for tp in got}))
         except MirrorError as exc:
             log.warning("flow %s: could not read the target topics' ids (%s); trusting the group's offsets", self.flow.name, exc)
-            return {}, set()
+            return {}, set(), read
         # What this worker writes from now on goes to the topic as it is now: a later id
         # change is a re-creation under it (`_refresh_topics`), an earlier one is not.
         for tp in got:
             st = self._ledger.parts[(tp.topic, tp.partition)]
             st.target_id = ids.get(st.route.target_topic)
         if not tagged:
-            return {}, set()
+            return {}, set(), read
         stale: dict[SourcePartition, int] = {}
         current: set[SourcePartition] = set()
         for tp in tagged:
@@ -198,7 +198,7 @@ class Assignment:
                 self._target_admin.delete_records(ends)
             except MirrorError as exc:
                 log.warning("flow %s: could not empty the recreated target partitions: %s", self.flow.name, exc)
-        return stale, current
+        return stale, current, read
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         """Hand partitions over cleanly: wait for their acknowledgements, commit, forget."""
