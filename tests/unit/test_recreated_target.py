@@ -533,3 +533,12 @@ def test_a_new_target_topic_is_filled_from_the_beginning_if_the_callback_cannot_
     worker, consumer, target, _ = worker_on(LaggingTarget(0), [batch(P0, range(2))] + [[]] * 5, consumer_cls=FailsInCallback)
     worker.run()
     assert consumer.starts == {P0: -2, P1: -2}, consumer.starts  # OFFSET_BEGINNING, never the group's offsets of an older topic
+
+
+def test_a_new_group_is_not_rewound_where_it_never_committed():
+    """Every partition of a cold start is re-mirrored into a new topic from the beginning; a
+    group that never committed has nothing to rewind (at 10,000 partitions that commit was
+    one more large request inside the rebalance callback)."""
+    worker, consumer, target, _ = worker_on(LaggingTarget(0), [[]] * 3)
+    worker.run()
+    assert consumer.commits == [], consumer.commits
