@@ -542,3 +542,22 @@ def test_a_new_group_is_not_rewound_where_it_never_committed():
     worker, consumer, target, _ = worker_on(LaggingTarget(0), [[]] * 3)
     worker.run()
     assert consumer.commits == [], consumer.commits
+
+
+def test_configs_are_asked_only_of_target_topics_with_a_known_id():
+    """A broker still creating a topic does not answer DescribeConfigs for it before the
+    request times out: at 10,000 partitions each refresh held the loop for a minute there."""
+
+    class Creating(LaggingTarget):
+        asked: list[str] = []
+
+        def max_message_bytes(self, topics: Iterable[str]) -> dict[str, int]:
+            topics = list(topics)
+            self.asked += [t for t in topics if self.hidden]
+            return super().max_message_bytes(topics)
+
+    dst = Creating(3)
+    worker, consumer, target, _ = worker_on(dst, [batch(P0, range(2))] + [[]] * 5)
+    worker.run()
+    assert dst.asked == [], dst.asked
+    assert sorted(target.stored[P0]) == [0, 1]
