@@ -1097,10 +1097,13 @@ class FlowWorker(Assignment):
                 if st.target_id is None:
                     st.target_id = self._target_ids.get(st.route.target_topic)
             # A topic created a moment ago may not be describable yet: its source's limit is a
-            # lower bound of its own (created with the source's, plus headroom).
+            # lower bound of its own (created with the source's, plus headroom). Only topics
+            # with a known id are asked: the configs of one the broker is still creating are
+            # not answered before the request times out (a minute with the loop held, seen
+            # at 10,000 partitions), and nothing is written to it before its id is known.
             limits = self._source_admin.max_message_bytes(sorted({m.source for m in mappings}))
             self._limits = {m.target: limits[m.source] for m in mappings if m.source in limits}
-            self._limits.update(self._target_admin.max_message_bytes(sorted({m.target for m in mappings})))
+            self._limits.update(self._target_admin.max_message_bytes(sorted({m.target for m in mappings if m.target in self._target_ids})))
         except ClusterUnavailable as exc:
             self._set_state(FlowState.RETRYING, str(exc))
             # An admin client that lived through a broker restart can keep failing long after
