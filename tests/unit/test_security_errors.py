@@ -49,3 +49,14 @@ def test_missing_grant_names_principal_operation_and_resource():
 def test_principal_of_settings():
     assert principal({"sasl.username": "bob"}) == "User:bob"
     assert principal({}) == "User:ANONYMOUS"
+
+
+def test_a_partition_without_a_leader_is_not_called_an_unreachable_cluster():
+    """Seen at 10,000 partitions: 'cluster dst did not answer within 60s while trying to
+    list offsets' for a topic the broker was still creating. It had answered, at once."""
+    with pytest.raises(ClusterUnavailable) as info:
+        raise_for("dst", "list offsets of t[0]", KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE, "Broker: Leader not available")), 60)
+    assert str(info.value).startswith("cluster 'dst' could not list offsets of t[0] yet: Broker: Leader not available (retried"), str(info.value)
+    with pytest.raises(ClusterUnavailable) as info:
+        raise_for("dst", "list offsets of t[0]", KafkaException(KafkaError(KafkaError._TIMED_OUT, "timed out")), 60)
+    assert str(info.value).startswith("cluster 'dst' did not answer within 60s while trying to list offsets of t[0] (check"), str(info.value)

@@ -45,6 +45,9 @@ _principals: dict[str, str] = {}
 
 
 HINT_UNREACHABLE = "check that its brokers are up and its bootstrap address is right"
+HINT_NOT_READY = "retried; usual for a moment after a broker restart or while new topics are created"
+# Of the errors above, those where nothing came back (the rest are answers: no leader yet).
+_SILENT = {KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE, KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION}
 
 
 def is_retriable(err: KafkaError) -> bool:
@@ -125,10 +128,11 @@ def raise_for(cluster: str, what: str, exc: BaseException, timeout: float | None
             refused = security_error(cluster)
             if refused is not None:
                 raise authentication_error(cluster, refused) from None
-            within = f" within {timeout:g}s" if timeout else ""
-            raise ClusterUnavailable(
-                f"cluster {cluster!r} did not answer{within} while trying to {what}",
-                hint=HINT_UNREACHABLE,
-            ) from exc
+            if err.code() in _SILENT:
+                within = f" within {timeout:g}s" if timeout else ""
+                raise ClusterUnavailable(f"cluster {cluster!r} did not answer{within} while trying to {what}", hint=HINT_UNREACHABLE) from exc
+            # It did answer: no leader or coordinator right now (a broker restarting, a topic
+            # being created). Said as it is, not as an unreachable cluster.
+            raise ClusterUnavailable(f"cluster {cluster!r} could not {what} yet: {err.str()}", hint=HINT_NOT_READY) from exc
         raise KafkaOperationError(f"cluster {cluster!r}: cannot {what}: {err.str()}", code=err.name()) from exc
     raise KafkaOperationError(f"cluster {cluster!r}: cannot {what}: {exc}") from exc
