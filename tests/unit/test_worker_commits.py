@@ -171,6 +171,8 @@ class FakeConsumer:
         self.calls.append("incremental_unassign")
         gone = {(tp.topic, tp.partition) for tp in tps}
         self.assigned = [tp for tp in self.assigned if tp not in gone]
+        for tp in gone:  # librdkafka forgets the position of a partition it stops fetching
+            self.position_of.pop(tp, None)
 
     def assign(self, tps: list[TopicPartition]) -> None:  # eager assignors: the whole assignment
         self.calls.append("assign")
@@ -178,6 +180,8 @@ class FakeConsumer:
 
     def unassign(self) -> None:
         self.calls.append("unassign")
+        for tp in self.assigned:  # librdkafka forgets the position of a partition it stops fetching
+            self.position_of.pop(tp, None)
         self.assigned = []
 
     def revoke(self, tps: list[tuple[str, int]]) -> None:
@@ -480,3 +484,32 @@ def test_the_default_assignor_gets_increments():
     worker, consumer, target = run([batch(P0, range(3)), lambda c: (c.revoke([P1]), [])[1], batch(P0, [3])])
     assert consumer.calls == ["incremental_assign", "incremental_unassign"], consumer.calls
     assert consumer.last_commit(P0) == 4
+
+
+def test_an_eager_rebalance_while_reading_is_paused_by_backpressure_does_not_leave_reading_paused():
+    """Review 19: an eager revoke takes every partition, so it drops every pending record
+    (read, not yet produced: the producer's queue was full) while reading was paused for
+    them. The whole assignment that follows is paused too (`_paused`), and nothing was
+    left pending whose production would resume reading: the flow read nothing ever again."""
+    eager = TEXT.replace("commit_interval: 1s}", "commit_interval: 1s, consumer: {partition.assignment.strategy: roundrobin}}")
+    target = Target()
+    slow = {"on": True}
+    target.answer = lambda tp, o: "hold" if slow["on"] else "store"
+    paused_after: list[set[tuple[str, int]]] = []
+
+    def rebalance(c: FakeConsumer) -> list[Msg]:
+        slow["on"] = False  # the target catches up during the revoke's drain
+        c.revoke([P0, P1])
+        c.callbacks["assign"](c, [TopicPartition(*P0), TopicPartition(*P1)])
+        return []
+
+    def look(c: FakeConsumer) -> list[Msg]:
+        paused_after.append(set(c.paused))
+        return []
+
+    def reread(c: FakeConsumer) -> list[Msg]:  # from the commit the revoke made
+        return [] if c.paused else batch(P0, range(5, 10))
+
+    worker, consumer, target = run([batch(P0, range(10)), rebalance, [], [], look, reread, [], []], target=target, capacity=5, text=eager)
+    assert paused_after == [set()], paused_after
+    assert target.stored[P0] == list(range(10)) and consumer.last_commit(P0) == 10, (target.stored, consumer.commits)
