@@ -342,6 +342,11 @@ class FlowWorker(Assignment):
                 self._look_for_stalls()
             if self._pending:
                 self._drain_pending()
+            elif self._paused:
+                # Paused for records that are gone now (dropped by a revoke, which under an
+                # eager assignor takes every partition, or by a resync): nothing pending is
+                # left to resume reading once produced. `_resume` keeps a hold or a fence.
+                self._resume()
             # Take what is there without waiting for a full batch (consume(n, t) returns only
             # when n records arrived or t passed, so at low rates every record would wait t);
             # only when nothing is there, block briefly for the next one.
