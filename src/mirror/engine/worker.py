@@ -335,7 +335,9 @@ class FlowWorker(Assignment):
             now = self.clock()
             if now >= next_refresh or self._refresh_now:
                 self._refresh_now = False
-                next_refresh = now + (self.flow.refresh_interval if self._refresh_topics() else min(5.0, self.flow.refresh_interval))
+                # Soon again while a cluster did not answer or new targets are not ready.
+                ready = self._refresh_topics() and not self._waiting
+                next_refresh = now + (self.flow.refresh_interval if ready else min(5.0, self.flow.refresh_interval))
                 self._tick = self.clock()  # blocking admin calls are not a freeze
             if now >= next_stall_look:
                 next_stall_look = now + STALL_LOOK
@@ -1145,7 +1147,7 @@ class FlowWorker(Assignment):
             else:
                 self._consumer.unsubscribe()
             self._subscribed = topics
-        return not waiting  # soon again while targets are not ready
+        return True
 
     def _wait_for_ids(self, topics: Sequence[str]) -> dict[str, str]:
         """The ids of target topics that exist (ensure_targets made sure) but are not known yet.
