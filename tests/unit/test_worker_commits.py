@@ -19,7 +19,7 @@ import pytest
 from mirror import config
 from mirror.engine.worker import FlowWorker
 from mirror.errors import FatalProduceError
-from mirror.kafka import KafkaError, TopicPartition
+from mirror.kafka import KafkaError, KafkaException, TopicPartition
 
 TEXT = """\
 clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}
@@ -513,3 +513,42 @@ def test_an_eager_rebalance_while_reading_is_paused_by_backpressure_does_not_lea
     worker, consumer, target = run([batch(P0, range(10)), rebalance, [], [], look, reread, [], []], target=target, capacity=5, text=eager)
     assert paused_after == [set()], paused_after
     assert target.stored[P0] == list(range(10)) and consumer.last_commit(P0) == 10, (target.stored, consumer.commits)
+
+
+def test_the_commit_that_confirms_a_fenced_worker_never_names_partitions_revoked_meanwhile():
+    """Review 19: frozen past the session timeout but not expelled, a worker is fenced and
+    asks the group with a commit of every partition it had. An eager rebalance (another
+    worker joins) revokes all of them and hands one back; the other's new owner commits its
+    progress. The asking commit, made as a member of the new generation, is accepted for
+    every partition named (a group does not check ownership): it moved the other owner's
+    offset back, and a next handover re-mirrors what was already mirrored."""
+    eager = TEXT.replace("commit_interval: 1s}", "commit_interval: 1s, consumer: {partition.assignment.strategy: roundrobin}}")
+    made: list[FlowWorker] = []
+
+    refused = {"on": False}
+
+    def freeze(c: FakeConsumer) -> list[Msg]:
+        made[0].clock.now += 60  # type: ignore[attr-defined]  # SIGSTOP ... SIGCONT, still a member
+        refused["on"] = True  # the group is rebalancing: commits wait for the new generation
+        return []
+
+    def rebalance(c: FakeConsumer) -> list[Msg]:
+        refused["on"] = False
+        c.revoke([P0, P1])
+        c.callbacks["assign"](c, [TopicPartition(*P1)])  # P0 went to the worker that joined
+        c.commits.append({P0: 8})  # which mirrored and committed it
+        return []
+
+    worker, consumer, target = make([batch(P0, range(3)) + batch(P1, range(2)), [], [], [], [], freeze, [], [], [], [], rebalance] + [[]] * 12, text=eager)
+    made.append(worker)
+    commit = consumer.commit
+
+    def commit_unless_rebalancing(*, offsets: list[TopicPartition], asynchronous: bool) -> None:
+        if refused["on"]:
+            raise KafkaException(KafkaError(KafkaError.REBALANCE_IN_PROGRESS, "Broker: Group rebalance in progress"))
+        commit(offsets=offsets, asynchronous=asynchronous)
+
+    consumer.commit = commit_unless_rebalancing  # type: ignore[method-assign]
+    worker.run()
+    assert not consumer.unsafe, consumer.unsafe
+    assert consumer.last_commit(P0) == 8, consumer.commits
