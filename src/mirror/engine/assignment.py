@@ -53,6 +53,7 @@ class Assignment:
     _created_at: dict[SourcePartition, int | None]
     _paused: bool
     _tick: float
+    _fenced: dict[SourcePartition, int] | None
     _eager: bool  # an eager assignor (roundrobin, range): whole assignments, not increments
 
     # What the callbacks need from the worker: FlowWorker (engine/worker.py) implements each
@@ -213,6 +214,12 @@ class Assignment:
         except MirrorError as exc:
             log.warning("flow %s: commit on revoke failed: %s", self.flow.name, exc)
         self._ledger.forget(keys)
+        if self._fenced is not None:
+            # Fenced after a freeze: the commit that asks the group (`_confirm_owner`) must
+            # not name these any more. Made as a member of the next generation it would be
+            # accepted, and move their new owner's offset back.
+            for k in keys:
+                self._fenced.pop(k, None)
         if self._eager:
             consumer.unassign()
         else:
