@@ -81,7 +81,9 @@ class Assignment:
         into: whoever resumes from it can tell whether that target topic is still the same
         one (`_on_assign`), even across restarts and workers."""
         st = self._ledger.parts.get(tp)
-        tid = self._target_ids.get(st.route.target_topic) if st is not None else None
+        # The id of the topic this partition writes to: `_stale_commits` may have seen a
+        # re-creation the worker's refresh (`_target_ids`) has not yet.
+        tid = (st.target_id or self._target_ids.get(st.route.target_topic)) if st is not None else None
         return TopicPartition(tp[0], tp[1], offset, f"{TID}{tid}") if tid else TopicPartition(tp[0], tp[1], offset)
 
     def _rewind_group(self, partitions: Sequence[SourcePartition]) -> None:
