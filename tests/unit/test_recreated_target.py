@@ -554,3 +554,35 @@ def test_a_recreated_target_is_recovered_from_while_another_source_topic_waits_f
     assert worker.state.value != "failed", worker.state_reason
     assert len(target.producers) >= 2 and target.stored.get(P0) == [0, 1, 2], target.stored
     assert consumer.last_commit(P0) == 3 and not consumer.unsafe, (consumer.commits, consumer.unsafe)
+
+
+def test_reading_paused_by_a_full_queue_resumes_after_a_resync_dropped_the_pending_records():
+    """Review 19: the target topic is deleted under a busy flow: nothing is acknowledged, the
+    producer's queue fills, reading pauses with records pending. The refresh sees the topic
+    gone and resyncs (drops the pending records, re-reads from the beginning), but reading
+    stayed paused: nothing pending was left whose production would resume it."""
+    dst = LaggingTarget(0)
+    target = Target()
+    gone = {"on": False}
+    target.answer = lambda tp, o: "hold" if gone["on"] else "store"
+    paused_after: list[set[tuple[str, int]]] = []
+
+    def producer(target: Target, settings: Mapping[str, Any]) -> FakeProducer:
+        p = FakeProducer(target, 5)
+        target.producers.append(p)
+        return p
+
+    def delete(c: FakeConsumer) -> list:
+        gone["on"] = True  # deleted by hand: the producer's records wait
+        del dst._topics[TARGET]
+        return batch(P0, range(10))
+
+    def look(c: FakeConsumer) -> list:
+        if len(target.producers) > 1 and not paused_after:  # resynced
+            gone["on"] = False
+            paused_after.append(set(c.paused))
+        return []
+
+    worker, consumer, target, _ = worker_on(dst, [delete] + [look] * 30, producer=producer, target=target)
+    worker.run()
+    assert dst.generation == 2 and paused_after == [set()], (dst.generation, paused_after)
