@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 TID = "target-topic-id="  # commit metadata: see `Assignment._offset`
 UNREAD = -2  # `_created_at`: the group's offsets could not be read when the target was created
+DRAIN_TIMEOUT = 30.0  # how long a stop (or a revoke) waits for outstanding acknowledgements
 
 
 @dataclass(slots=True)
@@ -71,6 +72,9 @@ class Assignment:
         raise NotImplementedError
 
     def _commit(self, partitions: Mapping[SourcePartition, Partition] | None = None) -> None:
+        raise NotImplementedError
+
+    def _drop_queued(self) -> None:
         raise NotImplementedError
 
     def _unfence(self) -> None:
@@ -215,6 +219,15 @@ class Assignment:
             self._commit(revoked)
         except MirrorError as exc:
             log.warning("flow %s: commit on revoke failed: %s", self.flow.name, exc)
+        left = sum(st.inflight_records() for st in revoked.values())
+        if left and len(revoked) == len(self._ledger.parts):
+            # The drain gave up (a slow target, or a topic the producer cannot see yet: it
+            # holds those records for up to topic.metadata.propagation.max.ms). Left queued,
+            # they would land after the new owner's copies of the same records. Nothing of
+            # this worker's stays assigned (an eager revoke takes every partition), so the
+            # whole queue can go.
+            log.warning("flow %s: %d records of the revoked partitions not acknowledged after %.0fs; dropped (their new owners mirror them from the committed offsets)", self.flow.name, left, DRAIN_TIMEOUT)
+            self._drop_queued()
         self._ledger.forget(keys)
         if self._fenced is not None:
             # Fenced after a freeze: the commit that asks the group (`_confirm_owner`) must

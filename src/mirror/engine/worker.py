@@ -54,7 +54,7 @@ from mirror.domain.acks import AckListener, SourcePartition, backlog_full
 from mirror.domain.ledger import Ledger, Segment
 from mirror.domain.route import HEADER_ORIGIN
 from mirror.domain.topics import TopicMapping, match_topics
-from mirror.engine.assignment import UNREAD, Assignment, Partition
+from mirror.engine.assignment import DRAIN_TIMEOUT, UNREAD, Assignment, Partition
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
 from mirror.errors import AuthorizationFailed, ClusterUnavailable, FatalProduceError, MirrorError
 from mirror.kafka import (
@@ -84,7 +84,6 @@ ClientFactory = Callable[[str, ClusterConfig, Mapping[str, Any]], Any]
 # Per-record consume batch: large enough to amortise Python overhead, small enough that a
 # stop request or a commit tick is never far away.
 CONSUME_BATCH = 2000
-DRAIN_TIMEOUT = 30.0  # how long a stop (or a revoke) waits for outstanding acknowledgements
 FATAL_DRAIN_TIMEOUT = 5.0  # the same after a fatal producer error: only failed reports are left to come
 POISON_GRACE = 30.0  # how long the other partitions may carry on after one hit a record that never fits
 BACKPRESSURE_WAIT = 1.0  # how long a full producer queue may block before reading pauses
@@ -963,6 +962,22 @@ class FlowWorker(Assignment):
             self._failure = MirrorError(f"flow {self.flow.name}: the source consumer failed: {err.str()}")
         else:
             log.warning("flow %s: consume error on %s[%s]: %s", self.flow.name, msg.topic(), msg.partition(), err.str())
+
+    def _drop_queued(self) -> None:
+        """Purge every producer and take new ones: what they held is never sent (requests
+        already in flight may still land). The purge's reports and the idempotent producer's
+        fatal error that follows are the purge's, as in `_resync`."""
+        if self._producer_dead:
+            return  # a failed producer sends nothing more anyway
+        self._purging = True
+        try:
+            for producer in self._producers.values():
+                producer.purge(in_queue=True, in_flight=True)
+            self._poll(0)
+        finally:
+            self._purging = False
+        self._producers.clear()
+        self._producer = self._producer_for(None)
 
     def _drain(self, partitions: Iterable[Partition]) -> None:
         """Wait (at most DRAIN_TIMEOUT) for the acknowledgements of these partitions' records."""
