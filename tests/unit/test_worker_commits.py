@@ -582,3 +582,28 @@ def test_records_an_eager_revoke_gave_up_on_never_land_after_the_new_owner_start
     worker, consumer, target = run([batch(P0, range(3)) + batch(P1, range(2)), [], [], [], stall, rebalance] + [[]] * 6, target=target, text=eager)
     assert consumer.last_commit(P0) == 3, consumer.commits
     assert target.stored[P0] == list(range(10)), f"late copies after the new owner's: {target.stored[P0]}"
+
+
+def test_records_still_queued_when_every_partition_is_lost_never_land_after_the_new_owner_started():
+    """The same for a lost assignment (the member missed its heartbeats or its poll interval:
+    librdkafka's cooperative-sticky assignor at 10,000 partitions did that): the group gave
+    the partitions away already, so whatever is still queued would land among the new
+    owner's copies."""
+    eager = TEXT.replace("commit_interval: 1s}", "commit_interval: 1s, consumer: {partition.assignment.strategy: roundrobin}}")
+    target = Target()
+    unseen = {"on": False}
+    target.answer = lambda tp, o: "hold" if unseen["on"] and tp == P0 else "store"
+
+    def stall(c: FakeConsumer) -> list[Msg]:
+        unseen["on"] = True
+        return batch(P0, range(3, 10))
+
+    def lost(c: FakeConsumer) -> list[Msg]:
+        c.callbacks["lost"](c, [TopicPartition(*P0), TopicPartition(*P1)])
+        c.callbacks["assign"](c, [TopicPartition(*P1)])
+        c.target.stored[P0] += list(range(c.last_commit(P0) or 0, 10))  # by its new owner
+        unseen["on"] = False
+        return []
+
+    worker, consumer, target = run([batch(P0, range(3)) + batch(P1, range(2)), [], [], [], stall, lost] + [[]] * 6, target=target, text=eager)
+    assert target.stored[P0] == list(range(10)), f"late copies after the new owner's: {target.stored[P0]}"
