@@ -249,6 +249,12 @@ class Assignment:
         for k in keys:
             if k in self._ledger.parts:
                 self._ledger.parts[k].drop_open()
+        lost = [st for k, st in self._ledger.parts.items() if k in keys]
+        if len(lost) == len(self._ledger.parts) and any(st.inflight for st in lost):
+            # Nothing of this worker's stays assigned: drop what is queued rather than let it
+            # land among the new owners' copies (see `_on_revoke`).
+            log.warning("flow %s: %d records of the lost partitions not acknowledged; dropped", self.flow.name, sum(st.inflight_records() for st in lost))
+            self._drop_queued()
         self._ledger.forget(keys)
         if self._eager:
             consumer.unassign()
