@@ -607,3 +607,12 @@ def test_records_still_queued_when_every_partition_is_lost_never_land_after_the_
 
     worker, consumer, target = run([batch(P0, range(3)) + batch(P1, range(2)), [], [], [], stall, lost] + [[]] * 6, target=target, text=eager)
     assert target.stored[P0] == list(range(10)), f"late copies after the new owner's: {target.stored[P0]}"
+
+
+def test_the_assignor_is_recognised_as_librdkafka_reads_it():
+    """Review 19: the config accepts an assignor name with spaces around it (quoted YAML) and
+    librdkafka trims them, so "cooperative-sticky " is the cooperative protocol: the worker
+    took it for an eager one, and librdkafka refuses assign() under that protocol."""
+    spaced = TEXT.replace("commit_interval: 1s}", 'commit_interval: 1s, consumer: {partition.assignment.strategy: " cooperative-sticky "}}')
+    worker, consumer, target = run([batch(P0, range(3))], text=spaced)
+    assert consumer.calls == ["incremental_assign"], consumer.calls
