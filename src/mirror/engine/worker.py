@@ -250,7 +250,7 @@ class FlowWorker(Assignment):
             consumer_cfg["statistics.interval.ms"] = producer_cfg["statistics.interval.ms"] = self._stats_interval_ms
             consumer_cfg["stats_cb"] = lambda s: cb(f.name, "consumer", s)
             producer_cfg["stats_cb"] = lambda s: cb(f.name, "producer", s)
-        self._eager = consumer_cfg["partition.assignment.strategy"] != "cooperative-sticky"
+        self._eager = str(consumer_cfg["partition.assignment.strategy"]).strip() != "cooperative-sticky"  # librdkafka trims it too
         self._consumer = self._make_consumer(f.source, self._source, consumer_cfg)
         self._producer_cfg = producer_cfg
         self._producer = self._producer_for(None)
