@@ -561,3 +561,90 @@ def test_configs_are_asked_only_of_target_topics_with_a_known_id():
     worker.run()
     assert dst.asked == [], dst.asked
     assert sorted(target.stored[P0]) == [0, 1]
+
+
+def test_a_recreated_target_is_recovered_from_while_another_source_topic_waits_for_its_target():
+    """Review 19: `_recovered` clears the failure a recreated target topic caused (the new
+    topic refusing records queued for the old one) only if the refresh "succeeded", and the
+    refresh now says False while any new source topic waits for its target's id (at 10,000
+    partitions, for minutes). The resync was done, yet the flow failed."""
+    text = TEXT.replace('include: ["orders"]', 'include: ["orders", "payments"]').replace("commit_interval: 1s", "commit_interval: 1s, refresh_interval: 1s")
+    cfg = config.parse(text, env={})
+
+    class PaymentsNotDescribedYet(LaggingTarget):
+        def topic_ids(self, topics: Iterable[str]) -> dict[str, str]:
+            return {t: i for t, i in super().topic_ids(topics).items() if t != "nyc.payments"}
+
+    dst = PaymentsNotDescribedYet(0)
+    stop, target, clock = threading.Event(), Target(), Clock()
+
+    class RefusedByTheNewTopicAtPoll(FakeProducer):
+        """The first producer: its records queued for the old topic reach the new one."""
+
+        def __init__(self, error_cb: Any) -> None:
+            super().__init__(target, 100_000)
+            self.error_cb, self.told = error_cb, False
+
+        def poll(self, timeout: float = 0) -> int:
+            if self.queue and dst.generation > 2 and not self.told:
+                self.told = True
+                self.error_cb(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "ProduceRequest for nyc.orders [0] with 3 message(s) failed: Broker: Out of order sequence number: unable to satisfy gap-less guarantee", fatal=True))
+                return 0
+            return 0 if self.told else super().poll(timeout)
+
+    def producer(name: str, cluster: Any, settings: Mapping[str, Any]) -> FakeProducer:
+        p = RefusedByTheNewTopicAtPoll(settings["error_cb"]) if not target.producers else FakeProducer(target, 100_000)
+        target.producers.append(p)
+        return p
+
+    def recreate(c: FakeConsumer) -> list:
+        dst.recreate(TARGET, 2)  # by another worker, while this one's records are on their way
+        return batch(P0, range(3))
+
+    def reread(c: FakeConsumer) -> list:  # from the source's beginning, after the resync
+        return batch(P0, range(3)) if c.position_of.get(P0) in (0, -2) else []
+
+    consumer = FakeConsumer([P0, P1], [recreate] + [[]] * 6 + [reread] + [[]] * 6, stop, target)
+    admins = {"nyc": Source({"orders": 2, "payments": 1}), "sf": dst}
+    worker = FlowWorker(
+        cfg, cfg.flows[0], stop=stop, clock=clock,
+        consumer_factory=lambda name, cluster, settings: consumer,
+        producer_factory=producer,
+        admin_factory=lambda name, cluster: admins[name],
+    )
+    worker.run()
+    assert worker.state.value != "failed", worker.state_reason
+    assert len(target.producers) >= 2 and target.stored.get(P0) == [0, 1, 2], target.stored
+    assert consumer.last_commit(P0) == 3 and not consumer.unsafe, (consumer.commits, consumer.unsafe)
+
+
+def test_reading_paused_by_a_full_queue_resumes_after_a_resync_dropped_the_pending_records():
+    """Review 19: the target topic is deleted under a busy flow: nothing is acknowledged, the
+    producer's queue fills, reading pauses with records pending. The refresh sees the topic
+    gone and resyncs (drops the pending records, re-reads from the beginning), but reading
+    stayed paused: nothing pending was left whose production would resume it."""
+    dst = LaggingTarget(0)
+    target = Target()
+    gone = {"on": False}
+    target.answer = lambda tp, o: "hold" if gone["on"] else "store"
+    paused_after: list[set[tuple[str, int]]] = []
+
+    def producer(target: Target, settings: Mapping[str, Any]) -> FakeProducer:
+        p = FakeProducer(target, 5)
+        target.producers.append(p)
+        return p
+
+    def delete(c: FakeConsumer) -> list:
+        gone["on"] = True  # deleted by hand: the producer's records wait
+        del dst._topics[TARGET]
+        return batch(P0, range(10))
+
+    def look(c: FakeConsumer) -> list:
+        if len(target.producers) > 1 and not paused_after:  # resynced
+            gone["on"] = False
+            paused_after.append(set(c.paused))
+        return []
+
+    worker, consumer, target, _ = worker_on(dst, [delete] + [look] * 30, producer=producer, target=target)
+    worker.run()
+    assert dst.generation == 2 and paused_after == [set()], (dst.generation, paused_after)

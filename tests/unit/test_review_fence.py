@@ -378,3 +378,33 @@ def test_a_partition_committed_into_an_earlier_incarnation_still_starts_over_at_
     w._created_at = {TP: UNREAD}
     w._on_assign(g, [TopicPartition(*TP)])
     assert (g.assigned, resets.reset, g.commits) == ([(*TP, OFFSET_BEGINNING)], [TP], [(*TP, 0)])
+
+
+class TaggedGroup(Group):
+    def commit(self, offsets=None, asynchronous=True):
+        self.commits += [(tp.topic, tp.partition, tp.offset, tp.metadata) for tp in offsets]
+
+
+def test_commits_into_a_recreated_target_are_tagged_with_its_new_id_before_the_next_refresh():
+    """Review 19: the target topic was deleted and created again (id-0 -> id-1) and this
+    worker's refresh has not looked since (its `_target_ids` still says id-0). A partition
+    assigned now (under an eager assignor: every partition, at every rebalance) sees the
+    new id in `_stale_commits` and starts over into the new topic, but its commits (the
+    rewind to 0 first) were tagged id-0: the next owner (this worker again, at the next
+    eager rebalance) takes them for commits into the deleted topic, empties the partition
+    once more and mirrors it again from the source's beginning (which may have dropped
+    records since: those are then on neither side)."""
+    w, _st = worker_and_partition()
+    w._ledger.parts.clear()
+    w._ledger.by_target.clear()
+    g, resets = TaggedGroup(tag="id-0"), Resets()
+    w._consumer = g
+    w.listeners = [resets]
+    w._target_admin = Ids()
+    w._producer_for = lambda topic: Producer()  # type: ignore[method-assign]
+    target = route(w.flow, *TP).target_topic
+    w._target_ids = {target: "id-0"}  # as this worker last saw it
+    w._on_assign(g, [TopicPartition(*TP)])
+    assert resets.reset == [TP] and g.assigned == [(*TP, OFFSET_BEGINNING)]
+    assert g.commits == [(*TP, 0, "target-topic-id=id-1")], g.commits
+    assert w._offset(TP, 7).metadata == "target-topic-id=id-1"

@@ -19,7 +19,7 @@ import pytest
 from mirror import config
 from mirror.engine.worker import FlowWorker
 from mirror.errors import FatalProduceError
-from mirror.kafka import KafkaError, TopicPartition
+from mirror.kafka import KafkaError, KafkaException, TopicPartition
 
 TEXT = """\
 clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}
@@ -171,6 +171,8 @@ class FakeConsumer:
         self.calls.append("incremental_unassign")
         gone = {(tp.topic, tp.partition) for tp in tps}
         self.assigned = [tp for tp in self.assigned if tp not in gone]
+        for tp in gone:  # librdkafka forgets the position of a partition it stops fetching
+            self.position_of.pop(tp, None)
 
     def assign(self, tps: list[TopicPartition]) -> None:  # eager assignors: the whole assignment
         self.calls.append("assign")
@@ -178,6 +180,8 @@ class FakeConsumer:
 
     def unassign(self) -> None:
         self.calls.append("unassign")
+        for tp in self.assigned:  # librdkafka forgets the position of a partition it stops fetching
+            self.position_of.pop(tp, None)
         self.assigned = []
 
     def revoke(self, tps: list[tuple[str, int]]) -> None:
@@ -480,3 +484,135 @@ def test_the_default_assignor_gets_increments():
     worker, consumer, target = run([batch(P0, range(3)), lambda c: (c.revoke([P1]), [])[1], batch(P0, [3])])
     assert consumer.calls == ["incremental_assign", "incremental_unassign"], consumer.calls
     assert consumer.last_commit(P0) == 4
+
+
+def test_an_eager_rebalance_while_reading_is_paused_by_backpressure_does_not_leave_reading_paused():
+    """Review 19: an eager revoke takes every partition, so it drops every pending record
+    (read, not yet produced: the producer's queue was full) while reading was paused for
+    them. The whole assignment that follows is paused too (`_paused`), and nothing was
+    left pending whose production would resume reading: the flow read nothing ever again."""
+    eager = TEXT.replace("commit_interval: 1s}", "commit_interval: 1s, consumer: {partition.assignment.strategy: roundrobin}}")
+    target = Target()
+    slow = {"on": True}
+    target.answer = lambda tp, o: "hold" if slow["on"] else "store"
+    paused_after: list[set[tuple[str, int]]] = []
+
+    def rebalance(c: FakeConsumer) -> list[Msg]:
+        slow["on"] = False  # the target catches up during the revoke's drain
+        c.revoke([P0, P1])
+        c.callbacks["assign"](c, [TopicPartition(*P0), TopicPartition(*P1)])
+        return []
+
+    def look(c: FakeConsumer) -> list[Msg]:
+        paused_after.append(set(c.paused))
+        return []
+
+    def reread(c: FakeConsumer) -> list[Msg]:  # from the commit the revoke made
+        return [] if c.paused else batch(P0, range(5, 10))
+
+    worker, consumer, target = run([batch(P0, range(10)), rebalance, [], [], look, reread, [], []], target=target, capacity=5, text=eager)
+    assert paused_after == [set()], paused_after
+    assert target.stored[P0] == list(range(10)) and consumer.last_commit(P0) == 10, (target.stored, consumer.commits)
+
+
+def test_the_commit_that_confirms_a_fenced_worker_never_names_partitions_revoked_meanwhile():
+    """Review 19: frozen past the session timeout but not expelled, a worker is fenced and
+    asks the group with a commit of every partition it had. An eager rebalance (another
+    worker joins) revokes all of them and hands one back; the other's new owner commits its
+    progress. The asking commit, made as a member of the new generation, is accepted for
+    every partition named (a group does not check ownership): it moved the other owner's
+    offset back, and a next handover re-mirrors what was already mirrored."""
+    eager = TEXT.replace("commit_interval: 1s}", "commit_interval: 1s, consumer: {partition.assignment.strategy: roundrobin}}")
+    made: list[FlowWorker] = []
+
+    refused = {"on": False}
+
+    def freeze(c: FakeConsumer) -> list[Msg]:
+        made[0].clock.now += 60  # type: ignore[attr-defined]  # SIGSTOP ... SIGCONT, still a member
+        refused["on"] = True  # the group is rebalancing: commits wait for the new generation
+        return []
+
+    def rebalance(c: FakeConsumer) -> list[Msg]:
+        refused["on"] = False
+        c.revoke([P0, P1])
+        c.callbacks["assign"](c, [TopicPartition(*P1)])  # P0 went to the worker that joined
+        c.commits.append({P0: 8})  # which mirrored and committed it
+        return []
+
+    worker, consumer, target = make([batch(P0, range(3)) + batch(P1, range(2)), [], [], [], [], freeze, [], [], [], [], rebalance] + [[]] * 12, text=eager)
+    made.append(worker)
+    commit = consumer.commit
+
+    def commit_unless_rebalancing(*, offsets: list[TopicPartition], asynchronous: bool) -> None:
+        if refused["on"]:
+            raise KafkaException(KafkaError(KafkaError.REBALANCE_IN_PROGRESS, "Broker: Group rebalance in progress"))
+        commit(offsets=offsets, asynchronous=asynchronous)
+
+    consumer.commit = commit_unless_rebalancing  # type: ignore[method-assign]
+    worker.run()
+    assert not consumer.unsafe, consumer.unsafe
+    assert consumer.last_commit(P0) == 8, consumer.commits
+
+
+def test_records_an_eager_revoke_gave_up_on_never_land_after_the_new_owner_started():
+    """Review 19: a revoke waits DRAIN_TIMEOUT for its partitions' acknowledgements, then
+    commits what was acknowledged and hands them over; what was still queued stayed in the
+    producer and reached the target later, after (or among) the new owner's copies of the
+    same records: duplicates out of order in one partition. Likely since the producer holds
+    records for a just-created topic it cannot see yet for up to 300 s (not 30 s), and
+    workers joining one by one make eager rebalances while they wait. An eager revoke takes
+    every partition, so it can drop the whole producer's queue."""
+    eager = TEXT.replace("commit_interval: 1s}", "commit_interval: 1s, consumer: {partition.assignment.strategy: roundrobin}}")
+    target = Target()
+    unseen = {"on": False}
+    target.answer = lambda tp, o: "hold" if unseen["on"] and tp == P0 else "store"
+
+    def stall(c: FakeConsumer) -> list[Msg]:
+        unseen["on"] = True  # P0's records from 3 on wait (the producer cannot place them yet)
+        return batch(P0, range(3, 10))
+
+    def rebalance(c: FakeConsumer) -> list[Msg]:
+        c.revoke([P0, P1])  # gives up on P0's 3-9 after DRAIN_TIMEOUT
+        c.callbacks["assign"](c, [TopicPartition(*P1)])
+        # P0's new owner mirrors it from the committed offset on
+        c.target.stored[P0] += list(range(c.last_commit(P0) or 0, 10))
+        unseen["on"] = False  # the topic is visible now: whatever is still queued lands
+        return []
+
+    worker, consumer, target = run([batch(P0, range(3)) + batch(P1, range(2)), [], [], [], stall, rebalance] + [[]] * 6, target=target, text=eager)
+    assert consumer.last_commit(P0) == 3, consumer.commits
+    assert target.stored[P0] == list(range(10)), f"late copies after the new owner's: {target.stored[P0]}"
+
+
+def test_records_still_queued_when_every_partition_is_lost_never_land_after_the_new_owner_started():
+    """The same for a lost assignment (the member missed its heartbeats or its poll interval:
+    librdkafka's cooperative-sticky assignor at 10,000 partitions did that): the group gave
+    the partitions away already, so whatever is still queued would land among the new
+    owner's copies."""
+    eager = TEXT.replace("commit_interval: 1s}", "commit_interval: 1s, consumer: {partition.assignment.strategy: roundrobin}}")
+    target = Target()
+    unseen = {"on": False}
+    target.answer = lambda tp, o: "hold" if unseen["on"] and tp == P0 else "store"
+
+    def stall(c: FakeConsumer) -> list[Msg]:
+        unseen["on"] = True
+        return batch(P0, range(3, 10))
+
+    def lost(c: FakeConsumer) -> list[Msg]:
+        c.callbacks["lost"](c, [TopicPartition(*P0), TopicPartition(*P1)])
+        c.callbacks["assign"](c, [TopicPartition(*P1)])
+        c.target.stored[P0] += list(range(c.last_commit(P0) or 0, 10))  # by its new owner
+        unseen["on"] = False
+        return []
+
+    worker, consumer, target = run([batch(P0, range(3)) + batch(P1, range(2)), [], [], [], stall, lost] + [[]] * 6, target=target, text=eager)
+    assert target.stored[P0] == list(range(10)), f"late copies after the new owner's: {target.stored[P0]}"
+
+
+def test_the_assignor_is_recognised_as_librdkafka_reads_it():
+    """Review 19: the config accepts an assignor name with spaces around it (quoted YAML) and
+    librdkafka trims them, so "cooperative-sticky " is the cooperative protocol: the worker
+    took it for an eager one, and librdkafka refuses assign() under that protocol."""
+    spaced = TEXT.replace("commit_interval: 1s}", 'commit_interval: 1s, consumer: {partition.assignment.strategy: " cooperative-sticky "}}')
+    worker, consumer, target = run([batch(P0, range(3))], text=spaced)
+    assert consumer.calls == ["incremental_assign"], consumer.calls

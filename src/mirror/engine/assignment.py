@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 TID = "target-topic-id="  # commit metadata: see `Assignment._offset`
 UNREAD = -2  # `_created_at`: the group's offsets could not be read when the target was created
+DRAIN_TIMEOUT = 30.0  # how long a stop (or a revoke) waits for outstanding acknowledgements
 
 
 @dataclass(slots=True)
@@ -53,6 +54,7 @@ class Assignment:
     _created_at: dict[SourcePartition, int | None]
     _paused: bool
     _tick: float
+    _fenced: dict[SourcePartition, int] | None
     _eager: bool  # an eager assignor (roundrobin, range): whole assignments, not increments
 
     # What the callbacks need from the worker: FlowWorker (engine/worker.py) implements each
@@ -72,6 +74,9 @@ class Assignment:
     def _commit(self, partitions: Mapping[SourcePartition, Partition] | None = None) -> None:
         raise NotImplementedError
 
+    def _drop_queued(self) -> None:
+        raise NotImplementedError
+
     def _unfence(self) -> None:
         raise NotImplementedError
 
@@ -80,7 +85,9 @@ class Assignment:
         into: whoever resumes from it can tell whether that target topic is still the same
         one (`_on_assign`), even across restarts and workers."""
         st = self._ledger.parts.get(tp)
-        tid = self._target_ids.get(st.route.target_topic) if st is not None else None
+        # The id of the topic this partition writes to: `_stale_commits` may have seen a
+        # re-creation the worker's refresh (`_target_ids`) has not yet.
+        tid = (st.target_id or self._target_ids.get(st.route.target_topic)) if st is not None else None
         return TopicPartition(tp[0], tp[1], offset, f"{TID}{tid}") if tid else TopicPartition(tp[0], tp[1], offset)
 
     def _rewind_group(self, partitions: Sequence[SourcePartition]) -> None:
@@ -214,7 +221,22 @@ class Assignment:
             self._commit(revoked)
         except MirrorError as exc:
             log.warning("flow %s: commit on revoke failed: %s", self.flow.name, exc)
+        left = sum(st.inflight_records() for st in revoked.values())
+        if left and len(revoked) == len(self._ledger.parts):
+            # The drain gave up (a slow target, or a topic the producer cannot see yet: it
+            # holds those records for up to topic.metadata.propagation.max.ms). Left queued,
+            # they would land after the new owner's copies of the same records. Nothing of
+            # this worker's stays assigned (an eager revoke takes every partition), so the
+            # whole queue can go.
+            log.warning("flow %s: %d records of the revoked partitions not acknowledged after %.0fs; dropped (their new owners mirror them from the committed offsets)", self.flow.name, left, DRAIN_TIMEOUT)
+            self._drop_queued()
         self._ledger.forget(keys)
+        if self._fenced is not None:
+            # Fenced after a freeze: the commit that asks the group (`_confirm_owner`) must
+            # not name these any more. Made as a member of the next generation it would be
+            # accepted, and move their new owner's offset back.
+            for k in keys:
+                self._fenced.pop(k, None)
         if self._eager:
             consumer.unassign()
         else:
@@ -229,6 +251,12 @@ class Assignment:
         for k in keys:
             if k in self._ledger.parts:
                 self._ledger.parts[k].drop_open()
+        lost = [st for k, st in self._ledger.parts.items() if k in keys]
+        if len(lost) == len(self._ledger.parts) and any(st.inflight for st in lost):
+            # Nothing of this worker's stays assigned: drop what is queued rather than let it
+            # land among the new owners' copies (see `_on_revoke`).
+            log.warning("flow %s: %d records of the lost partitions not acknowledged; dropped", self.flow.name, sum(st.inflight_records() for st in lost))
+            self._drop_queued()
         self._ledger.forget(keys)
         if self._eager:
             consumer.unassign()

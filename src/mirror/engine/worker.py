@@ -54,7 +54,7 @@ from mirror.domain.acks import AckListener, SourcePartition, backlog_full
 from mirror.domain.ledger import Ledger, Segment
 from mirror.domain.route import HEADER_ORIGIN
 from mirror.domain.topics import TopicMapping, match_topics
-from mirror.engine.assignment import UNREAD, Assignment, Partition
+from mirror.engine.assignment import DRAIN_TIMEOUT, UNREAD, Assignment, Partition
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
 from mirror.errors import AuthorizationFailed, ClusterUnavailable, FatalProduceError, MirrorError
 from mirror.kafka import (
@@ -84,7 +84,6 @@ ClientFactory = Callable[[str, ClusterConfig, Mapping[str, Any]], Any]
 # Per-record consume batch: large enough to amortise Python overhead, small enough that a
 # stop request or a commit tick is never far away.
 CONSUME_BATCH = 2000
-DRAIN_TIMEOUT = 30.0  # how long a stop (or a revoke) waits for outstanding acknowledgements
 FATAL_DRAIN_TIMEOUT = 5.0  # the same after a fatal producer error: only failed reports are left to come
 POISON_GRACE = 30.0  # how long the other partitions may carry on after one hit a record that never fits
 BACKPRESSURE_WAIT = 1.0  # how long a full producer queue may block before reading pauses
@@ -251,7 +250,7 @@ class FlowWorker(Assignment):
             consumer_cfg["statistics.interval.ms"] = producer_cfg["statistics.interval.ms"] = self._stats_interval_ms
             consumer_cfg["stats_cb"] = lambda s: cb(f.name, "consumer", s)
             producer_cfg["stats_cb"] = lambda s: cb(f.name, "producer", s)
-        self._eager = consumer_cfg["partition.assignment.strategy"] != "cooperative-sticky"
+        self._eager = str(consumer_cfg["partition.assignment.strategy"]).strip() != "cooperative-sticky"  # librdkafka trims it too
         self._consumer = self._make_consumer(f.source, self._source, consumer_cfg)
         self._producer_cfg = producer_cfg
         self._producer = self._producer_for(None)
@@ -335,13 +334,20 @@ class FlowWorker(Assignment):
             now = self.clock()
             if now >= next_refresh or self._refresh_now:
                 self._refresh_now = False
-                next_refresh = now + (self.flow.refresh_interval if self._refresh_topics() else min(5.0, self.flow.refresh_interval))
+                # Soon again while a cluster did not answer or new targets are not ready.
+                ready = self._refresh_topics() and not self._waiting
+                next_refresh = now + (self.flow.refresh_interval if ready else min(5.0, self.flow.refresh_interval))
                 self._tick = self.clock()  # blocking admin calls are not a freeze
             if now >= next_stall_look:
                 next_stall_look = now + STALL_LOOK
                 self._look_for_stalls()
             if self._pending:
                 self._drain_pending()
+            elif self._paused:
+                # Paused for records that are gone now (dropped by a revoke, which under an
+                # eager assignor takes every partition, or by a resync): nothing pending is
+                # left to resume reading once produced. `_resume` keeps a hold or a fence.
+                self._resume()
             # Take what is there without waiting for a full batch (consume(n, t) returns only
             # when n records arrived or t passed, so at low rates every record would wait t);
             # only when nothing is there, block briefly for the next one.
@@ -957,6 +963,22 @@ class FlowWorker(Assignment):
         else:
             log.warning("flow %s: consume error on %s[%s]: %s", self.flow.name, msg.topic(), msg.partition(), err.str())
 
+    def _drop_queued(self) -> None:
+        """Purge every producer and take new ones: what they held is never sent (requests
+        already in flight may still land). The purge's reports and the idempotent producer's
+        fatal error that follows are the purge's, as in `_resync`."""
+        if self._producer_dead:
+            return  # a failed producer sends nothing more anyway
+        self._purging = True
+        try:
+            for producer in self._producers.values():
+                producer.purge(in_queue=True, in_flight=True)
+            self._poll(0)
+        finally:
+            self._purging = False
+        self._producers.clear()
+        self._producer = self._producer_for(None)
+
     def _drain(self, partitions: Iterable[Partition]) -> None:
         """Wait (at most DRAIN_TIMEOUT) for the acknowledgements of these partitions' records."""
         parts = list(partitions)
@@ -1143,7 +1165,7 @@ class FlowWorker(Assignment):
             else:
                 self._consumer.unsubscribe()
             self._subscribed = topics
-        return not waiting  # soon again while targets are not ready
+        return True
 
     def _wait_for_ids(self, topics: Sequence[str]) -> dict[str, str]:
         """The ids of target topics that exist (ensure_targets made sure) but are not known yet.

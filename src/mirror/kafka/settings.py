@@ -53,8 +53,11 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     # A topic the mirror just created may not show in the target's metadata for minutes
     # (10,000 new partitions on one broker: 135 s here). librdkafka fails records for a topic
     # it has not seen after this long (30 s by default), which the worker must take for a
-    # deleted target and answer with a resync of every partition; wait longer instead. A
-    # topic deleted later is still seen at once (ids at each refresh, errors at delivery).
+    # deleted target and answer with a resync of every partition; wait longer instead. Since
+    # librdkafka 2.8.3 (#4970) a topic the producer *did* see and that was deleted also
+    # stays "existing" for this long after the producer first saw it (a new producer after
+    # every resync sees them all anew): its records wait, without errors at delivery. A
+    # deleted target is told by the refresh's topic ids (each refresh_interval), not by them.
     "topic.metadata.propagation.max.ms": 300_000,
 }
 
