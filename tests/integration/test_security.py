@@ -142,11 +142,17 @@ def _values(sec: Secured, topic: str, partitions: int) -> list[int]:
         seen = dict.fromkeys(range(partitions), 0)
 
         def done() -> bool:
-            for m in c.consume(5000, timeout=0.5):
-                if m.error() is None:
-                    out.append(int(m.value().split(b":")[0]))
-                    seen[m.partition()] = m.offset() + 1
-            return all(seen[p] >= ends[p] for p in range(partitions))
+            # Batches back to back while records come (wait_for's pause only when none did).
+            while True:
+                batch = c.consume(5000, timeout=0.5)
+                for m in batch:
+                    if m.error() is None:
+                        out.append(int(m.value().split(b":")[0]))
+                        seen[m.partition()] = m.offset() + 1
+                if all(seen[p] >= ends[p] for p in range(partitions)):
+                    return True
+                if not batch:
+                    return False
 
         wait_for(done, 60, f"reading {topic} back")
     finally:
