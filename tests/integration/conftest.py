@@ -51,3 +51,15 @@ def cassandra(tmp_path_factory: pytest.TempPathFactory):
         yield node
     finally:
         node.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_local():
+    """One local-mode Spark session (its driver JVM) for every in-process Spark test."""
+    from mirror.spark.job import spark_session
+
+    spark = spark_session("local[2]", "mirror-tests")
+    try:
+        yield spark
+    finally:
+        spark.stop()

@@ -50,7 +50,7 @@ def test_canary_pages_on_missing_probes_only(clusters, write_config, unique, tmp
     topics: {{include: ["nothing-{unique}"]}}
     refresh_interval: 60s  # a late refresh: before issue 15, every probe of the first minute was lost
     commit_interval: 500ms
-canary: {{topic: probe-{unique}, interval: 1s, max_latency: 4s}}
+canary: {{topic: probe-{unique}, interval: 500ms, max_latency: 4s}}
 offset_store: {{kind: sqlite, path: {tmp_path / 'offsets.db'}}}
 """
     )

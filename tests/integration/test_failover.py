@@ -133,29 +133,52 @@ def cli(*args: str) -> int:
 # ---------------------------------------------------------------------------- exactness
 
 
+def _cleaner_backoff(bootstrap: str, ms: int | None) -> None:
+    """Set (or, with None, delete back to Kafka's 15 s default) each broker's
+    log.cleaner.backoff.ms, a dynamic broker setting: the broker restarts its cleaner
+    threads with it, so the next cleaning pass starts now instead of after the old backoff."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    op = AlterConfigOpType.SET if ms is not None else AlterConfigOpType.DELETE
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for broker in admin.list_topics(timeout=10).brokers:  # per broker (the client takes no cluster default)
+        res = ConfigResource(ConfigResource.Type.BROKER, str(broker), incremental_configs=[
+            ConfigEntry("log.cleaner.backoff.ms", str(ms) if ms is not None else None, incremental_operation=op)])
+        admin.incremental_alter_configs([res])[res].result(30)
+
+
 def make_compacted(bootstrap: str, topic: str, timeout: float = 90.0) -> list[int]:
     """A compacted topic whose log really has holes; returns the surviving offsets.
 
-    The broker's cleaner wakes every 15 s and never touches the active segment, so the
-    topic rolls segments every 100 ms and a new record is written until holes show up."""
+    A record of its own key first, so the rounds compacted away leave a hole inside the log
+    (not just a later start) from the first cleaning pass on. The broker's cleaner never
+    touches the active segment, so the topic rolls segments every 100 ms and a new record is
+    written until holes show up. The cleaner wakes every log.cleaner.backoff.ms (15 s by
+    default) when it found nothing to clean: that backoff is lowered on the cluster while
+    this topic is made, and restored (Kafka's default) after."""
     create_topic(bootstrap, topic, 1, {
         "cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
         "min.compaction.lag.ms": "0", "delete.retention.ms": "100",
     })
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})  # keeps produce order
+    p.produce(topic, key=b"first", value=b"first", partition=0)  # never compacted: offset 0 stays
     for rnd in range(4):  # 8 keys written 4 times: compaction keeps the last round
         for k in range(8):
             p.produce(topic, key=b"k%d" % k, value=b"c%d-k%d" % (rnd, k), partition=0)
     assert p.flush(30) == 0
-    deadline = time.monotonic() + timeout
-    n = 0
-    while time.monotonic() < deadline:
-        offsets = [r.offset for r in read_partition(bootstrap, topic, 0)]
-        if offsets and offsets[-1] - offsets[0] + 1 > len(offsets) + 8:
-            return offsets
-        produce(bootstrap, topic, 0, [b"tick%d" % n], key=b"tick")  # rolls the segment; one key, so it compacts too
-        n += 1
-        time.sleep(1.0)  # the cleaner's own pace (15 s backoff); polled, bounded by the deadline
+    _cleaner_backoff(bootstrap, 300)
+    try:
+        deadline = time.monotonic() + timeout
+        n = 0
+        while time.monotonic() < deadline:
+            offsets = [r.offset for r in read_partition(bootstrap, topic, 0)]
+            if offsets and offsets[-1] - offsets[0] + 1 > len(offsets) + 8:
+                return offsets
+            produce(bootstrap, topic, 0, [b"tick%d" % n], key=b"tick")  # rolls the segment; one key, so it compacts too
+            n += 1
+            time.sleep(0.3)  # the cleaner's pace (the backoff above); polled, bounded by the deadline
+    finally:
+        _cleaner_backoff(bootstrap, None)
     raise AssertionError(f"{topic} was not compacted within {timeout:g}s")
 
 

@@ -219,7 +219,9 @@ def test_frozen_worker_is_fenced(clusters, write_config, unique, tmp_path, capsy
     create_topic(src, t, n)
     db = tmp_path / "offsets.db"
     # linger.ms keeps records queued in the frozen worker's producer: sent late, on SIGCONT.
-    cfg = write_config(flow_yaml(unique, f'["{t}"]', extra=f"    producer: {{linger.ms: 800}}\n    groups: [app-{unique}]\n") + store_yaml(db))
+    # The broker's smallest session timeout (6 s, heartbeats every 2 s): the group expels the
+    # frozen worker, and it fences itself on waking, sooner than with the 10 s default.
+    cfg = write_config(flow_yaml(unique, f'["{t}"]', extra=f"    producer: {{linger.ms: 800}}\n    consumer: {{session.timeout.ms: 6000}}\n    groups: [app-{unique}]\n") + store_yaml(db))
     stop = threading.Event()
 
     def produce_forever() -> None:

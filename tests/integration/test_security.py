@@ -142,11 +142,17 @@ def _values(sec: Secured, topic: str, partitions: int) -> list[int]:
         seen = dict.fromkeys(range(partitions), 0)
 
         def done() -> bool:
-            for m in c.consume(5000, timeout=0.5):
-                if m.error() is None:
-                    out.append(int(m.value().split(b":")[0]))
-                    seen[m.partition()] = m.offset() + 1
-            return all(seen[p] >= ends[p] for p in range(partitions))
+            # Batches back to back while records come (wait_for's pause only when none did).
+            while True:
+                batch = c.consume(5000, timeout=0.5)
+                for m in batch:
+                    if m.error() is None:
+                        out.append(int(m.value().split(b":")[0]))
+                        seen[m.partition()] = m.offset() + 1
+                if all(seen[p] >= ends[p] for p in range(partitions)):
+                    return True
+                if not batch:
+                    return False
 
         wait_for(done, 60, f"reading {topic} back")
     finally:
@@ -596,3 +602,34 @@ def test_failover_plan_without_one_grant(secured, tmp_path, cluster, role, op):
     finally:
         admin.create_acls("User:mirror", {(kind, name, pattern): [op]})
     _check_one_line(res, op, kind, name)
+
+
+def test_spark_run_on_sasl_ssl_clusters_with_scram_and_a_pem_ca(secured, tmp_path, spark_local, capfd):
+    """The librdkafka settings of a SASL_SSL (SCRAM-SHA-512, PEM CA) cluster, mapped to the Java
+    source's options: the Spark run reads the secured source; the password is never printed.
+    (Issue 11; on this module's secured pair, as the admin user, in the session's Spark.)"""
+    from mirror.spark.job import run_flow
+    from tests.support.kafkautil import read_partition as read_back
+
+    u = uuid.uuid4().hex[:6]
+    topic = f"sp-{u}-sec"
+    creator = AdminClient(secured.admin_settings("ssrc"))
+    creator.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    p = Producer({**secured.admin_settings("ssrc"), "enable.idempotence": True})
+    for i in range(200):
+        p.produce(topic, value=b"s%d" % i, key=b"%d" % i, partition=i % 2, headers=[("h", b"x")] if i % 2 else None)
+    assert p.flush(30) == 0
+    # The main (SASL_SSL) listener; the password as ${VAR}, which the fixture set.
+    clusters = "".join(f"  {name}:\n    bootstrap: {secured.bootstrap(name)}\n    client: {json.dumps(secured.nodes[name].client('admin'))}\n" for name in NAMES)
+    path = tmp_path / "secured.yaml"
+    path.write_text(f"clusters:\n{clusters}flows:\n  - {{name: f-{u}, source: ssrc, target: sdst, consumer_group: mirror-{u}, topics: {{include: ['{topic}']}}}}\n"
+                    f"offset_store: {{kind: sqlite, path: {tmp_path / 'o.db'}}}\n")
+    assert "SASL_SSL" in path.read_text() and "${" in path.read_text()
+    config = load(path)
+    job = run_flow(config, config.flow(f"f-{u}"), until_caught_up=True, spark=spark_local)
+    assert job.records == 200
+    for part in range(2):
+        copies = read_back(secured.bootstrap("sdst"), f"ssrc.{topic}", part, settings=secured.nodes["sdst"].client("admin", with_password=True))
+        assert [r.content() for r in copies] == [r.content() for r in read_back(secured.bootstrap("ssrc"), topic, part, settings=secured.nodes["ssrc"].client("admin", with_password=True))]
+    out, err = capfd.readouterr()
+    assert secured.passwords["admin"] not in out + err

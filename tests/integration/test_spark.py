@@ -34,17 +34,6 @@ pytestmark = pytest.mark.slow
 RECORDS = int(os.environ.get("MIRROR_TEST_SPARK_RECORDS", "20000"))
 
 
-@pytest.fixture(scope="session")
-def spark_local():
-    from mirror.spark.job import spark_session
-
-    spark = spark_session("local[2]", "mirror-tests")
-    try:
-        yield spark
-    finally:
-        spark.stop()
-
-
 def flow_yaml(unique: str, include: str, db: Path, *, groups: str = "['app-.*']", provenance: bool = True) -> str:
     return f"""\
 flows:
@@ -250,7 +239,10 @@ def test_standalone_cluster_mirrors_exactly_with_tasks_on_its_worker(clusters, w
 
 def test_driver_killed_mid_run_and_restarted_loses_nothing_and_duplicates_nothing(clusters, write_config, unique, tmp_path):
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
-    topics = load_data(src, unique)
+    # Half the local-mode test's records (13,750 committed), as on the standalone cluster: the
+    # kill lands after the first committed batches of 1,500 either way, and the restart then
+    # replays and mirrors the rest (the issue's size is the local-mode test's).
+    topics = load_data(src, unique, records=RECORDS // 2)
     config = write_config(flow_yaml(unique, f"sp-{unique}-.*", tmp_path / "offsets.db"))
     group, plain = f"mirror-{unique}", f"sp-{unique}-plain"
     total_plain = sum(end_offsets(src, plain, 3).values())
@@ -511,52 +503,6 @@ def test_a_target_topic_with_a_small_max_message_bytes_gets_batches_that_fit(clu
     job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
     assert job.records == 600
     assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == [r.content() for r in read_partition(src, topic, 0)]
-
-
-def test_spark_run_on_sasl_ssl_clusters_with_scram_and_a_pem_ca(tmp_path_factory, tmp_path, unique, spark_local, capfd):
-    """The librdkafka settings of a SASL_SSL (SCRAM-SHA-512, PEM CA) cluster, mapped to the Java
-    source's options: the Spark run reads the secured source; the password is never printed."""
-    import os
-
-    from mirror.devenv.kafka import DevClusters
-    from mirror.devenv.security import Material, Security, password_var
-    from mirror.spark.job import run_flow
-    from tests.support.clusters import free_base_port
-
-    dev = DevClusters(tmp_path_factory.mktemp("spark-secured"))
-    t0 = time.monotonic()
-    dev.up(["sps", "spd"], free_base_port(2), security=Security.SASL_SSL)
-    passwords = Material(dev.home).passwords()
-    os.environ[password_var("admin")] = passwords["admin"]
-    try:
-        nodes = {n.spec.name: n for n in dev.nodes()}
-        admin = {name: {"bootstrap.servers": n.spec.bootstrap, **n.client("admin", with_password=True)} for name, n in nodes.items()}
-        topic = f"sp-{unique}-sec"
-        from confluent_kafka import Producer
-        from confluent_kafka.admin import AdminClient, NewTopic
-
-        creator = AdminClient(admin["sps"])
-        creator.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
-        p = Producer({**admin["sps"], "enable.idempotence": True})
-        for i in range(200):
-            p.produce(topic, value=b"s%d" % i, key=b"%d" % i, partition=i % 2, headers=[("h", b"x")] if i % 2 else None)
-        assert p.flush(30) == 0
-        clusters = "".join(f"  {name}:\n    bootstrap: {n.spec.bootstrap}\n    client: {json.dumps(n.client('admin'))}\n" for name, n in nodes.items())
-        path = tmp_path / "secured.yaml"
-        path.write_text(f"clusters:\n{clusters}flows:\n  - {{name: f-{unique}, source: sps, target: spd, consumer_group: mirror-{unique}, topics: {{include: ['{topic}']}}}}\n"
-                        f"offset_store: {{kind: sqlite, path: {tmp_path / 'o.db'}}}\n")
-        config = load(path)
-        job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
-        assert job.records == 200
-        for part in range(2):
-            copies = read_partition(nodes["spd"].spec.bootstrap, f"sps.{topic}", part, settings=nodes["spd"].client("admin", with_password=True))
-            assert [r.content() for r in copies] == [r.content() for r in read_partition(nodes["sps"].spec.bootstrap, topic, part, settings=nodes["sps"].client("admin", with_password=True))]
-        out, err = capfd.readouterr()
-        assert passwords["admin"] not in out + err
-        print(f"secured pair up and Spark run in {time.monotonic() - t0:.1f}s")
-    finally:
-        os.environ.pop(password_var("admin"), None)
-        dev.down()
 
 
 def test_audit_with_from_never_calls_a_gap_after_copies_the_target_still_holds_trimmed(spark_local, monkeypatch):

@@ -26,13 +26,17 @@ PARTITIONS = 2
 
 
 @pytest.fixture(scope="module")
-def four(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClusters]:
-    """Three spokes and a hub, started once for this module (the session's src/dst are not enough)."""
-    tc = start_clusters(tmp_path_factory.mktemp("topologies"), ["a", "b", "c", "hub"])
+def four(clusters: TestClusters, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClusters]:
+    """Three spokes and a hub: the session's `src` and `dst` serve as spoke `a` and the hub
+    (every check here looks only at this test's topics), two more started for this module."""
+    from tests.support.clusters import TestClusters as Four
+
+    own = start_clusters(tmp_path_factory.mktemp("topologies"), ["b", "c"])
     try:
-        yield tc
+        yield Four(own.dev, own.base_port, ["a", "b", "c", "hub"],
+                   {"a": clusters.bootstrap("src"), "b": own.bootstrap("b"), "c": own.bootstrap("c"), "hub": clusters.bootstrap("dst")})
     finally:
-        tc.dev.down()
+        own.dev.down()
 
 
 def _config(tmp_path: Path, tc: TestClusters, unique: str, flows: str) -> Path:
