@@ -55,6 +55,11 @@ class ScaleParams:
     # (old generation full, 200 full GCs in 3 minutes, the broker stopped answering).
     heap: str = "2g"
     timeout: float = 900.0
+    # The flow's consumer settings README "Scaling" gives for flows above ~5,000 partitions
+    # (librdkafka's cooperative-sticky assignor takes tens of seconds per rebalance there);
+    # `--assignor cooperative-sticky --session-timeout-ms 10000` measures the defaults.
+    assignor: str = "roundrobin"
+    session_timeout_ms: int = 45000
 
 
 def _py() -> list[str]:
@@ -127,7 +132,7 @@ def _produce(bootstrap: str, names: Sequence[str], p: ScaleParams, round_: int) 
     assert not todo, f"preload failed for {len(todo)} records"
 
 
-def _config(path: Path, src: str, dst: str, workdir: Path, flow: str, rename: str) -> Path:
+def _config(path: Path, src: str, dst: str, workdir: Path, flow: str, rename: str, p: ScaleParams) -> Path:
     path.write_text(f"""\
 clusters:
   src: {{bootstrap: "{src}", timeout: 60s}}
@@ -139,6 +144,7 @@ flows:
     rename: {rename}
     topics: {{include: ["scale\\\\..*"]}}
     groups: ["{GROUP}"]
+    consumer: {{partition.assignment.strategy: {p.assignor}, session.timeout.ms: {p.session_timeout_ms}, heartbeat.interval.ms: {min(3000, p.session_timeout_ms // 3)}}}
 offset_store: {{kind: sqlite, path: "{workdir}/offsets-{flow}.db"}}
 metrics: {{host: 127.0.0.1}}
 """)
@@ -201,7 +207,7 @@ def run(p: ScaleParams, out: Path | None = None, workdir: Path | None = None, ke
         for label, python, flow, rename in variants:
             if python is None:
                 continue
-            cfg = _config(workdir / f"{flow}.yaml", src, dst, workdir, flow, rename)
+            cfg = _config(workdir / f"{flow}.yaml", src, dst, workdir, flow, rename, p)
             res[label] = _measure(label, [python, "-m", "mirror"], cfg, flow, "src." if rename == "prefix" else "", p, logs, load_config, Admin, src, dst, names, rounds)
             rounds += 1
     finally:
@@ -328,13 +334,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--topics", type=int)
     ap.add_argument("--partitions", type=int)
     ap.add_argument("--records", type=int, help="records per partition")
+    ap.add_argument("--assignor", help="the flow's partition.assignment.strategy (default roundrobin)")
+    ap.add_argument("--session-timeout-ms", type=int, help="the flow's consumer session.timeout.ms (default 45000)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--before", metavar="PYTHON", help="also measure the mirror installed for this interpreter (an older tree), on the same estate, first")
     args = ap.parse_args(argv)
     p = ScaleParams()
-    for name in ("topics", "partitions", "records"):
+    for name in ("topics", "partitions", "records", "assignor", "session_timeout_ms"):
         if getattr(args, name) is not None:
             setattr(p, name, getattr(args, name))
     run(p, out=args.out, workdir=args.workdir, keep=args.keep, before_python=args.before)

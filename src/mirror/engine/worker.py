@@ -1148,7 +1148,7 @@ class FlowWorker(Assignment):
         total = sum(m.partitions for m in mappings)
         if not self._eager and total > COOPERATIVE_MAX and not self._told_assignor:
             self._told_assignor = True
-            log.warning("flow %s: %d partitions with the cooperative-sticky assignor, which takes tens of seconds per rebalance above ~%d in librdkafka (members time out of the group and rebalance again); set the flow's consumer partition.assignment.strategy: roundrobin", self.flow.name, total, COOPERATIVE_MAX)
+            log.warning("flow %s: %d partitions with the cooperative-sticky assignor, which takes tens of seconds per rebalance above ~%d in librdkafka (members time out of the group and rebalance again); set the flow's consumer partition.assignment.strategy: roundrobin (and session.timeout.ms: 45000: a broker busy with that many partitions answers heartbeats late)", self.flow.name, total, COOPERATIVE_MAX)
         if self._caught_up_at is None and self.until_caught_up:
             self._caught_up_at = self._end_offsets(mappings)
         waiting = {m.source for m in mappings if m.target not in self._target_ids and m.source not in self._subscribed}
