@@ -26,7 +26,7 @@ from mirror.domain.naming import target_topic
 from mirror.domain.offsetmap import OffsetSync
 from mirror.errors import ClusterUnavailable, MirrorError, NotFound, UsageError
 from mirror.kafka import Admin, TopicPartition, make_consumer
-from mirror.store import FullOffsetStore, sync_windows
+from mirror.store import FullOffsetStore, sync_tips, sync_windows
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +98,9 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
         ctx.source.require_visible(flow.topics.include, listed, "Describe")
         positions = {k: v for k, v in ctx.source.group_offsets(group).items() if topic_ok(k[0])}
         if positions:
-            source_ends = ctx.source.end_offsets(positions)
+            pending = ctx.source.request_end_offsets(positions)  # in flight while the group offsets are read
             mirror_committed = ctx.source.group_offsets(flow.group_id)
+            source_ends = pending.result()
     except ClusterUnavailable as exc:
         log.warning("source %s did not answer (%s); using the newest checkpoints", flow.source, exc)
         positions = {}
@@ -155,7 +156,7 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
     # store write landing between the reads only adds rows; read after the rows, a newer
     # write's tip could vouch for rows this plan does not have). The rows of every
     # partition in one bulk read (a plan covers them all).
-    tips = {k: ctx.store.tip(flow.name, k[0], k[1]) for k in keys} if method is Method.TRANSLATE else {}
+    tips = sync_tips(ctx.store, flow.name, keys) if method is Method.TRANSLATE else {}
     windows = sync_windows(ctx.store, flow.name, {k: positions[k] for k in keys})
     for (topic, part), tkey in zip(keys, tparts):
         pos = positions[(topic, part)]
