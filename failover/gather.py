@@ -96,7 +96,9 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
         # Topics it may not Describe are left out of listings and of the group's offsets:
         # that must not pass for a source that is gone (and a plan from checkpoints).
         ctx.source.require_visible(flow.topics.include, listed, "Describe")
-        positions = {k: v for k, v in ctx.source.group_offsets(group).items() if topic_ok(k[0])}
+        committed = ctx.source.group_offsets(group)
+        ok = {t for t in {t for t, _ in committed} if topic_ok(t)}  # once per topic, not per partition
+        positions = {k: v for k, v in committed.items() if k[0] in ok}
         if positions:
             pending = ctx.source.request_end_offsets(positions)  # in flight while the group offsets are read
             mirror_committed = ctx.source.group_offsets(flow.group_id)
