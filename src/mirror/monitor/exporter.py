@@ -115,6 +115,42 @@ class Gathered:
     text: dict[str, str]
 
 
+def pick(gathered: dict[str, Gathered], flows: list[str], now: float, stale_after: float) -> tuple[dict[str, Gathered], dict[str, str]]:
+    """Which gathers a scrape at `now` serves, and why the others are left out.
+
+    Returns (served, flow -> reason): `timeout` for a flow not gathered yet, `stale` for a
+    gather completed more than `stale_after` seconds ago. A failed gather is left out
+    without a reason here: it was counted when it failed.
+    """
+    served: dict[str, Gathered] = {}
+    left_out: dict[str, str] = {}
+    for name in flows:
+        g = gathered.get(name)
+        if g is None:
+            left_out[name] = "timeout"
+        elif g.lag is None:
+            continue
+        elif now - g.done > stale_after:
+            left_out[name] = "stale"
+        else:
+            served[name] = g
+    return served, left_out
+
+
+def text(served: dict[str, Gathered], now: float) -> str:
+    """The flows' part of /metrics: each family's header once, then every served flow's lines."""
+    parts: list[str] = []
+    names = sorted(served)
+    for fam in _FAMILIES:
+        parts.append(_header(fam.name, fam.documentation))
+        parts.extend(served[n].text.get(fam.name, "") for n in names)
+    parts.append(_header(*m.MONITOR_FLOW_UP))
+    parts.extend(f'{FLOW_UP}{{flow="{_esc(n)}"}} 1.0\n' for n in names)
+    parts.append(_header(*m.MONITOR_GATHER_AGE))
+    parts.extend(f'{GATHER_AGE}{{flow="{_esc(n)}"}} {_num(round(now - served[n].done, 3))}\n' for n in names)
+    return "".join(parts)
+
+
 class MonitorCollector:
     """Gathers every flow in the background (one thread each) and renders /metrics from the newest gathers."""
 
@@ -208,44 +244,24 @@ class MonitorCollector:
 
     # -- serving
     def served(self) -> dict[str, Gathered]:
-        """The gathers a scrape serves now: the newest per flow, if it succeeded and is fresh.
-
-        Before a flow's first gather completed, waits for it up to the scrape timeout.
-        """
+        """The gathers a scrape serves now (see `pick`); before a flow's first gather
+        completed, waits for it up to the scrape timeout."""
         end = time.monotonic() + self.deadline
         with self._done:
             while not self._stop.is_set() and any(n not in self._gathered for n in self._probes) and (left := end - time.monotonic()) > 0:
                 self._done.wait(left)
             gathered = dict(self._gathered)
-        now = time.monotonic()
-        out = {}
-        for name in self._probes:
-            g = gathered.get(name)
-            if g is None:
-                self.metrics.errors.labels(name, "timeout").inc()
-                log.warning("flow %s: no lag gathered yet within %.1fs; its series are left out of this scrape", name, self.deadline)
-            elif g.lag is None:
-                continue  # failed: counted when it failed
-            elif now - g.done > self.stale_after:
-                self.metrics.errors.labels(name, "stale").inc()
-                log.warning("flow %s: newest lag gathered %.0fs ago (more than %.0fs); its series are left out of this scrape", name, now - g.done, self.stale_after)
-            else:
-                out[name] = g
+        out, left_out = pick(gathered, list(self._probes), time.monotonic(), self.stale_after)
+        for name, reason in left_out.items():
+            self.metrics.errors.labels(name, reason).inc()
+            log.warning("flow %s: %s; its series are left out of this scrape", name,
+                        f"no lag gathered within {self.deadline:g}s" if reason == "timeout" else f"newest lag gathered more than {self.stale_after:g}s ago")
         return out
 
     def exposition(self) -> bytes:
         """The whole /metrics text: the flows' series, then the exporter's own metrics."""
         served = self.served()
-        now = time.monotonic()
-        parts: list[str] = []
-        for fam in _FAMILIES:
-            parts.append(_header(fam.name, fam.documentation))
-            parts.extend(served[n].text.get(fam.name, "") for n in sorted(served))
-        parts.append(_header(*m.MONITOR_FLOW_UP))
-        parts.extend(f'{FLOW_UP}{{flow="{_esc(n)}"}} 1.0\n' for n in sorted(served))
-        parts.append(_header(*m.MONITOR_GATHER_AGE))
-        parts.extend(f'{GATHER_AGE}{{flow="{_esc(n)}"}} {_num(round(now - served[n].done, 3))}\n' for n in sorted(served))
-        return "".join(parts).encode() + generate_latest(self.registry)
+        return text(served, time.monotonic()).encode() + generate_latest(self.registry)
 
     def close(self) -> None:
         self._stop.set()
