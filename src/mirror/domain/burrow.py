@@ -70,6 +70,9 @@ MIN_OBSERVATIONS = 3  # fewer than this is not a trend
 NOT_JUDGED = "behind; not enough observations to judge yet"
 
 
+CAUGHT_UP = Verdict(Status.OK, "caught up")
+
+
 def evaluate(window: Iterable[Observation], *, min_span: float = 0.0, size: int = WINDOW) -> Verdict:
     """The status of one partition from its observations, oldest first.
 
@@ -86,7 +89,7 @@ def evaluate(window: Iterable[Observation], *, min_span: float = 0.0, size: int 
         if b.position < a.position:
             return Verdict(Status.ERR, f"position went back from {a.position} to {b.position} (rewind)")
     if last.lag == 0:
-        return Verdict(Status.OK, "caught up")
+        return CAUGHT_UP
     # Judge only what happened since the partition was last caught up: a zero lag earlier
     # in the window says nothing about a mirror that stopped right after it.
     zeros = [i for i, o in enumerate(obs) if o.lag == 0]
