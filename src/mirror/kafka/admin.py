@@ -74,7 +74,11 @@ class PendingOffsets(Generic[T]):
 LIST_OFFSETS_CHUNK = 500
 
 # Partition errors that go away on their own within moments (leadership moving, a broker
-# just restarted and catching up): asked again rather than failing the whole listing.
+# just restarted and catching up): asked again rather than failing the whole listing, for
+# at most TRANSIENT_RETRY_SECONDS (or the cluster's timeout, if shorter). Not longer: the
+# partitions of topics created a moment ago answer LEADER_NOT_AVAILABLE for as long as the
+# controller takes, and a checkpoint tick then should fail and come back next interval.
+TRANSIENT_RETRY_SECONDS = 10.0
 _TRANSIENT_PARTITION = {
     KafkaError.UNKNOWN_LEADER_EPOCH,
     KafkaError.FENCED_LEADER_EPOCH,
@@ -380,12 +384,13 @@ class Admin:
         `list_offsets` does underneath), and the per-partition results are read from them.
 
         A partition failing with a transient error (a leader moving, a broker that just
-        restarted: "Leader epoch is newer than broker epoch") is asked again, alone, until
-        the cluster's timeout; any other error is raised naming the first failing partition.
+        restarted: "Leader epoch is newer than broker epoch") is asked again, alone, for up
+        to TRANSIENT_RETRY_SECONDS (at most the cluster's timeout); any other error, or one
+        still there then, is raised naming the first failing partition.
         """
         if not parts:
             return PendingOffsets(dict)
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + min(self.timeout, TRANSIENT_RETRY_SECONDS)
         spec_value = int(spec._value)
 
         def send(keys: list[tuple[str, int]]) -> list[Future[Any]]:
