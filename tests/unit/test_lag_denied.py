@@ -61,6 +61,9 @@ class FakeAdmin:
             raise _denied(f"read offsets of group {group!r}: missing Describe on group {group!r}")
         return {}
 
+    def request_group_offsets(self, group: str) -> PendingOffsets[int]:
+        return PendingOffsets(lambda: self.group_offsets(group))
+
     def group_members(self, group: str) -> int:
         return 0
 

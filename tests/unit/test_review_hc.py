@@ -95,6 +95,9 @@ class FakeAdmin:
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
         return dict(self._groups.get(group, {}))
 
+    def request_group_offsets(self, group: str) -> PendingOffsets[int]:
+        return PendingOffsets(lambda: self.group_offsets(group))
+
     def watermarks(self, parts: Any) -> dict[tuple[str, int], Watermarks]:
         return {k: self._marks[k] for k in parts}
 

@@ -73,12 +73,10 @@ class PendingOffsets(Generic[T]):
 # ~0.4 s), and librdkafka sends the requests of one call to each leader anyway.
 LIST_OFFSETS_CHUNK = 500
 
-# Partition errors that go away on their own within moments (leadership moving, a broker
-# just restarted and catching up): asked again rather than failing the whole listing, for
-# at most TRANSIENT_RETRY_SECONDS (or the cluster's timeout, if shorter). Not longer: the
-# partitions of topics created a moment ago answer LEADER_NOT_AVAILABLE for as long as the
-# controller takes, and a checkpoint tick then should fail and come back next interval.
-TRANSIENT_RETRY_SECONDS = 10.0
+# Partition errors that go away on their own (leadership moving, a broker just restarted
+# and still loading its partitions: "Leader epoch is newer than broker epoch", which took
+# more than 10 s at 10,000 partitions on a loaded machine): asked again rather than failing
+# the whole listing, until the cluster's timeout.
 _TRANSIENT_PARTITION = {
     KafkaError.UNKNOWN_LEADER_EPOCH,
     KafkaError.FENCED_LEADER_EPOCH,
@@ -384,13 +382,13 @@ class Admin:
         `list_offsets` does underneath), and the per-partition results are read from them.
 
         A partition failing with a transient error (a leader moving, a broker that just
-        restarted: "Leader epoch is newer than broker epoch") is asked again, alone, for up
-        to TRANSIENT_RETRY_SECONDS (at most the cluster's timeout); any other error, or one
-        still there then, is raised naming the first failing partition.
+        restarted: "Leader epoch is newer than broker epoch") is asked again, alone, until
+        the cluster's timeout; any other error, or one still there then, is raised naming
+        the first failing partition.
         """
         if not parts:
             return PendingOffsets(dict)
-        deadline = time.monotonic() + min(self.timeout, TRANSIENT_RETRY_SECONDS)
+        deadline = time.monotonic() + self.timeout
         spec_value = int(spec._value)
 
         def send(keys: list[tuple[str, int]]) -> list[Future[Any]]:
@@ -436,10 +434,19 @@ class Admin:
 
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
         """Committed offsets of a group (partitions without a commit are left out)."""
+        return self.request_group_offsets(group).result()
+
+    def request_group_offsets(self, group: str) -> PendingOffsets[int]:
+        """`group_offsets`, sent now (once the coordinator answers) and waited for by
+        `.result()`: two groups' offsets in flight at once (10,000 partitions each)."""
         self._wait_for_coordinator(group)
         futs = self._client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout)
-        res = self._result(f"read offsets of group {group!r}", futs[group], ("Describe", "group", group))
-        return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions if tp.offset >= 0 and tp.error is None}
+
+        def wait() -> dict[tuple[str, int], int]:
+            res = self._result(f"read offsets of group {group!r}", futs[group], ("Describe", "group", group))
+            return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions if tp.offset >= 0 and tp.error is None}
+
+        return PendingOffsets(wait)
 
     def group_offsets_with_metadata(self, group: str) -> dict[tuple[str, int], tuple[int, str | None]]:
         """Committed offsets of a group with their commit metadata (None when empty)."""

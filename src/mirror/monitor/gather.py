@@ -98,6 +98,7 @@ def gather_flow(
     # Every ListOffsets request in flight at once (source ends, target ends), waited for
     # together: at 10,000 partitions each one is a second of broker work and waiting.
     pending_marks = source.request_watermarks(parts)
+    pending_committed = source.request_group_offsets(flow.group_id)
     pending_target: PendingOffsets[int] | None = None
     target_marks: dict[PartitionKey, Any] = {}
     try:
@@ -117,7 +118,7 @@ def gather_flow(
     except MirrorError as exc:
         errors.add(exc)
     marks = pending_marks.result()
-    committed = source.group_offsets(flow.group_id)
+    committed = pending_committed.result()
     try:
         active: bool | None = source.group_members(flow.group_id) > 0
     except MirrorError as exc:
