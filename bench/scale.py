@@ -7,7 +7,8 @@ partition (for `failover plan --translate`). Measured, each once, in this order:
 1. `mirror run --until-caught-up` (one worker), cold: the mirror creates every target topic.
    Start to caught up, peak RSS, CPU seconds, and `targets_ready_s`: when every target
    partition had a leader (the target broker's share; polled every 2 s from outside);
-2. `mirror monitor`: the first scrape of /metrics (cold) and the next ones: seconds and bytes;
+2. `mirror monitor`: the first scrape of /metrics (cold) and the next ones: seconds and bytes,
+   and the mean seconds of one gather of the flow (the monitor's own histogram);
 3. `mirror lag --json`: wall seconds of the command (and its Python start-up, measured apart);
 4. `mirror failover plan --translate --json` for the group on all partitions: wall seconds;
    and one checkpoint tick of the group (a process of its own);
@@ -176,6 +177,19 @@ def _scrape(port: int, timeout: float) -> tuple[float, int]:
     return time.monotonic() - t, len(body)
 
 
+def _gather_seconds(port: int, timeout: float) -> float | None:
+    """Mean seconds of the monitor's gathers so far (its own histogram): what a scrape cost
+    when it gathered, and what each background gather costs now."""
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout).read().decode()
+    found = {}
+    for line in body.splitlines():
+        if line.startswith(("mirror_monitor_gather_seconds_sum{", "mirror_monitor_gather_seconds_count{")):
+            name, value = line.split("{", 1)[0], float(line.rsplit(" ", 1)[1])
+            found[name] = found.get(name, 0.0) + value
+    count = found.get("mirror_monitor_gather_seconds_count", 0.0)
+    return round(found["mirror_monitor_gather_seconds_sum"] / count, 2) if count else None
+
+
 def run(p: ScaleParams, out: Path | None = None, workdir: Path | None = None, keep: bool = False, before_python: str | None = None) -> dict[str, Any]:
     from mirror.config import load as load_config
     from mirror.devenv.kafka import DevClusters
@@ -300,10 +314,11 @@ def _measure(label: str, py: list[str], cfg: Path, flow: str, prefix: str, p: Sc
             time.sleep(0.2)
         first = _scrape(port, 180)
         warm = [_scrape(port, 180) for _ in range(p.scrapes)]
+        gather = _gather_seconds(port, 180)
     finally:
         mon_usage = mon.finish()
     out["monitor"] = {"first_scrape_s": round(first[0], 2), "scrape_s": [round(x, 2) for x, _ in warm], "bytes": warm[-1][1] if warm else first[1],
-                      "peak_rss_mb": round(mon_usage.peak_rss_per_process_bytes / 1e6, 1)}
+                      "gather_s": gather, "peak_rss_mb": round(mon_usage.peak_rss_per_process_bytes / 1e6, 1)}
     _log(f"  -> {out['monitor']}")
 
     # 3. and 4. the one-shot commands (their Python start-up measured apart), and one

@@ -94,7 +94,8 @@ def plan(app: AppContext, config_path: Path, flow: str, group: str, translate: b
     with _flow_context(app, config_path, flow) as ctx:
         result = build_plan(ctx, group, method, at_ms=at_ms)
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
+        # One line, by the C encoder: `indent=` would use the pure-Python one (~1 s at 10,000 partitions).
+        click.echo(json.dumps(result.to_json()))
     else:
         _render(result)
 
@@ -116,7 +117,7 @@ def apply(app: AppContext, config_path: Path, flow: str, group: str, translate: 
         path, changes = apply_plan(ctx, result, backup)
     if as_json:
         click.echo(json.dumps({"plan": result.to_json(), "backup": str(path), "changes": [
-            {"topic": c.topic, "partition": c.partition, "before": c.before, "after": c.after} for c in changes]}, indent=2))
+            {"topic": c.topic, "partition": c.partition, "before": c.before, "after": c.after} for c in changes]}))
         return
     _render(result)
     click.echo(f"backup of the previous offsets: {path} (restore: mirror failover import -c {config_path} --cluster {ctx.flow.target} {path} --yes)")

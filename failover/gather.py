@@ -25,8 +25,8 @@ from mirror.config import Config, FlowConfig
 from mirror.domain.naming import target_topic
 from mirror.domain.offsetmap import OffsetSync
 from mirror.errors import ClusterUnavailable, MirrorError, NotFound, UsageError
-from mirror.kafka import Admin, TopicPartition, make_consumer
-from mirror.store import FullOffsetStore, sync_windows
+from mirror.kafka import Admin, PendingOffsets, TopicPartition, make_consumer
+from mirror.store import FullOffsetStore, sync_tips, sync_windows
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +96,18 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
         # Topics it may not Describe are left out of listings and of the group's offsets:
         # that must not pass for a source that is gone (and a plan from checkpoints).
         ctx.source.require_visible(flow.topics.include, listed, "Describe")
-        positions = {k: v for k, v in ctx.source.group_offsets(group).items() if topic_ok(k[0])}
+        pending_group = ctx.source.request_group_offsets(group)
+        try:  # in flight together with the group's (10,000 partitions each)
+            pending_mirror: PendingOffsets[int] | None = ctx.source.request_group_offsets(flow.group_id)
+        except MirrorError:
+            pending_mirror = None  # asked again below, only when needed: its failure matters only then
+        committed = pending_group.result()
+        ok = {t for t in {t for t, _ in committed} if topic_ok(t)}  # once per topic, not per partition
+        positions = {k: v for k, v in committed.items() if k[0] in ok}
         if positions:
-            source_ends = ctx.source.end_offsets(positions)
-            mirror_committed = ctx.source.group_offsets(flow.group_id)
+            pending = ctx.source.request_end_offsets(positions)  # in flight while the mirror's offsets are read
+            mirror_committed = (pending_mirror or ctx.source.request_group_offsets(flow.group_id)).result()
+            source_ends = pending.result()
     except ClusterUnavailable as exc:
         log.warning("source %s did not answer (%s); using the newest checkpoints", flow.source, exc)
         positions = {}
@@ -155,7 +163,7 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
     # store write landing between the reads only adds rows; read after the rows, a newer
     # write's tip could vouch for rows this plan does not have). The rows of every
     # partition in one bulk read (a plan covers them all).
-    tips = {k: ctx.store.tip(flow.name, k[0], k[1]) for k in keys} if method is Method.TRANSLATE else {}
+    tips = sync_tips(ctx.store, flow.name, keys) if method is Method.TRANSLATE else {}
     windows = sync_windows(ctx.store, flow.name, {k: positions[k] for k in keys})
     for (topic, part), tkey in zip(keys, tparts):
         pos = positions[(topic, part)]

@@ -11,9 +11,9 @@ Three kinds of metric live here:
   `MetricsListener.on_acked`, `CanaryMetrics` fed by the prober);
 * librdkafka client statistics, parsed when a client's `stats_cb` fires and turned into
   samples only when Prometheus scrapes (`ClientStatsCollector`);
-* derived values (lag, status, checkpoint age) computed at scrape time by
-  `mirror.monitor.exporter.MonitorCollector`, which builds its families with the `*_family`
-  helpers below so their names are still defined here.
+* derived values (lag, status, checkpoint age) gathered in the background and rendered
+  once per gather by `mirror.monitor.exporter`, which takes names and help text from the
+  `*_family` helpers and constants below so they are still defined here.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ LAG_RECORDS = "mirror_replication_lag_records"
 LAG_SECONDS = "mirror_replication_lag_seconds"
 FLOW_STATUS = "mirror_flow_status"
 CHECKPOINT_AGE = "mirror_group_checkpoint_age_seconds"
+MONITOR_FLOW_UP = ("mirror_monitor_flow_up", "1 when the flow's series are in this scrape (its newest gather succeeded and is not stale).")
+MONITOR_GATHER_AGE = ("mirror_monitor_gather_age_seconds", "Seconds since the served gather of the flow completed.")
 CANARY_LATENCY = "mirror_canary_latency_seconds"
 CANARY_SENT = "mirror_canary_sent"
 CANARY_RECEIVED = "mirror_canary_received"
@@ -235,14 +237,18 @@ def target_end_family() -> GaugeMetricFamily:
 
 
 class MonitorMetrics:
-    """Counters of the exporter itself: how its scrapes went.
+    """Counters of the exporter itself: how its gathers and scrapes went.
 
-    Built with `registry=None` and registered *after* the monitor's collector, so a
-    scrape's error counts already include that scrape's own failures.
+    Written after the flows' series, so a scrape's error counts already include that
+    scrape's own (stale, timeout).
     """
 
     def __init__(self, registry: CollectorRegistry | None) -> None:
-        self.errors = Counter("mirror_monitor_errors", "Flows whose lag could not be gathered for a scrape (their series are absent).", ["flow", "reason"], registry=registry)
+        self.errors = Counter(
+            "mirror_monitor_errors",
+            "Failed gathers of a flow (unreachable, error, unknown; partial: some figures missing) and scrapes that left it out (stale, timeout).",
+            ["flow", "reason"], registry=registry,
+        )
         self.gather_seconds = Histogram(
             "mirror_monitor_gather_seconds", "Time to gather one flow's lag.", ["flow"], buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=registry
         )

@@ -11,10 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry
 
 from mirror import config as cfg
-from mirror import metrics as m
 from mirror.monitor import exporter as monitor
 from tests.integration.test_lag_monitor import _produce, _topic
 from tests.support.metrics import poll
@@ -62,9 +60,8 @@ canary: {{topic: canary-{unique}}}
     _produce(src, topic, {0: 100, 1: 100})
     rules = shrunk_rules({"MirrorLagGrowing", "MirrorFlowStopped"})
     assert rules["groups"][0]["rules"][0]["expr"].strip().startswith("delta(max by (flow) (mirror_replication_lag_seconds)[20s:1s]) > 5")
-    registry = CollectorRegistry()
-    collector = monitor.build(config, registry=registry, deadline=5.0)
-    server = m.serve(0, "127.0.0.1", registry)
+    collector = monitor.build(config, deadline=5.0, interval=1.0)  # gathered as often as Prometheus scrapes here
+    server = monitor.serve(collector, 0)
     prom = PrometheusServer(tmp_path / "prom", [f"127.0.0.1:{server.server_port}"], rules)
     try:
         def firing() -> dict[str, set[str]]:

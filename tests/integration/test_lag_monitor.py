@@ -13,16 +13,14 @@ import time
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from prometheus_client import CollectorRegistry
 
 from mirror import config as cfg
-from mirror import metrics as m
 from mirror.cli import main
 from mirror.devenv.common import port_free
 from mirror.errors import MirrorError
 from mirror.kafka import Admin
 from mirror.monitor import exporter as monitor
-from tests.support.metrics import scrape, total
+from tests.support.metrics import poll, scrape, total
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -134,25 +132,54 @@ def test_monitor_metrics_sum_to_exact_lag_and_recover(clusters, write_config, un
     _produce(src, topic, {0: 250, 1: 250, 2: 250, 3: 250}, ts_ms=int(time.time() * 1000) - 30_000)
     _path, config = _config(write_config, unique)
     flow = config.flows[0]
-    registry = CollectorRegistry()
-    collector = monitor.build(config, registry=registry, deadline=10.0)
-    server = m.serve(0, "127.0.0.1", registry)
+    collector = monitor.build(config, deadline=10.0, interval=0.5)
+    server = monitor.serve(collector, 0)
     try:
         port = server.server_port
-        s1 = scrape(port)
+        s1 = scrape(port)  # the first scrape waits for the first gather
         assert total(s1, "mirror_replication_lag_records", flow=flow.name) == 1000
         age1 = max(v for lab, v in s1["mirror_replication_lag_seconds"] if lab["flow"] == flow.name)
         assert age1 >= 29
-        s2 = scrape(port)
-        age2 = max(v for lab, v in s2["mirror_replication_lag_seconds"] if lab["flow"] == flow.name)
-        assert age2 > age1  # nothing mirrored: the oldest waiting record only gets older
+        # the next gathers, in the background: nothing mirrored, the oldest waiting record only gets older
+        s2 = poll(lambda: (lambda s: s if max(v for lab, v in s["mirror_replication_lag_seconds"] if lab["flow"] == flow.name) > age1 else None)(scrape(port)),
+                  timeout=20, what="a newer gather")
         assert total(s2, "mirror_monitor_flow_up", flow=flow.name) == 1
+        assert 0 <= total(s2, "mirror_monitor_gather_age_seconds", flow=flow.name) < 10
         # the mirror catches up: commits the end of every partition
         commit(Admin("src", config.clusters["src"]), flow.group_id, {(topic, p): 250 for p in range(4)})
-        s3 = scrape(port)
-        assert total(s3, "mirror_replication_lag_records", flow=flow.name) == 0
+        s3 = poll(lambda: (lambda s: s if total(s, "mirror_replication_lag_records", flow=flow.name) == 0 else None)(scrape(port)), timeout=20, what="lag 0")
         assert total(s3, "mirror_replication_lag_seconds", flow=flow.name) == 0
         assert total(s3, "mirror_flow_status", flow=flow.name) == 0
+    finally:
+        server.shutdown()
+        collector.close()
+
+
+def test_a_scrape_serves_the_newest_gather_at_once_and_leaves_a_stale_one_out(clusters, write_config, unique, tmp_path, monkeypatch):
+    """Gathers run on their interval, not per scrape: scrapes in between are served at once
+    from the newest gather; one older than `stale_after` is left out and counted."""
+    monkeypatch.chdir(tmp_path)
+    src = clusters.bootstrap("src")
+    topic = f"orders-{unique}"
+    _topic(src, topic, 2)
+    _produce(src, topic, {0: 3, 1: 4})
+    _path, config = _config(write_config, unique)
+    flow = config.flows[0].name
+    collector = monitor.build(config, deadline=10.0, interval=600, stale_after=4.0)  # one gather, then none for 10 minutes
+    server = monitor.serve(collector, 0)
+    try:
+        port = server.server_port
+        assert total(scrape(port), "mirror_replication_lag_records", flow=flow) == 7
+        gathers = total(scrape(port), "mirror_monitor_gather_seconds_count", flow=flow)
+        for _ in range(3):
+            started = time.monotonic()
+            s = scrape(port)
+            assert time.monotonic() - started < 1.0
+            assert total(s, "mirror_replication_lag_records", flow=flow) == 7
+        assert total(s, "mirror_monitor_gather_seconds_count", flow=flow) == gathers == 1  # scrapes gathered nothing
+        s = poll(lambda: (lambda s: s if total(s, "mirror_replication_lag_records", flow=flow) is None else None)(scrape(port)), timeout=15, what="the gather gone stale")
+        assert total(s, "mirror_monitor_flow_up", flow=flow) is None
+        assert total(s, "mirror_monitor_errors_total", flow=flow, reason="stale") >= 1
     finally:
         server.shutdown()
         collector.close()
@@ -180,19 +207,19 @@ canary: {{topic: canary-{unique}}}
 """
     )
     config = cfg.load(path)
-    registry = CollectorRegistry()
-    collector = monitor.build(config, registry=registry, deadline=4.0)
-    server = m.serve(0, "127.0.0.1", registry)
+    collector = monitor.build(config, deadline=4.0, interval=0.5)
+    server = monitor.serve(collector, 0)
     try:
         for _ in range(2):
             started = time.monotonic()
             s = scrape(server.server_port, timeout=20)
-            assert time.monotonic() - started < 15
+            assert time.monotonic() - started < 5  # at most the first gathers' wait
             assert total(s, "mirror_replication_lag_records", flow=f"live-{unique}") == 0
             assert total(s, "mirror_flow_status", flow=f"live-{unique}") == 0
             assert total(s, "mirror_replication_lag_records", flow=f"dead-{unique}") is None
             assert total(s, "mirror_flow_status", flow=f"dead-{unique}") is None
-        assert total(s, "mirror_monitor_errors_total", flow=f"dead-{unique}") >= 2
+        # every failed gather is counted, and the flow's thread goes on trying
+        poll(lambda: (total(scrape(server.server_port), "mirror_monitor_errors_total", flow=f"dead-{unique}") or 0) >= 2, timeout=30, what="two failed gathers")
     finally:
         server.shutdown()
         collector.close()
@@ -213,9 +240,8 @@ def test_checkpoint_age_and_group_lag_on_metrics(clusters, write_config, unique,
     commit(Admin("src", config.clusters["src"]), group, {(topic, 0): 20})
     store = open_store(config.offset_store)
     store.write_checkpoints(flow.name, [Checkpoint(group, topic, 0, 20, 20, int(time.time() * 1000) - 120_000)])
-    registry = CollectorRegistry()
-    collector = monitor.build(config, registry=registry, deadline=10.0, store=store)
-    server = m.serve(0, "127.0.0.1", registry)
+    collector = monitor.build(config, deadline=10.0, store=store)
+    server = monitor.serve(collector, 0)
     try:
         s = scrape(server.server_port)
         age = total(s, "mirror_group_checkpoint_age_seconds", flow=flow.name, group=group)
@@ -233,7 +259,6 @@ def test_monitor_command_serves_until_sigterm(clusters, write_config, unique, tm
     import subprocess
     import sys
 
-    from tests.support.metrics import poll
     from tests.support.prometheus import free_port
 
     src = clusters.bootstrap("src")
@@ -288,26 +313,27 @@ def test_source_cluster_going_down_mid_run_leaves_series_out_then_recovers(clust
     _produce(src, topic, {0: 25})
     _path, config = _config(write_config, unique)
     flow = config.flows[0].name
-    registry = CollectorRegistry()
-    collector = monitor.build(config, registry=registry, deadline=4.0)
-    server = m.serve(0, "127.0.0.1", registry)
+    collector = monitor.build(config, deadline=4.0, interval=0.5)
+    server = monitor.serve(collector, 0)
     try:
         port = server.server_port
         assert total(scrape(port), "mirror_replication_lag_records", flow=flow) == 25
         clusters.stop("src")
         try:
+            # the next gather fails (bounded by the 4 s timeout, not librdkafka's retries): left out
+            started = time.monotonic()
+            s = poll(lambda: (lambda s: s if total(s, "mirror_replication_lag_records", flow=flow) is None else None)(scrape(port, timeout=30)), timeout=30, what="series left out")
+            assert time.monotonic() - started < 12
             for _ in range(2):
                 started = time.monotonic()
                 s = scrape(port, timeout=30)
-                assert time.monotonic() - started < 12  # the deadline, not librdkafka's retries
+                assert time.monotonic() - started < 1.0  # served at once, whatever the cluster does
                 assert total(s, "mirror_replication_lag_records", flow=flow) is None
                 assert total(s, "mirror_flow_status", flow=flow) is None
                 assert total(s, "mirror_monitor_flow_up", flow=flow) is None
-            assert total(s, "mirror_monitor_errors_total", flow=flow) >= 2
+            assert total(s, "mirror_monitor_errors_total", flow=flow, reason="unreachable") >= 1
         finally:
             clusters.start("src")
-        from tests.support.metrics import poll
-
         poll(lambda: total(scrape(port, timeout=30), "mirror_replication_lag_records", flow=flow) == 25, timeout=90, what="lag back after the cluster returned")
     finally:
         server.shutdown()

@@ -63,15 +63,14 @@ def test_lag_is_exact_while_the_mirror_is_stopped_and_zero_after_catch_up(cluste
     _caught_up(path)  # the mirror ran, caught up and is stopped now
 
     _produce(src, topic, {0: 400, 1: 350, 2: 250}, ts_ms=int(time.time() * 1000))
-    registry = CollectorRegistry()
-    collector = monitor.build(config, registry=registry, deadline=8.0)
-    server = m.serve(0, "127.0.0.1", registry)
+    collector = monitor.build(config, deadline=8.0, interval=0.5)
+    server = monitor.serve(collector, 0)
     try:
         port = server.server_port
         s = scrape(port)
         assert total(s, "mirror_replication_lag_records", flow=flow) == 1000
         age1 = max(v for lab, v in s["mirror_replication_lag_seconds"] if lab["flow"] == flow)
-        # three observations spanning 3 x commit_interval, position still, nobody in the group: STOP
+        # three observations (gathered every 0.5 s) spanning 3 x commit_interval, position still, nobody in the group: STOP
         poll(lambda: total(scrape(port), "mirror_flow_status", flow=flow) == 3, timeout=30, what="status STOP")
         s = scrape(port)
         assert total(s, "mirror_replication_lag_records", flow=flow) == 1000
@@ -79,8 +78,7 @@ def test_lag_is_exact_while_the_mirror_is_stopped_and_zero_after_catch_up(cluste
         assert age2 > age1
 
         _caught_up(path)
-        s = scrape(port)
-        assert total(s, "mirror_replication_lag_records", flow=flow) == 0
+        s = poll(lambda: (lambda s: s if total(s, "mirror_replication_lag_records", flow=flow) == 0 else None)(scrape(port)), timeout=20, what="lag 0 gathered")
         assert total(s, "mirror_replication_lag_seconds", flow=flow) == 0
         assert total(s, "mirror_flow_status", flow=flow) == 0
         assert total(s, "mirror_target_end_offset", flow=flow, topic=topic) == 1030

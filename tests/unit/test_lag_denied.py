@@ -8,7 +8,7 @@ import pytest
 
 from mirror import config
 from mirror.errors import AuthorizationFailed
-from mirror.kafka import Watermarks
+from mirror.kafka import PendingOffsets, Watermarks
 from mirror.monitor.gather import gather_flow
 
 BODY = """\
@@ -47,6 +47,12 @@ class FakeAdmin:
     def end_offsets(self, parts: Any, committed_only: bool = True) -> dict[tuple[str, int], int]:
         return {k: 10 for k in parts}
 
+    def request_watermarks(self, parts: Any, committed_only: bool = True) -> PendingOffsets[Watermarks]:
+        return PendingOffsets(lambda: self.watermarks(parts))
+
+    def request_end_offsets(self, parts: Any, committed_only: bool = True) -> PendingOffsets[int]:
+        return PendingOffsets(lambda: self.end_offsets(parts))
+
     def list_groups(self) -> list[str]:
         return []  # "billing" exists nowhere the principal may see
 
@@ -54,6 +60,9 @@ class FakeAdmin:
         if group in self.denied:
             raise _denied(f"read offsets of group {group!r}: missing Describe on group {group!r}")
         return {}
+
+    def request_group_offsets(self, group: str) -> PendingOffsets[int]:
+        return PendingOffsets(lambda: self.group_offsets(group))
 
     def group_members(self, group: str) -> int:
         return 0

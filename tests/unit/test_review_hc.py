@@ -19,7 +19,7 @@ from mirror.config import parse
 from mirror.domain.acks import AckBatch
 from mirror.domain.offsetmap import Checkpoint
 from mirror.errors import OffsetStoreError
-from mirror.kafka.admin import Watermarks
+from mirror.kafka.admin import PendingOffsets, Watermarks
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.store import SqliteStore
 
@@ -72,6 +72,9 @@ class RacingStore:
     def tip(self, *a: Any) -> Any:
         return self._read("tip", *a)
 
+    def tips(self, *a: Any) -> Any:  # the bulk read of the tips (one read, like tip)
+        return self._read("tips", *a)
+
     def windows(self, *a: Any) -> Any:  # the bulk read of the rows (one read, like floor + next)
         return self._read("windows", *a)
 
@@ -92,11 +95,17 @@ class FakeAdmin:
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
         return dict(self._groups.get(group, {}))
 
+    def request_group_offsets(self, group: str) -> PendingOffsets[int]:
+        return PendingOffsets(lambda: self.group_offsets(group))
+
     def watermarks(self, parts: Any) -> dict[tuple[str, int], Watermarks]:
         return {k: self._marks[k] for k in parts}
 
     def end_offsets(self, parts: Any) -> dict[tuple[str, int], int]:
         return {k: self._marks[k].high for k in parts}
+
+    def request_end_offsets(self, parts: Any) -> PendingOffsets[int]:
+        return PendingOffsets(lambda: self.end_offsets(parts))
 
 
 @pytest.mark.parametrize("flush_after", [1, 2, 3, 4, 5])

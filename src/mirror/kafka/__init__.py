@@ -18,7 +18,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from mirror.kafka.admin import Admin, Watermarks
+from mirror.kafka.admin import Admin, PendingOffsets, Watermarks
 from mirror.kafka.clients import client_settings, make_consumer, make_producer
 from mirror.kafka.errors import is_retriable, raise_for
 from mirror.kafka.reader import PartitionReader, Record
@@ -33,6 +33,7 @@ __all__ = [
     "KafkaException",
     "Message",
     "PartitionReader",
+    "PendingOffsets",
     "Producer",
     "Record",
     "TopicPartition",

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from confluent_kafka import (
     ConsumerGroupTopicPartitions,
@@ -33,6 +34,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from confluent_kafka.cimpl import _AdminClientImpl
 
 from mirror.config import ClusterConfig
 from mirror.domain.acls import Resource, resource_for, visibility_probes
@@ -47,6 +49,45 @@ log = logging.getLogger(__name__)
 class Watermarks:
     low: int
     high: int
+
+
+T = TypeVar("T")
+
+
+class PendingOffsets(Generic[T]):
+    """Offsets requested and not waited for yet: `result()` waits (once) and returns them."""
+
+    def __init__(self, wait: Callable[[], dict[tuple[str, int], T]]) -> None:
+        self._wait: Callable[[], dict[tuple[str, int], T]] | None = wait
+        self._value: dict[tuple[str, int], T] = {}
+
+    def result(self) -> dict[tuple[str, int], T]:
+        if self._wait is not None:
+            wait, self._wait = self._wait, None
+            self._value = wait()
+        return self._value
+
+
+# Partitions per ListOffsets call: the C client's cost per call grows faster than the
+# partition count (2,000 in one call: ~27 ms to send; in 500s: ~16 ms; 10,000 in one call
+# ~0.4 s), and librdkafka sends the requests of one call to each leader anyway.
+LIST_OFFSETS_CHUNK = 500
+
+# Partition errors that go away on their own (leadership moving, a broker just restarted
+# and still loading its partitions: "Leader epoch is newer than broker epoch", which took
+# more than 10 s at 10,000 partitions on a loaded machine): asked again rather than failing
+# the whole listing, until the cluster's timeout.
+_TRANSIENT_PARTITION = {
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.OFFSET_NOT_AVAILABLE,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.REPLICA_NOT_AVAILABLE,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NETWORK_EXCEPTION,
+    KafkaError.KAFKA_STORAGE_ERROR,
+}
 
 
 # A KRaft controller refuses one operation writing more than 10,000 metadata records
@@ -303,33 +344,88 @@ class Admin:
         With `committed_only` the high mark is the last stable offset, i.e. what a
         read_committed consumer (the mirror) can reach; open transactions are not "lag".
         """
-        parts = [TopicPartition(t, p) for t, p in partitions]
-        if not parts:
-            return {}
+        return self.request_watermarks(partitions, committed_only=committed_only).result()
+
+    def request_watermarks(self, partitions: Iterable[tuple[str, int]], *, committed_only: bool = True) -> PendingOffsets[Watermarks]:
+        """`watermarks`, sent now and waited for by `.result()`: both ends in flight at once,
+        and the caller may send other requests (to another cluster) meanwhile."""
+        parts = list(partitions)
         iso = IsolationLevel.READ_COMMITTED if committed_only else IsolationLevel.READ_UNCOMMITTED
-        lows = self._list_offsets(parts, OffsetSpec.earliest(), iso)
-        highs = self._list_offsets(parts, OffsetSpec.latest(), iso)
-        return {k: Watermarks(lows[k], highs[k]) for k in highs}
+        lows = self._send_list_offsets(parts, OffsetSpec.earliest(), iso)
+        highs = self._send_list_offsets(parts, OffsetSpec.latest(), iso)
+
+        def combine() -> dict[tuple[str, int], Watermarks]:
+            low, high = lows.result(), highs.result()
+            return {k: Watermarks(low[k], h) for k, h in high.items()}
+
+        return PendingOffsets(combine)
 
     def end_offsets(self, partitions: Iterable[tuple[str, int]], *, committed_only: bool = True) -> dict[tuple[str, int], int]:
         """High offsets only: half the requests of `watermarks` when the low mark is not needed."""
-        parts = [TopicPartition(t, p) for t, p in partitions]
-        if not parts:
-            return {}
+        return self.request_end_offsets(partitions, committed_only=committed_only).result()
+
+    def request_end_offsets(self, partitions: Iterable[tuple[str, int]], *, committed_only: bool = True) -> PendingOffsets[int]:
         iso = IsolationLevel.READ_COMMITTED if committed_only else IsolationLevel.READ_UNCOMMITTED
-        return self._list_offsets(parts, OffsetSpec.latest(), iso)
+        return self._send_list_offsets(list(partitions), OffsetSpec.latest(), iso)
 
     def offsets_for_times(self, partitions: Iterable[tuple[str, int]], timestamp_ms: int) -> dict[tuple[str, int], int]:
         """First offset with timestamp >= `timestamp_ms`, or -1 when there is none."""
-        parts = [TopicPartition(t, p) for t, p in partitions]
-        return self._list_offsets(parts, OffsetSpec.for_timestamp(timestamp_ms), IsolationLevel.READ_COMMITTED) if parts else {}
+        return self._send_list_offsets(list(partitions), OffsetSpec.for_timestamp(timestamp_ms), IsolationLevel.READ_COMMITTED).result()
 
-    def _list_offsets(self, parts: list[TopicPartition], spec: Any, iso: Any) -> dict[tuple[str, int], int]:
-        futs = self._client.list_offsets({tp: spec for tp in parts}, isolation_level=iso, request_timeout=self.timeout)
-        out: dict[tuple[str, int], int] = {}
-        for tp, fut in futs.items():
-            out[(tp.topic, tp.partition)] = self._result(f"list offsets of {tp.topic}[{tp.partition}]", fut, ("Describe", "topic", tp.topic)).offset
-        return out
+    def _send_list_offsets(self, parts: list[tuple[str, int]], spec: Any, iso: Any) -> PendingOffsets[int]:
+        """One ListOffsets request for all `parts`, sent at once; `.result()` waits for it.
+
+        confluent-kafka's `AdminClient.list_offsets` makes one Future per partition and
+        resolves each through a callback: at 10,000 partitions that Python work cost more
+        than the request itself (~1 s of the 1.2 s each call took). Here the request goes to
+        the C client with a single Future per `LIST_OFFSETS_CHUNK` partitions (what
+        `list_offsets` does underneath), and the per-partition results are read from them.
+
+        A partition failing with a transient error (a leader moving, a broker that just
+        restarted: "Leader epoch is newer than broker epoch") is asked again, alone, until
+        the cluster's timeout; any other error, or one still there then, is raised naming
+        the first failing partition.
+        """
+        if not parts:
+            return PendingOffsets(dict)
+        deadline = time.monotonic() + self.timeout
+        spec_value = int(spec._value)
+
+        def send(keys: list[tuple[str, int]]) -> list[Future[Any]]:
+            futs = []
+            for i in range(0, len(keys), LIST_OFFSETS_CHUNK):
+                fut: Future[Any] = Future()
+                fut.set_running_or_notify_cancel()
+                tps = [TopicPartition(t, p, spec_value) for t, p in keys[i:i + LIST_OFFSETS_CHUNK]]
+                # The C method AdminClient.list_offsets wraps (confluent-kafka >= 2.3).
+                _AdminClientImpl.list_offsets(self._client, tps, fut, isolation_level_value=iso.value, request_timeout=self.timeout)
+                futs.append(fut)
+            return futs
+
+        first = send(parts)
+
+        def wait() -> dict[tuple[str, int], int]:
+            out: dict[tuple[str, int], int] = {}
+            futs, backoff = first, 0.1
+            while True:
+                retry: list[tuple[str, int]] = []
+                for fut in futs:
+                    for tp, res in self._result(f"list offsets of {len(parts)} partitions", fut).items():
+                        key = (tp.topic, tp.partition)
+                        if not isinstance(res, KafkaError):
+                            out[key] = res.offset
+                        elif res.code() in _TRANSIENT_PARTITION and time.monotonic() + backoff < deadline:
+                            retry.append(key)
+                        else:
+                            self._raise(f"list offsets of {key[0]}[{key[1]}]", KafkaException(res), self.timeout, ("Describe", "topic", key[0]))
+                if not retry:
+                    return out
+                log.debug("cluster %s: list offsets of %d partitions again (first %s[%d])", self.name, len(retry), *retry[0])
+                time.sleep(backoff)
+                backoff = min(1.0, backoff * 2)
+                futs = send(retry)
+
+        return PendingOffsets(wait)
 
     # -- consumer groups
     def list_groups(self) -> list[str]:
@@ -338,10 +434,19 @@ class Admin:
 
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
         """Committed offsets of a group (partitions without a commit are left out)."""
+        return self.request_group_offsets(group).result()
+
+    def request_group_offsets(self, group: str) -> PendingOffsets[int]:
+        """`group_offsets`, sent now (once the coordinator answers) and waited for by
+        `.result()`: two groups' offsets in flight at once (10,000 partitions each)."""
         self._wait_for_coordinator(group)
         futs = self._client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout)
-        res = self._result(f"read offsets of group {group!r}", futs[group], ("Describe", "group", group))
-        return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions if tp.offset >= 0 and tp.error is None}
+
+        def wait() -> dict[tuple[str, int], int]:
+            res = self._result(f"read offsets of group {group!r}", futs[group], ("Describe", "group", group))
+            return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions if tp.offset >= 0 and tp.error is None}
+
+        return PendingOffsets(wait)
 
     def group_offsets_with_metadata(self, group: str) -> dict[tuple[str, int], tuple[int, str | None]]:
         """Committed offsets of a group with their commit metadata (None when empty)."""

@@ -30,7 +30,7 @@ from mirror.domain.lag import (
 )
 from mirror.domain.topics import TopicMapping, match_topics
 from mirror.errors import AuthorizationFailed, MirrorError
-from mirror.kafka import Admin, PartitionReader, Watermarks
+from mirror.kafka import Admin, PartitionReader, PendingOffsets, Watermarks
 from mirror.kafka.errors import principal_of
 from mirror.store import FullOffsetStore
 
@@ -95,13 +95,11 @@ def gather_flow(
     source.require_visible(flow.topics.include, listed, "Read")
     mappings = match_topics(config, flow, listed)
     parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
-    marks = source.watermarks(parts)
-    committed = source.group_offsets(flow.group_id)
-    try:
-        active: bool | None = source.group_members(flow.group_id) > 0
-    except MirrorError as exc:
-        active = None
-        errors.add(exc)
+    # Every ListOffsets request in flight at once (source ends, target ends), waited for
+    # together: at 10,000 partitions each one is a second of broker work and waiting.
+    pending_marks = source.request_watermarks(parts)
+    pending_committed = source.request_group_offsets(flow.group_id)
+    pending_target: PendingOffsets[int] | None = None
     target_marks: dict[PartitionKey, Any] = {}
     try:
         existing = target.topics()
@@ -116,9 +114,21 @@ def gather_flow(
             ))
         tparts = [(m.target, p) for m in mappings if m.target in existing for p in range(min(m.partitions, existing[m.target]))]
         # Only the ends are used: half the ListOffsets of `watermarks` (10,000 partitions each).
-        target_marks = {k: Watermarks(-1, high) for k, high in target.end_offsets(tparts, committed_only=False).items()}
+        pending_target = target.request_end_offsets(tparts, committed_only=False)
     except MirrorError as exc:
         errors.add(exc)
+    marks = pending_marks.result()
+    committed = pending_committed.result()
+    try:
+        active: bool | None = source.group_members(flow.group_id) > 0
+    except MirrorError as exc:
+        active = None
+        errors.add(exc)
+    if pending_target is not None:
+        try:
+            target_marks = {k: Watermarks(-1, high) for k, high in pending_target.result().items()}
+        except MirrorError as exc:
+            errors.add(exc)
     now = clock()
 
     # Lag seconds: the record at each lagging partition's position, read from the source.

@@ -34,7 +34,7 @@ from mirror.domain.topics import match_topics
 from mirror.errors import MirrorError
 from mirror.kafka import Admin
 from mirror.metrics import MirrorMetrics
-from mirror.store import FullOffsetStore, sync_window, sync_windows  # noqa: F401  (sync_window: re-exported for tests)
+from mirror.store import FullOffsetStore, sync_tips, sync_window, sync_windows  # noqa: F401  (sync_window: re-exported for tests)
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +147,7 @@ class GroupCheckpointer:
                 continue
             # The tips before the rows (a store write landing between the reads then only adds
             # rows), the rows of all partitions in one bulk read.
-            for key in offsets:
-                if key not in tips:
-                    tips[key] = self.store.tip(flow.name, key[0], key[1])
+            tips.update(sync_tips(self.store, flow.name, [k for k in offsets if k not in tips]))
             windows = sync_windows(self.store, flow.name, offsets)
             rows = []
             for (topic, part), position in sorted(offsets.items()):

@@ -19,7 +19,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -137,6 +137,13 @@ class SqliteStore:
             (flow, topic, partition),
         )
         return OffsetSync(topic, partition, *rows[0]) if rows else None
+
+    def tips(self, flow: str, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], OffsetSync | None]:
+        """`tip` of many partitions in one statement (the flow's tips, one row per partition)."""
+        want = set(partitions)
+        rows = self._query("read offset-map tips", "SELECT topic, partition, source_offset, target_offset FROM offset_tips WHERE flow=?", (flow,))
+        found = {(t, p): OffsetSync(t, p, so, to) for t, p, so, to in rows if (t, p) in want}
+        return {k: found.get(k) for k in want}
 
     def delete_syncs(self, flow: str, partitions: Sequence[tuple[str, int]]) -> None:
         if not partitions:
