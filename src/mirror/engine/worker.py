@@ -969,6 +969,12 @@ class FlowWorker(Assignment):
         fatal error that follows are the purge's, as in `_resync`."""
         if self._producer_dead:
             return  # a failed producer sends nothing more anyway
+        self._purge_producers()
+
+    def _purge_producers(self) -> None:
+        # Purging requests in flight breaks an idempotent producer's gapless guarantee on
+        # purpose: the fatal error that follows is the purge's, not a record's, and those
+        # producers are dropped right here (their records are re-read and produced anew).
         self._purging = True
         try:
             for producer in self._producers.values():
@@ -976,6 +982,8 @@ class FlowWorker(Assignment):
             self._poll(0)
         finally:
             self._purging = False
+        # The idempotent producer numbers records per partition; a recreated partition
+        # expects sequence 0 again, so only a new producer (new producer id) can write to it.
         self._producers.clear()
         self._producer = self._producer_for(None)
 
@@ -1204,20 +1212,7 @@ class FlowWorker(Assignment):
             log.warning("flow %s: the target refused records of a partition it does have; re-mirroring every partition from its last acknowledged record", self.flow.name)
         self._resyncs += 1
         self._emit_acks()
-        # Purging requests in flight breaks an idempotent producer's gapless guarantee on
-        # purpose: the fatal error that follows is the purge's, not a record's, and those
-        # producers are dropped right here (their records are re-read and produced anew).
-        self._purging = True
-        try:
-            for producer in self._producers.values():
-                producer.purge(in_queue=True, in_flight=True)
-            self._poll(0)
-        finally:
-            self._purging = False
-        # The idempotent producer numbers records per partition; a recreated partition
-        # expects sequence 0 again, so only a new producer (new producer id) can write to it.
-        self._producers.clear()
-        self._producer = self._producer_for(None)
+        self._purge_producers()
         self._producer_dead = False
         recreated = sorted({self._ledger.parts[tp].route.target_topic for tp in emptied})
         if recreated and self._fenced is not None:
