@@ -1,1 +1,1 @@
-"""`mirror monitor`: lag gathered from the clusters (`gather`), exported at scrape time (`exporter`)."""
+"""`mirror monitor`: lag gathered from the clusters (`gather`) in the background and exported (`exporter`)."""
