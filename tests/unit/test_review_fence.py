@@ -6,6 +6,7 @@ librdkafka (position = next offset to hand over; seek moves it), no cluster."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
@@ -364,17 +365,24 @@ def test_a_partition_another_worker_filled_is_not_remirrored_when_it_moves_to_th
     assert (g.assigned, resets.reset, g.commits) == ([(*TP, -1001)], [], []), "re-mirrored from the beginning"
 
 
-def test_a_partition_committed_into_an_earlier_incarnation_still_starts_over_at_the_creator():
-    """The contrast: the group's offset was committed into the deleted topic (old id): the
-    new, empty topic must receive everything the source holds."""
+
+def assigning(group_cls: type) -> tuple[Any, Any, Any]:
+    """A worker with no partitions yet, about to be assigned TP by a group tagged id-0."""
     w, _st = worker_and_partition()
     w._ledger.parts.clear()
     w._ledger.by_target.clear()
-    g, resets = Group(tag="id-0"), Resets()
+    g, resets = group_cls(tag="id-0"), Resets()
     w._consumer = g
     w.listeners = [resets]
     w._target_admin = Ids()
     w._producer_for = lambda topic: Producer()  # type: ignore[method-assign]
+    return w, g, resets
+
+
+def test_a_partition_committed_into_an_earlier_incarnation_still_starts_over_at_the_creator():
+    """The contrast: the group's offset was committed into the deleted topic (old id): the
+    new, empty topic must receive everything the source holds."""
+    w, g, resets = assigning(Group)
     w._created_at = {TP: UNREAD}
     w._on_assign(g, [TopicPartition(*TP)])
     assert (g.assigned, resets.reset, g.commits) == ([(*TP, OFFSET_BEGINNING)], [TP], [(*TP, 0)])
@@ -394,14 +402,7 @@ def test_commits_into_a_recreated_target_are_tagged_with_its_new_id_before_the_n
     eager rebalance) takes them for commits into the deleted topic, empties the partition
     once more and mirrors it again from the source's beginning (which may have dropped
     records since: those are then on neither side)."""
-    w, _st = worker_and_partition()
-    w._ledger.parts.clear()
-    w._ledger.by_target.clear()
-    g, resets = TaggedGroup(tag="id-0"), Resets()
-    w._consumer = g
-    w.listeners = [resets]
-    w._target_admin = Ids()
-    w._producer_for = lambda topic: Producer()  # type: ignore[method-assign]
+    w, g, resets = assigning(TaggedGroup)
     target = route(w.flow, *TP).target_topic
     w._target_ids = {target: "id-0"}  # as this worker last saw it
     w._on_assign(g, [TopicPartition(*TP)])
