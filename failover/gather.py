@@ -87,6 +87,9 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
     mirror_committed: dict[tuple[str, int], int] = {}
     truth = Truth.SOURCE
     checkpoint_time: int | None = None
+    # The target's topics listed while the source answers (each listing is a quarter of a
+    # second at 10,000 partitions). Nothing below depends on the order of the two.
+    target_topics = ctx.target.request_topics()
     try:
         # Metadata first: group requests against a dead cluster wait on a coordinator
         # lookup that librdkafka (2.16) can abort the process on when it times out
@@ -96,17 +99,19 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
         # Topics it may not Describe are left out of listings and of the group's offsets:
         # that must not pass for a source that is gone (and a plan from checkpoints).
         ctx.source.require_visible(flow.topics.include, listed, "Describe")
-        pending_group = ctx.source.request_group_offsets(group)
+        # The group's offsets of the flow's partitions as the source lists them, asked for
+        # by name (in chunks, all in flight: mirror.kafka.offsets); a topic the source no
+        # longer has could not be planned from it anyway.
+        mine = [(t, p) for t, n in listed.items() if topic_ok(t) for p in range(n)]
+        pending_group = ctx.source.request_group_offsets(group, mine)
         try:  # in flight together with the group's (10,000 partitions each)
-            pending_mirror: PendingOffsets[int] | None = ctx.source.request_group_offsets(flow.group_id)
+            pending_mirror: PendingOffsets[int] | None = ctx.source.request_group_offsets(flow.group_id, mine)
         except MirrorError:
             pending_mirror = None  # asked again below, only when needed: its failure matters only then
-        committed = pending_group.result()
-        ok = {t for t in {t for t, _ in committed} if topic_ok(t)}  # once per topic, not per partition
-        positions = {k: v for k, v in committed.items() if k[0] in ok}
+        positions = pending_group.result()
         if positions:
             pending = ctx.source.request_end_offsets(positions)  # in flight while the mirror's offsets are read
-            mirror_committed = (pending_mirror or ctx.source.request_group_offsets(flow.group_id)).result()
+            mirror_committed = (pending_mirror or ctx.source.request_group_offsets(flow.group_id, mine)).result()
             source_ends = pending.result()
     except ClusterUnavailable as exc:
         log.warning("source %s did not answer (%s); using the newest checkpoints", flow.source, exc)
@@ -132,7 +137,7 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
         truth = Truth.WATERMARKS
 
     names = {t: target_topic(t, flow.source, flow.rename) for t, _ in positions}
-    existing = ctx.target.topics()
+    existing = target_topics()
     missing = sorted({f"{names[t]}" for t, _ in positions if names[t] not in existing})
     ctx.target.require_visible([], existing, "Read", literal=missing)  # not there, or not visible?
     keys = sorted(k for k in positions if names[k[0]] in existing)

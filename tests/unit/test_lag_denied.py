@@ -56,13 +56,13 @@ class FakeAdmin:
     def list_groups(self) -> list[str]:
         return []  # "billing" exists nowhere the principal may see
 
-    def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
+    def group_offsets(self, group: str, partitions: object = None) -> dict[tuple[str, int], int]:
         if group in self.denied:
             raise _denied(f"read offsets of group {group!r}: missing Describe on group {group!r}")
         return {}
 
-    def request_group_offsets(self, group: str) -> PendingOffsets[int]:
-        return PendingOffsets(lambda: self.group_offsets(group))
+    def request_group_offsets(self, group: str, partitions: object = None) -> PendingOffsets[int]:
+        return PendingOffsets(lambda: self.group_offsets(group, partitions))
 
     def group_members(self, group: str) -> int:
         return 0

@@ -86,17 +86,21 @@ class FakeAdmin:
     def __init__(self, topics: set[str], marks: dict[tuple[str, int], Watermarks], groups: dict[str, dict[tuple[str, int], int]]) -> None:
         self._topics, self._marks, self._groups = topics, marks, groups
 
-    def topics(self) -> set[str]:
-        return self._topics
+    def topics(self) -> dict[str, int]:
+        return dict.fromkeys(self._topics, 1)
+
+    def request_topics(self) -> Any:
+        return self.topics
 
     def require_visible(self, patterns: Any, listed: Any, need: str = "Read", literal: Any = ()) -> None:
         """Every topic is visible here."""
 
-    def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
-        return dict(self._groups.get(group, {}))
+    def group_offsets(self, group: str, partitions: Any = None) -> dict[tuple[str, int], int]:
+        got = self._groups.get(group, {})
+        return {k: v for k, v in got.items() if partitions is None or k in set(partitions)}
 
-    def request_group_offsets(self, group: str) -> PendingOffsets[int]:
-        return PendingOffsets(lambda: self.group_offsets(group))
+    def request_group_offsets(self, group: str, partitions: Any = None) -> PendingOffsets[int]:
+        return PendingOffsets(lambda: self.group_offsets(group, partitions))
 
     def watermarks(self, parts: Any) -> dict[tuple[str, int], Watermarks]:
         return {k: self._marks[k] for k in parts}

@@ -18,7 +18,7 @@ from mirror.domain.acks import AckListener, SourcePartition
 from mirror.domain.ledger import Ledger, PartitionLedger
 from mirror.domain.route import route
 from mirror.errors import MirrorError
-from mirror.kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition, raise_for
+from mirror.kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition, commit_offsets, committed_offsets, raise_for
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class Assignment:
         if not partitions:
             return
         try:
-            self._consumer.commit(offsets=[self._offset(tp, 0) for tp in partitions], asynchronous=False)
+            commit_offsets(self._consumer, [self._offset(tp, 0) for tp in partitions])
             for tp in partitions:
                 if tp in self._ledger.parts:
                     self._ledger.parts[tp].committed = 0
@@ -107,7 +107,7 @@ class Assignment:
     def _committed(self, partitions: list[TopicPartition], timeout: float | None = None) -> dict[SourcePartition, int | None]:
         timeout = timeout or self._source.timeout
         try:
-            got = self._consumer.committed(partitions, timeout=timeout)
+            got = committed_offsets(self._consumer, partitions, timeout)
         except KafkaException as exc:
             raise_for(self.flow.source, f"read the committed offsets of group {self.flow.group_id!r}", exc, timeout)
         return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in got}
@@ -173,7 +173,7 @@ class Assignment:
         twice with, the records mirrored now.
         """
         try:
-            got = self._consumer.committed([TopicPartition(tp.topic, tp.partition) for tp in partitions], timeout=min(5.0, self._source.timeout))
+            got = committed_offsets(self._consumer, [TopicPartition(tp.topic, tp.partition) for tp in partitions], min(5.0, self._source.timeout))
         except KafkaException as exc:
             log.warning("flow %s: could not read the group's offsets of the assigned partitions (%s); trusting them", self.flow.name, exc.args[0].str())
             return {}, set(), None

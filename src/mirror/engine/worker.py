@@ -65,6 +65,8 @@ from mirror.kafka import (
     KafkaException,
     Message,
     TopicPartition,
+    commit_offsets,
+    committed_offsets,
     make_consumer,
     make_producer,
 )
@@ -645,7 +647,7 @@ class FlowWorker(Assignment):
             return
         if self._fenced:
             try:
-                self._consumer.commit(offsets=[self._offset(tp, o) for tp, o in self._fenced.items()], asynchronous=False)
+                commit_offsets(self._consumer, [self._offset(tp, o) for tp, o in self._fenced.items()])
             except KafkaException as exc:
                 log.info("flow %s: still fenced (%s); waiting for the rebalance", self.flow.name, exc.args[0].str())
                 return
@@ -1033,7 +1035,7 @@ class FlowWorker(Assignment):
             self._set_state(FlowState.RETRYING, f"commit held back: {exc}")
             return
         try:
-            self._consumer.commit(offsets=[self._offset(tp, o) for tp, o in positions.items()], asynchronous=False)
+            commit_offsets(self._consumer, [self._offset(tp, o) for tp, o in positions.items()])
         except KafkaException as exc:
             log.warning("flow %s: commit of %d partitions failed, retrying next interval: %s", self.flow.name, len(positions), exc.args[0].str())
             return
@@ -1249,7 +1251,7 @@ class FlowWorker(Assignment):
         # Partitions with nothing acknowledged go back to the group's committed offset: one
         # request for all of them (one each blocked the loop for thousands of round trips).
         idle = [TopicPartition(t, p) for (t, p), st in keep.items() if st.acked_next is None]
-        committed = {(tp.topic, tp.partition): tp.offset for tp in self._consumer.committed(idle, timeout=self._source.timeout)} if idle else {}
+        committed = {(tp.topic, tp.partition): tp.offset for tp in committed_offsets(self._consumer, idle, self._source.timeout)} if idle else {}
         for tp, st in list(self._ledger.parts.items()):
             if tp in reset:
                 fresh = Partition(st.route, producer=self._producer_for(st.route.target_topic))
@@ -1294,7 +1296,7 @@ class FlowWorker(Assignment):
             if st is not None and st.committed is not None and st.committed < end:
                 return False
         try:
-            committed = self._source_admin.group_offsets(self.flow.group_id)
+            committed = self._source_admin.group_offsets(self.flow.group_id, list(self._caught_up_at))
         except MirrorError:
             return False
         return all(committed.get(tp, -1) >= end for tp, end in self._caught_up_at.items())

@@ -21,6 +21,7 @@ from confluent_kafka import (
 from mirror.kafka.admin import Admin, PendingOffsets, Watermarks
 from mirror.kafka.clients import client_settings, make_consumer, make_producer
 from mirror.kafka.errors import is_retriable, raise_for
+from mirror.kafka.offsets import commit_offsets, committed_offsets
 from mirror.kafka.reader import PartitionReader, Record
 
 __all__ = [
@@ -39,6 +40,8 @@ __all__ = [
     "TopicPartition",
     "Watermarks",
     "client_settings",
+    "commit_offsets",
+    "committed_offsets",
     "is_retriable",
     "make_consumer",
     "make_producer",

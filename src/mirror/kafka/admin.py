@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
@@ -41,6 +42,7 @@ from mirror.domain.acls import Resource, resource_for, visibility_probes
 from mirror.errors import AuthorizationFailed, ClusterUnavailable, KafkaOperationError
 from mirror.kafka.clients import client_settings
 from mirror.kafka.errors import AUTHORIZATION, HINT_UNREACHABLE, authentication_error, authorization_error, principal_of, raise_for, security_error
+from mirror.kafka.offsets import chunks
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +151,33 @@ class Admin:
         except KafkaException as exc:
             self._raise("list topics", exc, self.timeout, ("Describe", "topic", "*"))
         return {t.topic: len(t.partitions) for t in md.topics.values() if t.error is None and t.topic is not None}
+
+    def request_topics(self) -> Callable[[], dict[str, int]]:
+        """`topics()`, asked now on a thread of its own (a listing blocks, a quarter of a
+        second at 10,000 partitions, while other requests could be on their way); the
+        returned callable waits for it and returns or raises what `topics()` did. A daemon
+        thread: a command that fails before waiting does not wait for it either."""
+        box: list[Any] = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box.append((True, self.topics()))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiter, raised there
+                box.append((False, exc))
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name=f"list-topics-{self.name}", daemon=True).start()
+
+        def wait() -> dict[str, int]:
+            done.wait()
+            ok, value = box[0]
+            if not ok:
+                raise value
+            return value  # type: ignore[no-any-return]
+
+        return wait
 
     def topic_details(self) -> dict[str, tuple[int, int]]:
         """Topic name -> (partition count, replication factor)."""
@@ -432,28 +461,45 @@ class Admin:
         res = self._result("list consumer groups", self._client.list_consumer_groups(request_timeout=self.timeout))
         return sorted(g.group_id for g in res.valid)
 
-    def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
-        """Committed offsets of a group (partitions without a commit are left out)."""
-        return self.request_group_offsets(group).result()
+    def group_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None = None) -> dict[tuple[str, int], int]:
+        """Committed offsets of a group (partitions without a commit are left out);
+        `partitions`: only those (see `request_group_offsets`)."""
+        return self.request_group_offsets(group, partitions).result()
 
-    def request_group_offsets(self, group: str) -> PendingOffsets[int]:
+    def request_group_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None = None) -> PendingOffsets[int]:
         """`group_offsets`, sent now (once the coordinator answers) and waited for by
-        `.result()`: two groups' offsets in flight at once (10,000 partitions each)."""
-        self._wait_for_coordinator(group)
-        futs = self._client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout)
+        `.result()`: two groups' offsets in flight at once (10,000 partitions each).
+
+        `partitions`: only these, asked a chunk at a time with every chunk in flight at once
+        (mirror.kafka.offsets: 0.07 s instead of 0.46 s at 10,000); None: every partition
+        the group committed, in one request."""
+        pending = self._request_group_offsets(group, partitions)
 
         def wait() -> dict[tuple[str, int], int]:
-            res = self._result(f"read offsets of group {group!r}", futs[group], ("Describe", "group", group))
-            return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions if tp.offset >= 0 and tp.error is None}
+            return {(tp.topic, tp.partition): tp.offset for tp in pending() if tp.offset >= 0 and tp.error is None}
 
         return PendingOffsets(wait)
 
-    def group_offsets_with_metadata(self, group: str) -> dict[tuple[str, int], tuple[int, str | None]]:
+    def group_offsets_with_metadata(self, group: str, partitions: Iterable[tuple[str, int]] | None = None) -> dict[tuple[str, int], tuple[int, str | None]]:
         """Committed offsets of a group with their commit metadata (None when empty)."""
+        return {(tp.topic, tp.partition): (tp.offset, tp.metadata or None) for tp in self._request_group_offsets(group, partitions)() if tp.offset >= 0 and tp.error is None}
+
+    def _request_group_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None) -> Callable[[], list[TopicPartition]]:
         self._wait_for_coordinator(group)
-        futs = self._client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=self.timeout)
-        res = self._result(f"read offsets of group {group!r}", futs[group], ("Describe", "group", group))
-        return {(tp.topic, tp.partition): (tp.offset, tp.metadata or None) for tp in res.topic_partitions if tp.offset >= 0 and tp.error is None}
+        if partitions is None:
+            requests = [ConsumerGroupTopicPartitions(group)]
+        else:
+            requests = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in chunk]) for chunk in chunks(list(partitions))]
+        # One group per call: librdkafka's ListConsumerGroupOffsets takes exactly one.
+        futures = [self._client.list_consumer_group_offsets([r], request_timeout=self.timeout)[group] for r in requests]
+
+        def wait() -> list[TopicPartition]:
+            out: list[TopicPartition] = []
+            for fut in futures:
+                out.extend(self._result(f"read offsets of group {group!r}", fut, ("Describe", "group", group)).topic_partitions)
+            return out
+
+        return wait
 
     def _wait_for_coordinator(self, group: str) -> None:
         """Return once the group's coordinator answers (a DescribeGroups round trip).

@@ -98,7 +98,7 @@ def gather_flow(
     # Every ListOffsets request in flight at once (source ends, target ends), waited for
     # together: at 10,000 partitions each one is a second of broker work and waiting.
     pending_marks = source.request_watermarks(parts)
-    pending_committed = source.request_group_offsets(flow.group_id)
+    pending_committed = source.request_group_offsets(flow.group_id, parts)
     pending_target: PendingOffsets[int] | None = None
     target_marks: dict[PartitionKey, Any] = {}
     try:
@@ -202,7 +202,7 @@ def _gather_groups(
         at_risk = 0
         members: int | None = None
         try:
-            offsets = source.group_offsets(group) if group in src_groups else {}
+            offsets = source.group_offsets(group, list(marks)) if group in src_groups else {}
             for (topic, p), off in sorted(offsets.items()):
                 if topic in src_topics and (topic, p) in marks:
                     wm = marks[(topic, p)]
@@ -210,7 +210,7 @@ def _gather_groups(
                     at_risk += unmirrored(wm.high, off, effective_position(mirror_committed.get((topic, p)), wm.low))
             if group in tgt_groups:
                 members = target.group_members(group)
-                for (topic, p), off in sorted(target.group_offsets(group).items()):
+                for (topic, p), off in sorted(target.group_offsets(group, list(target_marks)).items()):
                     if topic in tgt_topics and (topic, p) in target_marks:
                         high = target_marks[(topic, p)].high
                         tgt_rows.append(GroupPartitionLag(topic, p, off, high, max(0, high - off)))

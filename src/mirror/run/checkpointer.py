@@ -141,8 +141,11 @@ class GroupCheckpointer:
         self.store.write_source_ends(flow.name, {k: w.high for k, w in source_marks.items()}, now_ms)
 
         tips: dict[tuple[str, int], OffsetSync | None] = {}
+        mirrored = [k for k in source_parts if names[k[0]] in target_topics]
         for group in groups:
-            offsets = {k: v for k, v in self.source.group_offsets(group).items() if k[0] in names and names[k[0]] in target_topics}
+            # Only the partitions a checkpoint can be written for, asked for by name (in
+            # chunks: mirror.kafka.offsets).
+            offsets = self.source.group_offsets(group, mirrored)
             if not offsets:
                 continue
             # The tips before the rows (a store write landing between the reads then only adds
@@ -174,11 +177,11 @@ class GroupCheckpointer:
         if self.target.group_members(group) > 0:
             result.skipped_active.append(group)
             return
-        current = self.target.group_offsets_with_metadata(group)
+        keys = [(target_topic(c.topic, self.flow.source, self.flow.rename), c.partition) for c in rows]
+        current = self.target.group_offsets_with_metadata(group, keys)
         todo = {}
         held = []
-        for c in rows:
-            key = (target_topic(c.topic, self.flow.source, self.flow.rename), c.partition)
+        for c, key in zip(rows, keys):
             offset, metadata = current.get(key, (-1, None))
             if offset >= 0 and metadata != SYNC_METADATA:
                 # Someone else set this offset: `failover apply`/`import` or the group's own
