@@ -14,9 +14,20 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 OFFSETS_CHUNK = 1000
+
+# Errors an OffsetCommit answers for a partition, not for the group or the request: the
+# broker applied the request's other partitions, and a later chunk is answered on its own.
+# Any other error (not a member of the generation, no coordinator, a timeout) would refuse
+# every later chunk the same way, each after its own round trip.
+PARTITION_ERRORS = frozenset({
+    KafkaError.UNKNOWN_TOPIC_OR_PART,  # its topic was deleted
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,  # its Read grant was withdrawn
+    KafkaError.OFFSET_METADATA_TOO_LARGE,
+    KafkaError.INVALID_COMMIT_OFFSET_SIZE,
+})
 
 
 def chunks(items: Sequence[Any], size: int = OFFSETS_CHUNK) -> list[Sequence[Any]]:
@@ -36,8 +47,19 @@ def committed_offsets(consumer: Any, partitions: Sequence[TopicPartition], timeo
 
 
 def commit_offsets(consumer: Any, offsets: Sequence[TopicPartition]) -> None:
-    """`consumer.commit(offsets=..., asynchronous=False)`, a chunk at a time. A failure
-    raises as one call would; chunks before it stay committed (so would the partitions of
-    one request the broker accepted), and committing them again later is harmless."""
+    """`consumer.commit(offsets=..., asynchronous=False)`, a chunk at a time, raising as one
+    call would: librdkafka (2.x) fails a commit when any of its partitions is refused, and
+    the broker applies the others all the same. So a partition refused (`PARTITION_ERRORS`)
+    does not stop the chunks after it: they are committed, then its error is raised (the
+    caller counts nothing of the call committed; committing again later is harmless). Any
+    other failure stops at its chunk, the chunks before it committed."""
+    refused: KafkaException | None = None
     for chunk in chunks(offsets):
-        consumer.commit(offsets=list(chunk), asynchronous=False)
+        try:
+            consumer.commit(offsets=list(chunk), asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() not in PARTITION_ERRORS:
+                raise
+            refused = refused or exc
+    if refused is not None:
+        raise refused
