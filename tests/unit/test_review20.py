@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 
 from mirror import config
+from mirror.domain.route import route
+from mirror.engine.assignment import Partition
 from mirror.engine.worker import FlowWorker
 from mirror.kafka import KafkaError, KafkaException, TopicPartition, commit_offsets
 from mirror.kafka.offsets import OFFSETS_CHUNK
@@ -114,3 +116,40 @@ def test_a_stop_commits_every_partition_the_target_holds_though_one_topic_is_ref
     assert all(target.stored.get(tp) == [0] for tp in parts)
     uncommitted = [tp for tp in parts[1:] if broker.committed.get(tp) != 1]
     assert not uncommitted, f"{len(uncommitted)} partitions the target holds left uncommitted, first {uncommitted[0]}"
+
+
+class Group:
+    """The group as a fenced worker's asking commit meets it: the chunks numbered in
+    `refuse` are refused (UNKNOWN_MEMBER_ID: not a member of the current generation), the
+    others accepted."""
+
+    def __init__(self, refuse: set[int]) -> None:
+        self.refuse, self.chunk = refuse, 0
+        self.committed: dict[tuple[str, int], int] = {}
+
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> None:
+        self.chunk += 1
+        if self.chunk in self.refuse:
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN_MEMBER_ID))
+        self.committed.update({(tp.topic, tp.partition): tp.offset for tp in offsets})
+
+
+@pytest.mark.parametrize("refuse", [{1}, {2}])
+def test_a_fenced_worker_resumes_only_once_every_chunk_of_its_asking_commit_is_accepted(refuse: set[int]):
+    """`_confirm_owner`: the commit that asks the group whether the partitions are still
+    this worker's, in two chunks. Either refused: still fenced (reading stays paused), and
+    it asks again; resumed only once all of it is accepted."""
+    cfg = config.parse(TEXT, env={})
+    worker = FlowWorker(cfg, cfg.flows[0], stop=threading.Event())
+    keys = [("orders", p) for p in range(OFFSETS_CHUNK + 1)]
+    for k in keys:
+        worker._ledger.assign(k, Partition(route(cfg.flows[0], *k)))
+    worker._fenced = dict.fromkeys(keys, 3)
+    group = Group(refuse)
+    worker._consumer = group
+    worker._confirm_owner()
+    assert worker._fenced is not None, "resumed though the group refused part of the asking commit"
+    group.refuse = set()
+    worker._paused = False
+    worker._confirm_owner()
+    assert worker._fenced is None and group.committed == dict.fromkeys(keys, 3)
