@@ -126,9 +126,17 @@ class Admin:
 
     def _result(self, what: str, future: Any, acl: tuple[str, str, str] | None = None) -> Any:
         try:
-            return future.result(timeout=self.timeout)
+            return self._answer(what, future)
         except KafkaException as exc:
             self._raise(what, exc, self.timeout, acl)
+
+    def _answer(self, what: str, future: Any) -> Any:
+        """The future's result; its KafkaException raised as is (the caller may expect some:
+        a topic that already exists), no answer within the timeout as `ClusterUnavailable`.
+        Python's wait can give up before librdkafka's own request timeout fires (a broker
+        out of heap, seen at 10,000 partitions): that `TimeoutError` must not escape."""
+        try:
+            return future.result(timeout=self.timeout)
         except TimeoutError as exc:
             self._client.poll(0)
             refused = security_error(self.name)
@@ -201,7 +209,7 @@ class Admin:
         out = {}
         for name, fut in futures.items():
             try:
-                out[name] = str(fut.result(timeout=self.timeout).topic_id)
+                out[name] = str(self._answer(f"describe topic {name!r}", fut).topic_id)
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                     self._raise(f"describe topic {name!r}", exc, self.timeout, ("Describe", "topic", name))
@@ -260,7 +268,7 @@ class Admin:
         """Create a topic; False if it already existed."""
         fut = self._client.create_topics([NewTopic(topic, partitions, replication, config=dict(config or {}))], operation_timeout=self.timeout)[topic]
         try:
-            fut.result(timeout=self.timeout)
+            self._answer(f"create topic {topic!r}", fut)
             return True
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
@@ -280,7 +288,7 @@ class Admin:
             new = [NewTopic(t, n, rf, config=dict(cfg)) for t, (n, rf, cfg) in chunk.items()]
             for topic, fut in self._client.create_topics(new, operation_timeout=self.timeout, request_timeout=self.timeout).items():
                 try:
-                    fut.result(timeout=self.timeout)
+                    self._answer(f"create topic {topic!r}", fut)
                     created.append(topic)
                 except KafkaException as exc:
                     if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
@@ -293,7 +301,7 @@ class Admin:
             return
         for topic, fut in self._client.delete_topics(topics, operation_timeout=self.timeout).items():
             try:
-                fut.result(timeout=self.timeout)
+                self._answer(f"delete topic {topic!r}", fut)
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                     self._raise(f"delete topic {topic!r}", exc, self.timeout, ("Delete", "topic", topic))
@@ -338,7 +346,7 @@ class Admin:
             return out
         for res, fut in self._client.describe_configs(resources, request_timeout=self.timeout).items():
             try:
-                entries = fut.result(timeout=self.timeout)
+                entries = self._answer(f"describe configs of {res.name!r}", fut)
             except KafkaException as exc:
                 if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     continue
@@ -356,7 +364,7 @@ class Admin:
             return out
         for res, fut in self._client.describe_configs(resources, request_timeout=self.timeout).items():
             try:
-                entry = fut.result(timeout=self.timeout).get("max.message.bytes")
+                entry = self._answer(f"describe configs of {res.name!r}", fut).get("max.message.bytes")
             except KafkaException as exc:
                 if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     continue  # deleted, or created a moment ago: not known yet
@@ -556,7 +564,7 @@ class Admin:
         if groups:
             for group, fut in self._client.delete_consumer_groups(groups, request_timeout=self.timeout).items():
                 try:
-                    fut.result(timeout=self.timeout)
+                    self._answer(f"delete group {group!r}", fut)
                 except KafkaException as exc:
                     if exc.args[0].code() != KafkaError.GROUP_ID_NOT_FOUND:
                         self._raise(f"delete group {group!r}", exc, self.timeout, ("Delete", "group", group))
