@@ -26,12 +26,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
+from mirror.domain.flow import Flow, Topology
 from mirror.domain.naming import SEPARATOR, RenamePolicy
-
-if TYPE_CHECKING:
-    from mirror.config import Config, FlowConfig
 
 # Groups whose names the project makes up itself (assign-only consumers, nothing committed).
 READER_GROUP_PREFIX = "mirror-reader-"  # mirror.kafka.reader.PartitionReader
@@ -131,11 +127,11 @@ def _renamed(res: Resource, source: str, policy: RenamePolicy) -> Resource:
     return Resource(res.kind, f"{source}{SEPARATOR}{res.name}", res.pattern)
 
 
-def _topics(flow: FlowConfig) -> list[tuple[Resource, bool]]:
+def _topics(flow: Flow) -> list[tuple[Resource, bool]]:
     return [resource_for("topic", p) for p in flow.topics.include]
 
 
-def _groups(flow: FlowConfig) -> list[tuple[Resource, bool]]:
+def _groups(flow: Flow) -> list[tuple[Resource, bool]]:
     return [resource_for("group", p) for p in flow.groups]
 
 
@@ -143,7 +139,7 @@ def _note(exact: bool, what: str) -> str:
     return what if exact else f"{what} (broader than the regex: ACLs take only literal names and prefixes)"
 
 
-def flow_grants(config: Config, flow: FlowConfig) -> list[Grant]:
+def flow_grants(config: Topology, flow: Flow) -> list[Grant]:
     """Every grant each command needs for one flow."""
     s, t = flow.source, flow.target
     canary_src = Resource("topic", config.canary.topic)
@@ -231,7 +227,7 @@ def flow_grants(config: Config, flow: FlowConfig) -> list[Grant]:
     return out
 
 
-def required_grants(config: Config, commands: Iterable[str] = COMMANDS) -> list[Grant]:
+def required_grants(config: Topology, commands: Iterable[str] = COMMANDS) -> list[Grant]:
     """The grants of the given commands over every flow, merged per (command, cluster, resource)."""
     wanted = set(commands)
     merged: dict[tuple[str, str, Resource], Grant] = {}

@@ -10,12 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
+from mirror.domain.flow import Flow
 from mirror.domain.naming import target_topic
-
-if TYPE_CHECKING:  # named in annotations only: the domain never loads the YAML config layer
-    from mirror.config import FlowConfig
 
 # Provenance: where a mirrored record came from, as one header `mirror.origin` with the value
 # `cluster/topic/partition/offset` (neither cluster nor topic names may contain "/"). It
@@ -44,7 +40,7 @@ class Route:
         return [*original, origin] if original else [origin]
 
 
-def route(flow: FlowConfig, source_topic: str, partition: int) -> Route:
+def route(flow: Flow, source_topic: str, partition: int) -> Route:
     """Same partition number on the target: keys keep their partition and order is kept."""
     origin = f"{flow.source}/{source_topic}/{partition}/".encode() if flow.provenance_headers else None
     return Route(source_topic, partition, target_topic(source_topic, flow.source, flow.rename), origin)

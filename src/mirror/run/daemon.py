@@ -20,7 +20,7 @@ from mirror.engine.worker import FlowState
 from mirror.errors import AuthorizationFailed, ClusterUnavailable, MirrorError
 from mirror.kafka import Admin
 from mirror.metrics import FlowStateCollector, RunMetrics, serve
-from mirror.run.canary_topic import ensure_canary_topic
+from mirror.kafka.canary_topic import ensure_canary_topic
 from mirror.run.checkpointer import GroupCheckpointer
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.store import open_store
