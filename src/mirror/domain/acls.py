@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+
 from mirror.domain.flow import Flow, Topology
 from mirror.domain.naming import SEPARATOR, RenamePolicy
 

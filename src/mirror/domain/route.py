@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
 from mirror.domain.flow import Flow
 from mirror.domain.naming import target_topic
 

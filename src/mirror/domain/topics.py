@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
 from mirror.domain.flow import Flow, Topology
 from mirror.domain.naming import target_topic, would_loop
 

@@ -19,8 +19,8 @@ from mirror.engine.runner import Runner
 from mirror.engine.worker import FlowState
 from mirror.errors import AuthorizationFailed, ClusterUnavailable, MirrorError
 from mirror.kafka import Admin
-from mirror.metrics import FlowStateCollector, RunMetrics, serve
 from mirror.kafka.canary_topic import ensure_canary_topic
+from mirror.metrics import FlowStateCollector, RunMetrics, serve
 from mirror.run.checkpointer import GroupCheckpointer
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.store import open_store
