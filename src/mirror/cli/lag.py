@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from mirror.cli import AppContext, config_option, json_option, pass_app
-from mirror.domain.burrow import NOT_JUDGED, Evaluator
 from mirror.domain.lag import FlowLag, judge
+from mirror.domain.lag_status import NOT_JUDGED, Evaluator
 from mirror.kafka import Admin, PartitionReader
 from mirror.monitor.gather import TimestampCache, gather_flow
 from mirror.store import open_optional

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mirror.domain.burrow import Evaluator, Observation, Status, worst
+from mirror.domain.lag_status import Evaluator, Observation, Status, worst
 
 Clock = Callable[[], float]
 PartitionKey = tuple[str, int]

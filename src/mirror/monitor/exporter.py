@@ -39,8 +39,8 @@ from prometheus_client.utils import floatToGoString
 
 from mirror import metrics as m
 from mirror.config import Config, FlowConfig
-from mirror.domain.burrow import Status
 from mirror.domain.lag import FlowLag
+from mirror.domain.lag_status import Status
 from mirror.errors import ClusterUnavailable, MirrorError
 from mirror.kafka import Admin
 from mirror.monitor.gather import FlowProbe

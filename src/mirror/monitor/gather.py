@@ -14,7 +14,6 @@ from typing import Any
 
 from mirror.config import Config, FlowConfig
 from mirror.domain.acls import Resource, resource_for
-from mirror.domain.burrow import Evaluator
 from mirror.domain.lag import (
     Clock,
     FlowLag,
@@ -28,6 +27,7 @@ from mirror.domain.lag import (
     lag_seconds,
     unmirrored,
 )
+from mirror.domain.lag_status import Evaluator
 from mirror.domain.topics import TopicMapping, match_topics
 from mirror.errors import AuthorizationFailed, MirrorError
 from mirror.kafka import Admin, PartitionReader, PendingOffsets, Watermarks
