@@ -18,7 +18,7 @@ from mirror.domain.naming import target_topic
 # `cluster/topic/partition/offset` (neither cluster nor topic names may contain "/"). It
 # lets an auditor match target records to source records, and a consumer on the DR side
 # deduplicate after a failover. One header, not four: per record, headers are most of the
-# Python work left, and four cost ~27% of the mirror's CPU (bench/README.md).
+# Python work left (what four cost: bench/README.md).
 HEADER_ORIGIN = "mirror.origin"
 
 Headers = list[tuple[str, bytes | None]]

@@ -96,7 +96,7 @@ def gather_flow(
     mappings = match_topics(config, flow, listed)
     parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
     # Every ListOffsets request in flight at once (source ends, target ends), waited for
-    # together: at 10,000 partitions each one is a second of broker work and waiting.
+    # together: at thousands of partitions each one is noticeable broker work and waiting.
     pending_marks = source.request_watermarks(parts)
     pending_committed = source.request_group_offsets(flow.group_id, parts)
     pending_target = _request_target_ends(flow, target, mappings, errors)
@@ -135,7 +135,7 @@ def _request_target_ends(flow: FlowConfig, target: Admin, mappings: list[TopicMa
                 hint="grant it; `mirror acls -c CONFIG` lists every ACL the mirror needs",
             ))
         tparts = [(m.target, p) for m in mappings if m.target in existing for p in range(min(m.partitions, existing[m.target]))]
-        # Only the ends are used: half the ListOffsets of `watermarks` (10,000 partitions each).
+        # Only the ends are used: half the ListOffsets of `watermarks`.
         return target.request_end_offsets(tparts, committed_only=False)
     except MirrorError as exc:
         errors.add(exc)

@@ -36,7 +36,7 @@ class AdminBase:
         """The future's result; its KafkaException raised as is (the caller may expect some:
         a topic that already exists), no answer within the timeout as `ClusterUnavailable`.
         Python's wait can give up before librdkafka's own request timeout fires (a broker
-        out of heap, seen at 10,000 partitions): that `TimeoutError` must not escape."""
+        out of heap, say): that `TimeoutError` must not escape."""
         try:
             return future.result(timeout=self.timeout)
         except TimeoutError as exc:

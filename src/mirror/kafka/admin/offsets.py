@@ -42,13 +42,13 @@ class PendingOffsets(Generic[T]):
 
 
 # Partitions per ListOffsets call: the C client's cost per call grows faster than the
-# partition count (2,000 in one call: ~27 ms to send; in 500s: ~16 ms; 10,000 in one call
-# ~0.4 s), and librdkafka sends the requests of one call to each leader anyway.
+# partition count (bench/README.md, "Figures behind the code"), and librdkafka sends the
+# requests of one call to each leader anyway.
 LIST_OFFSETS_CHUNK = 500
 
 # Partition errors that go away on their own (leadership moving, a broker just restarted
-# and still loading its partitions: "Leader epoch is newer than broker epoch", which took
-# more than 10 s at 10,000 partitions on a loaded machine): asked again rather than failing
+# and still loading its partitions: "Leader epoch is newer than broker epoch", which can
+# last seconds on a broker with thousands of partitions): asked again rather than failing
 # the whole listing, until the cluster's timeout.
 _TRANSIENT_PARTITION = {
     KafkaError.UNKNOWN_LEADER_EPOCH,
@@ -104,8 +104,8 @@ class OffsetAdmin(AdminBase):
         """One ListOffsets request for all `parts`, sent at once; `.result()` waits for it.
 
         confluent-kafka's `AdminClient.list_offsets` makes one Future per partition and
-        resolves each through a callback: at 10,000 partitions that Python work cost more
-        than the request itself (~1 s of the 1.2 s each call took). Here the request goes to
+        resolves each through a callback: at thousands of partitions that Python work costs
+        more than the request itself. Here the request goes to
         the C client with a single Future per `LIST_OFFSETS_CHUNK` partitions (what
         `list_offsets` does underneath), and the per-partition results are read from them.
 

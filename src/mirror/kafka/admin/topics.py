@@ -46,8 +46,8 @@ class TopicAdmin(AdminBase):
         return {t.topic: len(t.partitions) for t in md.topics.values() if t.error is None and t.topic is not None}
 
     def request_topics(self) -> Callable[[], dict[str, int]]:
-        """`topics()`, asked now on a thread of its own (a listing blocks, a quarter of a
-        second at 10,000 partitions, while other requests could be on their way); the
+        """`topics()`, asked now on a thread of its own (a listing blocks, for a noticeable
+        time on a cluster of thousands of partitions, while other requests could be on their way); the
         returned callable waits for it and returns or raises what `topics()` did. A daemon
         thread: a command that fails before waiting does not wait for it either."""
         box: list[Any] = []
@@ -165,8 +165,8 @@ class TopicAdmin(AdminBase):
         """Create many topics in one request: name -> (partitions, replication, configs).
 
         Returns the ones created (those that already existed are left out). One request,
-        not one round trip per topic: a flow starting over 1,000 topics waited ~50 s for
-        them one by one.
+        not one round trip per topic: a flow starting over a thousand topics would wait
+        for each in turn.
         """
         created = []
         for chunk in _create_chunks(topics):
