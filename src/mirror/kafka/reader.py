@@ -150,7 +150,7 @@ def read_headers(name: str, cluster: ClusterConfig, topic: str, partition: int, 
 
 
 def read_range(name: str, cluster: ClusterConfig, topic: str, partition: int, start: int, end: int, timeout: float,
-               until: Callable[[TailRecord], bool] | None = None) -> list[TailRecord]:
+               until: Callable[[TailRecord], bool] | None = None, *, isolation: str | None = None) -> list[TailRecord]:
     """The records of one partition in [start, end), in order (stopping after the first one
     `until` accepts, when given).
 
@@ -158,6 +158,9 @@ def read_range(name: str, cluster: ClusterConfig, topic: str, partition: int, st
     header of its last records, and whether those copies are of the records being mirrored).
     read_uncommitted: the mirror's own target writes are not transactional, and an offset
     range that ends at the high watermark must be read whole.
+    `isolation`: `read_committed` or `read_uncommitted` as another consumer read the range
+    (`import-mm2` places MM2's copies by the records MM2's consumer saw); None leaves
+    librdkafka's default.
     Raises `KafkaOperationError` when the range cannot be read within `timeout`.
     """
     if end <= start:
@@ -168,6 +171,7 @@ def read_range(name: str, cluster: ClusterConfig, topic: str, partition: int, st
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
         "enable.partition.eof": True,
+        **({"isolation.level": isolation} if isolation else {}),
     }
     consumer = Consumer(client_settings(name, cluster, settings))
     out: list[TailRecord] = []

@@ -1,0 +1,287 @@
+"""`mirror import-mm2`: carry MirrorMaker 2's progress over, so the mirror neither copies
+again what MM2 copied nor skips what it did not.
+
+Per enabled pair (flow), once MM2 is stopped:
+
+1. MM2's committed source offsets (Connect's offset topic on the target) give, per source
+   partition, the first record MM2 did not commit. The flow's consumer group is set there on
+   the source, tagged with the id of the target topic MM2 wrote (`Assignment._offset`), so
+   `mirror run` resumes exactly there, into the same target topics.
+2. MM2's offset syncs, checked and completed by reading the source where they do not settle
+   it (`mirror.domain.mm2_offsets`), become the flow's offset-map rows and tips, written
+   *before* the group's offsets (invariant 1): `failover plan --translate` works for groups
+   anywhere in what MM2 copied.
+3. MM2's checkpoints of the flow's groups become the flow's checkpoints, translated again
+   with those rows (exact where MM2's own translation re-reads a little).
+
+Refused (UnsafeOperation, exit 3) when it cannot be done safely: MM2's worker group still
+has members or its committed offsets move while the import reads them, the flow's own group
+is running or committed elsewhere already, a matched topic MM2 never started.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mirror.config import Config, FlowConfig
+from mirror.domain.mm2_config import Mm2Flow, Translation
+from mirror.domain.mm2_offsets import (
+    Mm2FormatError,
+    PartitionMap,
+    anchors,
+    checkpoint_target,
+    decode_checkpoint,
+    decode_offset_sync,
+    latest_checkpoints,
+    partition_map,
+    resume_positions,
+)
+from mirror.domain.offsetmap import Checkpoint
+from mirror.domain.topics import TopicMapping, match_topics
+from mirror.engine.assignment import TID
+from mirror.errors import MirrorError, NotFound, UnsafeOperation, UsageError
+from mirror.kafka import Admin, Watermarks
+from mirror.kafka.reader import TailRecord, read_range
+from mirror.run.checkpointer import matching_groups
+from mirror.store import FullOffsetStore
+
+log = logging.getLogger(__name__)
+
+READ_TIMEOUT = 120.0  # per partition range read; MM2's internal topics are small, source stretches short
+
+
+@dataclass
+class FlowReport:
+    flow: str
+    partitions: int = 0  # source partitions resumed where MM2 stopped
+    copied: int = 0  # source offsets MM2 covered (from the log start) on those partitions
+    remaining: int = 0  # records left for the mirror to copy
+    rows: int = 0
+    read: int = 0  # source records read to place MM2's copies exactly
+    inexact: int = 0  # stretches placed conservatively (a group there re-reads a little)
+    checkpoints: int = 0
+    groups: list[str] = field(default_factory=list)
+    copied_twice: int = 0  # target records MM2 wrote past its last commit: the mirror copies them again
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+# ---------------------------------------------------------------------------- the file
+
+
+def render(translation: Translation, source_name: str) -> str:
+    """The topology as YAML, with what the operator must export and what was left behind."""
+    head = [f"# Written by `mirror import-mm2` from {source_name}.", "# Check it with `mirror validate -c FILE` before `mirror run`."]
+    if translation.env:
+        head.append("# Secrets are not copied; export these before running:")
+        head += [f"#   {var}: {what}" for var, what in sorted(translation.env.items())]
+    if translation.untranslated:
+        head.append("# MirrorMaker 2 settings not carried over:")
+        head += [f"#   {u.key}: {u.reason}" for u in translation.untranslated]
+    return "\n".join(head) + "\n" + yaml.safe_dump(translation.config, sort_keys=False, default_flow_style=False)
+
+
+# ---------------------------------------------------------------------------- the take-over
+
+
+@dataclass
+class _Sides:
+    source: Admin
+    target: Admin
+    config: Config
+    flow: FlowConfig
+    mm2: Mm2Flow
+
+    def read(self, admin: Admin, topic: str, partition: int, start: int, end: int, isolation: str | None = None) -> list[TailRecord]:
+        name = admin.name
+        return read_range(name, self.config.cluster(name), topic, partition, start, end, READ_TIMEOUT, isolation=isolation)
+
+    def read_topic(self, admin: Admin, topic: str, partitions: int) -> tuple[list[TailRecord], dict[tuple[str, int], int]]:
+        """Every record of a small internal topic, and the ends it was read up to."""
+        marks = admin.watermarks([(topic, p) for p in range(partitions)], committed_only=False)
+        out: list[TailRecord] = []
+        for (t, p), w in sorted(marks.items()):
+            out += self.read(admin, t, p, w.low, w.high)
+        return out, {k: w.high for k, w in marks.items()}
+
+
+def take_over(config: Config, flows: Sequence[Mm2Flow], store: FullOffsetStore, *, copy_new_topics: bool = False,
+              admin: Callable[[str], Admin] | None = None) -> list[FlowReport]:
+    """Import MM2's progress for each flow (see the module docstring); returns what was done."""
+    make = admin or (lambda name: Admin(name, config.cluster(name)))
+    reports = []
+    for mm2 in flows:
+        sides = _Sides(make(mm2.source), make(mm2.target), config, config.flow(mm2.name), mm2)
+        reports.append(_flow(sides, store, copy_new_topics))
+    return reports
+
+
+def _flow(s: _Sides, store: FullOffsetStore, copy_new_topics: bool) -> FlowReport:
+    report = FlowReport(s.flow.name)
+    _refuse_running(s)
+    target_topics = s.target.topics()
+    if s.mm2.offsets_topic not in target_topics:
+        raise NotFound(
+            f"MirrorMaker 2's offsets topic {s.mm2.offsets_topic!r} is not on {s.mm2.target!r}",
+            hint="import-mm2 reads dedicated-mode MM2 (connect-mirror-maker.sh) progress; check that this is the file it ran with",
+        )
+    records, ends_before = s.read_topic(s.target, s.mm2.offsets_topic, target_topics[s.mm2.offsets_topic])
+    try:
+        resume = resume_positions(((r.key, r.value) for r in records), s.mm2.source)
+    except Mm2FormatError as exc:
+        raise MirrorError(f"{s.mm2.offsets_topic}: {exc}") from None
+    mappings = [m for m in match_topics(s.config, s.flow, s.source.topics()) if m.source != s.config.canary.topic]
+    source_marks = s.source.watermarks([(m.source, p) for m in mappings for p in range(m.partitions)])
+    _refuse_unstarted(s, mappings, resume, source_marks, target_topics, copy_new_topics, report)
+    present = [m for m in mappings if m.target in target_topics]
+    target_marks = s.target.watermarks([(m.target, p) for m in present for p in range(m.partitions)], committed_only=False)
+    syncs = _syncs(s)
+    maps: dict[tuple[str, int], PartitionMap] = {}
+    isolation = "read_committed" if s.mm2.read_committed else "read_uncommitted"
+    for m in present:
+        for p in range(m.partitions):
+            tp, w = (m.source, p), target_marks[(m.target, p)]
+            if tp not in resume:
+                if w.high > w.low:
+                    report.copied_twice += w.high - w.low
+                    report.notes.append(f"{m.source}[{p}]: MM2 wrote {w.high - w.low} records to {m.target} but committed none; they are copied again")
+                continue
+            def read(start: int, end: int, m: TopicMapping = m, p: int = p) -> list[int]:
+                return [r.offset for r in s.read(s.source, m.source, p, start, end, isolation)]
+            pm = partition_map(m.source, p, syncs.get(tp, []), resume[tp], read)
+            maps[tp] = pm
+            report.partitions += 1
+            report.rows += len(pm.rows)
+            report.read += pm.read
+            report.inexact += pm.inexact
+            report.copied += max(0, resume[tp] - source_marks[tp].low)
+            report.remaining += max(0, source_marks[tp].high - resume[tp])
+            if pm.tip is not None and w.high > pm.tip.target_offset + 1:
+                report.copied_twice += w.high - pm.tip.target_offset - 1
+            if resume[tp] < source_marks[tp].low:
+                report.notes.append(f"{m.source}[{p}]: records {resume[tp]}..{source_marks[tp].low - 1} expired on the source before MM2 copied them")
+            if not pm.rows:
+                report.notes.append(f"{m.source}[{p}]: no MM2 offset syncs; failover plans for positions before the switch start at the target's beginning")
+    checkpoints = _checkpoints(s, maps, target_topics, target_marks, present)
+    _refuse_moving(s, ends_before)
+    offsets = {tp: resume[tp] for tp in maps}
+    _refuse_committed(s, offsets)
+    # Rows first, group offsets second: the mirror never commits past rows the store lacks.
+    store.write_syncs(s.flow.name, [r for pm in maps.values() for r in pm.rows], [pm.tip for pm in maps.values() if pm.tip is not None])
+    store.write_checkpoints(s.flow.name, checkpoints)
+    report.checkpoints = len(checkpoints)
+    report.groups = sorted({c.group for c in checkpoints})
+    if offsets:
+        names = {m.source: m.target for m in present}
+        ids = s.target.topic_ids(sorted({names[t] for t, _ in offsets}))
+        meta = {tp: f"{TID}{ids[names[tp[0]]]}" for tp in offsets if names[tp[0]] in ids}
+        s.source.alter_group_offsets(s.flow.group_id, offsets, metadata=meta)
+    if not s.mm2.read_committed:
+        report.notes.append("MM2 read the source read_uncommitted: records of aborted transactions it copied stay on the target; the mirror copies committed records only")
+    log.info("flow %s: took over %d partitions from MirrorMaker 2 (%d rows, %d checkpoints)", s.flow.name, report.partitions, report.rows, report.checkpoints)
+    return report
+
+
+def _refuse_running(s: _Sides) -> None:
+    state = s.target.listed_group_state(s.mm2.connect_group)
+    if state not in (None, "EMPTY", "DEAD"):
+        raise UnsafeOperation(
+            f"MirrorMaker 2 still runs for {s.mm2.source}->{s.mm2.target}: its worker group {s.mm2.connect_group!r} on {s.mm2.target!r} is {state.lower()}",
+            hint="stop every MirrorMaker 2 process of this pair first (a killed one leaves the group after its session timeout, 10 s by default), then run import-mm2 again",
+        )
+    if s.source.group_members(s.flow.group_id):
+        raise UnsafeOperation(f"flow {s.flow.name!r} is already running: its group {s.flow.group_id!r} has members on {s.mm2.source!r}", hint="stop `mirror run` first")
+
+
+def _refuse_unstarted(s: _Sides, mappings: list[TopicMapping], resume: dict[tuple[str, int], int], marks: dict[tuple[str, int], Watermarks],
+                      target_topics: dict[str, int], copy_new_topics: bool, report: FlowReport) -> None:
+    """A matched topic with records MM2 never started is not MM2's to hand over: the mirror
+    would copy all of it, which is what the operator meant to avoid."""
+    started = {t for t, _ in resume}
+    unstarted = [m for m in mappings if m.source not in started and any(marks[(m.source, p)].high > marks[(m.source, p)].low for p in range(m.partitions))]
+    unstarted = [m for m in unstarted if m.target not in target_topics]
+    gone = sorted({m.target for m in mappings if m.source in started and m.target not in target_topics})
+    if gone:
+        raise UnsafeOperation(
+            f"MirrorMaker 2 committed offsets of topics whose copies are gone from {s.mm2.target!r}: {', '.join(gone[:10])}",
+            hint="resuming would leave out everything MM2 had copied; delete MM2's offsets for them (or the topics from the flow) and let the mirror copy them whole",
+        )
+    if unstarted and not copy_new_topics:
+        names = ", ".join(m.source for m in unstarted[:10])
+        raise UnsafeOperation(
+            f"flow {s.flow.name!r} matches {len(unstarted)} topic(s) MirrorMaker 2 never started: {names}",
+            hint="exclude them in the MM2 file and import again, let MM2 copy them first, or pass --copy-new-topics to mirror them from the beginning",
+        )
+    for m in unstarted:
+        report.notes.append(f"{m.source}: never started by MM2; mirrored from the beginning")
+
+
+def _refuse_moving(s: _Sides, before: dict[tuple[str, int], int]) -> None:
+    after = s.target.end_offsets(list(before), committed_only=False)
+    if after != before:
+        raise UnsafeOperation(
+            f"MirrorMaker 2's committed offsets for {s.mm2.source}->{s.mm2.target} moved while they were read ({s.mm2.offsets_topic} grew)",
+            hint="some MM2 process still runs for this pair (maybe one with other --clusters): stop it, then import again",
+        )
+
+
+def _refuse_committed(s: _Sides, offsets: dict[tuple[str, int], int]) -> None:
+    """The flow's group already committed elsewhere: it ran, or took over before. Importing
+    again would move its positions under what it mirrored since."""
+    if not offsets:
+        return
+    committed = s.source.group_offsets(s.flow.group_id, list(offsets))
+    moved = {tp: o for tp, o in committed.items() if o != offsets[tp]}
+    if moved:
+        (t, p), o = next(iter(sorted(moved.items())))
+        raise UnsafeOperation(
+            f"group {s.flow.group_id!r} already committed {len(moved)} partition(s) of flow {s.flow.name!r} elsewhere (e.g. {t}[{p}] at {o}, MM2 stopped at {offsets[(t, p)]})",
+            hint="the flow has run or taken over already; to import again, delete the group and the flow's offset-map rows first",
+        )
+
+
+def _syncs(s: _Sides) -> dict[tuple[str, int], list[tuple[int, int]]]:
+    admin = s.target if s.mm2.offset_syncs_on_target else s.source
+    topics = admin.topics()
+    if s.mm2.offset_syncs_topic not in topics:
+        return {}
+    records, _ = s.read_topic(admin, s.mm2.offset_syncs_topic, topics[s.mm2.offset_syncs_topic])
+    try:
+        return anchors(decode_offset_sync(r.key, r.value) for r in records)
+    except Mm2FormatError as exc:
+        raise MirrorError(f"{s.mm2.offset_syncs_topic}: {exc}") from None
+
+
+def _checkpoints(s: _Sides, maps: dict[tuple[str, int], PartitionMap], target_topics: dict[str, int],
+                 marks: dict[tuple[str, int], Watermarks], present: list[TopicMapping]) -> list[Checkpoint]:
+    if s.mm2.checkpoints_topic not in target_topics or not s.flow.groups:
+        return []
+    records, _ = s.read_topic(s.target, s.mm2.checkpoints_topic, target_topics[s.mm2.checkpoints_topic])
+    try:
+        cps = latest_checkpoints(decode_checkpoint(r.key, r.value, r.timestamp_ms) for r in records)
+    except Mm2FormatError as exc:
+        raise MirrorError(f"{s.mm2.checkpoints_topic}: {exc}") from None
+    names = {m.source: m.target for m in present}
+    wanted = set(matching_groups(list(s.flow.groups), sorted({c.group for c in cps})))
+    out = []
+    for c in cps:
+        if c.group not in wanted or c.topic not in names or (names[c.topic], c.partition) not in marks:
+            continue
+        end = marks[(names[c.topic], c.partition)].high
+        out.append(Checkpoint(c.group, c.topic, c.partition, c.upstream, checkpoint_target(c, maps.get((c.topic, c.partition)), end), c.time_ms))
+    return out
+
+
+def write_file(text: str, out: Path, *, force: bool) -> None:
+    if out.exists() and not force:
+        raise UsageError(f"--out: {out} exists", hint="pass --force to overwrite it, or --out another path")
+    out.write_text(text, encoding="utf-8")
+
