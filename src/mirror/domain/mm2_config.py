@@ -83,14 +83,16 @@ class Mm2Flow:
     offset_syncs_on_target: bool
     checkpoints_topic: str  # on the target
     connect_group: str  # the pair's Connect worker group, on the target
+    heartbeat_interval: float | None = 1.0  # seconds between MM2's heartbeats on the target; None: it emits none
 
     @classmethod
-    def of(cls, source: str, target: str, read_committed: bool, syncs_on_target: bool, separator: str = ".") -> Mm2Flow:
+    def of(cls, source: str, target: str, read_committed: bool, syncs_on_target: bool, separator: str = ".",
+           heartbeat_interval: float | None = 1.0) -> Mm2Flow:
         return cls(
             name=f"{source}-to-{target}", source=source, target=target, read_committed=read_committed,
             offsets_topic=f"mm2-offsets.{source}.internal", offset_syncs_topic=f"mm2-offset-syncs.{target}.internal",
             offset_syncs_on_target=syncs_on_target, checkpoints_topic=f"{source}{separator}checkpoints.internal",
-            connect_group=f"{source}-mm2",
+            connect_group=f"{source}-mm2", heartbeat_interval=heartbeat_interval,
         )
 
 
@@ -193,6 +195,7 @@ def translate(props: dict[str, str]) -> Translation:
     for source in aliases:
         for target in aliases:
             prefix = f"{source}->{target}."
+            used.add(prefix + "enabled")
             if source == target or not _true(props.get(prefix + "enabled")):
                 used.update(k for k in props if k.startswith(prefix))
                 continue
@@ -335,7 +338,14 @@ def _flow(props: dict[str, str], source: str, target: str, used: set[str], out: 
         flow["producer"] = producer
     isolation = _setting(props, used, f"{pair}consumer.isolation.level", f"{source}.consumer.isolation.level", "consumer.isolation.level")
     location = (get("offset-syncs.topic.location") or "source").strip().lower()
-    out.flows.append(Mm2Flow.of(source, target, (isolation or "").strip() == "read_committed", location == "target", separator))
+    # Read, not consumed: they are listed as not carried over, and tell whether MM2 still runs.
+    beats = props.get(pair + "emit.heartbeats.enabled", props.get("emit.heartbeats.enabled", "true"))
+    every = props.get(pair + "emit.heartbeats.interval.seconds", props.get("emit.heartbeats.interval.seconds", "1"))
+    try:
+        interval: float | None = float(every) if _true(beats) else None
+    except ValueError:
+        raise ConfigError("emit.heartbeats.interval.seconds", f"{every!r} is not a number of seconds") from None
+    out.flows.append(Mm2Flow.of(source, target, (isolation or "").strip() == "read_committed", location == "target", separator, interval))
     return flow
 
 

@@ -51,7 +51,7 @@ class Mm2Sync:
 @dataclass(frozen=True, slots=True)
 class Mm2Checkpoint:
     group: str
-    topic: str  # the source topic
+    topic: str  # the remote topic on the target (MM2 renames the source's)
     partition: int
     upstream: int  # the group's position on the source
     downstream: int  # MM2's translation of it
@@ -151,6 +151,30 @@ def decode_checkpoint(key: bytes | None, value: bytes | None, time_ms: int) -> M
     if version != 0:
         raise Mm2FormatError(f"checkpoint value version {version} is unknown (0 expected)")
     return Mm2Checkpoint(group, topic, partition, v.int64(), v.int64(), time_ms)
+
+
+def decode_heartbeat(key: bytes | None, value: bytes | None) -> tuple[str, str, int]:
+    """`(source alias, target alias, time_ms)` of one record of MM2's `heartbeats` topic."""
+    if key is None or value is None:
+        raise Mm2FormatError("heartbeat without key or value")
+    k, v = _Struct(key, "heartbeat key"), _Struct(value, "heartbeat value")
+    source, target = k.string(), k.string()
+    v.int16()  # version
+    return source, target, v.int64()
+
+
+def newest_heartbeat(records: Iterable[tuple[bytes | None, bytes | None]], source: str, target: str) -> int | None:
+    """The time of the newest heartbeat MM2 emitted for `source->target` (None: none seen).
+    Records that are not MM2 heartbeats are skipped: the topic name is shared."""
+    newest = None
+    for key, value in records:
+        try:
+            s, t, ms = decode_heartbeat(key, value)
+        except (Mm2FormatError, UnicodeDecodeError):
+            continue
+        if (s, t) == (source, target) and (newest is None or ms > newest):
+            newest = ms
+    return newest
 
 
 def latest_checkpoints(checkpoints: Iterable[Mm2Checkpoint]) -> list[Mm2Checkpoint]:

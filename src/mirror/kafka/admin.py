@@ -539,16 +539,6 @@ class Admin:
         desc = self._result(f"describe group {group!r}", futs[group], ("Describe", "group", group))
         return len(desc.members or [])
 
-    def listed_group_state(self, group: str) -> str | None:
-        """A group's state as ListGroups says it (STABLE, EMPTY, ...), for groups of any
-        protocol: DescribeGroups refuses others' groups (Kafka Connect's workers) in
-        librdkafka. None when the cluster does not list it."""
-        res = self._result("list groups", self._client.list_consumer_groups(request_timeout=self.timeout))
-        for g in res.valid:
-            if g.group_id == group:
-                return str(getattr(g.state, "name", g.state))
-        return None
-
     def group_state(self, group: str) -> str:
         futs = self._client.describe_consumer_groups([group], request_timeout=self.timeout)
         desc = self._result(f"describe group {group!r}", futs[group], ("Describe", "group", group))

@@ -22,6 +22,7 @@ is running or committed elsewhere already, a matched topic MM2 never started.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ from mirror.domain.mm2_offsets import (
     decode_checkpoint,
     decode_offset_sync,
     latest_checkpoints,
+    newest_heartbeat,
     partition_map,
     resume_positions,
 )
@@ -54,6 +56,11 @@ from mirror.store import FullOffsetStore
 log = logging.getLogger(__name__)
 
 READ_TIMEOUT = 120.0  # per partition range read; MM2's internal topics are small, source stretches short
+HEARTBEATS = "heartbeats"  # MM2's heartbeat topic on the target, whatever the replication policy
+HEARTBEAT_TAIL = 1000  # heartbeats read back per partition: every pair into the target writes there
+# A Connect worker killed without a goodbye keeps its tasks for its session timeout (10 s by
+# default); quiet for longer than that, it is gone.
+HEARTBEAT_QUIET_S = 15.0
 
 
 @dataclass
@@ -114,20 +121,20 @@ class _Sides:
 
 
 def take_over(config: Config, flows: Sequence[Mm2Flow], store: FullOffsetStore, *, copy_new_topics: bool = False,
-              admin: Callable[[str], Admin] | None = None) -> list[FlowReport]:
+              admin: Callable[[str], Admin] | None = None, clock: Callable[[], float] = time.time) -> list[FlowReport]:
     """Import MM2's progress for each flow (see the module docstring); returns what was done."""
     make = admin or (lambda name: Admin(name, config.cluster(name)))
     reports = []
     for mm2 in flows:
         sides = _Sides(make(mm2.source), make(mm2.target), config, config.flow(mm2.name), mm2)
-        reports.append(_flow(sides, store, copy_new_topics))
+        reports.append(_flow(sides, store, copy_new_topics, int(clock() * 1000)))
     return reports
 
 
-def _flow(s: _Sides, store: FullOffsetStore, copy_new_topics: bool) -> FlowReport:
+def _flow(s: _Sides, store: FullOffsetStore, copy_new_topics: bool, now_ms: int) -> FlowReport:
     report = FlowReport(s.flow.name)
-    _refuse_running(s)
     target_topics = s.target.topics()
+    _refuse_running(s, target_topics, now_ms, report)
     if s.mm2.offsets_topic not in target_topics:
         raise NotFound(
             f"MirrorMaker 2's offsets topic {s.mm2.offsets_topic!r} is not on {s.mm2.target!r}",
@@ -190,15 +197,30 @@ def _flow(s: _Sides, store: FullOffsetStore, copy_new_topics: bool) -> FlowRepor
     return report
 
 
-def _refuse_running(s: _Sides) -> None:
-    state = s.target.listed_group_state(s.mm2.connect_group)
-    if state not in (None, "EMPTY", "DEAD"):
-        raise UnsafeOperation(
-            f"MirrorMaker 2 still runs for {s.mm2.source}->{s.mm2.target}: its worker group {s.mm2.connect_group!r} on {s.mm2.target!r} is {state.lower()}",
-            hint="stop every MirrorMaker 2 process of this pair first (a killed one leaves the group after its session timeout, 10 s by default), then run import-mm2 again",
-        )
+def _refuse_running(s: _Sides, target_topics: dict[str, int], now_ms: int, report: FlowReport) -> None:
+    """MM2 still running for this pair: its heartbeats on the target are fresh.
+
+    Its Connect worker group would say so better, but librdkafka neither lists nor
+    describes groups of another protocol than `consumer`. A heartbeat comes every
+    `emit.heartbeats.interval.seconds`; none for a few intervals (and at least a Connect
+    session timeout, after which a killed worker's tasks could move) means stopped.
+    """
     if s.source.group_members(s.flow.group_id):
         raise UnsafeOperation(f"flow {s.flow.name!r} is already running: its group {s.flow.group_id!r} has members on {s.mm2.source!r}", hint="stop `mirror run` first")
+    if s.mm2.heartbeat_interval is None:
+        report.notes.append("MM2 emits no heartbeats here: that it is stopped was judged only by its offsets not moving during the import")
+        return
+    quiet_ms = int(max(HEARTBEAT_QUIET_S, 3 * s.mm2.heartbeat_interval) * 1000)
+    newest = None
+    if HEARTBEATS in target_topics:
+        marks = s.target.watermarks([(HEARTBEATS, p) for p in range(target_topics[HEARTBEATS])], committed_only=False)
+        records = [r for (t, p), w in sorted(marks.items()) for r in s.read(s.target, t, p, max(w.low, w.high - HEARTBEAT_TAIL), w.high)]
+        newest = newest_heartbeat(((r.key, r.value) for r in records), s.mm2.source, s.mm2.target)
+    if newest is not None and now_ms - newest < quiet_ms:
+        raise UnsafeOperation(
+            f"MirrorMaker 2 still runs for {s.mm2.source}->{s.mm2.target}: its last heartbeat on {s.mm2.target!r} is {max(0, now_ms - newest) / 1000:.1f}s old",
+            hint=f"stop every MirrorMaker 2 process of this pair first (its worker group is {s.mm2.connect_group!r}); a stopped one is quiet for {quiet_ms // 1000}s, then run import-mm2 again",
+        )
 
 
 def _refuse_unstarted(s: _Sides, mappings: list[TopicMapping], resume: dict[tuple[str, int], int], marks: dict[tuple[str, int], Watermarks],
@@ -269,14 +291,16 @@ def _checkpoints(s: _Sides, maps: dict[tuple[str, int], PartitionMap], target_to
         cps = latest_checkpoints(decode_checkpoint(r.key, r.value, r.timestamp_ms) for r in records)
     except Mm2FormatError as exc:
         raise MirrorError(f"{s.mm2.checkpoints_topic}: {exc}") from None
-    names = {m.source: m.target for m in present}
+    # MM2 names the partition by its remote (target) topic; the mirror by the source topic.
+    sources = {m.target: m.source for m in present}
     wanted = set(matching_groups(list(s.flow.groups), sorted({c.group for c in cps})))
     out = []
     for c in cps:
-        if c.group not in wanted or c.topic not in names or (names[c.topic], c.partition) not in marks:
+        source = sources.get(c.topic)
+        if c.group not in wanted or source is None:
             continue
-        end = marks[(names[c.topic], c.partition)].high
-        out.append(Checkpoint(c.group, c.topic, c.partition, c.upstream, checkpoint_target(c, maps.get((c.topic, c.partition)), end), c.time_ms))
+        end = marks[(c.topic, c.partition)].high
+        out.append(Checkpoint(c.group, source, c.partition, c.upstream, checkpoint_target(c, maps.get((source, c.partition)), end), c.time_ms))
     return out
 
 
