@@ -42,7 +42,9 @@ _FLOW_CONSUMED = {
 }
 # Client settings whose librdkafka name is the same and whose meaning carries over.
 _SAME_NAME_CLIENT = {"security.protocol", "ssl.endpoint.identification.algorithm", "sasl.kerberos.service.name"}
-_SAME_NAME_CONSUMER = {"fetch.min.bytes", "fetch.max.bytes", "max.partition.fetch.bytes", "session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms"}
+# Not the group timings: MM2's source consumers are assigned, not in a group, so its values
+# say nothing about the mirror's workers (and its defaults would be refused by the flow's rules).
+_SAME_NAME_CONSUMER = {"fetch.min.bytes", "fetch.max.bytes", "max.partition.fetch.bytes"}
 _SAME_NAME_PRODUCER = {"linger.ms", "compression.type", "batch.size", "batch.num.messages"}
 # Why some well-known MM2 keys are not carried over.
 _REASONS = {
