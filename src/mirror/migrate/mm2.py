@@ -76,9 +76,18 @@ class FlowReport:
     groups: list[str] = field(default_factory=list)
     copied_twice: int = 0  # target records MM2 wrote past its last commit: the mirror copies them again
     notes: list[str] = field(default_factory=list)
+    # note -> the partitions it is about, said once per kind (10,000 partitions, one line each, is no report)
+    _about: dict[str, list[str]] = field(default_factory=dict, repr=False)
+
+    def note(self, text: str, where: str) -> None:
+        self._about.setdefault(text, []).append(where)
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        notes = list(self.notes)
+        for text, where in self._about.items():
+            shown = ", ".join(where[:5]) + (f" and {len(where) - 5} more" if len(where) > 5 else "")
+            notes.append(f"{text}: {shown}")
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")} | {"notes": notes}
 
 
 # ---------------------------------------------------------------------------- the file
@@ -159,7 +168,7 @@ def _flow(s: _Sides, store: FullOffsetStore, copy_new_topics: bool, now_ms: int)
             if tp not in resume:
                 if w.high > w.low:
                     report.copied_twice += w.high - w.low
-                    report.notes.append(f"{m.source}[{p}]: MM2 wrote {w.high - w.low} records to {m.target} but committed none; they are copied again")
+                    report.note("MM2 wrote records but committed none (copied again)", f"{m.source}[{p}] ({w.high - w.low})")
                 continue
             def read(start: int, end: int, m: TopicMapping = m, p: int = p) -> list[int]:
                 return [r.offset for r in s.read(s.source, m.source, p, start, end, isolation)]
@@ -174,9 +183,9 @@ def _flow(s: _Sides, store: FullOffsetStore, copy_new_topics: bool, now_ms: int)
             if pm.tip is not None and w.high > pm.tip.target_offset + 1:
                 report.copied_twice += w.high - pm.tip.target_offset - 1
             if resume[tp] < source_marks[tp].low:
-                report.notes.append(f"{m.source}[{p}]: records {resume[tp]}..{source_marks[tp].low - 1} expired on the source before MM2 copied them")
+                report.note("records expired on the source before MM2 copied them", f"{m.source}[{p}] {resume[tp]}..{source_marks[tp].low - 1}")
             if not pm.rows:
-                report.notes.append(f"{m.source}[{p}]: no MM2 offset syncs; failover plans for positions before the switch start at the target's beginning")
+                report.note("no MM2 offset syncs (failover plans for positions before the switch start at the target's beginning)", f"{m.source}[{p}]")
     checkpoints = _checkpoints(s, maps, target_topics, target_marks, present)
     _refuse_moving(s, ends_before)
     offsets = {tp: resume[tp] for tp in maps}
@@ -243,7 +252,7 @@ def _refuse_unstarted(s: _Sides, mappings: list[TopicMapping], resume: dict[tupl
             hint="exclude them in the MM2 file and import again, let MM2 copy them first, or pass --copy-new-topics to mirror them from the beginning",
         )
     for m in unstarted:
-        report.notes.append(f"{m.source}: never started by MM2; mirrored from the beginning")
+        report.note("never started by MM2, mirrored from the beginning", m.source)
 
 
 def _refuse_moving(s: _Sides, before: dict[tuple[str, int], int]) -> None:
