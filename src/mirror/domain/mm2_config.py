@@ -92,8 +92,8 @@ class Mm2Flow:
            heartbeat_interval: float | None = 1.0) -> Mm2Flow:
         return cls(
             name=f"{source}-to-{target}", source=source, target=target, read_committed=read_committed,
-            offsets_topic=f"mm2-offsets.{source}.internal", offset_syncs_topic=f"mm2-offset-syncs.{target}.internal",
-            offset_syncs_on_target=syncs_on_target, checkpoints_topic=f"{source}{separator}checkpoints.internal",
+            offsets_topic=f"mm2-offsets.{source}.internal", offset_syncs_topic=f"mm2-offset-syncs{separator}{target}{separator}internal",
+            offset_syncs_on_target=syncs_on_target, checkpoints_topic=f"{source}{separator}checkpoints{separator}internal",
             connect_group=f"{source}-mm2", heartbeat_interval=heartbeat_interval,
         )
 

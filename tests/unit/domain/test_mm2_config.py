@@ -109,3 +109,11 @@ def test_consumer_and_producer_overrides_most_specific_wins() -> None:
     flow = t.config["flows"][0]
     assert flow["consumer"] == {"fetch.max.bytes": "2"} and flow["producer"] == {"linger.ms": "7"}
     assert t.flows[0].read_committed
+
+
+def test_identity_policy_with_its_own_separator_names_mm2s_topics_with_it() -> None:
+    t = translate(parse_properties(BASE + "replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy\n"
+                                   "replication.policy.separator = _\n"))
+    mm2 = t.flows[0]
+    assert (mm2.offset_syncs_topic, mm2.checkpoints_topic) == ("mm2-offset-syncs_sf_internal", "nyc_checkpoints_internal")
+    assert t.config["flows"][0]["rename"] == "identity"
