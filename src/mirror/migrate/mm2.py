@@ -130,20 +130,22 @@ class _Sides:
 
 
 def take_over(config: Config, flows: Sequence[Mm2Flow], store: FullOffsetStore, *, copy_new_topics: bool = False,
-              admin: Callable[[str], Admin] | None = None, clock: Callable[[], float] = time.time) -> list[FlowReport]:
+              admin: Callable[[str], Admin] | None = None, clock: Callable[[], float] = time.time,
+              sleep: Callable[[float], None] = time.sleep) -> list[FlowReport]:
     """Import MM2's progress for each flow (see the module docstring); returns what was done."""
     make = admin or (lambda name: Admin(name, config.cluster(name)))
     reports = []
     for mm2 in flows:
         sides = _Sides(make(mm2.source), make(mm2.target), config, config.flow(mm2.name), mm2)
-        reports.append(_flow(sides, store, copy_new_topics, int(clock() * 1000)))
+        reports.append(_flow(sides, store, copy_new_topics, int(clock() * 1000), sleep))
     return reports
 
 
-def _flow(s: _Sides, store: FullOffsetStore, copy_new_topics: bool, now_ms: int) -> FlowReport:
+def _flow(s: _Sides, store: FullOffsetStore, copy_new_topics: bool, now_ms: int, sleep: Callable[[float], None]) -> FlowReport:
     report = FlowReport(s.flow.name)
     target_topics = s.target.topics()
-    _refuse_running(s, target_topics, now_ms, report)
+    started = time.monotonic()
+    beat = _refuse_running(s, target_topics, now_ms, report)
     if s.mm2.offsets_topic not in target_topics:
         raise NotFound(
             f"MirrorMaker 2's offsets topic {s.mm2.offsets_topic!r} is not on {s.mm2.target!r}",
@@ -187,7 +189,7 @@ def _flow(s: _Sides, store: FullOffsetStore, copy_new_topics: bool, now_ms: int)
             if not pm.rows:
                 report.note("no MM2 offset syncs (failover plans for positions before the switch start at the target's beginning)", f"{m.source}[{p}]")
     checkpoints = _checkpoints(s, maps, target_topics, target_marks, present)
-    _refuse_moving(s, ends_before)
+    _refuse_moving(s, ends_before, beat, started, sleep)
     offsets = {tp: resume[tp] for tp in maps}
     _refuse_committed(s, offsets)
     # Rows first, group offsets second: the mirror never commits past rows the store lacks.
@@ -206,8 +208,9 @@ def _flow(s: _Sides, store: FullOffsetStore, copy_new_topics: bool, now_ms: int)
     return report
 
 
-def _refuse_running(s: _Sides, target_topics: dict[str, int], now_ms: int, report: FlowReport) -> None:
-    """MM2 still running for this pair: its heartbeats on the target are fresh.
+def _refuse_running(s: _Sides, target_topics: dict[str, int], now_ms: int, report: FlowReport) -> int | None:
+    """MM2 still running for this pair: its heartbeats on the target are fresh. Returns the
+    newest one's time, to see at the end whether another came (`_refuse_moving`).
 
     Its Connect worker group would say so better, but librdkafka neither lists nor
     describes groups of another protocol than `consumer`. A heartbeat comes every
@@ -218,17 +221,43 @@ def _refuse_running(s: _Sides, target_topics: dict[str, int], now_ms: int, repor
         raise UnsafeOperation(f"flow {s.flow.name!r} is already running: its group {s.flow.group_id!r} has members on {s.mm2.source!r}", hint="stop `mirror run` first")
     if s.mm2.heartbeat_interval is None:
         report.notes.append("MM2 emits no heartbeats here: that it is stopped was judged only by its offsets not moving during the import")
-        return
+        return None
     quiet_ms = int(max(HEARTBEAT_QUIET_S, 3 * s.mm2.heartbeat_interval) * 1000)
-    newest = None
-    if HEARTBEATS in target_topics:
-        marks = s.target.watermarks([(HEARTBEATS, p) for p in range(target_topics[HEARTBEATS])], committed_only=False)
-        records = [r for (t, p), w in sorted(marks.items()) for r in s.read(s.target, t, p, max(w.low, w.high - HEARTBEAT_TAIL), w.high)]
-        newest = newest_heartbeat(((r.key, r.value) for r in records), s.mm2.source, s.mm2.target)
+    newest = _newest_heartbeat(s, target_topics)
     if newest is not None and now_ms - newest < quiet_ms:
         raise UnsafeOperation(
             f"MirrorMaker 2 still runs for {s.mm2.source}->{s.mm2.target}: its last heartbeat on {s.mm2.target!r} is {max(0, now_ms - newest) / 1000:.1f}s old",
             hint=f"stop every MirrorMaker 2 process of this pair first (its worker group is {s.mm2.connect_group!r}); a stopped one is quiet for {quiet_ms // 1000}s, then run import-mm2 again",
+        )
+    return newest
+
+
+def _newest_heartbeat(s: _Sides, target_topics: dict[str, int]) -> int | None:
+    if HEARTBEATS not in target_topics:
+        return None
+    marks = s.target.watermarks([(HEARTBEATS, p) for p in range(target_topics[HEARTBEATS])], committed_only=False)
+    records = [r for (t, p), w in sorted(marks.items()) for r in s.read(s.target, t, p, max(w.low, w.high - HEARTBEAT_TAIL), w.high)]
+    return newest_heartbeat(((r.key, r.value) for r in records), s.mm2.source, s.mm2.target)
+
+
+def _refuse_moving(s: _Sides, before: dict[tuple[str, int], int], beat: int | None, started: float, sleep: Callable[[float], None]) -> None:
+    """MM2's committed offsets moved, or a heartbeat came, since the import began reading.
+    The heartbeat check does not trust clocks (MM2's host may be behind): at least three
+    heartbeat intervals are let pass between the two reads."""
+    after = s.target.end_offsets(list(before), committed_only=False)
+    if after != before:
+        raise UnsafeOperation(
+            f"MirrorMaker 2's committed offsets for {s.mm2.source}->{s.mm2.target} moved while they were read ({s.mm2.offsets_topic} grew)",
+            hint="some MM2 process still runs for this pair (maybe one with other --clusters): stop it, then import again",
+        )
+    if s.mm2.heartbeat_interval is None:
+        return
+    sleep(max(0.0, 3 * s.mm2.heartbeat_interval - (time.monotonic() - started)))
+    again = _newest_heartbeat(s, s.target.topics())
+    if again is not None and again != beat:
+        raise UnsafeOperation(
+            f"MirrorMaker 2 still runs for {s.mm2.source}->{s.mm2.target}: it emitted a heartbeat on {s.mm2.target!r} during the import",
+            hint=f"stop every MirrorMaker 2 process of this pair first (its worker group is {s.mm2.connect_group!r}), then run import-mm2 again",
         )
 
 
@@ -253,15 +282,6 @@ def _refuse_unstarted(s: _Sides, mappings: list[TopicMapping], resume: dict[tupl
         )
     for m in unstarted:
         report.note("never started by MM2, mirrored from the beginning", m.source)
-
-
-def _refuse_moving(s: _Sides, before: dict[tuple[str, int], int]) -> None:
-    after = s.target.end_offsets(list(before), committed_only=False)
-    if after != before:
-        raise UnsafeOperation(
-            f"MirrorMaker 2's committed offsets for {s.mm2.source}->{s.mm2.target} moved while they were read ({s.mm2.offsets_topic} grew)",
-            hint="some MM2 process still runs for this pair (maybe one with other --clusters): stop it, then import again",
-        )
 
 
 def _refuse_committed(s: _Sides, offsets: dict[tuple[str, int], int]) -> None:

@@ -98,7 +98,7 @@ def run(tmp_path: Path, src: FakeCluster, dst: FakeCluster, monkeypatch, **kw):
     config = parse(migrate.render(t, "mm2.properties"), env={})
     store = SqliteStore(tmp_path / "offsets.db")
     try:
-        reports = migrate.take_over(config, t.flows, store, admin=clusters.__getitem__, clock=lambda: NOW_MS / 1000, **kw)
+        reports = migrate.take_over(config, t.flows, store, admin=clusters.__getitem__, clock=lambda: NOW_MS / 1000, sleep=kw.pop("sleep", lambda s: None), **kw)
         return reports, store.syncs("src-to-dst", "orders", 0), store.tip("src-to-dst", "orders", 0), store.checkpoints("src-to-dst", "app")
     finally:
         store.close()
@@ -118,6 +118,18 @@ def test_a_fresh_heartbeat_means_mm2_still_runs(tmp_path: Path, monkeypatch) -> 
     src, dst = world(heartbeat_age_ms=3_000)
     with pytest.raises(UnsafeOperation, match="still runs"):
         run(tmp_path, src, dst, monkeypatch)
+    assert src.calls == []
+
+
+def test_a_heartbeat_during_the_import_is_refused_whatever_the_clocks_say(tmp_path: Path, monkeypatch) -> None:
+    src, dst = world(heartbeat_age_ms=3_600_000)  # MM2's clock an hour behind: its beats look old
+
+    def beat(seconds: float) -> None:
+        assert seconds > 2
+        dst.logs[("heartbeats", 0)].append(TailRecord(1, 0, _s("src") + _s("dst"), struct.pack(">hq", 0, NOW_MS - 3_590_000), []))
+
+    with pytest.raises(UnsafeOperation, match="during the import"):
+        run(tmp_path, src, dst, monkeypatch, sleep=beat)
     assert src.calls == []
 
 
