@@ -161,6 +161,30 @@ def _flow(s: _Sides, store: FullOffsetStore, copy_new_topics: bool, now_ms: int,
     _refuse_unstarted(s, mappings, resume, source_marks, target_topics, copy_new_topics, report)
     present = [m for m in mappings if m.target in target_topics]
     target_marks = s.target.watermarks([(m.target, p) for m in present for p in range(m.partitions)], committed_only=False)
+    maps = _partition_maps(s, present, resume, source_marks, target_marks, report)
+    checkpoints = _checkpoints(s, maps, target_topics, target_marks, present)
+    _refuse_moving(s, ends_before, beat, started, sleep)
+    offsets = {tp: resume[tp] for tp in maps}
+    _refuse_committed(s, offsets)
+    # Rows first, group offsets second: the mirror never commits past rows the store lacks.
+    store.write_syncs(s.flow.name, [r for pm in maps.values() for r in pm.rows], [pm.tip for pm in maps.values() if pm.tip is not None])
+    store.write_checkpoints(s.flow.name, checkpoints)
+    report.checkpoints = len(checkpoints)
+    report.groups = sorted({c.group for c in checkpoints})
+    if offsets:
+        names = {m.source: m.target for m in present}
+        ids = s.target.topic_ids(sorted({names[t] for t, _ in offsets}))
+        meta = {tp: f"{TID}{ids[names[tp[0]]]}" for tp in offsets if names[tp[0]] in ids}
+        s.source.alter_group_offsets(s.flow.group_id, offsets, metadata=meta)
+    if not s.mm2.read_committed:
+        report.notes.append("MM2 read the source read_uncommitted: records of aborted transactions it copied stay on the target; the mirror copies committed records only")
+    log.info("flow %s: took over %d partitions from MirrorMaker 2 (%d rows, %d checkpoints)", s.flow.name, report.partitions, report.rows, report.checkpoints)
+    return report
+
+
+def _partition_maps(s: _Sides, present: list[TopicMapping], resume: dict[tuple[str, int], int], source_marks: dict[tuple[str, int], Watermarks],
+                    target_marks: dict[tuple[str, int], Watermarks], report: FlowReport) -> dict[tuple[str, int], PartitionMap]:
+    """The offset map of every partition MM2 committed, and the report's counts."""
     syncs = _syncs(s)
     maps: dict[tuple[str, int], PartitionMap] = {}
     isolation = "read_committed" if s.mm2.read_committed else "read_uncommitted"
@@ -188,24 +212,7 @@ def _flow(s: _Sides, store: FullOffsetStore, copy_new_topics: bool, now_ms: int,
                 report.note("records expired on the source before MM2 copied them", f"{m.source}[{p}] {resume[tp]}..{source_marks[tp].low - 1}")
             if not pm.rows:
                 report.note("no MM2 offset syncs (failover plans for positions before the switch start at the target's beginning)", f"{m.source}[{p}]")
-    checkpoints = _checkpoints(s, maps, target_topics, target_marks, present)
-    _refuse_moving(s, ends_before, beat, started, sleep)
-    offsets = {tp: resume[tp] for tp in maps}
-    _refuse_committed(s, offsets)
-    # Rows first, group offsets second: the mirror never commits past rows the store lacks.
-    store.write_syncs(s.flow.name, [r for pm in maps.values() for r in pm.rows], [pm.tip for pm in maps.values() if pm.tip is not None])
-    store.write_checkpoints(s.flow.name, checkpoints)
-    report.checkpoints = len(checkpoints)
-    report.groups = sorted({c.group for c in checkpoints})
-    if offsets:
-        names = {m.source: m.target for m in present}
-        ids = s.target.topic_ids(sorted({names[t] for t, _ in offsets}))
-        meta = {tp: f"{TID}{ids[names[tp[0]]]}" for tp in offsets if names[tp[0]] in ids}
-        s.source.alter_group_offsets(s.flow.group_id, offsets, metadata=meta)
-    if not s.mm2.read_committed:
-        report.notes.append("MM2 read the source read_uncommitted: records of aborted transactions it copied stay on the target; the mirror copies committed records only")
-    log.info("flow %s: took over %d partitions from MirrorMaker 2 (%d rows, %d checkpoints)", s.flow.name, report.partitions, report.rows, report.checkpoints)
-    return report
+    return maps
 
 
 def _refuse_running(s: _Sides, target_topics: dict[str, int], now_ms: int, report: FlowReport) -> int | None:
