@@ -169,6 +169,9 @@ def _flow(s: _Sides, store: FullOffsetStore, copy_new_topics: bool, now_ms: int,
     # Rows first, group offsets second: the mirror never commits past rows the store lacks.
     store.write_syncs(s.flow.name, [r for pm in maps.values() for r in pm.rows], [pm.tip for pm in maps.values() if pm.tip is not None])
     store.write_checkpoints(s.flow.name, checkpoints)
+    # What the source held, as the checkpointer stores it: a plan from these checkpoints (the
+    # source gone right after the switch) can say how much never reached the target.
+    store.write_source_ends(s.flow.name, {tp: w.high for tp, w in source_marks.items()}, now_ms)
     report.checkpoints = len(checkpoints)
     report.groups = sorted({c.group for c in checkpoints})
     if offsets:

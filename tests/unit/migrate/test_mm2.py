@@ -99,6 +99,7 @@ def run(tmp_path: Path, src: FakeCluster, dst: FakeCluster, monkeypatch, **kw):
     store = SqliteStore(tmp_path / "offsets.db")
     try:
         reports = migrate.take_over(config, t.flows, store, admin=clusters.__getitem__, clock=lambda: NOW_MS / 1000, sleep=kw.pop("sleep", lambda s: None), **kw)
+        assert store.source_ends("src-to-dst") == {("orders", 0): (12, NOW_MS)}
         return reports, store.syncs("src-to-dst", "orders", 0), store.tip("src-to-dst", "orders", 0), store.checkpoints("src-to-dst", "app")
     finally:
         store.close()
