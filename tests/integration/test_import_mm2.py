@@ -25,7 +25,7 @@ from mirror.config import load
 from mirror.devenv.common import spawn_prefix
 from mirror.domain.mm2_offsets import decode_checkpoint, latest_checkpoints, resume_positions
 from mirror.kafka import Admin
-from mirror.kafka.reader import read_range
+from mirror.kafka.reader import read_offsets, read_range
 from mirror.store import open_store
 from tests.integration.test_failover import consume_and_commit, produce_transactions
 from tests.support.kafkautil import create_topic, end_offsets, read_partition, wait_for
@@ -256,3 +256,23 @@ def read_internal(bootstrap: str, topic: str) -> list:
 def read_checkpoints(dst: str, group: str) -> list:
     recs = read_internal(dst, "src.checkpoints.internal")
     return [c for c in latest_checkpoints(decode_checkpoint(r.key, r.value, r.timestamp_ms) for r in recs) if c.group == group]
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_ranges_read_at_once_are_the_records_read_one_range_at_a_time(clusters, unique: str, isolation: str) -> None:
+    """The import places MM2's copies by the source records in a range, as MM2's consumer saw
+    them; one consumer reads every partition's range and must see what `read_range` sees."""
+    src = clusters.bootstrap("src")
+    topic = f"ranges-{unique}"
+    create_topic(src, topic, PARTITIONS)
+    produce_plain(src, topic, 0, 60)
+    for p in range(PARTITIONS):
+        produce_transactions(src, topic, p, [([b"c%d" % i for i in range(4)], True), ([b"a%d" % i for i in range(3)], False),
+                                             ([b"d%d" % i for i in range(2)], True)], tid=f"tr-{unique}-{p}")
+    produce_plain(src, topic, 60, 30)
+    cluster = load_cluster(src)
+    ranges = {(topic, 0): (3, 40), (topic, 1): (0, 31), (topic, 2): (19, 25)}
+    got = read_offsets("src", cluster, ranges, 60, isolation=isolation)
+    for (t, p), (start, end) in ranges.items():
+        assert got[(t, p)] == [r.offset for r in read_range("src", cluster, t, p, start, end, 60, isolation=isolation)]
+    assert len(got[(topic, 1)]) != 31 or isolation == "read_uncommitted"  # the aborted records and markers are gaps

@@ -49,7 +49,7 @@ from mirror.domain.topics import TopicMapping, match_topics
 from mirror.engine.assignment import TID
 from mirror.errors import MirrorError, NotFound, UnsafeOperation, UsageError
 from mirror.kafka import Admin, Watermarks
-from mirror.kafka.reader import TailRecord, read_range
+from mirror.kafka.reader import TailRecord, read_offsets, read_range
 from mirror.run.checkpointer import matching_groups
 from mirror.store import FullOffsetStore
 
@@ -191,6 +191,14 @@ def _partition_maps(s: _Sides, present: list[TopicMapping], resume: dict[tuple[s
     syncs = _syncs(s)
     maps: dict[tuple[str, int], PartitionMap] = {}
     isolation = "read_committed" if s.mm2.read_committed else "read_uncommitted"
+    # The stretch after each partition's last sync is always read: all of them at once.
+    last = {}
+    for tp, points in syncs.items():
+        below = [u for u, _d in points if u < resume.get(tp, -1)]
+        if below:
+            last[tp] = (below[-1], resume[tp])
+    timeout = READ_TIMEOUT + 0.05 * len(last)
+    prefetched = read_offsets(s.source.name, s.config.cluster(s.source.name), last, timeout, isolation=isolation) if last else {}
     for m in present:
         for p in range(m.partitions):
             tp, w = (m.source, p), target_marks[(m.target, p)]
@@ -200,6 +208,8 @@ def _partition_maps(s: _Sides, present: list[TopicMapping], resume: dict[tuple[s
                     report.note("MM2 wrote records but committed none (copied again)", f"{m.source}[{p}] ({w.high - w.low})")
                 continue
             def read(start: int, end: int, m: TopicMapping = m, p: int = p) -> list[int]:
+                if last.get((m.source, p)) == (start, end):
+                    return prefetched[(m.source, p)]
                 return [r.offset for r in s.read(s.source, m.source, p, start, end, isolation)]
             pm = partition_map(m.source, p, syncs.get(tp, []), resume[tp], read)
             maps[tp] = pm

@@ -93,7 +93,11 @@ def run(tmp_path: Path, src: FakeCluster, dst: FakeCluster, monkeypatch, **kw):
     def read_range(name, cluster, topic, partition, start, end, timeout, until=None, *, isolation=None):
         return [r for r in clusters[name].logs[(topic, partition)] if start <= r.offset < end]
 
+    def read_offsets(name, cluster, ranges, timeout, *, isolation=None):
+        return {tp: [r.offset for r in read_range(name, cluster, *tp, start, end, timeout)] for tp, (start, end) in ranges.items()}
+
     monkeypatch.setattr(migrate, "read_range", read_range)
+    monkeypatch.setattr(migrate, "read_offsets", read_offsets)
     t = translate(parse_properties(PROPS))
     config = parse(migrate.render(t, "mm2.properties"), env={})
     store = SqliteStore(tmp_path / "offsets.db")
