@@ -36,29 +36,14 @@ PARTITIONS = 3
 
 
 def mm2_properties(src: str, dst: str, topic: str, group: str, flush_ms: int) -> str:
-    """MM2 as an operator would run it, with its intervals short so the test stays quick."""
-    return "\n".join([
-        "clusters = src, dst",
-        f"src.bootstrap.servers = {src}",
-        f"dst.bootstrap.servers = {dst}",
-        "src->dst.enabled = true",
-        f"src->dst.topics = {topic}",
+    """MM2 as the bench runs it, with its intervals short so the test stays quick (a later
+    key wins in a properties file)."""
+    return mm2.properties("src", src, "dst", dst, topic, 2, {}, {}) + "\n".join([
         f"src->dst.groups = {group}",
-        "dst->src.enabled = false",
-        "tasks.max = 2",
-        "replication.factor = 1",
-        "checkpoints.topic.replication.factor = 1",
-        "heartbeats.topic.replication.factor = 1",
-        "offset-syncs.topic.replication.factor = 1",
-        "offset.storage.replication.factor = 1",
-        "status.storage.replication.factor = 1",
-        "config.storage.replication.factor = 1",
-        "sync.topic.acls.enabled = false",
         f"offset.flush.interval.ms = {flush_ms}",
         "refresh.topics.interval.seconds = 1",
         "refresh.groups.interval.seconds = 1",
         "emit.checkpoints.interval.seconds = 1",
-        "plugin.discovery = service_load",
         "",
     ])
 

@@ -165,15 +165,7 @@ def read_range(name: str, cluster: ClusterConfig, topic: str, partition: int, st
     """
     if end <= start:
         return []
-    settings = {
-        "group.id": f"mirror-tail-{topic}-{partition}",  # required by librdkafka; nothing is committed
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "earliest",
-        "enable.partition.eof": True,
-        **({"isolation.level": isolation} if isolation else {}),
-    }
-    consumer = Consumer(client_settings(name, cluster, settings))
+    consumer = _range_consumer(name, cluster, f"mirror-tail-{topic}-{partition}", isolation)
     out: list[TailRecord] = []
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
@@ -204,10 +196,7 @@ def read_range(name: str, cluster: ClusterConfig, topic: str, partition: int, st
     except KafkaException as exc:
         raise_for(name, f"read {topic}[{partition}]", exc)
     finally:
-        try:
-            consumer.close()
-        except (KafkaException, RuntimeError):
-            pass
+        _close(consumer)
     return out
 
 
@@ -224,15 +213,7 @@ def read_offsets(name: str, cluster: ClusterConfig, ranges: Mapping[tuple[str, i
     todo = {tp: r for tp, r in ranges.items() if r[1] > r[0]}
     if not todo:
         return out
-    settings = {
-        "group.id": f"mirror-ranges-{id(out):x}",  # required by librdkafka; nothing is committed
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "earliest",
-        "enable.partition.eof": True,
-        **({"isolation.level": isolation} if isolation else {}),
-    }
-    consumer = Consumer(client_settings(name, cluster, settings))
+    consumer = _range_consumer(name, cluster, f"mirror-ranges-{id(out):x}", isolation)
     try:
         consumer.assign([TopicPartition(t, p, start) for (t, p), (start, _end) in todo.items()])
         deadline = time.monotonic() + timeout
@@ -258,8 +239,24 @@ def read_offsets(name: str, cluster: ClusterConfig, ranges: Mapping[tuple[str, i
     except KafkaException as exc:
         raise_for(name, "read partition ranges", exc)
     finally:
-        try:
-            consumer.close()
-        except (KafkaException, RuntimeError):
-            pass
+        _close(consumer)
     return out
+
+
+def _range_consumer(name: str, cluster: ClusterConfig, group: str, isolation: str | None) -> Consumer:
+    settings = {
+        "group.id": group,  # required by librdkafka; nothing is committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": True,
+        **({"isolation.level": isolation} if isolation else {}),
+    }
+    return Consumer(client_settings(name, cluster, settings))
+
+
+def _close(consumer: Consumer) -> None:
+    try:
+        consumer.close()
+    except (KafkaException, RuntimeError):
+        pass
