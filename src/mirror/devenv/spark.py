@@ -67,8 +67,6 @@ class SparkDev:
         started = []
         home = spark_home()
         self.dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
-               "SPARK_LOG_DIR": str(self.dir), "SPARK_WORKER_DIR": str(self.dir / "work")}
         cmds = {
             "master": ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.ui_port)],
             "worker": ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--port", str(self.worker_port), "--webui-port", str(self.worker_ui_port),
@@ -82,11 +80,16 @@ class SparkDev:
                     raise DevClusterError(f"port {port} on 127.0.0.1 is already in use (needed by the Spark {role})", hint="pick other ports with --base-port")
             with open(self._log_file(role), "ab") as logf:
                 proc = subprocess.Popen([*spawn_prefix(), str(home / "bin" / "spark-class"), *args], stdout=logf, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.dir, env=env)
+                                        stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.dir, env=self.env(role, home))
             self._pid_file(role).write_text(str(proc.pid))
             started.append(f"spark-{role}")
             log.info("started spark %s pid=%d", role, proc.pid)
         return started
+
+    def env(self, role: str, home: Path) -> dict[str, str]:
+        """The environment of the `role` daemon (its executors inherit the worker's)."""
+        return {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
+                "SPARK_LOG_DIR": str(self.dir), "SPARK_WORKER_DIR": str(self.dir / "work")}
 
     def alive_workers(self) -> int:
         try:
