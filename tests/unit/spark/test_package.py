@@ -58,3 +58,17 @@ def test_pruning_keeps_the_most_recently_used(tmp_path):
     _prune(tmp_path, keep=folders[0])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mirror-0", "mirror-3", "mirror-4"]
     assert Package(folders[0]).pex.name == "mirror.pex"
+
+
+def test_the_key_does_not_depend_on_the_working_directory(tmp_path, monkeypatch):
+    """Run from the checkout, `importlib.metadata` also finds the editable install's
+    mirror.egg-info there: a distribution seen twice must not make another package."""
+    import importlib.metadata
+
+    src = tmp_path / "mirror"
+    src.mkdir()
+    (src / "a.py").write_text("A = 1\n")
+    key = content_key(src, [])
+    found = list(importlib.metadata.distributions())
+    monkeypatch.setattr(importlib.metadata, "distributions", lambda: [*found, *found[:3]])
+    assert content_key(src, []) == key
