@@ -94,7 +94,8 @@ def content_key(sources: Path, reqs: list[str]) -> str:
     h.update(f"{FORMAT}\0{sys.implementation.name}\0{sys.version_info[:2]}\0{platform.machine()}\0{sys.platform}\0".encode())
     for req in reqs:
         h.update(f"req\0{req}\0".encode())
-    for dist in sorted(f"{_canonical(d.metadata['Name'] or '')}=={d.version}" for d in importlib.metadata.distributions()):
+    # A set: the same distribution can be found twice (an egg-info in the working directory).
+    for dist in sorted({f"{_canonical(d.metadata['Name'] or '')}=={d.version}" for d in importlib.metadata.distributions()}):
         h.update(f"dist\0{dist}\0".encode())
     for path in sorted(p for p in sources.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"):
         h.update(f"file\0{path.relative_to(sources).as_posix()}\0".encode())
