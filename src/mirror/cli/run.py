@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 
 from mirror.cli import AppContext, config_option, pass_app
+from mirror.cli.signals import stop_on_signals
 from mirror.errors import ExitCode
 from mirror.run.daemon import run_flows
-from mirror.run.signals import stop_on_signals
 from mirror.run.supervisor import stop_with_supervisor, supervise
 
 
@@ -27,6 +27,7 @@ def run(app: AppContext, config_path: Path, flows: tuple[str, ...], until_caught
     config = app.config(config_path)
     selected = config.select_flows(flows)
     with stop_on_signals() as signals:
+        stop = signals.stop
         if workers > 1:
             argv = ["run", "-c", str(config_path), *[a for f in flows for a in ("--flow", f)]]
             if until_caught_up:
