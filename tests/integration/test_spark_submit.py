@@ -21,8 +21,7 @@ from mirror.cli import main
 from mirror.devenv.common import spawn_prefix
 from mirror.devenv.spark import SparkDev
 from tests.integration.test_spark import RECORDS, assert_exact, flow_yaml, load_data
-from tests.support.kafkautil import topics as kafka_topics
-from tests.support.kafkautil import wait_for
+from tests.support.kafkautil import end_offsets, group_offsets, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -85,6 +84,11 @@ def submit(config: Path, flow: str, *args: str, cwd: Path) -> subprocess.Complet
     return done
 
 
+def output(done: subprocess.CompletedProcess[str]) -> str:
+    """The end of a run's output: the driver's (spark-submit's stdout) after the JVMs' log."""
+    return (done.stderr[-3000:] + "\n--- stdout ---\n" + done.stdout[-3000:])
+
+
 def test_bare_python_cannot_run_mirror():
     """The premise of the foreign worker: its Python has neither mirror nor its dependencies."""
     for module in ("mirror", "confluent_kafka"):
@@ -103,7 +107,7 @@ def test_submit_mirrors_exactly_with_executors_on_a_foreign_python(clusters, wri
     packages = tmp_path / "packages"
 
     dry = submit(config, f"f-{unique}", "--master", spark.master_url, "--until-caught-up", "--package-dir", str(packages), "--dry-run", cwd=elsewhere)
-    assert dry.returncode == 0, dry.stderr
+    assert dry.returncode == 0, output(dry)
     (line,) = dry.stdout.splitlines()
     (package,) = packages.glob("mirror-*")
     assert f"--files {package}/mirror.pex" in line and "--conf spark.pyspark.python=./mirror.pex" in line and "spark-sql-kafka-0-10" in line
@@ -111,7 +115,7 @@ def test_submit_mirrors_exactly_with_executors_on_a_foreign_python(clusters, wri
     t0 = time.monotonic()
     done = submit(config, f"f-{unique}", "--master", spark.master_url, "--until-caught-up", "--package-dir", str(packages), cwd=elsewhere)
     took = time.monotonic() - t0
-    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.returncode == 0, output(done)
     # spark-submit hands the Python driver's stdout and stderr on as its own stdout.
     assert f"flow f-{unique}: " in done.stdout and "records mirrored on Spark" in done.stdout, done.stdout
     assert [p.name for p in packages.glob("mirror-*")] == [package.name]  # the dry run's package, reused
@@ -155,25 +159,26 @@ def test_cluster_deploy_mode_is_refused_on_standalone_as_spark_itself_refuses_it
 
 
 @pytest.mark.timeout(2 * SUBMIT_TIMEOUT + 120)
-def test_sigterm_stops_a_submitted_flow_after_its_batch(clusters, write_config, unique, tmp_path, foreign_cluster):
-    """SIGTERM to `mirror spark submit` reaches the Python driver, which finishes its batch,
-    commits and exits 0 (and spark-submit with it); a later run mirrors the rest exactly."""
+def test_sigterm_stops_a_submitted_flow_and_a_later_run_mirrors_the_rest_exactly(clusters, write_config, unique, tmp_path, foreign_cluster):
+    """SIGTERM to `mirror spark submit` reaches the Python driver, which stops its query and
+    its session and exits 0 (and spark-submit with it); a later run mirrors the rest exactly."""
     spark, _ = foreign_cluster
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
-    topics = load_data(src, unique, records=RECORDS // 8)
+    topics = load_data(src, unique, records=RECORDS // 20)
+    plain = f"sp-{unique}-plain"
     config = write_config(flow_yaml(unique, f"sp-{unique}-.*", tmp_path / "offsets.db"))
     packages = tmp_path / "packages"
     log = tmp_path / "submit.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([*spawn_prefix(), sys.executable, "-m", "mirror", "spark", "submit", "-c", str(config), "--flow", f"f-{unique}",
-                                 "--master", spark.master_url, "--package-dir", str(packages), "--max-records-per-batch", "500"],
+                                 "--master", spark.master_url, "--package-dir", str(packages), "--max-records-per-batch", "200"],
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
-            def mirroring() -> bool:
+            def committing() -> bool:
                 assert proc.poll() is None, log.read_text()[-4000:]
-                return any(t.startswith(f"src.sp-{unique}") for t in kafka_topics(dst))
+                return any(o > 0 for o in group_offsets(src, f"mirror-{unique}", plain, 3).values())
 
-            wait_for(mirroring, 240, "the submitted flow to create its target topics")
+            wait_for(committing, SUBMIT_TIMEOUT, "the submitted flow to commit a batch")
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(180) == 0, log.read_text()[-4000:]
         finally:
@@ -181,6 +186,7 @@ def test_sigterm_stops_a_submitted_flow_after_its_batch(clusters, write_config, 
                 proc.terminate()
                 proc.wait(180)
     assert f"flow f-{unique}: " in log.read_text() and "records mirrored on Spark" in log.read_text()
+    assert sum(group_offsets(src, f"mirror-{unique}", plain, 3).values()) < sum(end_offsets(src, plain, 3).values()), "stopped too late to test a resume"
     again = submit(config, f"f-{unique}", "--master", spark.master_url, "--until-caught-up", "--package-dir", str(packages), cwd=tmp_path)
-    assert again.returncode == 0, again.stderr[-4000:]
+    assert again.returncode == 0, output(again)
     assert_exact(src, dst, unique, topics)

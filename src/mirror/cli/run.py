@@ -38,10 +38,10 @@ def run(app: AppContext, config_path: Path, flows: tuple[str, ...], until_caught
                 argv.insert(0, "--debug")
             if app.verbose:
                 argv.insert(0, "-" + "v" * app.verbose)
-            rc = supervise(argv, workers, metrics_port=metrics_port, stop=signals.stop)
+            rc = supervise(argv, workers, metrics_port=metrics_port, stop=stop)
         else:
-            stop_with_supervisor(signals.stop)
-            run_flows(config, selected, stop=signals.stop, until_caught_up=until_caught_up, metrics_port=metrics_port, offset_store=not no_offset_store)
+            stop_with_supervisor(stop)
+            run_flows(config, selected, stop=stop, until_caught_up=until_caught_up, metrics_port=metrics_port, offset_store=not no_offset_store)
             rc = ExitCode.OK
     if signals.interrupted:
         click.echo("Interrupted: drained and committed.", err=True)

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from mirror.cli import AppContext, config_option, pass_app
+from mirror.cli.signals import stop_on_signals
 from mirror.errors import ExitCode
-from mirror.run.signals import stop_on_signals
 from mirror.spark.submit import DEPLOY_MODES
 
 

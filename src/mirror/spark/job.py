@@ -561,7 +561,7 @@ def run_flow(config: Config, flow: FlowConfig, *, master: str | None = None, che
              until_caught_up: bool = False, max_records_per_batch: int | None = None, metrics_port: int | None = None,
              stop: threading.Event | None = None, spark: Any = None, quiet: bool = True, submitted: bool = False) -> SparkFlow:
     """`mirror spark run`'s core: checks, a session (unless given), the query; returns the finished run.
-    `submitted`: under spark-submit (`mirror.spark.app`), which set the master and the package."""
+    `submitted`: under spark-submit (`mirror.cli.spark_app`), which set the master and the package."""
     location = claim_checkpoint(checkpoint, flow) if checkpoint is not None else None
     with ExitStack() as stack:
         metrics = None

@@ -47,7 +47,7 @@ BUILD_TIMEOUT = 600.0
 
 _APP = '''"""The application `mirror spark submit` hands to spark-submit; it runs inside mirror.pex."""
 
-from mirror.spark.app import main
+from mirror.cli.spark_app import main
 
 raise SystemExit(main())
 '''

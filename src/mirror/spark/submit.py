@@ -3,7 +3,7 @@
 The command line is the whole contract (`--dry-run` prints it for a scheduler): the
 package (`mirror.spark.package`) goes to the executors as a file and is their Python; the
 connector jars come from the cache `make setup` filled; the application is
-`mirror.spark.app`, run by the same package on the driver.
+`mirror.cli.spark_app`, run by the same package on the driver.
 
     client mode (standalone, YARN, Kubernetes): the driver runs here, the PEX as its Python
     cluster mode (YARN, Kubernetes only): the driver runs on the cluster, the config file

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirror.spark.app import main, parser
+from mirror.cli.spark_app import main, parser
 
 
 def test_flags_are_spark_runs():

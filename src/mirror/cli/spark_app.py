@@ -1,7 +1,7 @@
 """The Spark application spark-submit runs: one flow, as `mirror spark run` mirrors it.
 
     spark-submit ... mirror_spark_app.py -c CONFIG --flow NAME [--until-caught-up] ...
-    python -m mirror.spark.app -c CONFIG --flow NAME ...     (the same, under spark-submit)
+    python -m mirror.cli.spark_app -c CONFIG --flow NAME ...     (the same, under spark-submit)
 
 `mirror spark submit` writes the command line; the master, the jars and the executors'
 Python come from it, not from here. Errors end as they do in the CLI: `Error: ...` on one
@@ -47,8 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from mirror.cli.signals import stop_on_signals
     from mirror.config import load
-    from mirror.run.signals import stop_on_signals
     from mirror.spark.job import run_flow, submitted_master
 
     config = load(args.config)
