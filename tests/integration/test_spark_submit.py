@@ -100,7 +100,7 @@ def test_bare_python_cannot_run_mirror():
 def test_submit_mirrors_exactly_with_executors_on_a_foreign_python(clusters, write_config, unique, tmp_path, foreign_cluster):
     spark, starts = foreign_cluster
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
-    topics = load_data(src, unique, records=RECORDS // 4)
+    topics = load_data(src, unique, records=RECORDS // 8)
     config = write_config(flow_yaml(unique, f"sp-{unique}-.*", tmp_path / "offsets.db"))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -119,7 +119,7 @@ def test_submit_mirrors_exactly_with_executors_on_a_foreign_python(clusters, wri
     # spark-submit hands the Python driver's stdout and stderr on as its own stdout.
     assert f"flow f-{unique}: " in done.stdout and "records mirrored on Spark" in done.stdout, done.stdout
     assert [p.name for p in packages.glob("mirror-*")] == [package.name]  # the dry run's package, reused
-    print(f"\nspark-submit on a foreign worker: {RECORDS // 4 * 3 // 2} records produced, mirrored in {took:.1f}s including the driver's start")
+    print(f"\nspark-submit on a foreign worker: {RECORDS // 8 * 3 // 2} records produced, mirrored in {took:.1f}s including the driver's start")
     assert_exact(src, dst, unique, topics)
 
     # The executors' Pythons were the bare interpreter, started in the worker's application
