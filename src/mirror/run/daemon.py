@@ -15,7 +15,7 @@ from contextlib import ExitStack
 
 from mirror.config import Config, FlowConfig
 from mirror.domain.acks import AckListener
-from mirror.engine.runner import Runner
+from mirror.engine.flow_threads import FlowThreads
 from mirror.engine.worker import FlowState
 from mirror.errors import AuthorizationFailed, ClusterUnavailable, MirrorError
 from mirror.kafka import Admin
@@ -86,7 +86,7 @@ def run_flows(
                 t.start()
                 syncers.append((syncer, t))
 
-        runner = Runner(
+        runner = FlowThreads(
             config,
             flows,
             stop=stop,
