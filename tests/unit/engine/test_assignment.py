@@ -62,7 +62,7 @@ def test_the_default_assignor_gets_increments():
 
 
 def test_an_eager_rebalance_while_reading_is_paused_by_backpressure_does_not_leave_reading_paused():
-    """Review 19: an eager revoke takes every partition, so it drops every pending record
+    """an eager revoke takes every partition, so it drops every pending record
     (read, not yet produced: the producer's queue was full) while reading was paused for
     them. The whole assignment that follows is paused too (`_paused`), and nothing was
     left pending whose production would resume reading: the flow read nothing ever again."""
@@ -91,7 +91,7 @@ def test_an_eager_rebalance_while_reading_is_paused_by_backpressure_does_not_lea
 
 
 def test_records_an_eager_revoke_gave_up_on_never_land_after_the_new_owner_started():
-    """Review 19: a revoke waits DRAIN_TIMEOUT for its partitions' acknowledgements, then
+    """a revoke waits DRAIN_TIMEOUT for its partitions' acknowledgements, then
     commits what was acknowledged and hands them over; what was still queued stayed in the
     producer and reached the target later, after (or among) the new owner's copies of the
     same records: duplicates out of order in one partition. Likely since the producer holds
@@ -146,7 +146,7 @@ def test_records_still_queued_when_every_partition_is_lost_never_land_after_the_
 
 
 def test_the_assignor_is_recognised_as_librdkafka_reads_it():
-    """Review 19: the config accepts an assignor name with spaces around it (quoted YAML) and
+    """the config accepts an assignor name with spaces around it (quoted YAML) and
     librdkafka trims them, so "cooperative-sticky " is the cooperative protocol: the worker
     took it for an eager one, and librdkafka refuses assign() under that protocol."""
     spaced = TEXT.replace("commit_interval: 1s}", 'commit_interval: 1s, consumer: {partition.assignment.strategy: " cooperative-sticky "}}')
@@ -155,7 +155,7 @@ def test_the_assignor_is_recognised_as_librdkafka_reads_it():
 
 
 class Group:
-    """The source group as the consumer sees it in `_on_assign`: another worker committed 500
+    """The source group as the consumer sees it in the assign callback: another worker committed 500
     into the current target topic (tagged with its id)."""
 
     def __init__(self, tag: str = "id-1") -> None:
@@ -236,10 +236,10 @@ class TaggedGroup(Group):
 
 
 def test_commits_into_a_recreated_target_are_tagged_with_its_new_id_before_the_next_refresh():
-    """Review 19: the target topic was deleted and created again (id-0 -> id-1) and this
-    worker's refresh has not looked since (its `_target_ids` still says id-0). A partition
+    """the target topic was deleted and created again (id-0 -> id-1) and this
+    worker's refresh has not looked since (its commit tags still say id-0). A partition
     assigned now (under an eager assignor: every partition, at every rebalance) sees the
-    new id in `_stale_commits` and starts over into the new topic, but its commits (the
+    new id when it reads the group's offsets and starts over into the new topic, but its commits (the
     rewind to 0 first) were tagged id-0: the next owner (this worker again, at the next
     eager rebalance) takes them for commits into the deleted topic, empties the partition
     once more and mirrors it again from the source's beginning (which may have dropped

@@ -36,11 +36,11 @@ def test_a_refused_record_fails_the_flow_naming_it_and_nothing_past_it_is_commit
 
 
 def test_unknown_partition_at_delivery_on_a_topic_that_exists_rewinds_instead_of_stalling():
-    """Review of issue 10, point 3: the first producer's reports for P0's records 3-4 say
-    "unknown partition" though the target topic exists (its metadata lagged a partition
-    increase); later records of P0 landed. The refresh finds nothing gone: before the fix P0
-    stayed refused for good (committed at 3, a silent stall). Now every partition is
-    re-read from what the target acknowledged, by new producers: duplicates, never a gap."""
+    """The first producer's reports for P0's records 3-4 say "unknown partition" though the
+    target topic exists (its metadata lagged a partition increase); later records of P0
+    landed. The refresh finds nothing gone; P0 must not stay refused for good (committed at
+    3, a silent stall): every partition is re-read from what the target acknowledged, by new
+    producers: duplicates, never a gap."""
     target = Target()
     target.answer = lambda tp, o: "unknown" if tp == P0 and o in (3, 4) and len(target.producers) == 1 else "store"
     # P1's records between P0's close P0's segments: 3-4 is a segment of its own, with reports.
@@ -52,7 +52,7 @@ def test_unknown_partition_at_delivery_on_a_topic_that_exists_rewinds_instead_of
 
 
 def test_a_segment_whose_first_report_has_no_offset_never_translates_past_its_records():
-    """Issue 10 point 10: a DUPLICATE_SEQUENCE_NUMBER "success" (offset -1) on a segment's
+    """a DUPLICATE_SEQUENCE_NUMBER "success" (offset -1) on a segment's
     first report, an exact offset on its last (the segment spanned two batches, the first
     one retried). Source 5 is a transaction marker: 3, 4, 6, 7 landed at 53-56. A group that
     read up to 5 must resume at or before 55 (record 6's copy)."""

@@ -164,7 +164,7 @@ flows:
 def test_the_confirming_commit_keeps_the_target_topic_tag():
     """The commit that confirms ownership after a freeze rewrites the group's offsets. Without
     the target topic's id in its metadata, a target topic recreated while the mirror is
-    stopped goes unnoticed for an idle partition (`_stale_commits` trusts untagged offsets),
+    stopped goes unnoticed for an idle partition (the assign callback trusts untagged offsets),
     and records mirrored into the deleted topic are never mirrored again."""
     c = Consumer(position=200, committed=0)
     w = frozen_worker(c)
@@ -175,7 +175,7 @@ def test_the_confirming_commit_keeps_the_target_topic_tag():
 
 def test_fence_holds_for_an_expelled_worker_whose_partitions_have_nothing_committed():
     """Nothing committed yet for the frozen worker's partitions (a new flow, the first commit
-    interval): `_fenced` is empty, so `_confirm_owner` resumes at once, and the zombie reads and
+    interval): nothing to ask the group with, so the fence would end at once, and the zombie reads and
     acknowledges (offset-map rows) for partitions the group has given to another worker until
     its next heartbeat tells it otherwise."""
     c = Consumer(position=200, committed=None, member=False)
@@ -226,7 +226,7 @@ class Recording(Producer):
 
 def test_a_fence_inside_the_backpressure_wait_stops_the_batch_read_before_the_freeze():
     """The consumer handed over 100-109 (committed: 100); the worker is stopped while waiting
-    for queue room for 100. The fence fires inside `_forward` (its poll): it seeks back to 100
+    for queue room for 100. The fence fires inside `Forwarder.forward` (its poll): it seeks back to 100
     and writes nothing until the group confirms. The rest of the batch read before the freeze
     must not be produced, neither by the old producer (a zombie write) nor by the new ones
     (101-109 acknowledged while 100 is not: their commit would pass 100)."""
@@ -322,7 +322,7 @@ def test_a_fenced_worker_resumes_only_once_every_chunk_of_its_asking_commit_is_a
 
 
 def test_the_commit_that_confirms_a_fenced_worker_never_names_partitions_revoked_meanwhile():
-    """Review 19: frozen past the session timeout but not expelled, a worker is fenced and
+    """frozen past the session timeout but not expelled, a worker is fenced and
     asks the group with a commit of every partition it had. An eager rebalance (another
     worker joins) revokes all of them and hands one back; the other's new owner commits its
     progress. The asking commit, made as a member of the new generation, is accepted for

@@ -22,7 +22,7 @@ def test_everything_acknowledged_is_committed_and_reports_are_asked_only_at_segm
 
 
 def test_a_refused_record_does_not_acknowledge_the_run_before_it_while_the_flush_left_it_queued():
-    """Review 14: P0's record 5 is refused by produce() itself; the open segment 0-4 before it
+    """P0's record 5 is refused by produce() itself; the open segment 0-4 before it
     has no closing report, so `_close_open_segment` flushes and acknowledges it from its first
     record's placement. 0-1 landed but 2-4 are still queued when the flush gives up (a slow
     target): acknowledging the segment then would commit 5 past records the target lacks."""

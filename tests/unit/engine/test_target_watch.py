@@ -140,7 +140,7 @@ def test_a_partition_whose_records_are_never_acknowledged_is_named_in_the_log(ca
     assert len(said) == 1 and "orders[0]" in said[0] and "orders[1]" not in said[0], said
 
 
-# ---------------------------------------------------------------- review 10 (loss paths)
+# ---------------------------------------------------------------- loss paths
 
 
 class KickedOut(FakeConsumer):
@@ -563,7 +563,7 @@ def test_configs_are_asked_only_of_target_topics_with_a_known_id():
 
 
 def test_a_recreated_target_is_recovered_from_while_another_source_topic_waits_for_its_target():
-    """Review 19: `_recovered` clears the failure a recreated target topic caused (the new
+    """`TargetWatch.recovered` clears the failure a recreated target topic caused (the new
     topic refusing records queued for the old one) only if the refresh "succeeded", and the
     refresh now says False while any new source topic waits for its target's id (at 10,000
     partitions, for minutes). The resync was done, yet the flow failed."""
@@ -618,7 +618,7 @@ def test_a_recreated_target_is_recovered_from_while_another_source_topic_waits_f
 
 
 def test_reading_paused_by_a_full_queue_resumes_after_a_resync_dropped_the_pending_records():
-    """Review 19: the target topic is deleted under a busy flow: nothing is acknowledged, the
+    """the target topic is deleted under a busy flow: nothing is acknowledged, the
     producer's queue fills, reading pauses with records pending. The refresh sees the topic
     gone and resyncs (drops the pending records, re-reads from the beginning), but reading
     stayed paused: nothing pending was left whose production would resume it."""

@@ -1,5 +1,5 @@
-"""Unknown errors in the long-running loops are counted, not only logged:
-`mirror_unexpected_errors_total{where}` (no network: the loops are fed failing fakes)."""
+"""The canary prober counts unknown errors of its rounds and reads
+(`mirror_unexpected_errors_total{where}`); fed failing fakes, no network."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from canary.prober import Prober
 from mirror import config
-from mirror.metrics import CanaryMetrics, MirrorMetrics
-from mirror.run.checkpointer import GroupCheckpointer
+from mirror.metrics import CanaryMetrics
 
 TEXT = """\
 clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}
@@ -37,18 +36,6 @@ class Broken:
         raise RuntimeError("a bug")
 
     topics = poll = send_round = _fail
-
-
-def test_the_checkpointer_counts_an_unknown_error_and_carries_on():
-    cfg = config.parse(TEXT, env={})
-    registry = CollectorRegistry()
-    stop = threading.Event()
-    broken = Broken(stop, times=2)
-    cp = GroupCheckpointer(cfg, cfg.flows[0], store=None, source=broken, target=broken, metrics=MirrorMetrics(registry))  # type: ignore[arg-type]
-    assert _value(registry, "checkpointer") is None
-    cp.run(stop)  # two ticks fail, the loop goes on after the first
-    assert _value(registry, "checkpointer") == 2.0
-    assert cp.last_error == "unexpected error"
 
 
 def test_the_canary_prober_counts_unknown_errors_of_rounds_and_reads():
