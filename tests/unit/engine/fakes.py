@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from mirror import config
+from mirror.domain.ledger import PartitionLedger, Segment
 from mirror.engine.worker import FlowWorker
 from mirror.kafka import KafkaError, TopicPartition
 
@@ -320,3 +321,12 @@ def opened(consumer: Any, *, producer: Callable[[], Any], admin: Any = None, clo
     )
     worker.open()
     return worker
+
+
+def segment(part: PartitionLedger, offsets: list[int]) -> Segment:
+    """A run of records of `part` produced together, now in flight."""
+    seg = Segment(offsets[0])
+    for o in offsets:
+        seg.add(o, 10, 1000 + o)
+    part.begin(seg)
+    return seg

@@ -6,12 +6,10 @@ import threading
 
 import pytest
 
-from mirror.domain.ledger import Segment
 from mirror.domain.route import route
-from mirror.engine.assignment import AssignedPartition
 from mirror.errors import FatalProduceError
 from mirror.kafka import KafkaError
-from tests.unit.engine.fakes import P0, P1, FakeConsumer, FakeProducer, Report, Step, Target, batch, make, opened, run
+from tests.unit.engine.fakes import P0, P1, FakeConsumer, FakeProducer, Report, Step, Target, batch, make, opened, run, segment
 
 
 def test_a_refused_record_fails_the_flow_naming_it_and_nothing_past_it_is_committed():
@@ -72,12 +70,3 @@ def test_a_segment_whose_first_report_has_no_offset_never_translates_past_its_re
         first_unread = min((t for s, t in copies.items() if s >= pos), default=57)
         got = translate(rows, pos, 57).target_offset
         assert got <= first_unread, f"position {pos} translates to {got}, past the copy of a record the group has not read ({first_unread}); rows {st.batch.syncs}"
-
-
-def segment(part: AssignedPartition, offsets: list[int]) -> Segment:
-    """A run of records produced together, in flight."""
-    seg = Segment(offsets[0])
-    for o in offsets:
-        seg.add(o, 10, 1000 + o)
-    part.begin(seg)
-    return seg

@@ -9,13 +9,12 @@ from typing import Any
 
 import pytest
 
-from mirror.domain.ledger import Segment
 from mirror.domain.route import route
 from mirror.engine.assignment import AssignedPartition
 from mirror.engine.worker import FlowWorker
 from mirror.kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 from mirror.kafka.offsets import OFFSETS_CHUNK
-from tests.unit.engine.fakes import P0, P1, TEXT, FakeConsumer, Report, batch, make, opened
+from tests.unit.engine.fakes import P0, P1, TEXT, FakeConsumer, Report, batch, make, opened, segment
 from tests.unit.engine.fakes import Msg as WorkerMsg
 
 TP = ("orders", 0)
@@ -32,14 +31,6 @@ def worker_and_partition(consumer: Any, *, producer: Any = None, clock: Any = No
     part = w.ledger.assign(TP, w.assignment.new_partition(route(w.flow, *TP)))
     return w, part
 
-
-def segment(st: AssignedPartition, offsets: list[int]) -> Segment:
-    """A run of records produced together, in flight."""
-    seg = Segment(offsets[0])
-    for o in offsets:
-        seg.add(o, 10, 1000 + o)
-    st.begin(seg)
-    return seg
 
 
 class Consumer:
