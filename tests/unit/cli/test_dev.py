@@ -1,4 +1,4 @@
-"""`mirror dev`'s broker settings given on the command line."""
+"""`mirror dev up --broker-config KEY=VALUE`: pairs parsed, the last of a key wins, mistakes named."""
 
 from __future__ import annotations
 

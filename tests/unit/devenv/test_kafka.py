@@ -1,4 +1,4 @@
-"""The dev clusters' broker properties."""
+"""The dev brokers' server.properties: Kafka's own defaults, plus the extra lines asked for."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The offset-map recorder's bounded buffer while the store is away."""
+"""The offset-map recorder's buffer: bounded while the store is down, so reading pauses instead of memory growing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The --workers supervisor's restart backoff."""
+"""The --workers supervisor's restart backoff: doubling per crash of the pool, capped, reset after a calm spell."""
 
 from __future__ import annotations
 
