@@ -1,4 +1,4 @@
-"""`FlowAdmins`: a flow's admin clients to its source and target clusters."""
+"""`AdminPair`: a flow worker's admin clients to its source and target clusters, renewed together."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from mirror.config import ClusterConfig, FlowConfig
 AdminFactory = Callable[[str, ClusterConfig], Any]
 
 
-class FlowAdmins:
+class AdminPair:
     """The admin clients of one flow: `source` and `target`, always a pair made together.
 
     An admin client that lived through a broker restart can keep failing long after the

@@ -20,7 +20,7 @@ from mirror.errors import MirrorError
 from mirror.kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition, commit_offsets, committed_offsets, raise_for
 
 if TYPE_CHECKING:
-    from mirror.engine.admins import FlowAdmins
+    from mirror.engine.admins import AdminPair
     from mirror.engine.committer import Committer
     from mirror.engine.delivery import DeliveryReports
     from mirror.engine.fence import Fence
@@ -89,7 +89,7 @@ class Assignment:
 
     def __init__(
         self, flow: FlowConfig, source: ClusterConfig, consumer: Any, *, ledger: Ledger[AssignedPartition], listeners: Sequence[AckListener],
-        eager: bool, tags: CommitTags, admins: FlowAdmins, pool: ProducerPool, gate: ReadGate, fence: Fence,
+        eager: bool, tags: CommitTags, admins: AdminPair, pool: ProducerPool, gate: ReadGate, fence: Fence,
         committer: Committer, reports: DeliveryReports,
     ) -> None:
         self.flow, self._source, self._consumer = flow, source, consumer

@@ -10,7 +10,7 @@ from mirror.config import FlowConfig
 from mirror.domain.acks import AckListener, SourcePartition
 from mirror.domain.ledger import Ledger
 from mirror.domain.topics import TopicMapping
-from mirror.engine.admins import FlowAdmins
+from mirror.engine.admins import AdminPair
 from mirror.engine.assignment import AssignedPartition, CommitTags
 from mirror.engine.failures import Failures
 from mirror.engine.gate import ReadGate
@@ -34,7 +34,7 @@ class Committer:
 
     def __init__(
         self, flow: FlowConfig, consumer: Any, *, until_caught_up: bool, ledger: Ledger[AssignedPartition], listeners: Sequence[AckListener],
-        tags: CommitTags, gate: ReadGate, pool: ProducerPool, failures: Failures, status: FlowStatus, admins: FlowAdmins,
+        tags: CommitTags, gate: ReadGate, pool: ProducerPool, failures: Failures, status: FlowStatus, admins: AdminPair,
     ) -> None:
         self.flow, self._consumer, self._until_caught_up = flow, consumer, until_caught_up
         self._ledger, self._listeners, self._tags, self._gate = ledger, listeners, tags, gate

@@ -10,7 +10,7 @@ from typing import Any
 from mirror.config import ClusterConfig, FlowConfig
 from mirror.domain.acks import AckListener, SourcePartition
 from mirror.domain.ledger import Ledger
-from mirror.engine.admins import FlowAdmins
+from mirror.engine.admins import AdminPair
 from mirror.engine.assignment import AssignedPartition, Assignment
 from mirror.engine.committer import Committer
 from mirror.engine.delivery import DeliveryReports
@@ -37,7 +37,7 @@ class Resync:
 
     def __init__(
         self, flow: FlowConfig, source: ClusterConfig, target: ClusterConfig, consumer: Any, *, stop: threading.Event, clock: Callable[[], float],
-        ledger: Ledger[AssignedPartition], listeners: Sequence[AckListener], admins: FlowAdmins, pool: ProducerPool, gate: ReadGate,
+        ledger: Ledger[AssignedPartition], listeners: Sequence[AckListener], admins: AdminPair, pool: ProducerPool, gate: ReadGate,
         fence: Fence, committer: Committer, reports: DeliveryReports, assignment: Assignment,
     ) -> None:
         self.flow, self._source, self._target, self._consumer, self._stop, self._clock = flow, source, target, consumer, stop, clock

@@ -10,7 +10,7 @@ from mirror.config import ClusterConfig, Config, FlowConfig
 from mirror.domain.acks import SourcePartition
 from mirror.domain.ledger import Ledger
 from mirror.domain.topics import TopicChange, TopicMapping, match_topics, topic_change
-from mirror.engine.admins import FlowAdmins
+from mirror.engine.admins import AdminPair
 from mirror.engine.assignment import AssignedPartition, Assignment, CommitTags
 from mirror.engine.committer import Committer
 from mirror.engine.failures import Failures
@@ -77,7 +77,7 @@ class TargetWatch:
 
     def __init__(
         self, config: Config, flow: FlowConfig, target: ClusterConfig, *, stop: threading.Event, clock: Callable[[], float],
-        ledger: Ledger[AssignedPartition], admins: FlowAdmins, tags: CommitTags, pool: ProducerPool, fence: Fence,
+        ledger: Ledger[AssignedPartition], admins: AdminPair, tags: CommitTags, pool: ProducerPool, fence: Fence,
         committer: Committer, assignment: Assignment, failures: Failures, status: FlowStatus, resync: Resync,
         requests: RefreshRequests,
     ) -> None:

@@ -48,7 +48,7 @@ from typing import Any
 from mirror.config import Config, FlowConfig
 from mirror.domain.acks import AckListener, SourcePartition, backlog_full
 from mirror.domain.ledger import Ledger, Segment
-from mirror.engine.admins import AdminFactory, FlowAdmins
+from mirror.engine.admins import AdminFactory, AdminPair
 from mirror.engine.assignment import DRAIN_TIMEOUT, AssignedPartition, Assignment, CommitTags
 from mirror.engine.committer import Committer
 from mirror.engine.delivery import DeliveryReports
@@ -173,7 +173,7 @@ class FlowWorker:
     def open(self) -> None:
         """Make the clients and the units; fail fast if a cluster does not answer."""
         f = self.flow
-        self.admins = FlowAdmins(f, self._source, self._target, self._make_admin)
+        self.admins = AdminPair(f, self._source, self._target, self._make_admin)
         # Fail fast at start (exit 1 after the cluster's timeout) rather than mirroring
         # into the void; once running, outages are retried without limit.
         self.admins.source.topics()
