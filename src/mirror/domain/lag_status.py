@@ -84,7 +84,10 @@ def evaluate(window: Iterable[Observation], *, min_span: float = 0.0, size: int 
         return Verdict(Status.OK, "no data")
     last = obs[-1]
     if last.position < last.start and last.end > last.start:
-        return Verdict(Status.ERR, f"position {last.position} is below the log start {last.start}: records expired before they were mirrored")
+        return Verdict(
+            Status.ERR,
+            f"position {last.position} is below the log start {last.start}: records expired before they were mirrored",
+        )
     for a, b in zip(obs, obs[1:]):
         if b.position < a.position:
             return Verdict(Status.ERR, f"position went back from {a.position} to {b.position} (rewind)")
@@ -93,20 +96,26 @@ def evaluate(window: Iterable[Observation], *, min_span: float = 0.0, size: int 
     # Judge only what happened since the partition was last caught up: a zero lag earlier
     # in the window says nothing about a mirror that stopped right after it.
     zeros = [i for i, o in enumerate(obs) if o.lag == 0]
-    tail = obs[zeros[-1] + 1:] if zeros else obs
+    tail = obs[zeros[-1] + 1 :] if zeros else obs
     # Positions never decrease from here on, so the observations at the current position
     # are a suffix of the tail.
     still = [o for o in tail if o.position == last.position]
     span = last.time - still[0].time
     if len(still) >= MIN_OBSERVATIONS and span >= min_span:
         if last.active is False:
-            return Verdict(Status.STOP, f"not moving for {span:.0f}s with {last.lag} records behind and no mirror running")
-        return Verdict(Status.STALL, f"not moving for {span:.0f}s with {last.lag} records behind although the mirror runs")
+            return Verdict(
+                Status.STOP, f"not moving for {span:.0f}s with {last.lag} records behind and no mirror running"
+            )
+        return Verdict(
+            Status.STALL, f"not moving for {span:.0f}s with {last.lag} records behind although the mirror runs"
+        )
     if len(tail) < MIN_OBSERVATIONS:
         return Verdict(Status.OK, NOT_JUDGED)
     lags = [o.lag for o in tail]
     if len(tail) >= size and all(b >= a for a, b in zip(lags, lags[1:])) and lags[-1] > lags[0]:
-        return Verdict(Status.WARN, f"falling behind: lag grew from {lags[0]} to {lags[-1]} over {last.time - tail[0].time:.0f}s")
+        return Verdict(
+            Status.WARN, f"falling behind: lag grew from {lags[0]} to {lags[-1]} over {last.time - tail[0].time:.0f}s"
+        )
     return Verdict(Status.OK, "caught up recently" if zeros else "behind, moving")
 
 

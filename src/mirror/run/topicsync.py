@@ -26,7 +26,15 @@ log = logging.getLogger(__name__)
 class TopicSyncer:
     """One flow's sync loop: `tick()` once, or `run(stop)` until the event is set."""
 
-    def __init__(self, config: Config, flow: FlowConfig, metrics: TopicSyncMetrics | None = None, *, source: Admin | None = None, target: Admin | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        flow: FlowConfig,
+        metrics: TopicSyncMetrics | None = None,
+        *,
+        source: Admin | None = None,
+        target: Admin | None = None,
+    ) -> None:
         self.config = config
         self.flow = flow
         self.metrics = metrics  # when the process serves /metrics
@@ -67,4 +75,3 @@ class TopicSyncer:
     def _count_failure(self) -> None:
         if self.metrics is not None:
             self.metrics.failures.labels(self.flow.name).inc()
-

@@ -49,13 +49,20 @@ class PartitionAudit:
     checksum_equal: bool = True
     minutes_differing: int = 0
     missing: list[int] = field(default_factory=list)  # source offsets with no copy
-    extra: list[int] = field(default_factory=list)  # target offsets that copy nothing in the window, or copy a record twice
+    extra: list[int] = field(
+        default_factory=list
+    )  # target offsets that copy nothing in the window, or copy a record twice
     altered: list[int] = field(default_factory=list)  # source offsets whose copy differs
     trimmed: int = 0  # source records the target's retention removed (not a difference)
 
     @property
     def equal(self) -> bool:
-        return self.source_count == self.target_count and self.checksum_equal and not (self.missing or self.extra or self.altered) and not self.minutes_differing
+        return (
+            self.source_count == self.target_count
+            and self.checksum_equal
+            and not (self.missing or self.extra or self.altered)
+            and not self.minutes_differing
+        )
 
 
 @dataclass
@@ -68,16 +75,24 @@ class AuditReport:
         return all(p.equal for p in self.partitions)
 
     def to_json(self) -> str:
-        return json.dumps({"flow": self.flow, "equal": self.equal, "partitions": [{**asdict(p), "equal": p.equal} for p in self.partitions]}, indent=2)
+        return json.dumps(
+            {
+                "flow": self.flow,
+                "equal": self.equal,
+                "partitions": [{**asdict(p), "equal": p.equal} for p in self.partitions],
+            },
+            indent=2,
+        )
 
 
-def _read(spark: Any, config: Config, cluster: str, starting: dict[str, dict[str, int]], ending: dict[str, dict[str, int]]) -> Any:
+def _read(
+    spark: Any, config: Config, cluster: str, starting: dict[str, dict[str, int]], ending: dict[str, dict[str, int]]
+) -> Any:
     reader = spark.read.format("kafka")
     for k, v in java_kafka_options(cluster, config.clusters[cluster].client).items():
         reader = reader.option(f"kafka.{k}", v)
     return (
-        reader
-        .option("kafka.bootstrap.servers", config.clusters[cluster].bootstrap)
+        reader.option("kafka.bootstrap.servers", config.clusters[cluster].bootstrap)
         .option("kafka.isolation.level", "read_committed")
         .option("subscribe", ",".join(sorted(starting)))
         .option("startingOffsets", json.dumps(starting))
@@ -107,8 +122,16 @@ def first_held(syncs: list[OffsetSync], target_low: int, source_start: int) -> i
     return max(source_start, anchor.source_offset + (target_low - anchor.target_offset))
 
 
-def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None = None, *, from_ms: int | None = None, to_ms: int | None = None,
-          now_ms: int | None = None) -> AuditReport:
+def audit(
+    spark: Any,
+    config: Config,
+    flow: FlowConfig,
+    topics: list[str] | None = None,
+    *,
+    from_ms: int | None = None,
+    to_ms: int | None = None,
+    now_ms: int | None = None,
+) -> AuditReport:
     from pyspark.sql import functions as F
 
     source_admin = Admin(flow.source, config.clusters[flow.source])
@@ -158,7 +181,9 @@ def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None
             for m, p in parts:
                 syncs = store.syncs(flow.name, m.source, p)
                 low, high = tgt_start[(m.target, p)], tgt_end[(m.target, p)]
-                copies_end[(m.source, p)] = translate(syncs, end[(m.source, p)], high, tip=store.tip(flow.name, m.source, p), target_start=low).target_offset
+                copies_end[(m.source, p)] = translate(
+                    syncs, end[(m.source, p)], high, tip=store.tip(flow.name, m.source, p), target_start=low
+                ).target_offset
                 held_from[(m.source, p)] = first_held(syncs, low, start[(m.source, p)])
         finally:
             store.close()
@@ -166,15 +191,34 @@ def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None
 
     ts = F.expr("unix_millis(timestamp)")
     src = src.select("topic", "partition", "offset", ts.alias("ts"), "key", "value", "headers")
-    origin = F.expr(f"try_element_at(filter(coalesce(headers, array()), h -> h.key = '{HEADER_ORIGIN}'), -1).value").cast("string")
+    origin = F.expr(
+        f"try_element_at(filter(coalesce(headers, array()), h -> h.key = '{HEADER_ORIGIN}'), -1).value"
+    ).cast("string")
     tgt = tgt.select("topic", "partition", "offset", ts.alias("ts"), "key", "value", "headers", origin.alias("origin"))
     # Only copies made by this flow, of this partition, count as copies; this hop's header is not content.
-    prefix = {f"{r.target_topic}|{r.partition}": (r.origin or b"").decode() for m, p in parts for r in [route(flow, m.source, p)]}
+    prefix = {
+        f"{r.target_topic}|{r.partition}": (r.origin or b"").decode()
+        for m, p in parts
+        for r in [route(flow, m.source, p)]
+    }
     prefix_map = F.create_map(*[x for k, v in prefix.items() for x in (F.lit(k), F.lit(v))])
     tgt = tgt.withColumn("prefix", prefix_map[F.concat_ws("|", "topic", F.col("partition").cast("string"))])
-    tgt = tgt.withColumn("is_copy", F.coalesce(F.col("origin").isNotNull() & (F.col("prefix") != F.lit("")) & F.col("origin").startswith(F.col("prefix")), F.lit(False)))
-    tgt = tgt.withColumn("src_offset", F.when(F.col("is_copy"), F.expr("try_cast(substring(origin, length(prefix) + 1) as bigint)")))
-    tgt = tgt.withColumn("headers", F.expr(f"filter(coalesce(headers, array()), h -> NOT (h.key = '{HEADER_ORIGIN}' AND cast(h.value as string) <=> origin AND is_copy))"))
+    tgt = tgt.withColumn(
+        "is_copy",
+        F.coalesce(
+            F.col("origin").isNotNull() & (F.col("prefix") != F.lit("")) & F.col("origin").startswith(F.col("prefix")),
+            F.lit(False),
+        ),
+    )
+    tgt = tgt.withColumn(
+        "src_offset", F.when(F.col("is_copy"), F.expr("try_cast(substring(origin, length(prefix) + 1) as bigint)"))
+    )
+    tgt = tgt.withColumn(
+        "headers",
+        F.expr(
+            f"filter(coalesce(headers, array()), h -> NOT (h.key = '{HEADER_ORIGIN}' AND cast(h.value as string) <=> origin AND is_copy))"
+        ),
+    )
     src = src.withColumn("headers", F.expr("coalesce(headers, array())"))
     digest = F.xxhash64("key", "value", "ts", "headers").cast("decimal(38,0)")
     src = src.withColumn("h", digest)
@@ -196,7 +240,10 @@ def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None
         # all its copies, before --from/--to, or a gap after copies it still holds whose
         # records fall in the time range would pass for trimmed.
         moved = [(m.source, p) for m, p in parts if tgt_start[(m.target, p)] > 0]
-        firsts = {(r[0], r[1]): r[2] for r in tgt.where("in_window").groupBy("source_topic", "partition").agg(F.min("src_offset")).collect()}
+        firsts = {
+            (r[0], r[1]): r[2]
+            for r in tgt.where("in_window").groupBy("source_topic", "partition").agg(F.min("src_offset")).collect()
+        }
         held_from = {tp: firsts.get(tp, end[tp]) for tp in moved}
     if from_ms is not None:
         src, tgt = src.where(F.col("ts") >= from_ms), tgt.where(F.col("ts") >= from_ms)
@@ -204,8 +251,14 @@ def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None
         src, tgt = src.where(F.col("ts") < to_ms), tgt.where(F.col("ts") < to_ms)
     window_tgt = tgt.where("in_window")
     # Source records before the first one the target holds, older than its retention: trimmed.
-    trim_rules = [(F.col("topic") == F.lit(t)) & (F.col("partition") == F.lit(p)) & (F.col("offset") < F.lit(f)) & (F.col("ts") < F.lit(cutoffs[to_target[t]]))
-                  for (t, p), f in held_from.items() if f > start[(t, p)] and cutoffs.get(to_target[t]) is not None]
+    trim_rules = [
+        (F.col("topic") == F.lit(t))
+        & (F.col("partition") == F.lit(p))
+        & (F.col("offset") < F.lit(f))
+        & (F.col("ts") < F.lit(cutoffs[to_target[t]]))
+        for (t, p), f in held_from.items()
+        if f > start[(t, p)] and cutoffs.get(to_target[t]) is not None
+    ]
     trimmed: dict[tuple[str, int], int] = {}
     if trim_rules:
         rule = trim_rules[0]
@@ -220,7 +273,11 @@ def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None
         return {(r[0], r[1]): (r["n"], int(r["s"] or 0)) for r in rows}
 
     def minutes(df: Any, topic_col: str) -> set[tuple[str, int, int, int, int]]:
-        rows = df.groupBy(topic_col, "partition", F.floor(F.col("ts") / 60000).alias("m")).agg(F.count("*").alias("n"), F.sum("h").alias("s")).collect()
+        rows = (
+            df.groupBy(topic_col, "partition", F.floor(F.col("ts") / 60000).alias("m"))
+            .agg(F.count("*").alias("n"), F.sum("h").alias("s"))
+            .collect()
+        )
         return {(r[0], r[1], r["m"], r["n"], int(r["s"] or 0)) for r in rows}
 
     src_agg, tgt_agg = agg(src, "topic"), agg(window_tgt, "source_topic")
@@ -233,15 +290,48 @@ def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None
         a.trimmed = trimmed.get(k, 0)
         a.minutes_differing = len({(m[2]) for m in src_min ^ tgt_min if (m[0], m[1]) == k})
     if flow.provenance_headers:
-        s = src.select(F.col("topic").alias("st"), F.col("partition").alias("sp"), F.col("offset").alias("so"), F.col("h").alias("sh"))
-        t = window_tgt.select(F.col("source_topic").alias("st"), F.col("partition").alias("sp"), F.col("src_offset").alias("so"), F.col("h").alias("th"), F.col("offset").alias("to"))
+        s = src.select(
+            F.col("topic").alias("st"),
+            F.col("partition").alias("sp"),
+            F.col("offset").alias("so"),
+            F.col("h").alias("sh"),
+        )
+        t = window_tgt.select(
+            F.col("source_topic").alias("st"),
+            F.col("partition").alias("sp"),
+            F.col("src_offset").alias("so"),
+            F.col("h").alias("th"),
+            F.col("offset").alias("to"),
+        )
         joined = s.join(t, ["st", "sp", "so"], "full_outer")
-        missing = joined.where("to IS NULL").groupBy("st", "sp").agg(F.slice(F.sort_array(F.collect_list("so")), 1, SAMPLE).alias("o")).collect()
-        altered = joined.where("sh IS NOT NULL AND th IS NOT NULL AND sh != th").groupBy("st", "sp").agg(F.slice(F.sort_array(F.collect_list("so")), 1, SAMPLE).alias("o")).collect()
-        dupes = t.groupBy("st", "sp", "so").agg(F.count("*").alias("n"), F.max("to").alias("to")).where("n > 1").groupBy("st", "sp").agg(F.slice(F.sort_array(F.collect_list("to")), 1, SAMPLE).alias("o")).collect()
+        missing = (
+            joined.where("to IS NULL")
+            .groupBy("st", "sp")
+            .agg(F.slice(F.sort_array(F.collect_list("so")), 1, SAMPLE).alias("o"))
+            .collect()
+        )
+        altered = (
+            joined.where("sh IS NOT NULL AND th IS NOT NULL AND sh != th")
+            .groupBy("st", "sp")
+            .agg(F.slice(F.sort_array(F.collect_list("so")), 1, SAMPLE).alias("o"))
+            .collect()
+        )
+        dupes = (
+            t.groupBy("st", "sp", "so")
+            .agg(F.count("*").alias("n"), F.max("to").alias("to"))
+            .where("n > 1")
+            .groupBy("st", "sp")
+            .agg(F.slice(F.sort_array(F.collect_list("to")), 1, SAMPLE).alias("o"))
+            .collect()
+        )
         # Records on the target that are no copy of this flow's (injected), within the target
         # range the window's copies span.
-        foreign = tgt.where("NOT is_copy").groupBy("source_topic", "partition").agg(F.slice(F.sort_array(F.collect_list("offset")), 1, SAMPLE).alias("o")).collect()
+        foreign = (
+            tgt.where("NOT is_copy")
+            .groupBy("source_topic", "partition")
+            .agg(F.slice(F.sort_array(F.collect_list("offset")), 1, SAMPLE).alias("o"))
+            .collect()
+        )
         for rows, attr in ((missing, "missing"), (altered, "altered"), (dupes, "extra"), (foreign, "extra")):
             for r in rows:
                 hit = by_key.get((r[0], r[1]))

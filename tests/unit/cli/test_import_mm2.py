@@ -48,7 +48,9 @@ def test_bad_input_exits_2_naming_the_key(tmp_path: Path, capsys: pytest.Capture
     assert "replication.policy.separator" in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2
 
 
-def test_taking_over_needs_the_secrets_exported(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_taking_over_needs_the_secrets_exported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("NYC_SASL_PASSWORD", raising=False)
     props = tmp_path / "mm2.properties"
     props.write_text(MM2)
