@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> None:
                     secs = _mirror(src, dst, topic, run, Path(tmp))
                     rates[topic].append(args.records / secs)
                     print(
-                        f"run {run + 1} {topic:>6}: {args.records / secs:>9,.0f} records/s ({secs:.1f} s, incl. ~start-up)",
+                        f"run {run + 1} {topic:>6}: {args.records / secs:>9,.0f} records/s ({secs:.1f} s, incl. "
+                        "~start-up)",
                         flush=True,
                     )
                     if args.floor:
@@ -139,11 +140,13 @@ def main(argv: list[str] | None = None) -> None:
                         secs = _floor(dst, args.records, args.partitions, args.size, limit, run)
                         rates[f"floor-{topic}"].append(args.records / secs)
                         print(
-                            f"run {run + 1} {'floor-' + topic:>12}: {args.records / secs:>9,.0f} records/s (bare producer)",
+                            f"run {run + 1} {'floor-' + topic:>12}: {args.records / secs:>9,.0f} records/s (bare "
+                            "producer)",
                             flush=True,
                         )
             print(
-                f"\n{args.records:,} x {args.size} B random records, {args.partitions} partitions, load average {os.getloadavg()[0]:.1f}"
+                f"\n{args.records:,} x {args.size} B random records, {args.partitions} partitions, load average "
+                f"{os.getloadavg()[0]:.1f}"
             )
             labels = [(plain, "unrestricted"), (small, f"max.message.bytes={args.limit}")]
             if args.floor:
@@ -154,7 +157,8 @@ def main(argv: list[str] | None = None) -> None:
             for topic, label in labels:
                 r = rates[topic]
                 print(
-                    f"{label:>30}: median {statistics.median(r):>9,.0f} records/s (min {min(r):,.0f}, max {max(r):,.0f})"
+                    f"{label:>30}: median {statistics.median(r):>9,.0f} records/s (min {min(r):,.0f}, max "
+                    f"{max(r):,.0f})"
                 )
         finally:
             dev.down()

@@ -183,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     load = os.getloadavg()
     print(
-        f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.records} records, runs of {args.run}, best of {args.reps}"
+        f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.records} records, runs of {args.run}, best of "
+        f"{args.reps}"
     )
     for k in ("forward", "acks+commit", "total"):
         print(f"  {k:12s} {r[k]:>12,.0f} records/CPU-s  {r[k + '_us_per_record']:.3f} us/record")

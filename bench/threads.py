@@ -153,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
                 la = os.getloadavg()
                 print(
                     f"\n{what} rep {rep + 1}: {span.records:,} records, {span.records / span.seconds:,.0f} records/s, "
-                    f"CPU {total:.2f} s ({span.records / total:,.0f} records/CPU-s), wall {wall:.1f} s, load {la[0]:.2f}"
+                    f"CPU {total:.2f} s ({span.records / total:,.0f} records/CPU-s), wall {wall:.1f} s, load "
+                    f"{la[0]:.2f}"
                 )
                 for name, cpu in sorted(groups.items(), key=lambda kv: -kv[1]):
                     if cpu >= 0.01:

@@ -170,7 +170,8 @@ def apply(
         return
     _render(result)
     click.echo(
-        f"backup of the previous offsets: {path} (restore: mirror failover import -c {config_path} --cluster {ctx.flow.target} {path} --yes)"
+        f"backup of the previous offsets: {path} (restore: mirror failover import -c {config_path} --cluster "
+        f"{ctx.flow.target} {path} --yes)"
     )
     for c in changes:
         before = "none" if c.before is None else str(c.before)
@@ -250,12 +251,14 @@ def failback(app: AppContext, config_path: Path, flow: str, scrape: bool, yes: b
     for p in rep.partitions:
         if p.records:
             click.echo(
-                f"  {p.topic}[{p.partition}]: {p.records} records never reached {rep.new_primary} (offsets {p.old_end - p.records}..{p.old_end - 1})"
+                f"  {p.topic}[{p.partition}]: {p.records} records never reached {rep.new_primary} (offsets "
+                f"{p.old_end - p.records}..{p.old_end - 1})"
             )
     click.echo(f"records on {rep.old_primary} that never reached {rep.new_primary}: {rep.stranded}")
     if rep.scraped:
         click.echo(
-            f"scraped {rep.old_primary}: deleted the records of {len(rep.partitions)} partitions and groups {', '.join(rep.groups) or '(none)'}"
+            f"scraped {rep.old_primary}: deleted the records of {len(rep.partitions)} partitions and groups "
+            f"{', '.join(rep.groups) or '(none)'}"
         )
     elif rep.groups:
         click.echo(f"groups on {rep.old_primary} that --scrape would delete: {', '.join(rep.groups)}")

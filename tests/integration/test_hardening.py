@@ -254,7 +254,10 @@ def test_frozen_worker_is_fenced(clusters, write_config, unique, tmp_path, capsy
         flow_yaml(
             unique,
             f'["{t}"]',
-            extra=f"    producer: {{linger.ms: 800}}\n    consumer: {{session.timeout.ms: 6000}}\n    groups: [app-{unique}]\n",
+            extra=(
+                "    producer: {linger.ms: 800}\n    consumer: {session.timeout.ms: 6000}\n"
+                f"    groups: [app-{unique}]\n"
+            ),
         )
         + store_yaml(db)
     )
@@ -344,7 +347,8 @@ def test_frozen_worker_is_fenced(clusters, write_config, unique, tmp_path, capsy
         for pos in range(end + 1):
             tr = translate(rows, pos, target[p][-1].offset + 1).target_offset
             assert tr <= suffix_min[pos], (
-                f"partition {p}: position {pos} translates to {tr}, past a copy of a record at or after it (rows {rows})"
+                f"partition {p}: position {pos} translates to {tr}, past a copy of a record at or after it (rows "
+                f"{rows})"
             )
             checked += 1
         floors[p] = suffix_min
@@ -395,7 +399,8 @@ def test_poison_record_under_supervisor_backs_off_and_healthy_partitions_match(c
             120,
             "the healthy partitions",
             detail=lambda: (
-                f"target {end_offsets(dst, f'src.{t}', n)}, committed {group_offsets(src, f'mirror-{unique}', t, n)}, source {want}\n"
+                f"target {end_offsets(dst, f'src.{t}', n)}, committed {group_offsets(src, f'mirror-{unique}', t, n)}, "
+                f"source {want}\n"
                 + m.output()
             ),
         )
@@ -489,7 +494,7 @@ def test_unreachable_offset_store_holds_reading_back(clusters, write_config, uni
     store.close()
 
 
-# ---------------------------------------------------------------------------- 10: a record larger than the producer queue
+# -------------------------------------------------------------------------- 10: a record larger than the producer queue
 
 
 def test_record_larger_than_the_producer_queue_fails_clearly(clusters, write_config, unique):

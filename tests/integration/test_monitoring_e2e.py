@@ -72,7 +72,8 @@ def test_lag_is_exact_while_the_mirror_is_stopped_and_zero_after_catch_up(
         s = scrape(port)
         assert total(s, "mirror_replication_lag_records", flow=flow) == 1000
         age1 = max(v for lab, v in s["mirror_replication_lag_seconds"] if lab["flow"] == flow)
-        # three observations (gathered every 0.5 s) spanning 3 x commit_interval, position still, nobody in the group: STOP
+        # three observations (gathered every 0.5 s) spanning 3 x commit_interval, position still, nobody in the group:
+        # STOP
         poll(lambda: total(scrape(port), "mirror_flow_status", flow=flow) == 3, timeout=30, what="status STOP")
         s = scrape(port)
         assert total(s, "mirror_replication_lag_records", flow=flow) == 1000

@@ -171,7 +171,8 @@ def test_submit_mirrors_exactly_with_executors_on_a_foreign_python(
     assert f"flow f-{unique}: " in done.stdout and "records mirrored on Spark" in done.stdout, done.stdout
     assert [p.name for p in packages.glob("mirror-*")] == [package.name]  # the dry run's package, reused
     print(
-        f"\nspark-submit on a foreign worker: {RECORDS // 8 * 3 // 2} records produced, mirrored in {took:.1f}s including the driver's start"
+        f"\nspark-submit on a foreign worker: {RECORDS // 8 * 3 // 2} records produced, mirrored in {took:.1f}s "
+        "including the driver's start"
     )
     assert_exact(src, dst, unique, topics)
 
@@ -197,7 +198,8 @@ def test_submit_to_a_master_that_does_not_answer_fails_in_one_line(clusters, wri
     )
     lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
     assert done.returncode == 1 and lines == [
-        "Error: Spark master spark://127.0.0.1:9 does not answer (check --master and that the master runs (mirror dev up --spark))"
+        "Error: Spark master spark://127.0.0.1:9 does not answer (check --master and that the master runs (mirror dev "
+        "up --spark))"
     ]
 
 

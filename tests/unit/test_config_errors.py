@@ -104,7 +104,8 @@ CASES = {
         "flows: flows a -> b form a loop with rename: identity",
     ),
     "identity_fan_in_collision": (
-        "clusters:\n  nyc: {bootstrap: '127.0.0.1:1'}\n  sf: {bootstrap: '127.0.0.1:2'}\n  hub: {bootstrap: '127.0.0.1:3'}\n"
+        "clusters:\n  nyc: {bootstrap: '127.0.0.1:1'}\n  sf: {bootstrap: '127.0.0.1:2'}\n  hub: {bootstrap: "
+        "'127.0.0.1:3'}\n"
         + "flows:\n"
         + "  - {name: a, source: nyc, target: hub, rename: identity, topics: {include: ['prices']}}\n"
         + "  - {name: b, source: sf, target: hub, rename: identity, topics: {include: ['pri.*']}}\n",
@@ -115,10 +116,12 @@ CASES = {
         + "flows:\n"
         + "  - {name: a, source: nyc, target: sf, rename: identity, topics: {include: ['orders']}}\n"
         + "  - {name: b, source: sf, target: nyc, rename: identity, topics: {include: ['users']}}\n",
-        "flows: flows a -> b form a loop with rename: identity; a record would be mirrored back to where it came from (the canary topic 'mirror-canary'",
+        "flows: flows a -> b form a loop with rename: identity; a record would be mirrored back to where it came from "
+        "(the canary topic 'mirror-canary'",
     ),
     "identity_relay_collision": (
-        "clusters:\n  nyc: {bootstrap: '127.0.0.1:1'}\n  sf: {bootstrap: '127.0.0.1:2'}\n  dr: {bootstrap: '127.0.0.1:3'}\n"
+        "clusters:\n  nyc: {bootstrap: '127.0.0.1:1'}\n  sf: {bootstrap: '127.0.0.1:2'}\n  dr: {bootstrap: "
+        "'127.0.0.1:3'}\n"
         + "flows:\n"
         + "  - {name: nyc-to-sf, source: nyc, target: sf, topics: {include: ['.*']}}\n"
         + "  - {name: sf-to-nyc, source: sf, target: nyc, topics: {include: ['.*']}}\n"
@@ -220,7 +223,8 @@ GUARANTEE_CASES = {
         "producer",
         "delivery.timeout.ms",
         "120000",
-        "flows[0].producer.delivery.timeout.ms: '120000' refused: message.timeout.ms (which delivery.timeout.ms sets) must stay 0",
+        "flows[0].producer.delivery.timeout.ms: '120000' refused: message.timeout.ms (which delivery.timeout.ms sets) "
+        "must stay 0",
     ),
     "retries_limited": (
         "producer",
@@ -238,13 +242,15 @@ GUARANTEE_CASES = {
         "producer",
         "max.in.flight.requests.per.connection",
         "6",
-        "flows[0].producer.max.in.flight.requests.per.connection: '6' refused: max.in.flight.requests.per.connection must be 1-5",
+        "flows[0].producer.max.in.flight.requests.per.connection: '6' refused: max.in.flight.requests.per.connection "
+        "must be 1-5",
     ),
     "max_in_flight_alias": (
         "producer",
         "max.in.flight",
         "100",
-        "flows[0].producer.max.in.flight: '100' refused: max.in.flight.requests.per.connection (which max.in.flight sets)",
+        "flows[0].producer.max.in.flight: '100' refused: max.in.flight.requests.per.connection (which max.in.flight "
+        "sets)",
     ),
     "lifo": (
         "producer",
@@ -317,7 +323,8 @@ GUARANTEE_CASES = {
         "consumer",
         "partition.assignment.strategy",
         "sticky",
-        "flows[0].consumer.partition.assignment.strategy: 'sticky' refused: partition.assignment.strategy must be one assignor of cooperative-sticky, roundrobin, range",
+        "flows[0].consumer.partition.assignment.strategy: 'sticky' refused: partition.assignment.strategy must be one "
+        "assignor of cooperative-sticky, roundrobin, range",
     ),
     "assignor_case": (
         "consumer",
@@ -370,7 +377,8 @@ def test_a_cluster_client_setting_that_reaches_the_mirror_is_refused_too(tmp_pat
     )
     assert main(["validate", "--offline", "-c", str(path)]) == 2
     assert capsys.readouterr().err.startswith(
-        "Error: clusters.sf.client.request.required.acks: '1' refused: acks (which request.required.acks sets) must be all"
+        "Error: clusters.sf.client.request.required.acks: '1' refused: acks (which request.required.acks sets) must be "
+        "all"
     )
 
 
@@ -379,12 +387,14 @@ TIMING_CASES = {
     "heartbeat_past_session": (
         "heartbeat.interval.ms",
         "12000",
-        "flows[0].consumer.heartbeat.interval.ms: refused: heartbeat.interval.ms (12000) must be at most a third of session.timeout.ms (10000)",
+        "flows[0].consumer.heartbeat.interval.ms: refused: heartbeat.interval.ms (12000) must be at most a third of "
+        "session.timeout.ms (10000)",
     ),
     "session_too_short": (
         "session.timeout.ms",
         "5000",
-        "flows[0].consumer.session.timeout.ms: refused: heartbeat.interval.ms (2000) must be at most a third of session.timeout.ms (5000)",
+        "flows[0].consumer.session.timeout.ms: refused: heartbeat.interval.ms (2000) must be at most a third of "
+        "session.timeout.ms (5000)",
     ),
     "not_a_number": (
         "session.timeout.ms",
@@ -401,7 +411,9 @@ TIMING_CASES = {
 
 @pytest.mark.parametrize("case", sorted(TIMING_CASES))
 def test_consumer_timings_that_would_fence_every_loop_are_refused(case: str, tmp_path: Path, capsys) -> None:
-    """A heartbeat at or above the session timeout would make the fence fire on every loop (duplicates without bound): refused at load."""
+    """A heartbeat at or above the session timeout would make the fence fire on every loop (duplicates without bound):
+    refused at load.
+    """
     key, value, expected = TIMING_CASES[case]
     path = tmp_path / "bad.yaml"
     path.write_text(_flow_with("consumer", key, value))
@@ -427,11 +439,14 @@ def test_overrides_that_keep_the_guarantees_are_accepted() -> None:
     from mirror.config import parse
 
     body = GOOD_FLOW + (
-        "    producer: {acks: all, request.required.acks: -1, enable.idempotence: true, enable.gapless.guarantee: 'T',\n"
-        "               message.timeout.ms: 0, max.in.flight: 5, queue.buffering.max.ms: 50, linger.ms: 20, retries: 2147483647,\n"
+        "    producer: {acks: all, request.required.acks: -1, enable.idempotence: true, enable.gapless.guarantee: "
+        "'T',\n"
+        "               message.timeout.ms: 0, max.in.flight: 5, queue.buffering.max.ms: 50, linger.ms: 20, retries: "
+        "2147483647,\n"
         "               allow.auto.create.topics: false, compression.type: zstd}\n"
         "    consumer: {isolation.level: READ_COMMITTED, enable.auto.commit: false, enable.auto.offset.store: 0,\n"
-        "               auto.offset.reset: smallest, partition.assignment.strategy: cooperative-sticky, group.protocol: classic,\n"
+        "               auto.offset.reset: smallest, partition.assignment.strategy: cooperative-sticky, "
+        "group.protocol: classic,\n"
         "               enable.partition.eof: true, fetch.min.bytes: 1048576}\n"
     )
     config = parse(GOOD_CLUSTERS + body, env={})
@@ -476,8 +491,10 @@ def test_every_problem_is_listed_one_line_each_with_its_key() -> None:
         "  flows[1].topics.include[0]: invalid regex '(unclosed': missing ), unterminated subpattern at position 0",
         "  flows[1].tragets: unknown key (check the spelling against the config shape in docs/design.md)",
         "  canary.interval: 'soon' is not a duration; write e.g. 10s, 500ms or 5m",
-        "  flows[0].producer.acks: '1' refused: acks must be all: a source offset is committed once the target acknowledged the records,"
-        " and with fewer acks a target broker failure loses acknowledged records (remove it; the mirror sets what it needs)",
+        "  flows[0].producer.acks: '1' refused: acks must be all: a source offset is committed once the target "
+        "acknowledged the records,"
+        " and with fewer acks a target broker failure loses acknowledged records (remove it; the mirror sets what it "
+        "needs)",
         "  flows[0].target: unknown cluster 'la' (clusters defined: nyc, sf)",
         "  flows[2].target: source and target are both 'nyc' (a flow mirrors between two different clusters)",
         "  flows[2].name: duplicate flow name 'nyc-to-la' (also flows[0]) (give each flow its own name)",
@@ -498,8 +515,10 @@ def test_unset_variables_are_listed_with_the_other_problems_without_echoes() -> 
     with pytest.raises(ConfigProblems) as info:
         parse(text, env={})
     assert [str(p) for p in info.value.problems] == [
-        "clusters.nyc.bootstrap: environment variable MIRROR_TEST_A is not set (export MIRROR_TEST_A, or write ${MIRROR_TEST_A:-default})",
-        "clusters.sf.bootstrap: environment variable MIRROR_TEST_B is not set (export MIRROR_TEST_B, or write ${MIRROR_TEST_B:-default})",
+        "clusters.nyc.bootstrap: environment variable MIRROR_TEST_A is not set (export MIRROR_TEST_A, or write "
+        "${MIRROR_TEST_A:-default})",
+        "clusters.sf.bootstrap: environment variable MIRROR_TEST_B is not set (export MIRROR_TEST_B, or write "
+        "${MIRROR_TEST_B:-default})",
         "metrics.port: Input should be a valid integer, unable to parse string as an integer",
     ]
 

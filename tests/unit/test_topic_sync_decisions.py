@@ -2,7 +2,8 @@
 
 The target here is a stand-in for the project's own `Admin` (its five methods), not for
 Kafka: the dev clusters have no authorizer, so a target that refuses AlterConfigs cannot be
-made real in this suite. The real-cluster behaviour is tests/integration/test_topic_sync.py (different basename: pytest imports test modules by basename).
+made real in this suite. The real-cluster behaviour is tests/integration/test_topic_sync.py
+(different basename: pytest imports test modules by basename).
 """
 
 from __future__ import annotations
@@ -92,7 +93,10 @@ def test_a_refused_topic_is_drift_counted_and_the_others_still_follow():
 
 
 def test_sync_keys_validated():
-    base = 'clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: [{name: f, source: a, target: b, topics: {include: [t]}EXTRA}]\n'
+    base = (
+        'clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\n'
+        "flows: [{name: f, source: a, target: b, topics: {include: [t]}EXTRA}]\n"
+    )
     flow = cfg.parse(base.replace("EXTRA", ""), env={}).flows[0]
     assert flow.sync_topic_configs is True and flow.sync_topic_configs_interval == 60.0
     flow = cfg.parse(

@@ -79,7 +79,8 @@ def once(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: bo
             p99 = "-" if lat["p99"] is None else f"{lat['p99'] * 1000:.0f}ms"
             click.echo(
                 f"flow {r.flow}: {'OK' if r.ok else 'FAILED'}  {r.source_topic} -> {r.target_topic}  "
-                f"sent {d['sent']} received {d['received']} lost {d['lost']} late {d['late']} duplicated {d['duplicated']}  p99 {p99}"
+                f"sent {d['sent']} received {d['received']} lost {d['lost']} late {d['late']} duplicated "
+                f"{d['duplicated']}  p99 {p99}"
             )
     bad = [r.flow for r in results if not r.ok]
     if bad:

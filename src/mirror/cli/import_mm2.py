@@ -34,7 +34,10 @@ from mirror.store import open_store
     "--config",
     "config_path",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="Take over into this topology (written by an earlier --config-only run, maybe edited) instead of writing --out.",
+    help=(
+        "Take over into this topology (written by an earlier --config-only run, maybe edited) "
+        "instead of writing --out."
+    ),
 )
 @click.option("--config-only", is_flag=True, help="Write the file only; take nothing over (review it first).")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
@@ -117,5 +120,6 @@ def import_mm2(
             click.echo(f"  note: {note}")
     if config_only:
         click.echo(
-            f"nothing taken over (--config-only); review {config_path}, then: mirror import-mm2 --mm2-config {mm2_path} -c {config_path}"
+            f"nothing taken over (--config-only); review {config_path}, then: mirror import-mm2 --mm2-config "
+            f"{mm2_path} -c {config_path}"
         )

@@ -74,7 +74,8 @@ def lag(
                 )
                 results.append(judge(evaluators[f.name], raw))
             if as_json:
-                # One line, by the C encoder: `indent=` would use the pure-Python one, seconds at thousands of partitions.
+                # One line, by the C encoder: `indent=` would use the pure-Python one, seconds at thousands of
+                # partitions.
                 click.echo(json.dumps({"flows": [r.to_json() for r in results]}))
             else:
                 if watch:
@@ -115,7 +116,8 @@ def render(results: list[FlowLag]) -> str:
         running = {True: "mirror running", False: "no mirror running", None: "mirror liveness unknown"}[r.mirror_active]
         judged = not any(p.reason == NOT_JUDGED for p in r.partitions) or r.status != "OK"
         out.append(
-            f"flow {r.flow}: {r.source} -> {r.target}  status {r.status if judged else '? (use --watch)'}  lag {r.lag_records} records, {_fmt_secs(r.lag_seconds)}  ({running})"
+            f"flow {r.flow}: {r.source} -> {r.target}  status {r.status if judged else '? (use --watch)'}  lag "
+            f"{r.lag_records} records, {_fmt_secs(r.lag_seconds)}  ({running})"
         )
         rows = [["TOPIC", "PART", "SOURCE-END", "MIRRORED", "TARGET-END", "LAG", "LAG-TIME", "STATUS"]]
         for p in r.partitions:
@@ -150,7 +152,8 @@ def render(results: list[FlowLag]) -> str:
             out += ["  " + line for line in _table(grows)]
         if any(p.lag_basis == "next-existing" for p in r.partitions):
             out.append(
-                "  * the record at the mirrored position is gone (compacted or expired); age of the next one that exists"
+                "  * the record at the mirrored position is gone (compacted or expired); age of the next one that "
+                "exists"
             )
         for e in r.errors:
             out.append(f"  warning: {e}")

@@ -75,7 +75,8 @@ def topics(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: 
     differ = [r.target for _, reps in result for r in reps if not r.ok]
     if check and differ:
         click.echo(
-            f"{len(differ)} target topic{'s' if len(differ) > 1 else ''} missing or different from the source: {', '.join(differ[:10])}{' ...' if len(differ) > 10 else ''}",
+            f"{len(differ)} target topic{'s' if len(differ) > 1 else ''} missing or different from the source: "
+            f"{', '.join(differ[:10])}{' ...' if len(differ) > 10 else ''}",
             err=True,
         )
         return 1

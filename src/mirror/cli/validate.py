@@ -58,7 +58,8 @@ def validate(app: AppContext, config_path: Path, offline: bool, as_json: bool) -
         click.echo(f"\nflow {entry['flow']}: {entry['source']} -> {entry['target']} (rename: {entry['rename']})")
         if entry.get("not_allowed"):
             click.echo(
-                f"  not allowed to Describe on {entry['source']} (not mirrored until granted; see `mirror acls`): {', '.join(entry['not_allowed'])}"
+                f"  not allowed to Describe on {entry['source']} (not mirrored until granted; see `mirror acls`): "
+                f"{', '.join(entry['not_allowed'])}"
             )
         if entry.get("error"):
             click.echo(f"  topics: unknown, {entry['error']}")

@@ -207,7 +207,8 @@ class Material:
             # The controller listener: SASL/PLAIN, only the admin user (the broker itself).
             "sasl.mechanism.controller.protocol=PLAIN",
             "listener.name.controller.sasl.enabled.mechanisms=PLAIN",
-            "listener.name.controller.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+            "listener.name.controller.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
+            "required "
             f'username="admin" password="{admin_pw}" user_admin="{admin_pw}";',
             "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "allow.everyone.if.no.acl.found=false",
@@ -231,7 +232,8 @@ class Material:
             if m.sasl:
                 lines += [
                     f"listener.name.{lname}.sasl.enabled.mechanisms=SCRAM-SHA-512",
-                    f"listener.name.{lname}.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+                    f"listener.name.{lname}.scram-sha-512.sasl.jaas.config="
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required "
                     f'username="admin" password="{admin_pw}";',
                 ]
         return "\n".join(lines) + "\n"

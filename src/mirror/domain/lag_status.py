@@ -1,4 +1,5 @@
-"""Lag status (OK, WARN, ERR, STOP, STALL) of a partition and a flow, judged Burrow-style from a window of lag observations (pure).
+"""Lag status (OK, WARN, ERR, STOP, STALL) of a partition and a flow, judged Burrow-style from a
+window of lag observations (pure).
 
 Fixed lag thresholds do not work for a mirror: 10,000 records behind is nothing on a
 busy topic and an outage on a quiet one. Like LinkedIn's Burrow, this evaluator asks
@@ -136,7 +137,8 @@ class Evaluator:
             win.clear()  # the topic was recreated or truncated: the old window says nothing now
         win.append(obs)
         if len(win) == 1 and obs.end <= max(obs.position, obs.start):
-            return CAUGHT_UP  # what `evaluate` says of one observation with no lag, without its work (`mirror lag`: 10,000 of them)
+            # what `evaluate` says of one observation with no lag, without its work (`mirror lag`: 10,000 of them)
+            return CAUGHT_UP
         return evaluate(win, min_span=self._min_span, size=self._size)
 
     def forget(self, flow: str, keep: Iterable[tuple[str, int]]) -> None:

@@ -105,7 +105,8 @@ def render(lag: FlowLag) -> dict[str, str]:
             for r in rows:
                 if r.lag is not None:
                     glag.append(
-                        f'mirror_group_lag_records{{{gl},cluster="{_esc(side)}",topic="{_esc(r.topic)}",partition="{r.partition}"}} {_num(r.lag)}\n'
+                        f'mirror_group_lag_records{{{gl},cluster="{_esc(side)}",'
+                        f'topic="{_esc(r.topic)}",partition="{r.partition}"}} {_num(r.lag)}\n'
                     )
     lines = {
         m.LAG_RECORDS: rec,

@@ -137,7 +137,8 @@ def _request_target_ends(
         if hidden:
             errors.add(
                 AuthorizationFailed(
-                    f"cluster {flow.target!r}: {principal_of(flow.target)} is not allowed to see topic {hidden[0]!r}: missing Describe on topic {hidden[0]!r}"
+                    f"cluster {flow.target!r}: {principal_of(flow.target)} is not allowed to see topic {hidden[0]!r}: "
+                    f"missing Describe on topic {hidden[0]!r}"
                     + (f" (and {len(hidden) - 1} more)" if len(hidden) > 1 else ""),
                     hint="grant it; `mirror acls -c CONFIG` lists every ACL the mirror needs",
                 )

@@ -212,7 +212,8 @@ class GroupCheckpointer:
         self._held[group] = held
         if held:
             log.warning(
-                "flow %s: not syncing group %s on %s for %d partition(s) (first %s[%d]): their offsets there were set by "
+                "flow %s: not syncing group %s on %s for %d partition(s) (first %s[%d]): their offsets there were set "
+                "by "
                 "someone else (failover apply/import or the group's own consumers), and the sync never moves those; "
                 "delete the group's offsets on %s to hand them back to the sync",
                 self.flow.name,

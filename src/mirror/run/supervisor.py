@@ -107,7 +107,8 @@ def supervise(
                 calm_since = time.monotonic()
                 delay = restart_delay(streak)
                 log.warning(
-                    "worker %d exited with %d (crash %d in a row); its partitions move to the others; restarting it in %.0fs",
+                    "worker %d exited with %d (crash %d in a row); its partitions move to the others; restarting it in "
+                    "%.0fs",
                     i,
                     rc,
                     streak,

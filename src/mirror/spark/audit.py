@@ -216,7 +216,8 @@ def audit(
     tgt = tgt.withColumn(
         "headers",
         F.expr(
-            f"filter(coalesce(headers, array()), h -> NOT (h.key = '{HEADER_ORIGIN}' AND cast(h.value as string) <=> origin AND is_copy))"
+            f"filter(coalesce(headers, array()), h -> NOT (h.key = '{HEADER_ORIGIN}' AND cast(h.value as string) <=> "
+            "origin AND is_copy))"
         ),
     )
     src = src.withColumn("headers", F.expr("coalesce(headers, array())"))

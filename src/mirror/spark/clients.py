@@ -66,7 +66,10 @@ def java_kafka_options(
             raise ConfigError(
                 f"{where}.{key}",
                 "has no Java client equivalent that `mirror spark run` knows",
-                hint="the Spark source is a Java client: use security.protocol, sasl.mechanism/username/password, ssl.ca/certificate/key.location",
+                hint=(
+                    "the Spark source is a Java client: use security.protocol, "
+                    "sasl.mechanism/username/password, ssl.ca/certificate/key.location"
+                ),
             )
     mechanism = str(client.get("sasl.mechanism", client.get("sasl.mechanisms", ""))).upper()
     if mechanism:
@@ -76,7 +79,8 @@ def java_kafka_options(
         if module is None:
             raise ConfigError(
                 f"{where}.sasl.mechanism",
-                f"{mechanism or 'GSSAPI (the default)'} with sasl.username/password is not supported by `mirror spark run`",
+                f"{mechanism or 'GSSAPI (the default)'} with sasl.username/password is not supported by `mirror spark "
+                "run`",
                 hint="use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
             )
         user, password = str(client.get("sasl.username", "")), str(client.get("sasl.password", ""))

@@ -19,7 +19,7 @@ nyc.sasl.jaas.config = org.apache.kafka.common.security.scram.ScramLoginModule r
 nyc->sf.enabled = true
 nyc->sf.topics = orders.*
 tasks.max = 8
-"""
+"""  # noqa: E501 (a real MM2 jaas.config line: properties values are one line)
 
 
 def test_config_only_writes_a_valid_file_without_secrets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

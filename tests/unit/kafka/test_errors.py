@@ -18,17 +18,20 @@ BROKER = "sasl_ssl://127.0.0.1:9093/bootstrap: "
     [
         (
             KafkaError._AUTHENTICATION,
-            "SASL authentication error: Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512 (after 320ms in state AUTH_REQ)",
+            "SASL authentication error: Authentication failed during authentication due to invalid credentials with "
+            "SASL mechanism SCRAM-SHA-512 (after 320ms in state AUTH_REQ)",
             "SASL credentials refused",
         ),
         (
             KafkaError._AUTHENTICATION,
-            "SASL PLAIN mechanism handshake failed: Broker: Unsupported SASL mechanism: broker's supported mechanisms: SCRAM-SHA-512",
+            "SASL PLAIN mechanism handshake failed: Broker: Unsupported SASL mechanism: broker's supported mechanisms: "
+            "SCRAM-SHA-512",
             "SASL mechanism refused",
         ),
         (
             KafkaError._SSL,
-            "SSL handshake failed: error:0A000086:SSL routines::certificate verify failed: broker certificate could not be verified",
+            "SSL handshake failed: error:0A000086:SSL routines::certificate verify failed: broker certificate could "
+            "not be verified",
             "certificate is not trusted",
         ),
         (

@@ -18,7 +18,9 @@ class AdminBase:
     """The connection and error handling the admin's parts (topics, configs, offsets, groups, ACLs) share."""
 
     def __init__(self, name: str, cluster: ClusterConfig, *, client: Any = None) -> None:
-        """`client`: an AdminClient made elsewhere (tests hand in one that never answers); by default one from the cluster's settings."""
+        """`client`: an AdminClient made elsewhere (tests hand in one that never answers); by default one from the
+        cluster's settings.
+        """
         self.name = name
         self.timeout = cluster.timeout
         self._client = client if client is not None else AdminClient(client_settings(name, cluster))
