@@ -400,8 +400,7 @@ def test_poison_record_under_supervisor_backs_off_and_healthy_partitions_match(c
             "the healthy partitions",
             detail=lambda: (
                 f"target {end_offsets(dst, f'src.{t}', n)}, committed {group_offsets(src, f'mirror-{unique}', t, n)}, "
-                f"source {want}\n"
-                + m.output()
+                f"source {want}\n" + m.output()
             ),
         )
         wait_for(

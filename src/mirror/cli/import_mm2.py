@@ -35,8 +35,7 @@ from mirror.store import open_store
     "config_path",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help=(
-        "Take over into this topology (written by an earlier --config-only run, maybe edited) "
-        "instead of writing --out."
+        "Take over into this topology (written by an earlier --config-only run, maybe edited) instead of writing --out."
     ),
 )
 @click.option("--config-only", is_flag=True, help="Write the file only; take nothing over (review it first).")

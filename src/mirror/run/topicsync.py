@@ -52,7 +52,9 @@ class TopicSyncer:
         return synced
 
     def run(self, stop: threading.Event) -> None:
-        """Tick every `sync_topic_configs_interval` until `stop` is set; failures are logged and counted, never fatal.
+        """Tick every `sync_topic_configs_interval` until `stop` is set.
+
+        Failures are logged and counted, never fatal.
         """
         interval = self.flow.sync_topic_configs_interval
         # The worker creates the flow's target topics on its first refresh; the first

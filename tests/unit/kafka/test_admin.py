@@ -78,7 +78,7 @@ def test_flow_admins_are_made_at_first_use_once_and_given_ones_are_kept(monkeypa
 
     cfg = parse(
         'clusters: {nyc: {bootstrap: "127.0.0.1:1"}, sf: {bootstrap: "127.0.0.1:2"}}\nflows: [{name: f, source: nyc, '
-        'target: sf, topics: {include: [x]}}]\n',
+        "target: sf, topics: {include: [x]}}]\n",
         env={},
     )
     made: list[str] = []
