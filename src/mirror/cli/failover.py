@@ -1,4 +1,4 @@
-"""`mirror failover plan|apply|export|import` and `mirror failback`: thin click commands."""
+"""`mirror failover plan|apply|export|import` and `mirror failback`: thin click commands over `failover`."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from failover.failback import report, reversed_flow
 from failover.failback import scrape as do_scrape
 from failover.gather import FlowContext, build_plan
 from failover.plan import Method, Plan
-from failover.times import format_ms, parse_time
+from mirror.cli.times import format_ms, parse_time
 from mirror.cli import AppContext, config_option, json_option, pass_app
 from mirror.errors import NotFound, UsageError
 from mirror.kafka import Admin
