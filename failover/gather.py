@@ -41,6 +41,8 @@ class FlowContext:
     store_factory: Callable[[], FullOffsetStore]
     _store: FullOffsetStore | None = None
     _admins: dict[str, Admin] = field(default_factory=dict)
+    # Clusters found not answering: asked once per site plan, not once per flow and group.
+    dead: set[str] = field(default_factory=set)
 
     @property
     def store(self) -> FullOffsetStore:
@@ -171,6 +173,8 @@ def read_source(ctx: FlowContext, groups: Sequence[str], topic_ok: Callable[[str
     """The groups' and the mirror's committed offsets and the source's ends, all in flight
     together; `up=False` when the source does not answer (plans then use checkpoints)."""
     flow = ctx.flow
+    if flow.source in ctx.dead:
+        return SourceReads(False)
     try:
         # Metadata first: group requests against a dead cluster wait on a coordinator
         # lookup that librdkafka (2.16) can abort the process on when it times out
@@ -198,6 +202,7 @@ def read_source(ctx: FlowContext, groups: Sequence[str], topic_ok: Callable[[str
         return reads
     except ClusterUnavailable as exc:
         log.warning("source %s did not answer (%s); using the newest checkpoints", flow.source, exc)
+        ctx.dead.add(flow.source)
         return SourceReads(False)
 
 

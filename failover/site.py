@@ -44,7 +44,7 @@ class SiteGroup:
     plans: list[Plan] = field(default_factory=list)
     offsets: dict[Key, int] = field(default_factory=dict)  # (target topic, partition) -> offset to commit
     target_before: dict[Key, int] = field(default_factory=dict)  # the group's commits there when planned
-    source_seen: dict[Key, int] | None = None  # its live source offsets when planned (None: source gone)
+    source_seen: dict[str, dict[Key, int]] | None = None  # cluster -> its live source offsets when planned (None: from checkpoints)
     source_members: int | None = None  # None: the source was not asked (gone)
     target_members: int = 0
     refused: str | None = None
@@ -81,7 +81,7 @@ class SiteGroup:
             "errors": self.errors,
             "offsets": _pairs(self.offsets),
             "target_before": _pairs(self.target_before),
-            "source_seen": None if self.source_seen is None else _pairs(self.source_seen),
+            "source_seen": None if self.source_seen is None else {c: _pairs(o) for c, o in self.source_seen.items()},
             "flows": [p.to_json() for p in self.plans],
         }
 
@@ -153,7 +153,7 @@ class ApplyGroup:
     sources: list[str]
     offsets: dict[Key, int]
     target_before: dict[Key, int]
-    source_seen: dict[Key, int] | None
+    source_seen: dict[str, dict[Key, int]] | None
     refused: str | None
 
 
@@ -172,7 +172,7 @@ def read_plan(doc: Any, source: str) -> PlanDoc:
             raise ValueError(f"not a {KIND} version {VERSION}")
         groups = [
             ApplyGroup(str(g["group"]), str(g["target"]), [str(s) for s in g["sources"]], _unpairs(g["offsets"]), _unpairs(g["target_before"]),
-                       None if g.get("source_seen") is None else _unpairs(g["source_seen"]), g.get("refused"))
+                       None if g.get("source_seen") is None else {str(c): _unpairs(o) for c, o in g["source_seen"].items()}, g.get("refused"))
             for g in doc["groups"]
         ]
         return PlanDoc(str(doc["id"]), str(doc["from"]), str(doc.get("config") or ""), groups)
@@ -211,8 +211,6 @@ def classify(g: ApplyGroup, current: Mapping[Key, int]) -> tuple[State, list[Key
     return (State.PARTIAL if done else State.TODO), []
 
 
-def source_moved(g: ApplyGroup, current: Mapping[Key, int]) -> list[Key]:
+def source_moved(seen: Mapping[Key, int], current: Mapping[Key, int]) -> list[Key]:
     """Source partitions the group committed past since the plan (it kept consuming there)."""
-    if g.source_seen is None:
-        return []
-    return sorted(k for k, o in g.source_seen.items() if current.get(k, o) != o)
+    return sorted(k for k, o in seen.items() if current.get(k, o) != o)

@@ -1,0 +1,169 @@
+"""`failover apply --plan`: a reviewed site plan, committed as written, resumably.
+
+Order: read every group's offsets where it moves to and decide (`failover.site.classify`);
+refuse the whole plan (exit 3, nothing written) if a group moved since it was planned or
+came back on either side; write ONE backup of every group's offsets on its target and
+fsync it; then move the groups one by one, reporting each. A second run after a failure
+keeps the first run's backup (it holds the offsets from before anything moved), skips
+the partitions already at the plan's offsets and finishes the rest.
+
+`restore_backup` (`failover import --backup`) puts a whole site back from that file, the
+same way: all groups checked idle first, then restored one by one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from failover import offsets_file
+from failover.offsets_file import GroupOffsets, coordinated
+from failover.site import ApplyGroup, PlanDoc, State, classify, source_moved
+from mirror.errors import ClusterUnavailable, MirrorError, UnsafeOperation, UsageError
+from mirror.kafka import Admin
+
+BACKUP_KIND = "site-backup"
+Progress = Callable[[str], None]
+
+
+@dataclass
+class ApplyResult:
+    backup: Path
+    resumed: bool  # the backup was there from an earlier run of this plan
+    moved: list[str] = field(default_factory=list)
+    already: list[str] = field(default_factory=list)  # moved by an earlier run: not touched
+
+
+def default_backup(plan_path: Path) -> Path:
+    return plan_path.with_name(plan_path.stem + ".backup.json")
+
+
+def _write_json(path: Path, body: Any) -> None:
+    """Atomically and fsynced: a backup that may be half-written is no backup."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(body, f, indent=1)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_backup(path: Path) -> tuple[str | None, list[GroupOffsets]]:
+    """(plan id, groups) of a site backup; a single-group offsets file is a site of one."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"--backup: cannot read {str(path)!r}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise UsageError(f"--backup: {str(path)!r} is not JSON: {exc}") from None
+    if isinstance(doc, dict) and doc.get("kind") == BACKUP_KIND:
+        if not isinstance(doc.get("groups"), list):
+            raise UsageError(f"--backup: {str(path)!r} has no groups list")
+        return doc.get("plan_id"), [GroupOffsets.from_json(g, str(path)) for g in doc["groups"]]
+    return None, [GroupOffsets.from_json(doc, str(path))]
+
+
+def apply_site(plan: PlanDoc, admin: Callable[[str], Admin], backup: Path, progress: Progress, now_ms: int) -> ApplyResult:
+    refused = [g for g in plan.groups if g.refused]
+    if refused:
+        who = "; ".join(f"{g.group}: {g.refused}" for g in refused)
+        raise UnsafeOperation(f"the plan refuses {len(refused)} group(s), so nothing was applied ({who})",
+                              hint="stop them and plan again, or leave them out with --group")
+    current = _target_offsets(plan.groups, admin)
+    states = {g.group: classify(g, current[g.group]) for g in plan.groups}
+    todo = [g for g in plan.groups if states[g.group][0] in (State.TODO, State.PARTIAL)]
+    problems = [f"{g.group}: committed on {g.target} since the plan ({_keys(states[g.group][1])})" for g in plan.groups if states[g.group][0] is State.CHANGED]
+    problems += _active_or_moved(todo, admin)
+    if problems:
+        raise UnsafeOperation(f"{len(problems)} group(s) changed since the plan; nothing was changed: {'; '.join(problems)}",
+                              hint="plan again (`mirror failover plan --from ...`) and review the new plan")
+    resumed = _backup_once(plan, backup, current, now_ms)
+    result = ApplyResult(backup, resumed, already=[g.group for g in plan.groups if states[g.group][0] is State.DONE])
+    if resumed:
+        progress(f"resuming: {len(result.already)} group(s) already moved by an earlier run are left as they are; backup {backup} kept from that run")
+    for i, g in enumerate(todo, 1):
+        left = {k: o for k, o in g.offsets.items() if current[g.group].get(k) != o}
+        try:
+            admin(g.target).alter_group_offsets(g.group, left)
+        except MirrorError as exc:
+            exc.message += f" (moved {len(result.moved)} of {len(todo)} groups; run the same command again to finish the rest)"
+            raise
+        result.moved.append(g.group)
+        partial = " (finishing what an earlier run started)" if states[g.group][0] is State.PARTIAL else ""
+        progress(f"[{i}/{len(todo)}] {g.group} -> {g.target}: {len(left)} partitions set{partial}")
+    return result
+
+
+def _keys(keys: Sequence[tuple[str, int]], at_most: int = 3) -> str:
+    shown = ", ".join(f"{t}[{p}]" for t, p in keys[:at_most])
+    return shown + (f" and {len(keys) - at_most} more" if len(keys) > at_most else "")
+
+
+def _target_offsets(groups: Sequence[ApplyGroup], admin: Callable[[str], Admin]) -> dict[str, dict[tuple[str, int], int]]:
+    """Every committed offset of each group on its target (the backup needs them all), in flight together."""
+    pending = {}
+    for g in groups:
+        a = admin(g.target)
+        pending[g.group] = coordinated(a, lambda a=a, g=g: a.request_group_offsets(g.group))  # type: ignore[misc]
+    return {g: p.result() for g, p in pending.items()}
+
+
+def _active_or_moved(todo: Sequence[ApplyGroup], admin: Callable[[str], Admin]) -> list[str]:
+    """Groups to move that have members on either side now, or committed on the source since."""
+    problems = []
+    for cluster in sorted({g.target for g in todo}):
+        members = admin(cluster).groups_members([g.group for g in todo if g.target == cluster])
+        problems += [f"{g}: {n} active member(s) on {cluster}" for g, n in sorted(members.items()) if n]
+    for cluster in sorted({c for g in todo for c in (g.source_seen or {})}):
+        mine = [g for g in todo if cluster in (g.source_seen or {})]
+        a = admin(cluster)
+        try:
+            members = a.groups_members([g.group for g in mine])
+            pending = {g.group: a.request_group_offsets(g.group, sorted((g.source_seen or {})[cluster])) for g in mine}
+            now = {g: p.result() for g, p in pending.items()}
+        except ClusterUnavailable:
+            continue  # gone since the plan: nothing more can happen there
+        problems += [f"{g}: {n} active member(s) on {cluster}" for g, n in sorted(members.items()) if n]
+        for g in mine:
+            moved = source_moved((g.source_seen or {})[cluster], now[g.group])
+            if moved:
+                problems.append(f"{g.group}: committed on {cluster} since the plan ({_keys(moved)})")
+    return problems
+
+
+def _backup_once(plan: PlanDoc, path: Path, current: dict[str, dict[tuple[str, int], int]], now_ms: int) -> bool:
+    """Write the site's backup unless an earlier run of this plan did; True when it did."""
+    if path.exists():
+        plan_id, _ = read_backup(path)
+        if plan_id == plan.id:
+            return True
+        raise UsageError(f"--backup: {str(path)!r} exists and belongs to another plan", hint="pass a new --backup path")
+    _write_json(path, {
+        "version": 1, "kind": BACKUP_KIND, "plan_id": plan.id, "site": plan.site, "config": plan.config, "time_ms": now_ms,
+        "groups": [GroupOffsets(g.target, g.group, now_ms, current[g.group]).to_json() for g in plan.groups],
+    })
+    return False
+
+
+def restore_backup(groups: Sequence[GroupOffsets], admin: Callable[[str], Admin], progress: Progress) -> None:
+    """Every group back to its backed-up offsets; refused (exit 3, nothing written) while any is active."""
+    active = []
+    for cluster in sorted({g.cluster for g in groups}):
+        a = admin(cluster)
+        members = coordinated(a, lambda a=a, c=cluster: a.groups_members([g.group for g in groups if g.cluster == c]))  # type: ignore[misc]
+        active += [f"{g} ({n} on {cluster})" for g, n in sorted(members.items()) if n]
+    if active:
+        raise UnsafeOperation(f"group(s) still active: {', '.join(active)}; nothing was restored", hint="stop their consumers, then run this again")
+    for i, g in enumerate(groups, 1):
+        try:
+            offsets_file.restore(admin(g.cluster), g)
+        except MirrorError as exc:
+            exc.message += f" (restored {i - 1} of {len(groups)} groups; run the same command again to finish: restoring is idempotent)"
+            raise
+        progress(f"[{i}/{len(groups)}] {g.group} on {g.cluster}: {len(g.offsets)} offsets restored")
