@@ -28,15 +28,26 @@ from tests.support.prometheus import free_port
 pytestmark = pytest.mark.slow
 
 FLOWS = ("a", "b", "c")
+# Site east = {src, b}, west = {dst, c}: three flows east -> west (one flow per cluster pair).
+SOURCE = {"a": "src", "b": "b", "c": "src"}
+TARGET = {"a": "dst", "b": "dst", "c": "c"}
 GROUPS = 20
 PARTS = 2
 
 
-def _config(path: Path, clusters, u: str, *, src: str | None = None, timeout: str = "10s") -> Path:
+class Site:
+    def __init__(self, clusters, more) -> None:
+        self.bootstraps = {"src": clusters.bootstrap("src"), "dst": clusters.bootstrap("dst"), "b": more.bootstrap("b"), "c": more.bootstrap("c")}
+
+    def bootstrap(self, name: str) -> str:
+        return self.bootstraps[name]
+
+
+def _config(path: Path, site: Site, u: str, *, dead: str | None = None, timeout: str = "10s") -> Path:
     flows = "".join(f"""\
   - name: f{x}-{u}
-    source: src
-    target: dst
+    source: {SOURCE[x]}
+    target: {TARGET[x]}
     consumer_group: mirror-{x}-{u}
     refresh_interval: 1s
     commit_interval: 300ms
@@ -44,11 +55,13 @@ def _config(path: Path, clusters, u: str, *, src: str | None = None, timeout: st
     topics: {{include: ["s-{u}-{x}"]}}
     groups: ["g-{u}-.*"]
 """ for x in FLOWS)
+    dc = {"src": f"east{u}", "b": f"east{u}", "dst": f"west{u}", "c": f"west{u}"}
+    clusters = "".join(
+        f'  {n}: {{bootstrap: "{f"127.0.0.1:{free_port()}" if n == dead else site.bootstrap(n)}", timeout: {timeout}, datacenter: {dc[n]}}}\n' for n in dc
+    )
     path.write_text(f"""\
 clusters:
-  src: {{bootstrap: "{src or clusters.bootstrap('src')}", timeout: {timeout}, datacenter: east{u}}}
-  dst: {{bootstrap: "{clusters.bootstrap('dst')}", timeout: {timeout}, datacenter: west{u}}}
-flows:
+{clusters}flows:
 {flows}offset_store: {{kind: sqlite, path: {path.parent / 'offsets.db'}}}
 canary: {{topic: canary-{u}}}
 """)
@@ -57,6 +70,10 @@ canary: {{topic: canary-{u}}}
 
 def _topic(u: str, i: int) -> str:
     return f"s-{u}-{FLOWS[i % len(FLOWS)]}"
+
+
+def _x(i: int) -> str:
+    return FLOWS[i % len(FLOWS)]
 
 
 def _consume(bootstrap: str, group: str, topics: list[str], *, at_most: int, timeout: float = 5.0) -> list[bytes]:
@@ -89,104 +106,119 @@ def _consume(bootstrap: str, group: str, topics: list[str], *, at_most: int, tim
     return out
 
 
-def _produce(bootstrap: str, u: str, stop: threading.Event, produced: dict[str, int]) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+def _produce(site: Site, u: str, stop: threading.Event, produced: dict[str, int]) -> None:
+    ps = {c: Producer({"bootstrap.servers": site.bootstrap(c), "linger.ms": 5, "enable.idempotence": True}) for c in {"src", "b"}}
     n = 0
     while not stop.is_set() and n < 1500:  # bounded: ~1500 records per topic at most
         for x in FLOWS:
             t = f"s-{u}-{x}"
             for _ in range(10):
-                p.produce(t, value=f"{t}:{produced[t]}".encode(), partition=produced[t] % PARTS)
+                ps[SOURCE[x]].produce(t, value=f"{t}:{produced[t]}".encode(), partition=produced[t] % PARTS)
                 produced[t] += 1
         n += 10
-        p.poll(0)
+        for p in ps.values():
+            p.poll(0)
         stop.wait(0.01)
-    assert p.flush(30) == 0
+    for p in ps.values():
+        assert p.flush(30) == 0
 
 
-def _checkpointed(cfg: Path, bootstrap: str, u: str) -> bool:
+def _checkpointed(cfg: Path, site: Site, u: str) -> bool:
     """Every group's newest checkpoint is at its last commit on the source."""
     store = open_store(load(cfg).offset_store)
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests-cp", "enable.auto.commit": False})
     try:
         for i in range(GROUPS):
             t = _topic(u, i)
-            cps = {(cp.topic, cp.partition): cp.source_offset for cp in store.checkpoints(f"f{t[-1]}-{u}", f"g-{u}-{i}")}
-            committed = c.committed([TopicPartition(t, p) for p in range(PARTS)], timeout=10)
+            cps = {(cp.topic, cp.partition): cp.source_offset for cp in store.checkpoints(f"f{_x(i)}-{u}", f"g-{u}-{i}")}
+            c = Consumer({"bootstrap.servers": site.bootstrap(SOURCE[_x(i)]), "group.id": f"g-{u}-{i}", "enable.auto.commit": False})
+            try:
+                committed = c.committed([TopicPartition(t, p) for p in range(PARTS)], timeout=10)
+            finally:
+                c.close()
             if any(tp.offset >= 0 and cps.get((t, tp.partition)) != tp.offset for tp in committed):
                 return False
         return True
     finally:
-        c.close()
         store.close()
 
 
-def test_planned_then_unplanned_site_failover(clusters, tmp_path, unique):
+def test_planned_then_unplanned_site_failover(clusters, more_clusters, tmp_path, unique):
     u = unique
-    cfg = _config(tmp_path / "site.yaml", clusters, u)
+    site = Site(clusters, more_clusters)
+    cfg = _config(tmp_path / "site.yaml", site, u)
     for x in FLOWS:
-        create_topic(clusters.bootstrap("src"), f"s-{u}-{x}", PARTS)
+        create_topic(site.bootstrap(SOURCE[x]), f"s-{u}-{x}", PARTS)
     produced = {f"s-{u}-{x}": 0 for x in FLOWS}
     seen: dict[int, list[bytes]] = {i: [] for i in range(GROUPS)}
     mirror = MirrorProcess(cfg)
     stop = threading.Event()
-    producer = threading.Thread(target=_produce, args=(clusters.bootstrap("src"), u, stop, produced))
+    producer = threading.Thread(target=_produce, args=(site, u, stop, produced))
     try:
         producer.start()
         for round_ in range(2):  # the groups consume while records are produced and mirrored
             for i in range(GROUPS):
-                seen[i] += _consume(clusters.bootstrap("src"), f"g-{u}-{i}", [_topic(u, i)], at_most=40 + 15 * i + 100 * round_, timeout=1.0)
+                seen[i] += _consume(site.bootstrap(SOURCE[_x(i)]), f"g-{u}-{i}", [_topic(u, i)], at_most=40 + 15 * i + 100 * round_, timeout=1.0)
         stop.set()
         producer.join(60)
         for x in FLOWS:  # planned: producers stopped, the mirror caught up
-            t = f"s-{u}-{x}"
-            wait_for(lambda t=t: end_offsets(clusters.bootstrap("dst"), f"src.{t}", PARTS) == end_offsets(clusters.bootstrap("src"), t, PARTS), 90, f"{t} mirrored")
-        wait_for(lambda: _checkpointed(cfg, clusters.bootstrap("src"), u), 60, "checkpoints of every group's last commit")
+            t, src, dst = f"s-{u}-{x}", site.bootstrap(SOURCE[x]), site.bootstrap(TARGET[x])
+            wait_for(lambda t=t, src=src, dst=dst, x=x: end_offsets(dst, f"{SOURCE[x]}.{t}", PARTS) == end_offsets(src, t, PARTS), 90, f"{t} mirrored",
+                     detail=mirror.output)
+        wait_for(lambda: _checkpointed(cfg, site, u), 60, "checkpoints of every group's last commit")
     finally:
         stop.set()
         mirror.stop()
 
     plan_path = tmp_path / "site-plan.json"
-    table = main(["failover", "plan", "-c", str(cfg), "--from", f"east{u}", "--translate", "--out", str(plan_path)])
-    assert table == 0
+    assert main(["failover", "plan", "-c", str(cfg), "--from", f"east{u}", "--to", f"west{u}", "--translate", "-v", "--out", str(plan_path)]) == 0
     doc = json.loads(plan_path.read_text())
     assert doc["totals"]["groups"] == GROUPS and doc["totals"]["refused"] == 0, doc["totals"]
     assert doc["totals"]["unmirrored"] == 0 and doc["totals"]["may_reread"] == 0, doc["totals"]
     assert sorted(f["flow"] for f in doc["flows"]) == [f"f{x}-{u}" for x in FLOWS]
-    assert all(g["truth"] == "source-offsets" and g["target"] == "dst" for g in doc["groups"])
+    assert {f["flow"]: f["groups"] for f in doc["flows"]} == {f"f{x}-{u}": sum(1 for i in range(GROUPS) if _x(i) == x) for x in FLOWS}
+    assert all(g["truth"] == "source-offsets" and g["target"] == TARGET[_x(int(g["group"].rsplit("-", 1)[1]))] for g in doc["groups"])
 
     assert main(["failover", "apply", "--plan", str(plan_path), "--yes"]) == 0
     backup = tmp_path / "site-plan.backup.json"
     assert len(json.loads(backup.read_text())["groups"]) == GROUPS
     # A second run finds every group moved: it touches nothing and says so.
-    assert main(["failover", "apply", "--plan", str(plan_path), "--yes", "--json"]) == 0
+    assert main(["failover", "apply", "--plan", str(plan_path), "--yes"]) == 0
 
     for i in range(GROUPS):  # an independent consumer per group, on the target
         t = _topic(u, i)
-        after = _consume(clusters.bootstrap("dst"), f"g-{u}-{i}", [f"src.{t}"], at_most=10**6, timeout=2.0)
+        after = _consume(site.bootstrap(TARGET[_x(i)]), f"g-{u}-{i}", [f"{SOURCE[_x(i)]}.{t}"], at_most=10**6, timeout=2.0)
         counts = Counter(seen[i] + after)
         want = {f"{t}:{n}".encode() for n in range(produced[t])}
         lost = want - set(counts)
         duplicated = [v for v, n in counts.items() if n > 1]
         assert not lost and not duplicated, (f"g-{u}-{i}", len(lost), len(duplicated))
 
-    # Unplanned: the source gone (nothing listens there); planned from the newest checkpoints.
-    dead = _config(tmp_path / "dead.yaml", clusters, u, src=f"127.0.0.1:{free_port()}", timeout="3s")
+    # Unplanned: cluster src gone (nothing listens there): its flows' groups are planned
+    # from their newest checkpoints, with their age and what they may re-read; b's live.
+    # Group 0 consumed 30 more records after its newest checkpoint (the mirror is stopped):
+    # exactly what it would re-read, which the plan must bound before apply.
+    extra = _consume(site.bootstrap("src"), f"g-{u}-0", [_topic(u, 0)], at_most=30, timeout=2.0)
+    assert len(extra) == 30
+    dead = _config(tmp_path / "dead.yaml", site, u, dead="src", timeout="3s")
     out_path = tmp_path / "unplanned.json"
-    assert main(["failover", "plan", "-c", str(dead), "--from", "src", "--translate", "--json", "--out", str(out_path)]) == 0
+    assert main(["failover", "plan", "-c", str(dead), "--from", f"east{u}", "--translate", "--json", "--out", str(out_path)]) == 0
     unplanned = json.loads(out_path.read_text())
     assert unplanned["totals"]["groups"] == GROUPS
-    assert any("did not answer" in n for n in unplanned["notes"])
+    assert any("'src' did not answer" in n for n in unplanned["notes"]), unplanned["notes"]
     for g in unplanned["groups"]:
-        assert g["truth"] == "checkpoints" and g["checkpoint_age_ms"] is not None and g["may_reread"] >= 0
-        # The refusal names them: each group is now committed on the target (and consumed there).
-        assert g["source_members"] is None
+        x = _x(int(g["group"].rsplit("-", 1)[1]))
+        if SOURCE[x] == "src":
+            assert g["truth"] == "checkpoints" and g["checkpoint_age_ms"] >= 0 and g["source_members"] is None, g
+            assert g["may_reread"] >= (30 if g["group"] == f"g-{u}-0" else 0), g
+        else:
+            assert g["truth"] == "source-offsets" and g["checkpoint_age_ms"] is None
 
-    # The whole site back to where it was before apply.
+    # The whole site back to where it was before apply: no offsets on the targets.
     assert main(["failover", "import", "--backup", str(backup), "--yes"]) == 0
-    c = Consumer({"bootstrap.servers": clusters.bootstrap("dst"), "group.id": f"g-{u}-0", "enable.auto.commit": False})
-    try:
-        back = c.committed([TopicPartition(f"src.{_topic(u, 0)}", p) for p in range(PARTS)], timeout=10)
-    finally:
-        c.close()
-    assert all(tp.offset < 0 for tp in back), back  # the group had no offsets on the target before
+    for i in (0, 1, 2):
+        c = Consumer({"bootstrap.servers": site.bootstrap(TARGET[_x(i)]), "group.id": f"g-{u}-{i}", "enable.auto.commit": False})
+        try:
+            back = c.committed([TopicPartition(f"{SOURCE[_x(i)]}.{_topic(u, i)}", p) for p in range(PARTS)], timeout=10)
+        finally:
+            c.close()
+        assert all(tp.offset < 0 for tp in back), back

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 # Groups whose names the project makes up itself (assign-only consumers, nothing committed).
 READER_GROUP_PREFIX = "mirror-reader-"  # mirror.kafka.reader.PartitionReader
 
-COMMANDS = ("validate", "topics", "run", "lag", "canary", "failover plan", "failover apply", "failover export", "failover import", "failback")
+COMMANDS = ("validate", "topics", "run", "lag", "canary", "failover plan", "failover apply", "failover export", "failover import", "failback",
+            "failover plan --from", "failover apply --plan", "failover import --backup", "failback --from")
 
 _REGEX_CHARS = set(".^$*+?{}[]\\|()")
 
@@ -220,6 +221,23 @@ def flow_grants(config: Config, flow: FlowConfig) -> list[Grant]:
             add("failover export", cluster, r, ["Describe"], _note(exact, "offsets of the group's topics"))
             add("failover import", cluster, r, ["Describe", "Read"], _note(exact, "an offset commit needs Read on the topic"))
 
+    # A whole site: the same per flow, and the groups on both sides, which the plan records
+    # (members, the target's commits) and apply checks again before it writes.
+    add("failover plan --from", s, mirror_group, ["Describe"], "how far the mirror got")
+    for r, exact in src_topics:
+        add("failover plan --from", s, r, ["Describe"], _note(exact, "source offsets"))
+        add("failover apply --plan", s, r, ["Describe"], _note(exact, "the groups' source offsets again: moved since the plan?"))
+    for r, exact in groups:
+        add("failover plan --from", s, r, ["Describe"], _note(exact, "list the groups, their positions and members on the source"))
+        add("failover plan --from", t, r, ["Describe"], _note(exact, "the groups' members and commits on the target"))
+        add("failover apply --plan", s, r, ["Describe"], _note(exact, "the groups' members and offsets on the source again"))
+        add("failover apply --plan", t, r, ["Read"], _note(exact, "back the groups up and set their offsets on the target"))
+        add("failover import --backup", t, r, ["Describe", "Read", "Delete"], _note(exact, "replace the groups' offsets"))
+    for r, exact in dst_topics:
+        add("failover plan --from", t, r, ["Describe", "Read"], _note(exact, "target offsets; --at counts records at the boundary millisecond"))
+        add("failover apply --plan", t, r, ["Read"], _note(exact, "an offset commit needs Read on the topic"))
+        add("failover import --backup", t, r, ["Describe", "Read"], _note(exact, "an offset commit needs Read on the topic"))
+
     # failback: the old primary (the flow's source) is emptied of the flow's topics and groups.
     for r, exact in src_topics:
         add("failback", s, r, ["Describe", "Delete"], _note(exact, "offsets, then delete the stranded records"))
@@ -228,6 +246,8 @@ def flow_grants(config: Config, flow: FlowConfig) -> list[Grant]:
     add("failback", s, mirror_group, ["Describe", "Delete"], "the mirror's positions; deleted with the flow's groups")
     for r, exact in groups:
         add("failback", s, r, ["Describe", "Delete"], _note(exact, "delete the flow's groups on the old primary"))
+    # failback --from: the same for every flow of the site.
+    out += [Grant("failback --from", g.cluster, g.resource, g.operations, g.why) for g in out if g.command == "failback"]
     return out
 
 

@@ -474,7 +474,7 @@ class Admin:
         `partitions`: only those (see `request_group_offsets`)."""
         return self.request_group_offsets(group, partitions).result()
 
-    def request_group_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None = None) -> PendingOffsets[int]:
+    def request_group_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None = None, *, strict: bool = False) -> PendingOffsets[int]:
         """`group_offsets`, sent now (once the coordinator answers) and waited for by
         `.result()`: two groups' offsets in flight at once (10,000 partitions each).
 
@@ -484,7 +484,12 @@ class Admin:
         pending = self._request_group_offsets(group, partitions)
 
         def wait() -> dict[tuple[str, int], int]:
-            return {(tp.topic, tp.partition): tp.offset for tp in pending() if tp.offset >= 0 and tp.error is None}
+            tps = pending()
+            if strict:  # a partition we may not Describe is an error, not a partition without a commit
+                for tp in tps:
+                    if tp.error is not None and tp.error.code() in AUTHORIZATION:
+                        raise authorization_error(self.name, tp.error, f"read offsets of group {group!r}", ("Describe", "topic", tp.topic))
+            return {(tp.topic, tp.partition): tp.offset for tp in tps if tp.offset >= 0 and tp.error is None}
 
         return PendingOffsets(wait)
 

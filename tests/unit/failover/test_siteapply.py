@@ -33,7 +33,7 @@ class FakeAdmin:
         self.alters: list[tuple[str, dict[Key, int]]] = []
         self.fail_at: int | None = None  # the n-th alter (1-based) fails like a broker not answering
 
-    def request_group_offsets(self, group: str, partitions: Any = None) -> _Pending:
+    def request_group_offsets(self, group: str, partitions: Any = None, strict: bool = False) -> _Pending:
         now = self.offsets.get(group, {})
         return _Pending({k: o for k, o in now.items() if partitions is None or k in set(partitions)})
 
