@@ -23,6 +23,7 @@ from mirror.config import load
 from mirror.devenv.kafka import DevClusters
 from mirror.devenv.security import Material, Security, password_var
 from mirror.domain.acls import cluster_bindings, required_grants
+from mirror.errors import ClusterUnavailable
 from tests.support.clusters import free_base_port, start_cassandra
 from tests.support.kafkautil import wait_for
 from tests.support.metrics import scrape
@@ -651,9 +652,17 @@ def _only(sec: Secured, config, commands: tuple[str, ...], keep: tuple[str, ...]
 def _set_group(sec: Secured, cluster: str, group: str, topic: str, offsets: dict[int, int]) -> None:
     """As the admin: the group's offsets on the cluster are exactly `offsets`."""
     admin = sec.dev.admin(cluster)
-    admin.delete_groups([group])
-    if offsets:
-        admin.alter_group_offsets(group, {(topic, p): o for p, o in offsets.items()})
+
+    def done() -> bool:
+        try:
+            admin.delete_groups([group])
+            if offsets:
+                admin.alter_group_offsets(group, {(topic, p): o for p, o in offsets.items()})
+            return True
+        except ClusterUnavailable:  # a cluster where no group committed yet: its offsets topic is being made
+            return False
+
+    wait_for(done, 60, f"setting {group} on {cluster}")
 
 
 def test_site_failover_commands_without_one_grant(secured, tmp_path):
