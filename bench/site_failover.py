@@ -43,8 +43,8 @@ class SiteParams:
 
 
 def _estate(bootstrap: str, p: SiteParams) -> list[str]:
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient, ConsumerGroupTopicPartitions, NewTopic
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     names = [f"site.t{i:03d}" for i in range(p.topics)]
