@@ -26,6 +26,7 @@ from tests.support.mirrorproc import MirrorProcess
 from tests.support.prometheus import free_port
 
 pytestmark = pytest.mark.slow
+RUNBOOKS = Path(__file__).resolve().parents[2] / "runbooks"
 
 FLOWS = ("a", "b", "c")
 # Site east = {src, b}, west = {dst, c}: three flows east -> west (one flow per cluster pair).
@@ -145,6 +146,7 @@ def _checkpointed(cfg: Path, site: Site, u: str) -> bool:
         store.close()
 
 
+@pytest.mark.timeout(900)  # starting the session's clusters b and c counts too, on a loaded machine minutes
 def test_planned_then_unplanned_site_failover(clusters, more_clusters, tmp_path, unique):
     u = unique
     site = Site(clusters, more_clusters)
@@ -226,3 +228,44 @@ def test_planned_then_unplanned_site_failover(clusters, more_clusters, tmp_path,
         finally:
             c.close()
         assert all(tp.offset < 0 for tp in back), back
+
+
+@pytest.mark.timeout(900)
+def test_site_drill_planned(clusters, more_clusters, tmp_path, unique):
+    """`mirror drill runbooks/datacenter-failover.md --from`: two flows from the site, two
+    drill groups on each, played together; the report has the site's RTO and every group's
+    records lost and duplicated (0 and 0: planned)."""
+    u = unique
+    site = Site(clusters, more_clusters)
+    cfg = tmp_path / "drill.yaml"
+    flows = "".join(f"""\
+  - {{name: d{x}-{u}, source: {src}, target: dst, consumer_group: mirror-d{x}-{u}, refresh_interval: 1s, commit_interval: 300ms,
+     checkpoint_interval: 1s, topics: {{include: ["drill-{u}"]}}, groups: ["sd-{u}-.*"]}}
+""" for x, src in (("a", "src"), ("b", "b")))
+    cfg.write_text(f"""\
+clusters:
+  src: {{bootstrap: "{site.bootstrap('src')}", timeout: 10s, datacenter: east{u}}}
+  b: {{bootstrap: "{site.bootstrap('b')}", timeout: 10s, datacenter: east{u}}}
+  dst: {{bootstrap: "{site.bootstrap('dst')}", timeout: 10s, datacenter: west{u}}}
+flows:
+{flows}offset_store: {{kind: sqlite, path: {tmp_path / 'drill.db'}}}
+canary: {{topic: canary-{u}}}
+""")
+    for c in ("src", "b"):
+        create_topic(site.bootstrap(c), f"drill-{u}", 2)
+    report = tmp_path / "report"
+    mirror = MirrorProcess(cfg)
+    try:
+        rc = main(["drill", str(RUNBOOKS / "datacenter-failover.md"), "-c", str(cfg), "--from", f"east{u}", "--to", f"west{u}",
+                   "--group", f"sd-{u}", "--groups", "2", "--topic", f"drill-{u}", "--yes", "--report", str(report)])
+    finally:
+        mirror.stop()
+    doc = json.loads((report / "report.json").read_text())
+    assert rc == 0, (doc.get("failed_step"), [s.get("failure") for s in doc["steps"]], mirror.output()[-3000:])
+    assert doc["outcome"] == "passed" and doc["rto_seconds"] is not None and doc["rto_seconds"] >= 0
+    groups = doc["workload"]["groups"]
+    assert sorted(groups) == sorted(f"sd-{u}-d{x}-{u}-{k}" for x in "ab" for k in range(2))
+    for g, v in groups.items():
+        assert v["produced"] > 0 and v["read_before"] > 0 and v["read_after"] > 0, (g, v)
+        assert v["lost"] == 0 and v["duplicated"] == 0, (g, v)
+    assert "## Per group" in (report / "report.md").read_text()

@@ -665,6 +665,7 @@ def _set_group(sec: Secured, cluster: str, group: str, topic: str, offsets: dict
     wait_for(done, 60, f"setting {group} on {cluster}")
 
 
+@pytest.mark.timeout(900)  # about twenty commands, each once with one grant missing
 def test_site_failover_commands_without_one_grant(secured, tmp_path):
     """Every grant `mirror acls` lists for the site commands (and export/import) is one the
     command notices: removed alone, the command fails with one line naming it."""
