@@ -13,15 +13,12 @@ same way: all groups checked idle first, then restored one by one.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from failover import offsets_file
-from failover.offsets_file import GroupOffsets, coordinated
+from failover.offsets_file import GroupOffsets, coordinated, read_json, write_json
 from failover.site import ApplyGroup, PlanDoc, State, classify, source_moved
 from mirror.errors import ClusterUnavailable, MirrorError, UnsafeOperation, UsageError
 from mirror.kafka import Admin
@@ -42,26 +39,9 @@ def default_backup(plan_path: Path) -> Path:
     return plan_path.with_name(plan_path.stem + ".backup.json")
 
 
-def _write_json(path: Path, body: Any) -> None:
-    """Atomically and fsynced: a backup that may be half-written is no backup."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(body, f, indent=1)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def read_backup(path: Path) -> tuple[str | None, list[GroupOffsets]]:
     """(plan id, groups) of a site backup; a single-group offsets file is a site of one."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"--backup: cannot read {str(path)!r}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise UsageError(f"--backup: {str(path)!r} is not JSON: {exc}") from None
+    doc = read_json(path, "--backup")
     if isinstance(doc, dict) and doc.get("kind") == BACKUP_KIND:
         if not isinstance(doc.get("groups"), list):
             raise UsageError(f"--backup: {str(path)!r} has no groups list")
@@ -149,10 +129,10 @@ def _backup_once(plan: PlanDoc, path: Path, current: dict[str, dict[tuple[str, i
         if plan_id == plan.id:
             return True
         raise UsageError(f"--backup: {str(path)!r} exists and belongs to another plan", hint="pass a new --backup path")
-    _write_json(path, {
+    write_json(path, {
         "version": 1, "kind": BACKUP_KIND, "plan_id": plan.id, "site": plan.site, "config": plan.config, "time_ms": now_ms,
         "groups": [GroupOffsets(g.target, g.group, now_ms, current[g.group]).to_json() for g in plan.groups],
-    })
+    }, indent=None)
     return False
 
 

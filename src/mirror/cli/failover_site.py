@@ -16,6 +16,7 @@ import click
 
 from failover.failback import report, reversed_flow, scrape
 from failover.gather import FlowContext
+from failover.offsets_file import read_json
 from failover.plan import Method
 from failover.site import SitePlan, read_plan
 from failover.siteapply import apply_site, default_backup, read_backup, restore_backup
@@ -95,13 +96,7 @@ def render_site(plan: SitePlan, doc: dict[str, Any], details: bool) -> None:
 
 
 def apply_plan_file(app: AppContext, config_path: Path | None, plan_path: Path, backup: Path | None, as_json: bool) -> None:
-    try:
-        raw = json.loads(plan_path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"--plan: cannot read {str(plan_path)!r}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise UsageError(f"--plan: {str(plan_path)!r} is not JSON: {exc}") from None
-    plan = read_plan(raw, str(plan_path))
+    plan = read_plan(read_json(plan_path, "--plan"), str(plan_path))
     config = app.config(config_path or plan.config)
     backup = backup or default_backup(plan_path)
     result = apply_site(plan, _admins(config), backup, lambda line: None if as_json else click.echo(line), _now_ms())
@@ -117,10 +112,8 @@ def import_backup(app: AppContext, config_path: Path | None, path: Path) -> None
     plan_id, groups = read_backup(path)
     doc_config = None
     if config_path is None:
-        try:
-            doc_config = json.loads(path.read_text(encoding="utf-8")).get("config")
-        except (OSError, ValueError, AttributeError):
-            doc_config = None
+        doc = read_json(path, "--backup")
+        doc_config = doc.get("config") if isinstance(doc, dict) else None
     if config_path is None and not doc_config:
         raise UsageError("-c/--config is required: the backup does not name its config file")
     config = app.config(config_path or doc_config or "")
