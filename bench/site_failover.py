@@ -43,7 +43,7 @@ class SiteParams:
 
 
 def _estate(bootstrap: str, p: SiteParams) -> list[str]:
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -53,11 +53,18 @@ def _estate(bootstrap: str, p: SiteParams) -> list[str]:
     _produce(bootstrap, names, ScaleParams(topics=p.topics, partitions=p.partitions, records=p.records), 0)
     half = max(1, p.records // 2)
     tps = [TopicPartition(n, q, half) for n in names for q in range(p.partitions)]
-    # Each group commits once; 50 requests in flight at a time (the coordinator is one broker).
+    # The first commit through a consumer, which waits for the offsets topic a new cluster
+    # creates on first use; then each group once (one group per request: librdkafka's
+    # limit), 50 in flight at a time.
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{GROUP_PREFIX}0000", "enable.auto.commit": False})
+    try:
+        c.commit(offsets=tps, asynchronous=False)
+    finally:
+        c.close()
     for i in range(0, p.groups, 50):
-        futs = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(f"{GROUP_PREFIX}{g:04d}", tps) for g in range(i, min(p.groups, i + 50))],
-                                                  request_timeout=60)
-        for f in futs.values():
+        futs = [f for g in range(i, min(p.groups, i + 50))
+                for f in admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(f"{GROUP_PREFIX}{g:04d}", tps)], request_timeout=60).values()]
+        for f in futs:
             f.result(120)
     return names
 

@@ -68,6 +68,19 @@ class FlowContext:
             self._store.close()
 
 
+def require_topics_visible(admin: Admin, config: Config, cluster: str, listed: Iterable[str] | None = None) -> None:
+    """An authorization error when the flows' topics on `cluster` (their source topics, or
+    their copies on it as a target) are hidden from us: listings and a group's offsets
+    leave out topics we may not Describe, which must not pass for no topics or no offsets."""
+    names = list(admin.topics() if listed is None else listed)
+    for f in config.flows:
+        if f.source == cluster:
+            admin.require_visible(f.topics.include, names, "Describe")
+        if f.target == cluster:
+            prefix = re.escape(target_topic("", f.source, f.rename))
+            admin.require_visible([prefix + p for p in f.topics.include], names, "Describe")
+
+
 def check_group(flow: FlowConfig, flow_index: int, group: str) -> None:
     """The flow must name the group in `groups`: only those are checkpointed and trusted."""
     key = f"flows[{flow_index}].groups"

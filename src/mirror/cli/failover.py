@@ -14,7 +14,7 @@ from failover import offsets_file
 from failover.apply import apply_plan
 from failover.failback import report, reversed_flow
 from failover.failback import scrape as do_scrape
-from failover.gather import FlowContext, build_plan
+from failover.gather import FlowContext, build_plan, require_topics_visible
 from failover.plan import Method, Plan
 from mirror.cli import AppContext, config_option, json_option, pass_app
 from mirror.cli import failover_site as site_cli
@@ -180,8 +180,10 @@ def apply(app: AppContext, config_path: Path | None, flow: str | None, groups: t
 def export(app: AppContext, config_path: Path, cluster: str, group: str, output: Path | None) -> None:
     """Save a group's committed offsets on one cluster as JSON."""
     config = app.config(config_path)
-    doc = offsets_file.export(Admin(cluster, config.cluster(cluster)), cluster, group, _now_ms())
+    admin = Admin(cluster, config.cluster(cluster))
+    doc = offsets_file.export(admin, cluster, group, _now_ms())
     if not doc.offsets:
+        require_topics_visible(admin, config, cluster)  # hidden topics' offsets are left out, not refused
         raise NotFound(f"group {group!r} has no committed offsets on cluster {cluster!r}", hint="check the group name")
     if output:
         offsets_file.write(output, doc)
