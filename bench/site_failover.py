@@ -43,7 +43,7 @@ class SiteParams:
 
 
 def _estate(bootstrap: str, p: SiteParams) -> list[str]:
-    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -58,7 +58,12 @@ def _estate(bootstrap: str, p: SiteParams) -> list[str]:
     # limit), 50 in flight at a time.
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{GROUP_PREFIX}0000", "enable.auto.commit": False})
     try:
-        c.commit(offsets=tps, asynchronous=False)
+        for _ in range(60):
+            try:
+                c.commit(offsets=tps, asynchronous=False)
+                break
+            except KafkaException:  # NOT_COORDINATOR while the offsets topic is created
+                time.sleep(1)
     finally:
         c.close()
     for i in range(0, p.groups, 50):

@@ -16,14 +16,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
-from failover import offsets_file
 from failover.offsets_file import GroupOffsets, coordinated, read_json, write_json
 from failover.site import ApplyGroup, PlanDoc, State, classify, source_moved
 from mirror.errors import ClusterUnavailable, MirrorError, UnsafeOperation, UsageError
 from mirror.kafka import Admin
 
 BACKUP_KIND = "site-backup"
+_WINDOW = 50  # offset commits in flight at once (one group each)
 Progress = Callable[[str], None]
 
 
@@ -67,16 +68,18 @@ def apply_site(plan: PlanDoc, admin: Callable[[str], Admin], backup: Path, progr
     result = ApplyResult(backup, resumed, already=[g.group for g in plan.groups if states[g.group][0] is State.DONE])
     if resumed:
         progress(f"resuming: {len(result.already)} group(s) already moved by an earlier run are left as they are; backup {backup} kept from that run")
-    for i, g in enumerate(todo, 1):
-        left = {k: o for k, o in g.offsets.items() if current[g.group].get(k) != o}
-        try:
-            admin(g.target).alter_group_offsets(g.group, left)
-        except MirrorError as exc:
-            exc.message += f" (moved {len(result.moved)} of {len(todo)} groups; run the same command again to finish the rest)"
-            raise
+    left = {g.group: {k: o for k, o in g.offsets.items() if current[g.group].get(k) != o} for g in todo}
+
+    def moved(i: int, g: ApplyGroup) -> None:
         result.moved.append(g.group)
         partial = " (finishing what an earlier run started)" if states[g.group][0] is State.PARTIAL else ""
-        progress(f"[{i}/{len(todo)}] {g.group} -> {g.target}: {len(left)} partitions set{partial}")
+        progress(f"[{i}/{len(todo)}] {g.group} -> {g.target}: {len(left[g.group])} partitions set{partial}")
+
+    try:
+        _windowed(todo, lambda g: admin(g.target).request_alter_group_offsets(g.group, left[g.group]), moved)
+    except MirrorError as exc:
+        exc.message += f" (moved at least {len(result.moved)} of {len(todo)} groups; run the same command again to finish the rest)"
+        raise
     return result
 
 
@@ -87,13 +90,16 @@ def _keys(keys: Sequence[tuple[str, int]], at_most: int = 3) -> str:
 
 def _target_offsets(groups: Sequence[ApplyGroup], admin: Callable[[str], Admin]) -> dict[str, dict[tuple[str, int], int]]:
     """Every committed offset of each group on its target (the backup needs them all), in flight together."""
+    for cluster in sorted({g.target for g in groups}):  # one DescribeGroups round finds every coordinator
+        a = admin(cluster)
+        coordinated(a, lambda a=a, c=cluster: a.groups_members([g.group for g in groups if g.target == c]))  # type: ignore[misc]
     pending, planned = {}, {}
     for g in groups:
         a = admin(g.target)
-        pending[g.group] = coordinated(a, lambda a=a, g=g: a.request_group_offsets(g.group))  # type: ignore[misc]
+        pending[g.group] = a.request_group_offsets(g.group, described=True)
         # The plan's partitions by name as well: a topic we may not Describe is left out of
         # "all the group's offsets" without a word, and must not pass for an uncommitted one.
-        planned[g.group] = a.request_group_offsets(g.group, sorted(g.offsets), strict=True)
+        planned[g.group] = a.request_group_offsets(g.group, sorted(g.offsets), strict=True, described=True)
     for p in planned.values():
         p.result()
     return {g: p.result() for g, p in pending.items()}
@@ -110,7 +116,7 @@ def _active_or_moved(todo: Sequence[ApplyGroup], admin: Callable[[str], Admin]) 
         a = admin(cluster)
         try:
             members = a.groups_members([g.group for g in mine])
-            pending = {g.group: a.request_group_offsets(g.group, sorted((g.source_seen or {})[cluster]), strict=True) for g in mine}
+            pending = {g.group: a.request_group_offsets(g.group, sorted((g.source_seen or {})[cluster]), strict=True, described=True) for g in mine}
             now = {g: p.result() for g, p in pending.items()}
         except ClusterUnavailable:
             continue  # gone since the plan: nothing more can happen there
@@ -137,7 +143,9 @@ def _backup_once(plan: PlanDoc, path: Path, current: dict[str, dict[tuple[str, i
 
 
 def restore_backup(groups: Sequence[GroupOffsets], admin: Callable[[str], Admin], progress: Progress) -> None:
-    """Every group back to its backed-up offsets; refused (exit 3, nothing written) while any is active."""
+    """Every group back to its backed-up offsets, exactly (`offsets_file.restore`, for a
+    site at once); refused (exit 3, nothing written) while any is active. Running it again
+    after a failure restores the rest: it only ever writes what the file says."""
     active = []
     for cluster in sorted({g.cluster for g in groups}):
         a = admin(cluster)
@@ -145,10 +153,32 @@ def restore_backup(groups: Sequence[GroupOffsets], admin: Callable[[str], Admin]
         active += [f"{g} ({n} on {cluster})" for g, n in sorted(members.items()) if n]
     if active:
         raise UnsafeOperation(f"group(s) still active: {', '.join(active)}; nothing was restored", hint="stop their consumers, then run this again")
-    for i, g in enumerate(groups, 1):
-        try:
-            offsets_file.restore(admin(g.cluster), g)
-        except MirrorError as exc:
-            exc.message += f" (restored {i - 1} of {len(groups)} groups; run the same command again to finish: restoring is idempotent)"
-            raise
+    pending = {(g.cluster, g.group): admin(g.cluster).request_group_offsets(g.group, described=True) for g in groups}
+    current = {k: p.result() for k, p in pending.items()}
+    # Partitions the backup does not list must end up with no commit: only deleting the
+    # group does that (allowed while it is empty, checked above), one request per cluster.
+    for cluster in sorted({g.cluster for g in groups}):
+        admin(cluster).delete_groups([g.group for g in groups if g.cluster == cluster and set(current[(cluster, g.group)]) - set(g.offsets)])
+    done: list[str] = []
+
+    def restored(i: int, g: GroupOffsets) -> None:
+        done.append(g.group)
         progress(f"[{i}/{len(groups)}] {g.group} on {g.cluster}: {len(g.offsets)} offsets restored")
+
+    try:
+        _windowed(list(groups), lambda g: admin(g.cluster).request_alter_group_offsets(g.group, g.offsets) if g.offsets else (lambda: None), restored)
+    except MirrorError as exc:
+        exc.message += f" (restored at least {len(done)} of {len(groups)} groups; run the same command again to finish: restoring is idempotent)"
+        raise
+
+
+T = TypeVar("T")
+
+
+def _windowed(items: Sequence[T], send: Callable[[T], Callable[[], None]], done: Callable[[int, T], None]) -> None:
+    """`send` every item, a window at a time in flight; `done(i, item)` in order as each answers."""
+    for start in range(0, len(items), _WINDOW):
+        sent = [(x, send(x)) for x in items[start:start + _WINDOW]]
+        for i, (x, wait) in enumerate(sent, start + 1):
+            wait()
+            done(i, x)

@@ -121,7 +121,7 @@ def read_states(ctx: FlowContext, groups: Sequence[SiteGroup], dead: set[str], s
         mine = [g for g in planned if g.target == cluster]
         admin = ctx.admin(cluster)
         members = coordinated(admin, lambda a=admin, m=mine: a.groups_members([g.group for g in m]))  # type: ignore[misc]
-        pending = {g.group: admin.request_group_offsets(g.group, sorted(g.offsets), strict=True) for g in mine}
+        pending = {g.group: admin.request_group_offsets(g.group, sorted(g.offsets), strict=True, described=True) for g in mine}
         for g in mine:
             g.target_members = members.get(g.group, 0)
             g.target_before = pending[g.group].result()

@@ -77,7 +77,7 @@ def _x(i: int) -> str:
     return FLOWS[i % len(FLOWS)]
 
 
-def _consume(bootstrap: str, group: str, topics: list[str], *, at_most: int, timeout: float = 5.0) -> list[bytes]:
+def _consume(bootstrap: str, group: str, topics: list[str], *, at_most: int, timeout: float = 5.0, to_end: bool = False) -> list[bytes]:
     """Read up to `at_most` records per partition as `group` from its committed offsets, one
     partition after the other (so every partition gets a commit); commit what was read."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
@@ -96,13 +96,15 @@ def _consume(bootstrap: str, group: str, topics: list[str], *, at_most: int, tim
             wait_for(ask, 60, f"{group}'s committed offsets")
             at = found[-1][0].offset
             c.assign([TopicPartition(tp.topic, tp.partition, at if at >= 0 else 0)])
-            n, idle = 0, 0
-            while n < at_most and idle < int(timeout / 0.5):
+            end = c.get_watermark_offsets(tp, timeout=10)[1] if to_end else None
+            n, idle, pos = 0, 0, at
+            while n < at_most and idle < int(timeout / 0.5) and (end is None or pos < end):
                 batch = [m for m in c.consume(min(200, at_most - n), timeout=0.5) if m.error() is None]
                 idle = 0 if batch else idle + 1
                 out.extend(m.value() for m in batch)
                 n += len(batch)
                 if batch:
+                    pos = batch[-1].offset() + 1
                     c.commit(asynchronous=False)
             c.unassign()
     finally:
@@ -192,7 +194,7 @@ def test_planned_then_unplanned_site_failover(clusters, more_clusters, tmp_path,
 
     for i in range(GROUPS):  # an independent consumer per group, on the target
         t = _topic(u, i)
-        after = _consume(site.bootstrap(TARGET[_x(i)]), f"g-{u}-{i}", [f"{SOURCE[_x(i)]}.{t}"], at_most=10**6, timeout=2.0)
+        after = _consume(site.bootstrap(TARGET[_x(i)]), f"g-{u}-{i}", [f"{SOURCE[_x(i)]}.{t}"], at_most=10**6, timeout=5.0, to_end=True)
         counts = Counter(seen[i] + after)
         want = {f"{t}:{n}".encode() for n in range(produced[t])}
         lost = want - set(counts)

@@ -474,14 +474,15 @@ class Admin:
         `partitions`: only those (see `request_group_offsets`)."""
         return self.request_group_offsets(group, partitions).result()
 
-    def request_group_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None = None, *, strict: bool = False) -> PendingOffsets[int]:
+    def request_group_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None = None, *, strict: bool = False,
+                              described: bool = False) -> PendingOffsets[int]:
         """`group_offsets`, sent now (once the coordinator answers) and waited for by
         `.result()`: two groups' offsets in flight at once (10,000 partitions each).
 
         `partitions`: only these, asked a chunk at a time with every chunk in flight at once
         (mirror.kafka.offsets: 0.07 s instead of 0.46 s at 10,000); None: every partition
         the group committed, in one request."""
-        pending = self._request_group_offsets(group, partitions)
+        pending = self._request_group_offsets(group, partitions, described)
 
         def wait() -> dict[tuple[str, int], int]:
             tps = pending()
@@ -497,8 +498,9 @@ class Admin:
         """Committed offsets of a group with their commit metadata (None when empty)."""
         return {(tp.topic, tp.partition): (tp.offset, tp.metadata or None) for tp in self._request_group_offsets(group, partitions)() if tp.offset >= 0 and tp.error is None}
 
-    def _request_group_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None) -> Callable[[], list[TopicPartition]]:
-        self._wait_for_coordinator(group)
+    def _request_group_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None, described: bool = False) -> Callable[[], list[TopicPartition]]:
+        if not described:  # `described`: the caller's `groups_members` just had the coordinator answer for it
+            self._wait_for_coordinator(group)
         if partitions is None:
             requests = [ConsumerGroupTopicPartitions(group)]
         else:
@@ -560,12 +562,21 @@ class Admin:
     def alter_group_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], *,
                             metadata: str | Mapping[tuple[str, int], str] | None = None) -> None:
         """Set a group's offsets; `metadata` for all of them, or per partition (absent: none)."""
+        self.request_alter_group_offsets(group, offsets, metadata=metadata)()
+
+    def request_alter_group_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], *,
+                                    metadata: str | Mapping[tuple[str, int], str] | None = None) -> Callable[[], None]:
+        """`alter_group_offsets`, sent now and waited for (its errors raised) by the call
+        returned: many groups' commits in flight at once (one group per request)."""
         def meta(tp: tuple[str, int]) -> str | None:
             return metadata if isinstance(metadata, str) or metadata is None else metadata.get(tp)
 
         tps = [TopicPartition(t, p, o, metadata=m) if (m := meta((t, p))) else TopicPartition(t, p, o) for (t, p), o in offsets.items()]
         futs = self._client.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)], request_timeout=self.timeout)
-        res = self._result(f"set offsets of group {group!r}", futs[group], ("Read", "group", group))
+        return lambda: self._altered(group, futs[group])
+
+    def _altered(self, group: str, fut: Any) -> None:
+        res = self._result(f"set offsets of group {group!r}", fut, ("Read", "group", group))
         for tp in res.topic_partitions:
             if tp.error is not None and tp.error.code() in AUTHORIZATION:
                 raise authorization_error(self.name, tp.error, f"set {group!r} offsets", ("Read", "topic", tp.topic))
