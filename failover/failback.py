@@ -75,6 +75,7 @@ def report(ctx: FlowContext) -> FailbackReport:
     names = {m.source: m.target for m in mappings}
     old_marks = old.watermarks(parts)
     new_topics = new.topics()
+    new.require_visible([], new_topics, "Describe", literal=sorted(set(names.values())))  # hidden is not "never mirrored"
     tparts = [(names[t], p) for t, p in parts if names[t] in new_topics]
     new_marks = new.watermarks(tparts)
     committed = old.group_offsets(flow.group_id)

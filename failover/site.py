@@ -45,8 +45,8 @@ class SiteGroup:
     offsets: dict[Key, int] = field(default_factory=dict)  # (target topic, partition) -> offset to commit
     target_before: dict[Key, int] = field(default_factory=dict)  # the group's commits there when planned
     source_seen: dict[str, dict[Key, int]] | None = None  # cluster -> its live source offsets when planned (None: from checkpoints)
-    source_members: int | None = None  # None: the source was not asked (gone)
-    target_members: int = 0
+    source_state: str | None = None  # the group's state there (STABLE, EMPTY, ...); None: not asked (gone) or no such group
+    target_state: str | None = None
     refused: str | None = None
     errors: list[str] = field(default_factory=list)  # flows it could not be planned for
     checkpoint_time_ms: int | None = None
@@ -71,8 +71,8 @@ class SiteGroup:
             "sources": self.sources,
             "truth": self.truth,
             "refused": self.refused,
-            "source_members": self.source_members,
-            "target_members": self.target_members,
+            "source_state": self.source_state,
+            "target_state": self.target_state,
             "partitions": len(self.offsets),
             "unmirrored": self.unmirrored,
             "may_reread": self.may_reread,
@@ -123,8 +123,20 @@ class SitePlan:
             "may_reread": sum(g.may_reread for g in self.groups),
         }
 
+    def to_text(self) -> str:
+        """The document as one JSON line, with its id: one encoding of a plan that may
+        hold 50,000 partitions (the id is the hash of the rest, so it is encoded once)."""
+        body = self._body()
+        text = json.dumps(body)
+        plan_id = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return text[:-1] + f', "id": "{plan_id}"}}'
+
     def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
+        doc: dict[str, Any] = json.loads(self.to_text())
+        return doc
+
+    def _body(self) -> dict[str, Any]:
+        return {
             "version": VERSION,
             "kind": KIND,
             "from": self.site,
@@ -139,9 +151,6 @@ class SitePlan:
             "groups": [g.to_json(self.created_ms) for g in self.groups],
             "notes": self.notes,
         }
-        # The id ties a backup and a second run of apply to exactly this document.
-        body["id"] = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
-        return body
 
 
 @dataclass(frozen=True)
@@ -178,6 +187,13 @@ def read_plan(doc: Any, source: str) -> PlanDoc:
         return PlanDoc(str(doc["id"]), str(doc["from"]), str(doc.get("config") or ""), groups)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"--plan: {source} is not a site failover plan ({exc})", hint="write one with `mirror failover plan --from NAME ... --out PLAN`") from None
+
+
+IDLE = ("EMPTY", "DEAD")  # group states without members
+
+
+def active(state: str | None) -> bool:
+    return state is not None and state not in IDLE
 
 
 class State(str, Enum):

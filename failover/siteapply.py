@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from failover.offsets_file import GroupOffsets, coordinated, read_json, write_json
-from failover.site import ApplyGroup, PlanDoc, State, classify, source_moved
+from failover.site import ApplyGroup, PlanDoc, State, active, classify, source_moved
 from mirror.errors import ClusterUnavailable, MirrorError, UnsafeOperation, UsageError
 from mirror.kafka import Admin
 
@@ -90,9 +90,9 @@ def _keys(keys: Sequence[tuple[str, int]], at_most: int = 3) -> str:
 
 def _target_offsets(groups: Sequence[ApplyGroup], admin: Callable[[str], Admin]) -> dict[str, dict[tuple[str, int], int]]:
     """Every committed offset of each group on its target (the backup needs them all), in flight together."""
-    for cluster in sorted({g.target for g in groups}):  # one DescribeGroups round finds every coordinator
+    for cluster in sorted({g.target for g in groups}):  # one ListGroups round: every coordinator is ready
         a = admin(cluster)
-        coordinated(a, lambda a=a, c=cluster: a.groups_members([g.group for g in groups if g.target == c]))  # type: ignore[misc]
+        coordinated(a, a.group_states)
     pending, planned = {}, {}
     for g in groups:
         a = admin(g.target)
@@ -109,18 +109,18 @@ def _active_or_moved(todo: Sequence[ApplyGroup], admin: Callable[[str], Admin]) 
     """Groups to move that have members on either side now, or committed on the source since."""
     problems = []
     for cluster in sorted({g.target for g in todo}):
-        members = admin(cluster).groups_members([g.group for g in todo if g.target == cluster])
-        problems += [f"{g}: {n} active member(s) on {cluster}" for g, n in sorted(members.items()) if n]
+        states = admin(cluster).group_states()
+        problems += [f"{g.group}: active on {cluster} ({states[g.group]})" for g in todo if g.target == cluster and active(states.get(g.group))]
     for cluster in sorted({c for g in todo for c in (g.source_seen or {})}):
         mine = [g for g in todo if cluster in (g.source_seen or {})]
         a = admin(cluster)
         try:
-            members = a.groups_members([g.group for g in mine])
+            states = a.group_states()
             pending = {g.group: a.request_group_offsets(g.group, sorted((g.source_seen or {})[cluster]), strict=True, described=True) for g in mine}
             now = {g: p.result() for g, p in pending.items()}
         except ClusterUnavailable:
             continue  # gone since the plan: nothing more can happen there
-        problems += [f"{g}: {n} active member(s) on {cluster}" for g, n in sorted(members.items()) if n]
+        problems += [f"{g.group}: active on {cluster} ({states[g.group]})" for g in mine if active(states.get(g.group))]
         for g in mine:
             moved = source_moved((g.source_seen or {})[cluster], now[g.group])
             if moved:
@@ -146,13 +146,13 @@ def restore_backup(groups: Sequence[GroupOffsets], admin: Callable[[str], Admin]
     """Every group back to its backed-up offsets, exactly (`offsets_file.restore`, for a
     site at once); refused (exit 3, nothing written) while any is active. Running it again
     after a failure restores the rest: it only ever writes what the file says."""
-    active = []
+    busy = []
     for cluster in sorted({g.cluster for g in groups}):
         a = admin(cluster)
-        members = coordinated(a, lambda a=a, c=cluster: a.groups_members([g.group for g in groups if g.cluster == c]))  # type: ignore[misc]
-        active += [f"{g} ({n} on {cluster})" for g, n in sorted(members.items()) if n]
-    if active:
-        raise UnsafeOperation(f"group(s) still active: {', '.join(active)}; nothing was restored", hint="stop their consumers, then run this again")
+        states = coordinated(a, a.group_states)
+        busy += [f"{g.group} ({states[g.group]} on {cluster})" for g in groups if g.cluster == cluster and active(states.get(g.group))]
+    if busy:
+        raise UnsafeOperation(f"group(s) still active: {', '.join(busy)}; nothing was restored", hint="stop their consumers, then run this again")
     pending = {(g.cluster, g.group): admin(g.cluster).request_group_offsets(g.group, described=True) for g in groups}
     current = {k: p.result() for k, p in pending.items()}
     # Partitions the backup does not list must end up with no commit: only deleting the

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from failover.gather import FlowContext, build_plans
 from failover.offsets_file import coordinated
 from failover.plan import Method, Plan, Truth
-from failover.site import Key, SiteGroup, SitePlan
+from failover.site import Key, SiteGroup, SitePlan, active
 from mirror.config import Config, FlowConfig
 from mirror.errors import ClusterUnavailable, UsageError
 from mirror.kafka import Admin
@@ -120,24 +120,24 @@ def read_states(ctx: FlowContext, groups: Sequence[SiteGroup], dead: set[str], s
     for cluster in sorted({g.target for g in planned}):
         mine = [g for g in planned if g.target == cluster]
         admin = ctx.admin(cluster)
-        members = coordinated(admin, lambda a=admin, m=mine: a.groups_members([g.group for g in m]))  # type: ignore[misc]
+        states = coordinated(admin, admin.group_states)
         pending = {g.group: admin.request_group_offsets(g.group, sorted(g.offsets), strict=True, described=True) for g in mine}
         for g in mine:
-            g.target_members = members.get(g.group, 0)
+            g.target_state = states.get(g.group)
             g.target_before = pending[g.group].result()
     for cluster in sorted({s for g in planned for s in g.sources} - dead):
-        mine = [g for g in planned if cluster in g.sources]
         try:
-            members = ctx.admin(cluster).groups_members([g.group for g in mine])
+            states = ctx.admin(cluster).group_states()
         except ClusterUnavailable:
             continue
-        for g in mine:
-            g.source_members = max(g.source_members or 0, members.get(g.group, 0))
+        for g in planned:
+            if cluster in g.sources and (g.source_state is None or active(states.get(g.group))):
+                g.source_state = states.get(g.group)
     for g in planned:
         if all(p.truth is Truth.SOURCE for p in g.plans):
             g.source_seen = _source_positions(g.plans, sources)
-        if g.refused is None and (g.target_members or g.source_members):
-            where = [f"{n} on {side}" for n, side in ((g.source_members, "the source"), (g.target_members, "the target")) if n]
+        if g.refused is None and (active(g.target_state) or active(g.source_state)):
+            where = [f"{state} on {side}" for state, side in ((g.source_state, "the source"), (g.target_state, "the target")) if active(state)]
             g.refused = f"still active ({', '.join(where)}): stop its consumers, then plan again"
 
 

@@ -216,7 +216,7 @@ def test_planned_then_unplanned_site_failover(clusters, more_clusters, tmp_path,
     for g in unplanned["groups"]:
         x = _x(int(g["group"].rsplit("-", 1)[1]))
         if SOURCE[x] == "src":
-            assert g["truth"] == "checkpoints" and g["checkpoint_age_ms"] >= 0 and g["source_members"] is None, g
+            assert g["truth"] == "checkpoints" and g["checkpoint_age_ms"] >= 0 and g["source_state"] is None, g
             assert g["may_reread"] >= (2 * 30 if g["group"] == f"g-{u}-0" else 0), g
         else:
             assert g["truth"] == "source-offsets" and g["checkpoint_age_ms"] is None

@@ -51,13 +51,14 @@ def plan_site(config: Config, config_path: Path, site: str, to: str | None, patt
         plan = build_site_plan(config, store, SiteRequest(site, to, patterns, method, at_ms, _now_ms(), str(config_path.resolve())))
     finally:
         store.close()
-    doc = plan.to_json()
+    text = plan.to_text()
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(doc) + "\n", encoding="utf-8")
+        out.write_text(text + "\n", encoding="utf-8")
     if as_json:
-        click.echo(json.dumps(doc))
+        click.echo(text)
         return
+    doc = json.loads(text)
     render_site(plan, doc, details)
     if out is not None:
         click.echo(f"plan {doc['id']} written to {out}; apply it with: mirror failover apply --plan {out} --yes")
@@ -130,9 +131,9 @@ def failback_site(config: Config, site: str, do_scrape: bool, as_json: bool) -> 
         ctxs = [FlowContext(config, f, lambda: store, _admins=admins) for f in flows]
         reports = [report(ctx) for ctx in ctxs]
         if do_scrape:
-            active = [f"{r.flow}: {', '.join(r.groups)}" for ctx, r in zip(ctxs, reports) if any(ctx.source.group_members(g) for g in r.groups)]
-            if active:
-                raise UnsafeOperation(f"groups still active on the old primary ({'; '.join(active)}); nothing was deleted", hint="stop them (and the mirror) first")
+            busy = [f"{r.flow}: {', '.join(r.groups)}" for ctx, r in zip(ctxs, reports) if any(ctx.source.group_members(g) for g in r.groups)]
+            if busy:
+                raise UnsafeOperation(f"groups still active on the old primary ({'; '.join(busy)}); nothing was deleted", hint="stop them (and the mirror) first")
             for ctx, r in zip(ctxs, reports):
                 scrape(ctx, r)
         reverse = [reversed_flow(ctx) for ctx in ctxs]

@@ -41,7 +41,7 @@ from mirror.config import ClusterConfig
 from mirror.domain.acls import Resource, resource_for, visibility_probes
 from mirror.errors import AuthorizationFailed, ClusterUnavailable, KafkaOperationError
 from mirror.kafka.clients import client_settings
-from mirror.kafka.errors import AUTHORIZATION, HINT_UNREACHABLE, authentication_error, authorization_error, principal_of, raise_for, security_error
+from mirror.kafka.errors import AUTHORIZATION, HINT_NOT_READY, HINT_UNREACHABLE, authentication_error, authorization_error, principal_of, raise_for, security_error
 from mirror.kafka.offsets import chunks
 
 log = logging.getLogger(__name__)
@@ -545,6 +545,19 @@ class Admin:
         futs = self._client.describe_consumer_groups([group], request_timeout=self.timeout)
         desc = self._result(f"describe group {group!r}", futs[group], ("Describe", "group", group))
         return len(desc.members or [])
+
+    def group_states(self) -> dict[str, str]:
+        """Every group's state (STABLE, EMPTY, ...) in one ListGroups round, for a site's
+        hundreds of groups at once; only EMPTY and DEAD groups have no members.
+
+        A broker still loading its share of the offsets topic answers with an error
+        (COORDINATOR_LOAD_IN_PROGRESS) instead of a partial list: that is ClusterUnavailable
+        here, so a full answer also means every group's coordinator is ready, which the
+        offset requests that follow rely on (`request_group_offsets(described=True)`)."""
+        res = self._result("list consumer groups", self._client.list_consumer_groups(request_timeout=self.timeout))
+        if res.errors:
+            raise ClusterUnavailable(f"cluster {self.name!r} could not list every broker's groups yet: {res.errors[0]}", hint=HINT_NOT_READY)
+        return {g.group_id: str(getattr(g.state, "name", g.state)) for g in res.valid}
 
     def groups_members(self, groups: Iterable[str]) -> dict[str, int]:
         """`group_members` of many groups in one DescribeGroups round (a site's hundreds)."""
