@@ -88,12 +88,12 @@ def _consume(bootstrap: str, group: str, topics: list[str], *, at_most: int, tim
 
             def ask(tp: TopicPartition = tp, found: list = found) -> bool:  # a fresh cluster answers NOT_COORDINATOR until __consumer_offsets is up
                 try:
-                    found.append(c.committed([tp], timeout=10))
+                    found.append(c.committed([tp], timeout=30))
                     return True
                 except KafkaException:
                     return False
 
-            wait_for(ask, 60, f"{group}'s committed offsets")
+            wait_for(ask, 180, f"{group}'s committed offsets")
             at = found[-1][0].offset
             c.assign([TopicPartition(tp.topic, tp.partition, at if at >= 0 else 0)])
             end = c.get_watermark_offsets(tp, timeout=10)[1] if to_end else None
