@@ -109,7 +109,7 @@ def test_security_guide_table_covers_every_command():
 
     from mirror.domain.acls import COMMANDS
 
-    guide = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "security.md").read_text()
     table = guide.split("## Least privilege", 1)[1].split("\n\n", 3)[2]
     rows = {cell.strip("` ") for line in table.splitlines() if line.startswith("| `") for cell in line.split("|")[1].split(",")}
     assert set(COMMANDS) <= rows, set(COMMANDS) - rows
