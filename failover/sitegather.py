@@ -18,7 +18,7 @@ from failover.offsets_file import coordinated
 from failover.plan import Method, Plan, Truth
 from failover.site import Key, SiteGroup, SitePlan, active
 from mirror.config import Config, FlowConfig
-from mirror.errors import ClusterUnavailable, UsageError
+from mirror.errors import ClusterUnavailable, NotFound, UsageError
 from mirror.kafka import Admin
 from mirror.store import FullOffsetStore, checkpointed_groups
 
@@ -57,11 +57,17 @@ def build_site_plan(config: Config, store: FullOffsetStore, req: SiteRequest) ->
             if isinstance(result, Plan):
                 sg.plans.append(result)
                 sg.sources = sorted({*sg.sources, ctx.flow.source})
-            else:
+            elif not isinstance(result, NotFound):  # NotFound: it reads none of this flow's topics
                 sg.errors.append(f"{ctx.flow.name}: {result}")
-    site_groups = [_settle(groups[g], {c.flow.name: c.flow for c in ctxs}) for g in sorted(groups)]
+    # A group its flows' patterns name but with no offsets and no checkpoints for any of
+    # their topics reads nothing this site mirrors: not part of the plan (and no reason to
+    # refuse it). One that reads them but cannot be planned is refused, with the reason.
+    idle = sorted(g for g, sg in groups.items() if not sg.plans and not sg.errors)
+    site_groups = [_settle(groups[g], {c.flow.name: c.flow for c in ctxs}) for g in sorted(groups) if g not in idle]
     read_states(ctxs[0], site_groups, dead, {f.name: f.source for f in flows})
     notes = [f"cluster {c!r} did not answer: its groups are planned from their newest checkpoints" for c in sorted(dead)]
+    if idle:
+        notes.append(f"{len(idle)} group(s) the flows' patterns match read none of their topics (left out): {', '.join(idle[:10])}" + (" ..." if len(idle) > 10 else ""))
     unmatched = [p for p in req.patterns if not any(re.fullmatch(p, g) for g in groups)]
     if unmatched:
         notes.append(f"--group matched no checkpointed group: {', '.join(unmatched)}")
@@ -98,11 +104,8 @@ def _settle(sg: SiteGroup, flows: dict[str, FlowConfig]) -> SiteGroup:
     """The group's offsets, checkpoint time and target from its plans; refused when it has
     none, or when its flows lead to more than one target cluster."""
     if not sg.plans:
-        sg.refused = "nothing to plan: " + "; ".join(sg.errors)
+        sg.refused = "cannot be planned: " + "; ".join(sg.errors)
         return sg
-    # A flow where the group has no offsets (its pattern also covers another flow's
-    # topics) is no error while another flow plans it.
-    sg.errors = [e for e in sg.errors if not e.split(": ", 1)[1].startswith("group ") or "no committed offsets" not in e]
     targets = sorted({flows[p.flow].target for p in sg.plans})
     sg.target = targets[0]
     if len(targets) > 1:

@@ -129,6 +129,19 @@ def _produce(site: Site, u: str, stop: threading.Event, produced: dict[str, int]
         assert p.flush(30) == 0
 
 
+def _commit(bootstrap: str, group: str, topic: str) -> None:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+
+    def commit() -> bool:
+        c.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+        return True
+
+    try:
+        wait_for(commit, 120, f"committing {group}")
+    finally:
+        c.close()
+
+
 def _checkpointed(cfg: Path, site: Site, u: str) -> bool:
     """Every group's newest checkpoint is at its last commit on the source."""
     store = open_store(load(cfg).offset_store)
@@ -157,6 +170,9 @@ def test_planned_then_unplanned_site_failover(clusters, more_clusters, tmp_path,
         create_topic(site.bootstrap(SOURCE[x]), f"s-{u}-{x}", PARTS)
     produced = {f"s-{u}-{x}": 0 for x in FLOWS}
     seen: dict[int, list[bytes]] = {i: [] for i in range(GROUPS)}
+    # A group the flows' pattern names that reads only a topic no flow mirrors: not part of the plan.
+    create_topic(site.bootstrap("src"), f"other-{u}", 1)
+    _commit(site.bootstrap("src"), f"g-{u}-other", f"other-{u}")
     mirror = MirrorProcess(cfg)
     stop = threading.Event()
     producer = threading.Thread(target=_produce, args=(site, u, stop, produced))
@@ -181,6 +197,7 @@ def test_planned_then_unplanned_site_failover(clusters, more_clusters, tmp_path,
     doc = json.loads(plan_path.read_text())
     assert doc["totals"]["groups"] == GROUPS and doc["totals"]["refused"] == 0, doc["totals"]
     assert doc["totals"]["partitions"] == GROUPS * PARTS, doc["totals"]
+    assert any(n.startswith("1 group(s) the flows' patterns match read none of their topics (left out): g-") for n in doc["notes"]), doc["notes"]
     assert doc["totals"]["unmirrored"] == 0 and doc["totals"]["may_reread"] == 0, doc["totals"]
     assert sorted(f["flow"] for f in doc["flows"]) == [f"f{x}-{u}" for x in FLOWS]
     assert {f["flow"]: f["groups"] for f in doc["flows"]} == {f"f{x}-{u}": sum(1 for i in range(GROUPS) if _x(i) == x) for x in FLOWS}
