@@ -202,11 +202,11 @@ def read_source(ctx: FlowContext, groups: Sequence[str], topic_ok: Callable[[str
         # by name (in chunks, all in flight: mirror.kafka.offsets); a topic the source no
         # longer has could not be planned from it anyway.
         mine = [(t, p) for t, n in listed.items() if topic_ok(t) for p in range(n)]
-        # Many groups: one ListGroups round says every coordinator is ready (what each
-        # request would otherwise ask in turn: 500 round trips); see `Admin.group_states`.
+        # Many groups: their coordinators found in one round (what each request would
+        # otherwise ask in turn: 500 round trips); see `Admin.prepare_groups`.
         described = len(groups) > 1
         if described:
-            coordinated(ctx.source, ctx.source.group_states)
+            coordinated(ctx.source, lambda: ctx.source.prepare_groups(groups))
         pending = {g: ctx.source.request_group_offsets(g, mine, described=described) for g in groups}
         try:  # in flight together with the groups' (10,000 partitions each)
             pending_mirror: PendingOffsets[int] | None = ctx.source.request_group_offsets(flow.group_id, mine)

@@ -90,9 +90,9 @@ def _keys(keys: Sequence[tuple[str, int]], at_most: int = 3) -> str:
 
 def _target_offsets(groups: Sequence[ApplyGroup], admin: Callable[[str], Admin]) -> dict[str, dict[tuple[str, int], int]]:
     """Every committed offset of each group on its target (the backup needs them all), in flight together."""
-    for cluster in sorted({g.target for g in groups}):  # one ListGroups round: every coordinator is ready
+    for cluster in sorted({g.target for g in groups}):  # every coordinator found first (Admin.prepare_groups)
         a = admin(cluster)
-        coordinated(a, a.group_states)
+        coordinated(a, lambda a=a, c=cluster: a.prepare_groups([g.group for g in groups if g.target == c]))  # type: ignore[misc]
     pending, planned = {}, {}
     for g in groups:
         a = admin(g.target)
@@ -115,7 +115,7 @@ def _active_or_moved(todo: Sequence[ApplyGroup], admin: Callable[[str], Admin]) 
         mine = [g for g in todo if cluster in (g.source_seen or {})]
         a = admin(cluster)
         try:
-            states = a.group_states()
+            states = a.prepare_groups([g.group for g in mine])
             pending = {g.group: a.request_group_offsets(g.group, sorted((g.source_seen or {})[cluster]), strict=True, described=True) for g in mine}
             now = {g: p.result() for g, p in pending.items()}
         except ClusterUnavailable:
@@ -149,7 +149,7 @@ def restore_backup(groups: Sequence[GroupOffsets], admin: Callable[[str], Admin]
     busy = []
     for cluster in sorted({g.cluster for g in groups}):
         a = admin(cluster)
-        states = coordinated(a, a.group_states)
+        states = coordinated(a, lambda a=a, c=cluster: a.prepare_groups([g.group for g in groups if g.cluster == c]))  # type: ignore[misc]
         busy += [f"{g.group} ({states[g.group]} on {cluster})" for g in groups if g.cluster == cluster and active(states.get(g.group))]
     if busy:
         raise UnsafeOperation(f"group(s) still active: {', '.join(busy)}; nothing was restored", hint="stop their consumers, then run this again")

@@ -123,7 +123,7 @@ def read_states(ctx: FlowContext, groups: Sequence[SiteGroup], dead: set[str], s
     for cluster in sorted({g.target for g in planned}):
         mine = [g for g in planned if g.target == cluster]
         admin = ctx.admin(cluster)
-        states = coordinated(admin, admin.group_states)
+        states = coordinated(admin, lambda a=admin, m=mine: a.prepare_groups([g.group for g in m]))  # type: ignore[misc]
         pending = {g.group: admin.request_group_offsets(g.group, sorted(g.offsets), strict=True, described=True) for g in mine}
         for g in mine:
             g.target_state = states.get(g.group)

@@ -43,6 +43,10 @@ class FakeAdmin:
     def group_states(self) -> dict[str, str]:
         return {**{g: "EMPTY" for g in self.offsets}, **{g: "STABLE" for g, n in self.members.items() if n}}
 
+    def prepare_groups(self, groups: list[str]) -> dict[str, str]:
+        states = self.group_states()
+        return {g: states.get(g, "DEAD") for g in groups}
+
     def group_members(self, group: str) -> int:
         return self.members.get(group, 0)
 

@@ -114,6 +114,25 @@ class GroupAdmin(AdminBase):
             raise ClusterUnavailable(f"cluster {self.name!r} could not list every broker's groups yet: {res.errors[0]}", hint=HINT_NOT_READY)
         return {g.group_id: str(getattr(g.state, "name", g.state)) for g in res.valid}
 
+    def prepare_groups(self, groups: Iterable[str]) -> dict[str, str]:
+        """These groups' states, each one's coordinator known to answer: their offset
+        requests may then skip the wait per group (`request_group_offsets(described=True)`).
+
+        A group `group_states` lists was listed by its coordinator. The others (no commit
+        on this cluster yet, or hidden from us) are described in one round: that finds their
+        coordinators where a ListConsumerGroupOffsets would meet NOT_COORDINATOR (the
+        librdkafka crash `_wait_for_coordinator` explains: a cluster where no group ever
+        committed creates its offsets topic on the first request), and refuses a group we
+        may not Describe with the missing grant named."""
+        wanted = list(groups)
+        states = self.group_states()
+        unlisted = [g for g in wanted if g not in states]
+        if unlisted:
+            for g, fut in self._client.describe_consumer_groups(unlisted, request_timeout=self.timeout).items():
+                desc = self._result(f"describe group {g!r}", fut, ("Describe", "group", g))
+                states[g] = str(getattr(desc.state, "name", desc.state))
+        return {g: states[g] for g in wanted}
+
     def group_state(self, group: str) -> str:
         futs = self._client.describe_consumer_groups([group], request_timeout=self.timeout)
         desc = self._result(f"describe group {group!r}", futs[group], ("Describe", "group", group))
