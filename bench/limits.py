@@ -35,8 +35,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench.harness import _free_base_port
 from mirror.devenv.kafka import DevClusters
 from mirror.engine.targets import LIMIT_HEADROOM
-from mirror.engine.worker import BATCH_MARGIN
-from mirror.kafka.settings import PRODUCER_DEFAULTS
+from mirror.kafka.settings import BATCH_MARGIN, PRODUCER_DEFAULTS
 
 
 def _produce(bootstrap: str, topic: str, records: int, partitions: int, size: int, limit: int | None) -> None:

@@ -90,6 +90,7 @@ _COMMANDS = {
     "drill": "mirror.cli.drill:drill",
     "spark": "mirror.cli.spark:spark",
     "audit": "mirror.cli.audit:audit",
+    "import-mm2": "mirror.cli.import_mm2:import_mm2",
 }
 
 

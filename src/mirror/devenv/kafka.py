@@ -110,7 +110,7 @@ logger.state.level = WARN
 """
 
 
-def _server_properties(spec: ClusterSpec, broker_config: Mapping[str, str] | None = None, security: str = "") -> str:
+def server_properties(spec: ClusterSpec, broker_config: Mapping[str, str] | None = None, security: str = "") -> str:
     """Kafka's own defaults (auto-created topics included, as on most production clusters),
     except what one loopback node needs; `broker_config` lines come last and win.
     `security`: the listener lines of a secured broker (`Material.server_properties`)."""
@@ -190,7 +190,7 @@ class KafkaNode:
         # 0600: a secured broker's file holds the admin password.
         fd = os.open(self.spec.props, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(_server_properties(self.spec, self.broker_config, secured))
+            f.write(server_properties(self.spec, self.broker_config, secured))
         (d / "log4j2.properties").write_text(LOG4J2_PROPERTIES)
         if not (d / "data" / "meta.properties").exists():
             # SCRAM users exist from the first moment (KIP-900), so the broker can authenticate

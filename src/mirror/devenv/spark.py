@@ -66,8 +66,6 @@ class SparkDev:
         started = []
         home = spark_home()
         self.dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
-               "SPARK_LOG_DIR": str(self.dir), "SPARK_WORKER_DIR": str(self.dir / "work")}
         cmds = {
             "master": ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.ui_port)],
             "worker": ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--port", str(self.worker_port), "--webui-port", str(self.worker_ui_port),
@@ -78,10 +76,15 @@ class SparkDev:
                 continue
             ports = (self.port, self.ui_port) if role == "master" else (self.worker_port, self.worker_ui_port)
             require_free_ports(ports, f"the Spark {role}", hint="pick other ports with --base-port")
-            proc = spawn_detached([str(home / "bin" / "spark-class"), *args], log_file=self._log_file(role), pid_file=self._pid_file(role), cwd=self.dir, env=env)
+            proc = spawn_detached([str(home / "bin" / "spark-class"), *args], log_file=self._log_file(role), pid_file=self._pid_file(role), cwd=self.dir, env=self.env(role, home))
             started.append(f"spark-{role}")
             log.info("started spark %s pid=%d", role, proc.pid)
         return started
+
+    def env(self, role: str, home: Path) -> dict[str, str]:
+        """The environment of the `role` daemon (its executors inherit the worker's)."""
+        return {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
+                "SPARK_LOG_DIR": str(self.dir), "SPARK_WORKER_DIR": str(self.dir / "work")}
 
     def alive_workers(self) -> int:
         try:

@@ -15,7 +15,7 @@ from contextlib import ExitStack
 
 from mirror.config import Config, FlowConfig
 from mirror.domain.acks import AckListener
-from mirror.engine.runner import Runner
+from mirror.engine.flow_threads import FlowThreads
 from mirror.engine.worker import FlowState
 from mirror.errors import AuthorizationFailed, ClusterUnavailable, MirrorError
 from mirror.kafka import Admin
@@ -69,7 +69,7 @@ def run_flows(
         _ensure_canary_topics(config, flows)
         syncers = _start_topic_syncers(config, flows, run_metrics, side_stop)
 
-        runner = Runner(
+        runner = FlowThreads(
             config,
             flows,
             stop=stop,

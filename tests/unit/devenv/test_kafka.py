@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mirror.devenv.kafka import ClusterSpec, _server_properties
+from mirror.devenv.kafka import ClusterSpec, server_properties
 
 
 def test_server_properties_use_kafka_defaults_and_extra_lines_win():
     spec = ClusterSpec("nyc", 19092, Path("/tmp/x"))
-    plain = _server_properties(spec)
+    plain = server_properties(spec)
     assert "auto.create.topics.enable" not in plain  # Kafka's default: on
-    extra = _server_properties(spec, {"auto.create.topics.enable": "false", "num.partitions": "3"})
+    extra = server_properties(spec, {"auto.create.topics.enable": "false", "num.partitions": "3"})
     props = {}
     for line in extra.splitlines():
         if "=" in line and not line.startswith("#"):

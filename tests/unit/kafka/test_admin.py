@@ -1,8 +1,7 @@
-"""An admin request the cluster never answers is `ClusterUnavailable`, whichever call made it.
-
-Seen with a source broker out of heap at 10,000 partitions: `max_message_bytes` let
-Python's own `TimeoutError` (the future's wait, which can fire before librdkafka's request
-timeout) escape, and the flow crashed with a traceback instead of retrying.
+"""The admin client: a request the cluster never answers is `ClusterUnavailable`, whichever
+call made it. Python's own `TimeoutError` (the future's wait, which can fire before
+librdkafka's request timeout) must not escape: a flow would crash with a traceback instead
+of retrying. And a flow's admin clients are made at first use.
 """
 
 from __future__ import annotations
@@ -44,9 +43,7 @@ class SilentClient:
 
 @pytest.fixture
 def admin() -> Admin:
-    a = Admin("src", ClusterConfig(bootstrap="127.0.0.1:1", timeout=0.05))
-    a._client = SilentClient()  # type: ignore[assignment]
-    return a
+    return Admin("src", ClusterConfig(bootstrap="127.0.0.1:1", timeout=0.05), client=SilentClient())
 
 
 @pytest.mark.parametrize("call", [

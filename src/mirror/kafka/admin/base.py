@@ -17,10 +17,11 @@ from mirror.kafka.errors import HINT_UNREACHABLE, authentication_error, raise_fo
 class AdminBase:
     """The connection and error handling the admin's parts (topics, configs, offsets, groups, ACLs) share."""
 
-    def __init__(self, name: str, cluster: ClusterConfig) -> None:
+    def __init__(self, name: str, cluster: ClusterConfig, *, client: Any = None) -> None:
+        """`client`: an AdminClient made elsewhere (tests hand in one that never answers); by default one from the cluster's settings."""
         self.name = name
         self.timeout = cluster.timeout
-        self._client = AdminClient(client_settings(name, cluster))
+        self._client = client if client is not None else AdminClient(client_settings(name, cluster))
 
     def _raise(self, what: str, exc: BaseException, timeout: float | None = None, acl: tuple[str, str, str] | None = None) -> None:
         self._client.poll(0)  # serve error_cb: a refused login is recorded there

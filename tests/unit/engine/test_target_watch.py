@@ -1,11 +1,10 @@
-"""A target topic this worker created, deleted and created again by another worker of the
-flow before this worker's next refresh (issue 10, point 1 under --workers 2).
+"""TargetWatch and Resync: target topics deleted, or deleted and created again (by hand or by
+another worker of the flow) under a running worker, and target topics slow to be described.
 
-Found on real brokers: a worker creates its target topic, but the topic cannot be described
-yet a moment later (metadata propagation), so the worker never learned its id. When another
-worker recreated the deleted topic, nothing looked different: same name, no id to compare,
-and this worker's producer stalled silently on the new topic. Run here on in-memory fakes of
-the worker's ports (tests/unit/test_worker_commits.py has the rest of them).
+A broker may not describe a topic a moment after its creation (metadata propagation): a
+worker that never learned its target's id would see nothing change when another worker
+recreates it (same name, no id to compare), and its producer would stall silently on the new
+topic. Run on the in-memory fakes of the worker's ports (tests/unit/engine/fakes.py).
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from mirror import config
 from mirror.engine.worker import FlowWorker
 from mirror.errors import ClusterUnavailable
 from mirror.kafka import KafkaError, KafkaException, TopicPartition
-from tests.unit.test_worker_commits import P0, P1, TEXT, Clock, FakeAdmin, FakeConsumer, FakeProducer, Report, Target, batch, run
+from tests.unit.engine.fakes import P0, P1, TEXT, Clock, FakeAdmin, FakeConsumer, FakeProducer, Report, Target, batch, run
 
 TARGET = "nyc.orders"
 
@@ -135,13 +134,13 @@ def test_a_partition_whose_records_are_never_acknowledged_is_named_in_the_log(ca
     target = Target()
     target.answer = lambda tp, o: "hold" if tp == P0 and o >= 2 else "store"
     script: list[Any] = [batch(P0, range(5)) + batch(P1, range(3))] + [[]] * 200
-    with caplog.at_level("WARNING", logger="mirror.engine.worker"):
+    with caplog.at_level("WARNING", logger="mirror.engine"):
         run(script, target=target)
     said = [r.getMessage() for r in caplog.records if "none acknowledged" in r.getMessage()]
     assert len(said) == 1 and "orders[0]" in said[0] and "orders[1]" not in said[0], said
 
 
-# ---------------------------------------------------------------- review 10 (loss paths)
+# ---------------------------------------------------------------- loss paths
 
 
 class KickedOut(FakeConsumer):
@@ -350,7 +349,7 @@ def test_a_freeze_while_reports_are_served_is_not_hidden_by_the_commit_that_foll
     clock_ref.append(clock)
     consumer_ref.append(consumer)
     target.answer = answer
-    with caplog.at_level("WARNING", logger="mirror.engine.worker"):
+    with caplog.at_level("WARNING", logger="mirror.engine"):
         worker.run()
     assert froze and any("did not run for" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
 
@@ -492,7 +491,7 @@ def test_the_subscription_follows_the_id_of_a_slowly_described_target_topic():
     subscribe = consumer.subscribe
 
     def watched(topics: list[str], **callbacks: Any) -> None:
-        known_at_subscribe.append(worker._target_ids.get(TARGET))
+        known_at_subscribe.append(worker.tags.ids.get(TARGET))
         subscribe(topics, **callbacks)
 
     consumer.subscribe = watched  # type: ignore[method-assign]
@@ -564,7 +563,7 @@ def test_configs_are_asked_only_of_target_topics_with_a_known_id():
 
 
 def test_a_recreated_target_is_recovered_from_while_another_source_topic_waits_for_its_target():
-    """Review 19: `_recovered` clears the failure a recreated target topic caused (the new
+    """`TargetWatch.recovered` clears the failure a recreated target topic caused (the new
     topic refusing records queued for the old one) only if the refresh "succeeded", and the
     refresh now says False while any new source topic waits for its target's id (at 10,000
     partitions, for minutes). The resync was done, yet the flow failed."""
@@ -619,7 +618,7 @@ def test_a_recreated_target_is_recovered_from_while_another_source_topic_waits_f
 
 
 def test_reading_paused_by_a_full_queue_resumes_after_a_resync_dropped_the_pending_records():
-    """Review 19: the target topic is deleted under a busy flow: nothing is acknowledged, the
+    """the target topic is deleted under a busy flow: nothing is acknowledged, the
     producer's queue fills, reading pauses with records pending. The refresh sees the topic
     gone and resyncs (drops the pending records, re-reads from the beginning), but reading
     stayed paused: nothing pending was left whose production would resume it."""

@@ -1,4 +1,4 @@
-"""`Runner`: the selected flows, one `FlowWorker` thread each, stopped together."""
+"""`FlowThreads`: the selected flows, one `FlowWorker` thread each, stopped together."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from mirror.errors import MirrorError
 log = logging.getLogger(__name__)
 
 
-class Runner:
+class FlowThreads:
     """Runs the selected flows, one thread each, until stopped, caught up, or failed."""
 
     def __init__(

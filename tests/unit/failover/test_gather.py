@@ -1,4 +1,4 @@
-"""Review of harden-config: races between the offset map's rows and its tip.
+"""races between the offset map's rows and its tip.
 
 `translate` trusts the rows only up to the tip they were stored with. A reader that takes
 the rows and the tip from two different store writes must take the tip first: a tip read
