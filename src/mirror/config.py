@@ -93,6 +93,9 @@ class ClusterConfig(_Model):
     client: ClientSettings = {}
     # How long one request may go unanswered before the cluster counts as unreachable.
     timeout: Duration = 30.0
+    # The site the cluster runs in: `mirror failover plan --from DC` moves every group of
+    # every flow from its clusters at once. A cluster without one is a site of its own.
+    datacenter: Name | None = None
 
 
 class TopicsConfig(_Model):
@@ -184,6 +187,16 @@ class Config(_Model):
 
     def select_flows(self, names: Sequence[str] = ()) -> list[FlowConfig]:
         return [self.flow(n) for n in names] if names else list(self.flows)
+
+    def site(self, name: str, flag: str = "--from") -> list[str]:
+        """The clusters NAME stands for: the cluster of that name and every cluster labelled
+        with that datacenter (a cluster named for its datacenter is in it either way)."""
+        found = [c for c, cc in self.clusters.items() if c == name or cc.datacenter == name]
+        if not found:
+            dcs = sorted({cc.datacenter for cc in self.clusters.values() if cc.datacenter})
+            known = ", ".join(self.clusters) + (f"; datacenters: {', '.join(dcs)}" if dcs else "")
+            raise ConfigError(flag, f"no cluster or datacenter named {name!r}", hint=f"clusters in this file: {known}")
+        return found
 
     def cluster(self, name: str) -> ClusterConfig:
         try:

@@ -22,6 +22,17 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClusters]
         tc.dev.down()
 
 
+@pytest.fixture(scope="session")
+def more_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClusters]:
+    """Two more Kafka clusters, `b` and `c`, for topologies of more than two clusters
+    (started only when a test asks; shared by the session like `clusters`)."""
+    tc = start_clusters(tmp_path_factory.mktemp("more-clusters"), ["b", "c"])
+    try:
+        yield tc
+    finally:
+        tc.dev.down()
+
+
 @pytest.fixture
 def unique() -> str:
     """A per-test suffix so tests sharing the session clusters never share topics or groups."""

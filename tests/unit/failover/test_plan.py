@@ -112,8 +112,10 @@ def test_plan_json_shape() -> None:
     assert doc["partitions"][1] == {
         "source_topic": "orders", "target_topic": "nyc.orders", "partition": 1,
         "source_offset": 50, "target_offset": 60, "unmirrored": 10,
+        # From checkpoints: what the group may have consumed after them, at most (100 - 60).
+        "may_reread": 40,
     }
-    assert doc["unmirrored"] == 10
+    assert doc["unmirrored"] == 10 and doc["may_reread"] == 40 + 95
     assert plan.offsets() == {("nyc.orders", 0): 5, ("nyc.orders", 1): 60}
     assert any("checkpoints" in n for n in doc["notes"])
 
@@ -123,3 +125,10 @@ def test_plan_json_for_at_reports_boundary() -> None:
     doc = plan.to_json()
     assert doc["at_ms"] == 99 and doc["boundary_records"] == 2
     assert doc["partitions"][0]["boundary_records"] == 2
+
+
+def test_exact_live_translation_rereads_nothing() -> None:
+    live = make_plan("f", "g", Method.TRANSLATE, Truth.SOURCE, [facts(source_offset=50, syncs=rows((0, 10)), mirrored_end=90, source_end=90)])
+    assert live.partitions[0].target_offset == 60 and live.may_reread == 0
+    at = make_plan("f", "g", Method.TIMESTAMP, Truth.TIMESTAMPS, [facts(time_offset=40)])
+    assert at.may_reread == 60  # everything after T may have been read
