@@ -16,7 +16,8 @@ Per enabled pair (flow), once MM2 is stopped:
 
 Refused (UnsafeOperation, exit 3) when it cannot be done safely: MM2's worker group still
 has members or its committed offsets move while the import reads them, the flow's own group
-is running or committed elsewhere already, a matched topic MM2 never started.
+is running or committed elsewhere already, a matched topic MM2 never started, a target
+partition that holds less than MM2 committed (re-created or truncated since).
 """
 
 from __future__ import annotations
