@@ -550,7 +550,8 @@ def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, 
 
 def run_flow(config: Config, flow: FlowConfig, *, master: str | None = None, checkpoint: Path | None = None,
              until_caught_up: bool = False, max_records_per_batch: int | None = None, metrics_port: int | None = None,
-             stop: threading.Event | None = None, spark: Any = None, quiet: bool = True, ui_port: int | None = UI_PORT) -> SparkFlow:
+             stop: threading.Event | None = None, spark: Any = None, quiet: bool = True, ui_port: int | None = UI_PORT,
+             conf: Mapping[str, str] | None = None) -> SparkFlow:
     """`mirror spark run`'s core: checks, a session (unless given), the query; returns the finished run.
 
     The query's checkpoint is `checkpoint`, else the flow's durable default (`default_checkpoint`)."""
@@ -568,7 +569,7 @@ def run_flow(config: Config, flow: FlowConfig, *, master: str | None = None, che
                         max_records_per_batch=max_records_per_batch, metrics=metrics, stop=stop)
         job.preflight()
         if spark is None:
-            spark = spark_session(job.master, f"mirror-{flow.name}", quiet=quiet, ui_port=ui_port)
+            spark = spark_session(job.master, f"mirror-{flow.name}", conf, quiet=quiet, ui_port=ui_port)
             stack.callback(spark.stop)
         if run_metrics is not None:
             from mirror.spark.progress import listen
