@@ -376,7 +376,7 @@ class DevClusters:
                 started += new
                 if not new:
                     running.append("spark")
-                state["spark"] = {"base_port": base_port, "master": sp.master_url, "workers": max(spark_workers, state.get("spark", {}).get("workers", 1))}
+                state["spark"] = {"base_port": base_port, "master": sp.master_url, "workers": max(spark_workers, (state.get("spark") or {}).get("workers", 1))}
                 self._save(state)
                 sp.wait_ready()
         except BaseException:
