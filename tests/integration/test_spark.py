@@ -601,6 +601,7 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+@pytest.mark.timeout(600)  # four stages on one query (start, a worker added, an executor killed, caught up)
 def test_executors_on_two_workers_a_worker_added_while_running_and_an_executor_killed_mid_batch(clusters, write_config, unique, tmp_path, spark_cluster, capsys):
     """One continuous `mirror spark run` on the session's standalone cluster (issue 22):
     a second worker added while it runs gets an executor; then the first worker's executor
@@ -617,7 +618,7 @@ def test_executors_on_two_workers_a_worker_added_while_running_and_an_executor_k
     home, master = spark_cluster
     base = int(master.rsplit(":", 1)[1]) + 30
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
-    topics = load_data(src, unique, records=RECORDS // 2)
+    topics = load_data(src, unique, records=RECORDS // 4)  # 6,250 committed records: batches of 1,000 to kill one of
     config = write_config(flow_yaml(unique, f"sp-{unique}-.*", tmp_path / "offsets.db"))
     group, plain, flow = f"mirror-{unique}", f"sp-{unique}-plain", f"f-{unique}"
     total_plain = sum(end_offsets(src, plain, 3).values())
