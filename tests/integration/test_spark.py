@@ -24,6 +24,7 @@ from mirror.devenv.common import spawn_prefix
 from mirror.store import open_store
 from tests.support.kafkautil import Rec, create_topic, end_offsets, group_offsets, producer, read_partition, read_topic, wait_for
 from tests.support.kafkautil import topics as kafka_topics
+from tests.support.mirrorproc import children
 
 pytestmark = pytest.mark.slow
 
@@ -588,19 +589,6 @@ flows:
     assert p.missing == list(range(10, 15)) and p.trimmed == 0, (p.missing, p.trimmed)
 
 
-def _children(pid: int) -> list[int]:
-    """Processes whose parent is `pid` (a Spark worker's executor JVMs)."""
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(stat.parent.name))
-    return out
-
-
 @pytest.mark.timeout(600)  # four stages on one query (start, a worker added, an executor killed, caught up)
 def test_executors_on_two_workers_a_worker_added_while_running_and_an_executor_killed_mid_batch(clusters, write_config, unique, tmp_path, spark_cluster, capsys):
     """One continuous `mirror spark run` on the session's standalone cluster (issue 22):
@@ -640,7 +628,7 @@ def test_executors_on_two_workers_a_worker_added_while_running_and_an_executor_k
         # The first worker's executor killed while a batch is on its way.
         first = added.pid("worker")
         assert first is not None
-        executors = _children(first)
+        executors = children(first)  # a worker's executor JVMs are its children
         assert executors, "no executor JVM under the first worker"
 
         def in_flight() -> bool:
