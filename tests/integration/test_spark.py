@@ -589,7 +589,7 @@ flows:
     assert p.missing == list(range(10, 15)) and p.trimmed == 0, (p.missing, p.trimmed)
 
 
-@pytest.mark.timeout(600)  # four stages on one query (start, a worker added, an executor killed, caught up)
+@pytest.mark.timeout(1200)  # four stages on one query; ~2 min when the machine is not shared, its deadlines are for a loaded one
 def test_executors_on_two_workers_a_worker_added_while_running_and_an_executor_killed_mid_batch(clusters, write_config, unique, tmp_path, spark_cluster, capsys):
     """One continuous `mirror spark run` on the session's standalone cluster (issue 22):
     a second worker added while it runs gets an executor; then the first worker's executor
@@ -616,14 +616,14 @@ def test_executors_on_two_workers_a_worker_added_while_running_and_an_executor_k
         def committed() -> int:
             return sum(max(0, o) for o in group_offsets(src, group, plain, 3).values())
 
-        wait_for(lambda: committed() > 0, 240, "a first batch committed", detail=run.output)
+        wait_for(lambda: committed() > 0, 480, "a first batch committed", detail=run.output)
         with urllib.request.urlopen(f"http://127.0.0.1:{ui}/api/v1/applications", timeout=10) as resp:  # the Spark UI's REST API
             assert json.loads(resp.read())[0]["name"] == f"mirror-{flow}"
 
         # A worker added while the query runs: the running application gets an executor on it.
         DevClusters(home).up([], base, spark=True, spark_workers=2)
         added = SparkDev(home, base, 2)
-        wait_for(lambda: any(added.work_dir("worker-1").glob("app-*/*/stderr")), 120, "an executor on the added worker", detail=run.output)
+        wait_for(lambda: any(added.work_dir("worker-1").glob("app-*/*/stderr")), 240, "an executor on the added worker", detail=run.output)
 
         # The first worker's executor killed while a batch is on its way.
         first = added.pid("worker")
@@ -634,13 +634,13 @@ def test_executors_on_two_workers_a_worker_added_while_running_and_an_executor_k
         def in_flight() -> bool:
             landed = sum(end_offsets(dst, f"src.{plain}", 3, committed=False).values()) if committed() else 0
             return landed > committed() or committed() >= total_plain
-        wait_for(in_flight, 240, "a batch on the target and not yet committed", interval=0.05, detail=run.output)
+        wait_for(in_flight, 300, "a batch on the target and not yet committed", interval=0.05, detail=run.output)
         assert committed() < total_plain, "the run finished before an executor could be killed mid-batch"
         os.kill(executors[0], signal.SIGKILL)
 
         def caught_up() -> bool:
             return all(group_offsets(src, group, t, n) == end_offsets(src, t, n) for t, n in topics.items())
-        wait_for(caught_up, 300, "every record mirrored and committed after the executor was lost", detail=run.output)
+        wait_for(caught_up, 400, "every record mirrored and committed after the executor was lost", detail=run.output)
         assert "Lost executor" in run.output() or "lost executor" in run.output().lower(), run.output()
         # The worker relaunched an executor for the application (a second executor directory).
         assert len(list(added.work_dir("worker").glob("app-*/*/stderr"))) >= 2
