@@ -617,8 +617,13 @@ def test_executors_on_two_workers_a_worker_added_while_running_and_an_executor_k
             return sum(max(0, o) for o in group_offsets(src, group, plain, 3).values())
 
         wait_for(lambda: committed() > 0, 480, "a first batch committed", detail=run.output)
-        with urllib.request.urlopen(f"http://127.0.0.1:{ui}/api/v1/applications", timeout=10) as resp:  # the Spark UI's REST API
-            assert json.loads(resp.read())[0]["name"] == f"mirror-{flow}"
+        def ui_apps() -> list[str]:  # the Spark UI's REST API (slow to answer on a loaded machine)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{ui}/api/v1/applications", timeout=30) as resp:
+                    return [a["name"] for a in json.loads(resp.read())]
+            except OSError:
+                return []
+        wait_for(lambda: ui_apps() == [f"mirror-{flow}"], 120, "the Spark UI on --ui-port", detail=run.output)
 
         # A worker added while the query runs: the running application gets an executor on it.
         DevClusters(home).up([], base, spark=True, spark_workers=2)
@@ -628,7 +633,8 @@ def test_executors_on_two_workers_a_worker_added_while_running_and_an_executor_k
         # The first worker's executor killed while a batch is on its way.
         first = added.pid("worker")
         assert first is not None
-        executors = children(first)  # a worker's executor JVMs are its children
+        # A worker's executor JVMs are its children (it may run short-lived helpers too).
+        executors = [c for c in children(first) if b"CoarseGrainedExecutorBackend" in Path(f"/proc/{c}/cmdline").read_bytes()]
         assert executors, "no executor JVM under the first worker"
 
         def in_flight() -> bool:
@@ -641,7 +647,7 @@ def test_executors_on_two_workers_a_worker_added_while_running_and_an_executor_k
         def caught_up() -> bool:
             return all(group_offsets(src, group, t, n) == end_offsets(src, t, n) for t, n in topics.items())
         wait_for(caught_up, 400, "every record mirrored and committed after the executor was lost", detail=run.output)
-        assert "Lost executor" in run.output() or "lost executor" in run.output().lower(), run.output()
+        assert "Lost executor" in run.log.read_text(errors="replace"), run.output()  # the driver saw it (logged at ERROR)
         # The worker relaunched an executor for the application (a second executor directory).
         assert len(list(added.work_dir("worker").glob("app-*/*/stderr"))) >= 2
 
