@@ -48,18 +48,6 @@ config_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
-def parse_key_values(items: Sequence[str], flag: str, example: str) -> dict[str, str]:
-    """Repeated `KEY=VALUE` options as a dict; a later KEY wins. Anything else is a usage error naming the item and `flag`."""
-    out: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or not key or any(c.isspace() for c in key) or "\n" in value:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE (e.g. {example})", param_hint=flag)
-        out[key] = value.strip()
-    return out
-
-
 def setup_logging(verbose: int, debug: bool) -> None:
     level = logging.DEBUG if debug or verbose > 1 else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -94,7 +82,7 @@ _COMMANDS = {
     "dev": "mirror.cli.dev:dev",
     "lag": "mirror.cli.lag:lag",
     "monitor": "mirror.cli.monitor:monitor",
-    "canary": "canary.cli:canary",
+    "canary": "mirror.cli.canary:canary",
     "run": "mirror.cli.run:run",
     "topics": "mirror.cli.topics:topics",
     "failover": "failover.cli:failover",
@@ -102,6 +90,7 @@ _COMMANDS = {
     "drill": "mirror.cli.drill:drill",
     "spark": "mirror.cli.spark:spark",
     "audit": "mirror.cli.audit:audit",
+    "import-mm2": "mirror.cli.import_mm2:import_mm2",
 }
 
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from mirror import config as cfg
-from mirror.cli import parse_key_values
 from mirror.devenv.kafka import DEFAULT_BASE_PORT, DEFAULT_HOME, DevClusters
 from mirror.devenv.security import Material, Security, password_var
 from mirror.devenv.spark import MAX_WORKERS
@@ -71,7 +70,14 @@ def up(clusters: str, cassandra: bool, spark: bool, spark_workers: int, base_por
 
 def parse_broker_config(items: tuple[str, ...]) -> dict[str, str]:
     """`KEY=VALUE` pairs; a later KEY wins. Anything else is a usage error naming the item."""
-    return parse_key_values(items, "--broker-config", "auto.create.topics.enable=false")
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(c.isspace() for c in key) or "\n" in value:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE (e.g. auto.create.topics.enable=false)", param_hint="--broker-config")
+        out[key] = value.strip()
+    return out
 
 
 @dev.command()

@@ -15,12 +15,11 @@ import importlib.util
 import json
 import logging
 import os
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
-from mirror.devenv.common import START_TIMEOUT, log_tail, owned_pid, port_free, spawn_prefix, started_alive, terminate
+from mirror.devenv.common import START_TIMEOUT, log_tail, owned_pid, require_free_ports, spawn_detached, started_alive, stop_owned
 from mirror.errors import DevClusterError
 
 log = logging.getLogger(__name__)
@@ -103,21 +102,20 @@ class SparkDev:
         started = []
         home = spark_home()
         self.dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
-               "SPARK_LOG_DIR": str(self.dir), "SPARK_WORKER_DIR": str(self.dir / "work")}
         for role in self._roles():
             if self.pid(role) is not None:
                 continue
-            for port in self._ports(role):
-                if not port_free(port):
-                    raise DevClusterError(f"port {port} on 127.0.0.1 is already in use (needed by the Spark {role})", hint="pick other ports with --base-port")
-            with open(self._log_file(role), "ab") as logf:
-                proc = subprocess.Popen([*spawn_prefix(), str(home / "bin" / "spark-class"), *self._command(role)], stdout=logf, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.dir, env=env)
-            self._pid_file(role).write_text(str(proc.pid))
+            require_free_ports(self._ports(role), f"the Spark {role}", hint="pick other ports with --base-port")
+            proc = spawn_detached([str(home / "bin" / "spark-class"), *self._command(role)], log_file=self._log_file(role), pid_file=self._pid_file(role),
+                                  cwd=self.dir, env=self.env(role, home))
             started.append(f"spark-{role}")
             log.info("started spark %s pid=%d", role, proc.pid)
         return started
+
+    def env(self, role: str, home: Path) -> dict[str, str]:
+        """The environment of the `role` daemon (its executors inherit the worker's)."""
+        return {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
+                "SPARK_LOG_DIR": str(self.dir), "SPARK_WORKER_DIR": str(self.dir / "work")}
 
     def alive_workers(self) -> int:
         try:
@@ -141,9 +139,7 @@ class SparkDev:
         stopped = []
         workers = sorted(f.stem for f in self.dir.glob("worker*.pid"))
         for role in (*workers, "master"):
-            pid = self.pid(role)
-            if pid is not None:
-                terminate(pid, kill=kill)
+            if stop_owned(self.pid(role), self._pid_file(role), kill=kill):
                 stopped.append(f"spark-{role}")
             self._pid_file(role).unlink(missing_ok=True)
         return stopped
