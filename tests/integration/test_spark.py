@@ -239,6 +239,7 @@ def test_standalone_cluster_mirrors_exactly_with_tasks_on_its_worker(clusters, w
     assert apps and any((a / "0" / "stderr").exists() for a in apps)
 
 
+@pytest.mark.timeout(900)  # two driver starts; each took minutes at load average 40-50 on the shared machine
 def test_driver_killed_mid_run_and_restarted_loses_nothing_and_duplicates_nothing(clusters, write_config, unique, tmp_path):
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
     # Half the local-mode test's records (13,750 committed), as on the standalone cluster: the
