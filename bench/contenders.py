@@ -112,7 +112,8 @@ class Spec:
             if self.options.get("standalone"):
                 if not env.spark_master:
                     raise RuntimeError(f"contender {self.key}: no standalone Spark cluster was started")
-                argv += ["--master", env.spark_master]
+                # One executor core per worker: the cluster may have more workers than this row uses.
+                argv += ["--master", env.spark_master, "--conf", f"spark.cores.max={self.options.get('cores', 1)}"]
                 roots = list(env.spark_pids)
             return Contender(argv, log, cwd=ROOT, extra_roots=roots).start()
         if self.kind == "mm2":
@@ -187,4 +188,5 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
     # double the quick bench's time; not in the latency phase (micro-batches, not a stream).
     specs.append(Spec("spark", "mirror spark run (local mode)", "spark", opt_in=True))
     specs.append(Spec("spark-standalone", "mirror spark run (standalone, 1 worker core)", "spark", opt_in=True, options={"standalone": True}))
+    specs.append(Spec("spark-standalone-w2", "mirror spark run (standalone, 2 workers x 1 core)", "spark", opt_in=True, options={"standalone": True, "cores": 2}))
     return specs

@@ -108,7 +108,7 @@ def preloaded_env(dev: Any, workdir: Path, records: int, partitions: int, record
 def _alias(spec: Spec, phase: str, rep: int) -> str:
     short = {"mirror": "m1", "mirror-w2": "m2", "mm2": "k1", "mm2-t2": "k2", "ceiling": "c", "mirror-nostore": "m0", "mirror-noprov": "mh", "mirror-gc": "mg", "mirror-nogc": "mn",
              "ceiling-idem": "ci", "mirror-lowmem": "mb", "ceiling-rdk": "cr",
-             "spark": "s1", "spark-standalone": "s2"}
+             "spark": "s1", "spark-standalone": "s2", "spark-standalone-w2": "s3"}
     return f"{phase}{short.get(spec.key, spec.key)}r{rep}x{uuid.uuid4().hex[:4]}"
 
 
@@ -324,7 +324,8 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
     try:
         t = time.monotonic()
         standalone = any(s.kind == "spark" and s.options.get("standalone") for s in runnable)
-        status = dev.up(["src", "dst"], base, spark=standalone).status
+        workers = max((s.options.get("cores", 1) for s in runnable if s.kind == "spark" and s.options.get("standalone")), default=1)
+        status = dev.up(["src", "dst"], base, spark=standalone, spark_workers=workers).status
         phases["clusters_up_s"] = round(time.monotonic() - t, 1)
         env = Env(src=status["clusters"]["src"]["bootstrap"], dst=status["clusters"]["dst"]["bootstrap"],
                   workdir=workdir / "runs", partitions=p.partitions, producer=producer, consumer=consumer,
@@ -332,9 +333,9 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
         if standalone:
             from mirror.devenv.spark import SparkDev
 
-            spark_dev = SparkDev(workdir / "clusters", base)  # where dev.up started it
+            spark_dev = SparkDev(workdir / "clusters", base, workers)  # where dev.up started it
             env.spark_master = status["spark"]["master"]
-            env.spark_pids = [pid for pid in (spark_dev.pid("master"), spark_dev.pid("worker")) if pid is not None]
+            env.spark_pids = spark_dev.pids()
             _log(f"spark standalone master {env.spark_master} (pids {env.spark_pids})")
         _log(f"preloading {p.records:,} x {p.record_size} B over {p.partitions} partitions")
         phases["preload_s"] = round(load.preload(env.src, SOURCE_TOPIC, p.records, p.partitions, p.record_size), 1)

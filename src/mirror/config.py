@@ -171,12 +171,22 @@ class MetricsConfig(_Model):
     host: str = "0.0.0.0"
 
 
+class SparkConfig(_Model):
+    # Each flow's Structured Streaming checkpoint goes in <checkpoint_dir>/<flow name>, kept
+    # across restarts (`mirror spark run --checkpoint` overrides it). A relative path is taken
+    # from the config file's directory, like the SQLite offset store's, so a driver started
+    # from elsewhere finds the same checkpoint. In cluster deploy mode it must be a path the
+    # driver's host can reach.
+    checkpoint_dir: str = ".mirror/spark"
+
+
 class Config(_Model):
     clusters: Annotated[dict[Name, ClusterConfig], Field(min_length=1)]
     flows: Annotated[list[FlowConfig], Field(min_length=1)]
     offset_store: OffsetStoreConfig = SqliteStoreConfig()
     canary: CanaryConfig = CanaryConfig()
     metrics: MetricsConfig = MetricsConfig()
+    spark: SparkConfig = SparkConfig()
 
     def flow(self, name: str) -> FlowConfig:
         for f in self.flows:
@@ -225,6 +235,9 @@ def load(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> 
         # directory (systemd, cron, a container) must find the same offset map.
         resolved = store.model_copy(update={"path": str(p.resolve().parent / store.path)})
         config = config.model_copy(update={"offset_store": resolved})
+    if not Path(config.spark.checkpoint_dir).is_absolute():
+        spark = config.spark.model_copy(update={"checkpoint_dir": str(p.resolve().parent / config.spark.checkpoint_dir)})
+        config = config.model_copy(update={"spark": spark})
     return config
 
 

@@ -69,7 +69,7 @@ def spark_local():
     """One local-mode Spark session (its driver JVM) for every in-process Spark test."""
     from mirror.spark.job import spark_session
 
-    spark = spark_session("local[2]", "mirror-tests")
+    spark = spark_session("local[2]", "mirror-tests", ui_port=None)  # no test looks at its UI
     try:
         yield spark
     finally:

@@ -42,6 +42,7 @@ from mirror.errors import MirrorError, OffsetStoreError, UnsafeOperation, UsageE
 from mirror.kafka import OFFSET_END, Admin
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.run.supervisor import restart_delay
+from mirror.spark.checkpoint import default_checkpoint, resume_problem
 from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.task import TaskPlan, TaskResult, mirror_partition
 from mirror.store import open_store
@@ -99,7 +100,7 @@ def claim_checkpoint(directory: Path, flow: FlowConfig) -> Path:
         except (OSError, ValueError):
             theirs = None
         if theirs != mine:
-            raise UsageError(f"--checkpoint {directory} belongs to {theirs!r}, not flow {flow.name!r}", hint="give each flow its own checkpoint directory")
+            raise UsageError(f"--checkpoint {directory} belongs to {theirs!r}, not flow {flow.name!r}", hint="give each flow its own checkpoint directory (--checkpoint, or spark.checkpoint_dir in the config)")
     else:
         marker.write_text(json.dumps(mine))
     return directory / "query"
@@ -295,6 +296,9 @@ class SparkFlow:
                 # checkpoint ignores startingOffsets, so a partition started again from the
                 # beginning (`_starting_offsets`) needs the checkpoint gone too.
                 if self._query_topics_changed(mappings) or self._restarted:
+                    shutil.rmtree(location, ignore_errors=True)
+                elif why := resume_problem(self.checkpoint, starting):
+                    log.info("flow %s: not resuming the Spark checkpoint %s: %s; starting from the group's offsets", self.flow.name, location, why)
                     shutil.rmtree(location, ignore_errors=True)
             else:
                 location = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"mirror-spark-{self.flow.name}-"))
@@ -499,12 +503,20 @@ def with_task_retries(master: str, attempts: int = TASK_ATTEMPTS) -> str:
     return master
 
 
-def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, *, quiet: bool = True, submitted: bool = False) -> Any:
+UI_PORT = 4040  # Spark's own default; a busy port makes Spark try the next ones (spark.port.maxRetries)
+
+
+def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, *, quiet: bool = True, submitted: bool = False,
+                  ui_port: int | None = UI_PORT) -> Any:
     """A SparkSession with the Kafka connector from the cache; executors run this Python.
 
     `submitted`: spark-submit started this driver and its command line already says the
     master, the jars and the executors' Python (`mirror.spark.submit`); none is set here,
     so the executors keep the package they were given instead of this interpreter's path.
+
+    The Spark UI is on (`ui_port`; None turns it off): the jobs, stages, executors and the
+    Structured Streaming tab are where a Spark engineer looks first. It listens where the
+    driver binds (loopback for a local master or cluster).
     """
     import pyspark
     from pyspark.sql import SparkSession
@@ -513,13 +525,15 @@ def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, 
         SparkSession.builder.appName(app)
         .config("spark.task.maxFailures", str(TASK_ATTEMPTS))
         .config("spark.redaction.regex", REDACT)  # the JAAS line and a client key never in a log or plan
-        .config("spark.ui.enabled", "false")
+        .config("spark.ui.enabled", "false" if ui_port is None else "true")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
     )
     if not submitted:
         builder = _direct(builder, master, connector_jars(pyspark.__version__))
+    if ui_port is not None:
+        builder = builder.config("spark.ui.port", str(ui_port))
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
     # A speculative copy of a task would produce the same records alongside the original:
@@ -559,12 +573,15 @@ def submitted_master() -> str:
 
 def run_flow(config: Config, flow: FlowConfig, *, master: str | None = None, checkpoint: Path | None = None,
              until_caught_up: bool = False, max_records_per_batch: int | None = None, metrics_port: int | None = None,
-             stop: threading.Event | None = None, spark: Any = None, quiet: bool = True, submitted: bool = False) -> SparkFlow:
+             stop: threading.Event | None = None, spark: Any = None, quiet: bool = True, submitted: bool = False,
+             ui_port: int | None = UI_PORT, conf: Mapping[str, str] | None = None) -> SparkFlow:
     """`mirror spark run`'s core: checks, a session (unless given), the query; returns the finished run.
-    `submitted`: under spark-submit (`mirror.cli.spark_app`), which set the master and the package."""
-    location = claim_checkpoint(checkpoint, flow) if checkpoint is not None else None
+    `submitted`: under spark-submit (`mirror.cli.spark_app`), which set the master and the package.
+
+    The query's checkpoint is `checkpoint`, else the flow's durable default (`default_checkpoint`)."""
+    location = claim_checkpoint(checkpoint or default_checkpoint(config, flow), flow)
     with ExitStack() as stack:
-        metrics = None
+        metrics = run_metrics = None
         if metrics_port is not None:
             from mirror.metrics import RunMetrics, serve
 
@@ -576,7 +593,11 @@ def run_flow(config: Config, flow: FlowConfig, *, master: str | None = None, che
                         max_records_per_batch=max_records_per_batch, metrics=metrics, stop=stop)
         job.preflight()
         if spark is None:
-            spark = spark_session(job.master, f"mirror-{flow.name}", quiet=quiet, submitted=submitted)
+            spark = spark_session(job.master, f"mirror-{flow.name}", conf, quiet=quiet, submitted=submitted, ui_port=ui_port)
             stack.callback(spark.stop)
+        if run_metrics is not None:
+            from mirror.spark.progress import listen
+
+            stack.callback(spark.streams.removeListener, listen(spark, flow.name, f"mirror-{flow.name}", run_metrics.registry))
         job.run(spark)
         return job
