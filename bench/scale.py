@@ -56,12 +56,12 @@ class ScaleParams:
     # (old generation full, 200 full GCs in 3 minutes, the broker stopped answering).
     heap: str = "2g"
     timeout: float = 900.0
-    # The flow's consumer settings README "Scaling" gives for flows above ~5,000 partitions
+    # The flow's consumer settings docs/scaling.md gives for flows above ~5,000 partitions
     # (librdkafka's cooperative-sticky assignor takes tens of seconds per rebalance there);
     # `--assignor cooperative-sticky --session-timeout-ms 10000` measures the defaults.
     assignor: str = "roundrobin"
     session_timeout_ms: int = 45000
-    # README "Scaling" too: a long poll of 500 ms instead of the default 100 ms halves the
+    # docs/scaling.md too: a long poll of 500 ms instead of the default 100 ms halves the
     # source broker's work answering 10,000-partition fetches with nothing new (50% -> 21% of
     # a core here); restarts measured by hand: 22.9/21.8 s at 100 ms, 17.6/17.1 s at 500 ms.
     fetch_wait_max_ms: int = 500
