@@ -147,6 +147,10 @@ def mirror_config(env: Env, alias: str, topic: str, run_dir: Path, options: Mapp
             "name": alias, "source": alias, "target": f"{alias}t",
             "topics": {"include": [topic]}, "rename": "prefix",
             "groups": ["bench-app"],  # checkpoints for the group the harness commits on the source
+            # The harness made the target topic LogAppendTime (the span's clock); a run longer
+            # than sync_topic_configs_interval (a loaded machine) would copy the source's
+            # CreateTime onto it. MirrorMaker 2 is configured not to sync configs either.
+            "sync_topic_configs": False,
             **options.get("flow", {}),
         }],
         "offset_store": store,

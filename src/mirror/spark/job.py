@@ -42,8 +42,8 @@ from mirror.errors import MirrorError, OffsetStoreError, UnsafeOperation, UsageE
 from mirror.kafka import OFFSET_END, Admin
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.run.supervisor import restart_delay
-from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.arrow import COLUMNS, RESULT_SCHEMA, mirror_arrow, results_of
+from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.task import CHUNK, TaskPlan, TaskResult
 from mirror.store import open_store
 
@@ -378,12 +378,18 @@ class SparkFlow:
         """Mirror one micro-batch: tasks produce, then rows are stored, then the group commits."""
         # The source ends now (after the batch was planned): a target copy naming an offset at
         # or past them is not of this topic's records (a recreated topic); see `replay_check`.
+        t0 = time.monotonic()
         ends = self._source.end_offsets([(m.source, p) for m in self._mappings for p in range(m.partitions)])
         plan = replace(self._plan, source_ends=ends, limits=self._limits, settled=frozenset(self._settled))
+        t1 = time.monotonic()
         results = results_of(df.selectExpr(*COLUMNS).mapInArrow(partial(mirror_arrow, plan), RESULT_SCHEMA).collect())
+        t2 = time.monotonic()
         self._finish_batch(batch_id, results)
         # Their next batch starts where this one ended, and the target holds nothing past it.
         self._settled.update((r.topic, r.partition) for r in results)
+        log.debug("flow %s: batch %d: %d tasks, %d records; tasks %.0f ms, driver %.0f ms (source ends %.0f ms, rows stored and committed %.0f ms)",
+                  self.flow.name, batch_id, len(results), sum(r.produced for r in results), (t2 - t1) * 1000,
+                  (time.monotonic() - t2 + t1 - t0) * 1000, (t1 - t0) * 1000, (time.monotonic() - t2) * 1000)
 
     def _finish_batch(self, batch_id: int, results: list[TaskResult]) -> None:
         """The driver's part of a batch once the tasks produced it: rows stored, then the commit."""
