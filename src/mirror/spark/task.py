@@ -237,7 +237,7 @@ def mirror_chunks(plan: TaskPlan, chunks: Iterable[Sequence[SourceRow]], *, retr
     where its previous batch in this query ended, and that batch's task flushed every record
     it was given before the batch completed: the target holds nothing past it.
     """
-    stream = (chunk for chunk in chunks if len(chunk))
+    stream: Iterator[Sequence[SourceRow]] = (chunk for chunk in chunks if len(chunk))
     head = next(stream, None)
     if head is None:
         return

@@ -3,13 +3,13 @@ pyarrow builds the batch `mapInArrow` would hand the task)."""
 
 from __future__ import annotations
 
+import pickle
+
 import pyarrow as pa
 
 from mirror.config import parse
-from mirror.spark.arrow import rows_of
+from mirror.spark.arrow import results_of, rows_of
 from mirror.spark.task import TaskResult
-from mirror.spark.arrow import results_of
-import pickle
 
 
 def test_a_batch_of_kafka_rows_becomes_row_tuples_with_headers_as_pairs() -> None:

@@ -28,8 +28,8 @@ def test_each_chunk_is_produced_before_the_next_is_taken(monkeypatch: pytest.Mon
     seen: list[int] = []
 
     def chunks() -> Iterator[list[Any]]:
-        for i, chunk in enumerate(chunked(rows(range(50)), 10)):
-            seen.append(target.high)  # records handed to the producer when chunk i is asked for
+        for chunk in chunked(rows(range(50)), 10):
+            seen.append(target.high)  # records handed to the producer when this chunk is asked for
             yield chunk
 
     (result,) = list(mirror_chunks(plan(), chunks()))
