@@ -346,28 +346,8 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
         load.commit_group(env.src, BENCH_GROUP, SOURCE_TOPIC, {q: end // 2 for q, end in enumerate(env.source_ends)})
         _log(f"preloaded in {phases['preload_s']} s")
 
-        t = time.monotonic()
-        for rep in range(p.reps):
-            for spec in runnable:
-                _log(f"throughput: {spec.key} run {rep + 1}/{p.reps}")
-                r = throughput_run(env, spec, p, rep)
-                runs[spec.key].append(r)
-                _log(f"  -> {_brief(r)}")
-        phases["throughput_s"] = round(time.monotonic() - t, 1)
-
-        # The ceiling's latency is the floor this machine allows (a reference, not a target).
-        lat_specs = [s for s in runnable if s.key in ("mirror", "mm2", "ceiling") or (s.opt_in and s.kind != "spark")]
-        if lat_specs and p.latency_reps > 0:
-            latency_rate = p.latency_rate or _latency_rate(runs, [s for s in lat_specs if s.key in ("mirror", "mm2")] or lat_specs)
-            if latency_rate:
-                t = time.monotonic()
-                for rep in range(p.latency_reps):
-                    for spec in lat_specs:
-                        _log(f"latency: {spec.key} run {rep + 1}/{p.latency_reps} at {latency_rate:,.0f} records/s")
-                        r = latency_run(env, spec, p, rep, latency_rate)
-                        lat_runs.setdefault(spec.key, []).append(r)
-                        _log(f"  -> {_brief(r)}")
-                phases["latency_s"] = round(time.monotonic() - t, 1)
+        _throughput_phase(env, runnable, p, runs, phases)
+        latency_rate = _latency_phase(env, runnable, p, runs, lat_runs, phases)
     finally:
         t = time.monotonic()
         dev.down()
@@ -391,6 +371,40 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
     print(render(result))
     print(f"\nJSON: {out}")
     return result
+
+
+def _throughput_phase(env: Env, runnable: list[Spec], p: Params, runs: dict[str, list[dict[str, Any]]], phases: dict[str, float]) -> None:
+    """Every runnable contender `p.reps` times, interleaved (a slow spell of the machine hits all alike)."""
+    t = time.monotonic()
+    for rep in range(p.reps):
+        for spec in runnable:
+            _log(f"throughput: {spec.key} run {rep + 1}/{p.reps}")
+            r = throughput_run(env, spec, p, rep)
+            runs[spec.key].append(r)
+            _log(f"  -> {_brief(r)}")
+    phases["throughput_s"] = round(time.monotonic() - t, 1)
+
+
+def _latency_phase(env: Env, runnable: list[Spec], p: Params, runs: dict[str, list[dict[str, Any]]],
+                   lat_runs: dict[str, list[dict[str, Any]]], phases: dict[str, float]) -> float | None:
+    """Latency at one fixed rate below every contender's capacity; returns that rate (None: not measured).
+
+    The ceiling's latency is the floor this machine allows (a reference, not a target)."""
+    lat_specs = [s for s in runnable if s.key in ("mirror", "mm2", "ceiling") or (s.opt_in and s.kind != "spark")]
+    if not lat_specs or p.latency_reps <= 0:
+        return None
+    latency_rate = p.latency_rate or _latency_rate(runs, [s for s in lat_specs if s.key in ("mirror", "mm2")] or lat_specs)
+    if not latency_rate:
+        return latency_rate
+    t = time.monotonic()
+    for rep in range(p.latency_reps):
+        for spec in lat_specs:
+            _log(f"latency: {spec.key} run {rep + 1}/{p.latency_reps} at {latency_rate:,.0f} records/s")
+            r = latency_run(env, spec, p, rep, latency_rate)
+            lat_runs.setdefault(spec.key, []).append(r)
+            _log(f"  -> {_brief(r)}")
+    phases["latency_s"] = round(time.monotonic() - t, 1)
+    return latency_rate
 
 
 def _latency_rate(runs: dict[str, list[dict[str, Any]]], lat_specs: list[Spec]) -> float | None:

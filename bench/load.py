@@ -175,8 +175,18 @@ def preload(bootstrap: str, topic: str, records: int, partitions: int, record_si
 def commit_group(bootstrap: str, group: str, topic: str, offsets: Mapping[int, int]) -> None:
     """Commit `offsets` for an idle consumer group (no members): work for the checkpointers."""
     c = _consumer(bootstrap, **{"group.id": group})
+    deadline = time.monotonic() + 60
     try:
-        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+        while True:
+            try:
+                c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+                return
+            except KafkaException as exc:
+                # A coordinator still loading its offsets (COORDINATOR_LOAD_IN_PROGRESS) or
+                # moving answers with a retriable error: ask again until the deadline.
+                if not exc.args[0].retriable() or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         c.close()
 

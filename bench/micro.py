@@ -1,6 +1,6 @@
 """`python -m bench.micro`: CPU per record of the worker's hot path, without clusters.
 
-Runs `FlowWorker._forward` over real confluent-kafka `Message` objects (built in memory:
+Runs the worker's `Forwarder.forward` over real confluent-kafka `Message` objects (built in memory:
 N x 512 B values in runs of one partition, consume batches of 2000) into a real librdkafka
 producer with the mirror's settings whose bootstrap answers nothing, so every record is
 copied into librdkafka's queue exactly as in production but never sent (the queue is purged
@@ -28,7 +28,6 @@ from typing import Any
 from confluent_kafka import Message, Producer
 
 from mirror import config
-from mirror.engine.assignment import Partition
 from mirror.engine.worker import CONSUME_BATCH, FlowWorker
 from mirror.kafka.settings import PRODUCER_DEFAULTS
 from mirror.run.recorder import OffsetMapRecorder
@@ -49,6 +48,11 @@ class _Report:
 
     def offset(self) -> int:
         return self._o
+
+
+class _Admin:
+    def topics(self) -> dict[str, int]:
+        return {}
 
 
 class _Consumer:
@@ -78,32 +82,32 @@ def _worker(partitions: int, provenance: bool, store_path: Path | None) -> tuple
     cfg = config.parse(TEXT % ("true" if provenance else "false"), env={})
     flow = cfg.flows[0]
     recorder = OffsetMapRecorder(SqliteStore(store_path), flow.name, registry=None) if store_path is not None else None
-    w = FlowWorker(cfg, flow, stop=threading.Event(), listeners=[recorder] if recorder else [])
     settings = {**PRODUCER_DEFAULTS, "bootstrap.servers": "127.0.0.1:9", "queue.buffering.max.kbytes": 2_000_000,
                 "queue.buffering.max.messages": 2_000_000, "log_level": 0}
     producer = Producer(settings)
-    w._producer_cfg = settings
-    w._consumer = _Consumer()
-    w._producers = {PRODUCER_DEFAULTS["batch.size"]: producer}
+    w = FlowWorker(
+        cfg, flow, stop=threading.Event(), listeners=[recorder] if recorder else [],
+        consumer_factory=lambda name, cluster, cfg: _Consumer(),
+        producer_factory=lambda name, cluster, cfg: producer,
+        admin_factory=lambda name, cluster: _Admin(),
+    )
+    w.open()
     from mirror.domain.route import route
 
     for p in range(partitions):
-        r = route(flow, "bench-load", p)
-        st = Partition(r, producer=producer)
-        w._size_check(st)
-        w._ledger.assign(("bench-load", p), st)
+        w.ledger.assign(("bench-load", p), w.assignment.new_partition(route(flow, "bench-load", p)))
     return w, producer, recorder
 
 
 def _serve_reports(w: FlowWorker, t_next: dict[int, int]) -> None:
     """What `producer.poll` would call: each segment's first and last report, in order."""
-    for st in list(w._ledger):
+    for st in list(w.ledger):
         while st.inflight and st.inflight[0] is not st.open:
             seg = st.inflight[0]
             p = st.route.partition
             t0 = t_next.get(p, 0)
-            w._on_segment_start(st, seg, None, _Report(t0))
-            w._on_segment_end(st, seg, None, _Report(t0 + seg.count - 1))
+            w.reports.on_segment_start(st, seg, None, _Report(t0))
+            w.reports.on_segment_end(st, seg, None, _Report(t0 + seg.count - 1))
             t_next[p] = t0 + seg.count
 
 
@@ -118,11 +122,11 @@ def measure(records: int, partitions: int, run: int, size: int, reps: int, prove
             gc.collect()
             for i, b in enumerate(batches):
                 c0 = time.process_time()
-                w._forward(b)
+                w.forwarder.forward(b)
                 c1 = time.process_time()
                 _serve_reports(w, t_next)
                 if (i + 1) % commit_every == 0 or i == len(batches) - 1:
-                    w._commit()
+                    w.committer.commit()
                 c2 = time.process_time()
                 fwd += c1 - c0
                 acks += c2 - c1

@@ -515,7 +515,7 @@ def test_the_spark_image_has_the_pinned_pyspark_and_its_connector():
             for src in rest.split()[:-1]:
                 assert (ROOT / src).exists(), f"COPY {src}: not in the build context"
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    version = re.search(r'spark = \["pyspark==([\d.]+)"\]', pyproject).group(1)  # type: ignore[union-attr]
+    version = re.search(r'spark = \["pyspark==([\d.]+)"', pyproject).group(1)  # type: ignore[union-attr]
     assert f"<spark.version>{version}</spark.version>" in (ROOT / "deps" / "spark" / "pom.xml").read_text(encoding="utf-8")
     env = _env_of_image(SPARK_DOCKERFILE)
     jars = [rest.split()[-1] for word, rest in instructions if word == "COPY" and "--from=jars" in rest]

@@ -82,7 +82,7 @@ _COMMANDS = {
     "dev": "mirror.cli.dev:dev",
     "lag": "mirror.cli.lag:lag",
     "monitor": "mirror.cli.monitor:monitor",
-    "canary": "canary.cli:canary",
+    "canary": "mirror.cli.canary:canary",
     "run": "mirror.cli.run:run",
     "topics": "mirror.cli.topics:topics",
     "failover": "failover.cli:failover",
@@ -90,6 +90,7 @@ _COMMANDS = {
     "drill": "mirror.cli.drill:drill",
     "spark": "mirror.cli.spark:spark",
     "audit": "mirror.cli.audit:audit",
+    "import-mm2": "mirror.cli.import_mm2:import_mm2",
 }
 
 

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 from pathlib import Path
 
 import click
 
 from mirror.cli import AppContext, config_option, pass_app
+from mirror.cli.signals import stop_on_signals
 from mirror.errors import ExitCode
+from mirror.spark.submit import DEPLOY_MODES
 
 
 @click.group()
 def spark() -> None:
-    """Run a flow's data pipeline on Spark (local mode or a standalone cluster)."""
+    """Run a flow's data pipeline on Spark: here (`run`) or as a Spark application (`submit`)."""
 
 
 @spark.command("run")
@@ -32,21 +32,52 @@ def run(app: AppContext, config_path: Path, flow_name: str, master: str | None, 
 
     config = app.config(config_path)
     (flow,) = config.select_flows((flow_name,))
-    stop = threading.Event()
-    signals: list[int] = []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        signals.append(signum)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with stop_on_signals() as signals:
         job = run_flow(config, flow, master=master, checkpoint=checkpoint, until_caught_up=until_caught_up,
-                       max_records_per_batch=max_records_per_batch, metrics_port=metrics_port, stop=stop, quiet=not app.debug)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+                       max_records_per_batch=max_records_per_batch, metrics_port=metrics_port, stop=signals.stop, quiet=not app.debug)
     click.echo(f"flow {flow.name}: {job.records} records mirrored on Spark ({job.skipped} already on the target)", err=True)
-    if signal.SIGINT in signals:
+    if signals.interrupted:
         return ExitCode.INTERRUPTED
     return ExitCode.OK
+
+
+@spark.command("submit")
+@config_option
+@click.option("--flow", "flow_name", required=True, help="The flow to mirror (one per Spark application).")
+@click.option("--master", required=True, help="Spark master URL: spark://HOST:PORT, yarn, k8s://https://HOST:PORT or local[N].")
+@click.option("--deploy-mode", type=click.Choice(DEPLOY_MODES), default="client", show_default=True,
+              help="Where the driver runs: here (client) or on the cluster (cluster: YARN and Kubernetes only).")
+@click.option("--until-caught-up", is_flag=True, help="Mirror what the source holds at start, commit, exit 0.")
+@click.option("--checkpoint", type=click.Path(file_okay=False, path_type=Path), default=None, help="Spark checkpoint directory of this flow (as for `spark run`).")
+@click.option("--max-records-per-batch", type=click.IntRange(1), default=None, help="Cap a micro-batch (Spark's maxOffsetsPerTrigger).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, help="The driver serves Prometheus metrics on this port.")
+@click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="A Spark setting for spark-submit (repeatable), e.g. spark.executor.memory=2g.")
+@click.option("--package-dir", type=click.Path(file_okay=False, path_type=Path), default=None, envvar="MIRROR_SPARK_PACKAGE_DIR",
+              help="Where the executors' package is built and kept (default ~/.cache/mirror/spark-submit).")
+@click.option("--dry-run", is_flag=True, help="Build (or reuse) the package and print the spark-submit line instead of running it.")
+@pass_app
+def submit(app: AppContext, config_path: Path, flow_name: str, master: str, deploy_mode: str, until_caught_up: bool, checkpoint: Path | None,
+           max_records_per_batch: int | None, metrics_port: int | None, confs: tuple[str, ...], package_dir: Path | None, dry_run: bool) -> int:
+    """Run one flow as a Spark application through spark-submit; SIGTERM/Ctrl-C stop it after the current batch."""
+    from mirror.spark.job import CACHE, check_java, check_master
+    from mirror.spark.submit import SubmitRequest, check_deploy_mode, loopback_master, parse_conf, prepare, render
+    from mirror.spark.submit import run as run_submit
+
+    config = app.config(config_path)
+    (flow,) = config.select_flows((flow_name,))
+    flags = (("--debug",) if app.debug else ()) + (("-" + "v" * app.verbose,) if app.verbose else ())
+    req = SubmitRequest(config_path, flow.name, master, deploy_mode, until_caught_up, checkpoint, max_records_per_batch, metrics_port,
+                        parse_conf(confs), flags)
+    if not dry_run:  # before building anything; a usage error before a runtime one
+        check_deploy_mode(master, deploy_mode)
+        check_java()
+        check_master(master)
+    cmd = prepare(req, package_dir or CACHE / "spark-submit")
+    if dry_run:
+        click.echo(render(cmd))
+        return ExitCode.OK
+    with stop_on_signals() as signals:
+        rc = run_submit(cmd, loopback=loopback_master(master), stop=signals.stop, received=signals.received)
+    if signals.interrupted and rc == ExitCode.OK:
+        return ExitCode.INTERRUPTED
+    return rc

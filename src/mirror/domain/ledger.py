@@ -70,7 +70,7 @@ class Segment:
     def add(self, offset: int, size: int, ts: int) -> None:
         """One more record of the run (`size`: key + value bytes, `ts`: its timestamp).
 
-        `FlowWorker._forward` inlines these lines: a call per record costs the native
+        `Forwarder._forward_run` (mirror.engine.forwarder) inlines these lines: a call per record costs the native
         engine measurable throughput. Keep the two in step.
         """
         if self.count and offset != self.last + 1:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from enum import Enum
 
+from mirror.domain.flow import Flow, Topology
 from mirror.domain.naming import target_topic, would_loop
-
-if TYPE_CHECKING:  # named in annotations only: the domain never loads the YAML config layer
-    from mirror.config import Config, FlowConfig
 
 
 @dataclass(frozen=True)
@@ -19,7 +17,7 @@ class TopicMapping:
     partitions: int
 
 
-def match_topics(config: Config, flow: FlowConfig, source_topics: Mapping[str, int]) -> list[TopicMapping]:
+def match_topics(config: Topology, flow: Flow, source_topics: Mapping[str, int]) -> list[TopicMapping]:
     """The flow's topics among `source_topics` (name -> partition count), sorted by name.
 
     The canary topic is always included so that every flow can be probed end to end;
@@ -32,3 +30,26 @@ def match_topics(config: Config, flow: FlowConfig, source_topics: Mapping[str, i
         if flt.matches(name) and not would_loop(name, flow.source, flow.target, clusters):
             out.append(TopicMapping(name, target_topic(name, flow.source, flow.rename), source_topics[name]))
     return out
+
+
+class TopicChange(Enum):
+    """What became of a topic since its id was last seen."""
+
+    SAME = "same"  # there with the same id, or not known well enough to say otherwise
+    GONE = "gone"  # seen before, not there now
+    RECREATED = "recreated"  # there under another id: deleted and created again
+
+
+def topic_change(seen: str | None, now: str | None, *, present: bool) -> TopicChange:
+    """Was this topic deleted (and created again) since its id `seen` was read?
+
+    `now` is its id as read now (None: not known, say while a broker cannot describe a topic
+    it just created), `present` whether the cluster has it at all. A topic never seen with
+    an id was never seen at all: one just created that the cluster does not show yet is
+    not gone. A topic is told apart from an earlier one of the same name only by its id.
+    """
+    if not present:
+        return TopicChange.GONE if seen is not None else TopicChange.SAME
+    if now is not None and seen is not None and seen != now:
+        return TopicChange.RECREATED
+    return TopicChange.SAME

@@ -9,6 +9,7 @@ None of librdkafka's texts quote a password; ours name the user, never the secre
 
 from __future__ import annotations
 
+import re
 import threading
 
 from confluent_kafka import KafkaError, KafkaException
@@ -39,6 +40,18 @@ AUTHORIZATION = {
 }
 AUTHENTICATION = {KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError.ILLEGAL_SASL_STATE}
 
+# Delivery errors that mean "this record can never be written", as opposed to the
+# retriable ones librdkafka keeps retrying on its own.
+SIZE_ERRORS = {KafkaError.MSG_SIZE_TOO_LARGE, getattr(KafkaError, "RECORD_LIST_TOO_LARGE", -1)}
+# The target topic (or partition) does not exist (any more): deleted, or not yet grown.
+GONE_ERRORS = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+# A record the client itself dropped, unsent or unanswered, when asked to purge.
+PURGED_ERRORS = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}
+# A client's error_cb saying its cluster is away (it retries on its own).
+AWAY_ERRORS = {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT}
+
+_FATAL_PARTITION = re.compile(r"for (\S+) \[(\d+)\]")
+
 _lock = threading.Lock()
 _security_errors: dict[str, KafkaError] = {}
 _principals: dict[str, str] = {}
@@ -54,6 +67,33 @@ def is_retriable(err: KafkaError) -> bool:
     if err.code() in AUTHORIZATION or err.code() in AUTHENTICATION:
         return False
     return bool(err.retriable()) or err.code() in _UNREACHABLE
+
+
+def denied_in_fatal(err: KafkaError) -> tuple[str, str, str] | None:
+    """The ACL (operation, resource kind, name) a fatal producer error says is missing.
+
+    librdkafka wraps the broker's refusal in a fatal (gapless, idempotence) error whose code
+    is not the broker's, only its text.
+    """
+    text = err.str()
+    m = _FATAL_PARTITION.search(text)
+    if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED or "Topic authorization failed" in text:
+        return ("Write", "topic", m.group(1) if m else "the target topics")
+    if err.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED or "Cluster authorization failed" in text:
+        # Since Kafka 3.0 (KIP-679) Write on any topic lets a producer be idempotent.
+        return ("Write", "topic", "the target topics")
+    return None
+
+
+def fatal_partition(err: KafkaError) -> tuple[str, int] | None:
+    """The target partition a fatal producer error names ("... for TOPIC [PARTITION] ..."), if any."""
+    m = _FATAL_PARTITION.search(err.str())
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def is_size_refusal(err: KafkaError) -> bool:
+    """Does a fatal producer error say a request was too large? (Its code is librdkafka's own.)"""
+    return "size" in err.str().lower()
 
 
 def note_principal(name: str, principal: str) -> None:

@@ -512,18 +512,18 @@ def with_task_retries(master: str, attempts: int = TASK_ATTEMPTS) -> str:
     return master
 
 
-def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, *, quiet: bool = True) -> Any:
-    """A SparkSession with the Kafka connector from the cache; executors run this Python."""
+def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, *, quiet: bool = True, submitted: bool = False) -> Any:
+    """A SparkSession with the Kafka connector from the cache; executors run this Python.
+
+    `submitted`: spark-submit started this driver and its command line already says the
+    master, the jars and the executors' Python (`mirror.spark.submit`); none is set here,
+    so the executors keep the package they were given instead of this interpreter's path.
+    """
     import pyspark
     from pyspark.sql import SparkSession
 
-    jars = connector_jars(pyspark.__version__)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
-        SparkSession.builder.master(with_task_retries(master)).appName(app)
-        .config("spark.jars", ",".join(jars))
-        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+        SparkSession.builder.appName(app)
         .config("spark.task.maxFailures", str(TASK_ATTEMPTS))
         .config("spark.redaction.regex", REDACT)  # the JAAS line and a client key never in a log or plan
         .config("spark.ui.enabled", "false")
@@ -531,12 +531,8 @@ def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, 
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
     )
-    host = urlparse(master.replace("spark://", "//").split(",")[0]).hostname if master.startswith("spark://") else "127.0.0.1"
-    if host in ("127.0.0.1", "localhost"):
-        # Local mode, or a cluster on this host: the driver listens on loopback only (the
-        # host name may resolve to an address nothing routes to).
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    if not submitted:
+        builder = _direct(builder, master, connector_jars(pyspark.__version__))
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
     # A speculative copy of a task would produce the same records alongside the original:
@@ -548,10 +544,37 @@ def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, 
     return spark
 
 
+def _direct(builder: Any, master: str, jars: list[str]) -> Any:
+    """What spark-submit would otherwise say: the master, the jars and the executors' Python."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        builder.master(with_task_retries(master))
+        .config("spark.jars", ",".join(jars))
+        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+    )
+    host = urlparse(master.replace("spark://", "//").split(",")[0]).hostname if master.startswith("spark://") else "127.0.0.1"
+    if host in ("127.0.0.1", "localhost"):
+        # Local mode, or a cluster on this host: the driver listens on loopback only (the
+        # host name may resolve to an address nothing routes to).
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    return builder
+
+
+def submitted_master() -> str:
+    """The master spark-submit was given, read from its JVM before any SparkContext connects."""
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # joins spark-submit's gateway (PYSPARK_GATEWAY_PORT)
+    return str(SparkConf().get("spark.master", "local[*]"))
+
+
 def run_flow(config: Config, flow: FlowConfig, *, master: str | None = None, checkpoint: Path | None = None,
              until_caught_up: bool = False, max_records_per_batch: int | None = None, metrics_port: int | None = None,
-             stop: threading.Event | None = None, spark: Any = None, quiet: bool = True) -> SparkFlow:
-    """`mirror spark run`'s core: checks, a session (unless given), the query; returns the finished run."""
+             stop: threading.Event | None = None, spark: Any = None, quiet: bool = True, submitted: bool = False) -> SparkFlow:
+    """`mirror spark run`'s core: checks, a session (unless given), the query; returns the finished run.
+    `submitted`: under spark-submit (`mirror.cli.spark_app`), which set the master and the package."""
     location = claim_checkpoint(checkpoint, flow) if checkpoint is not None else None
     with ExitStack() as stack:
         metrics = None
@@ -566,7 +589,7 @@ def run_flow(config: Config, flow: FlowConfig, *, master: str | None = None, che
                         max_records_per_batch=max_records_per_batch, metrics=metrics, stop=stop)
         job.preflight()
         if spark is None:
-            spark = spark_session(job.master, f"mirror-{flow.name}", quiet=quiet)
+            spark = spark_session(job.master, f"mirror-{flow.name}", quiet=quiet, submitted=submitted)
             stack.callback(spark.stop)
         job.run(spark)
         return job

@@ -1,0 +1,77 @@
+"""`mirror canary run` and `mirror canary once`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from prometheus_client import CollectorRegistry
+
+from canary.prober import FlowProber, Prober
+from mirror.cli import AppContext, config_option, json_option, pass_app
+from mirror.cli.signals import stop_on_signals
+from mirror.errors import MirrorError
+from mirror.metrics import CanaryMetrics, serve
+
+
+class CanaryFailed(MirrorError):
+    """A canary round lost probes or saw duplicates (exit 1, for scripts and runbooks)."""
+
+
+@click.group()
+def canary() -> None:
+    """End-to-end probes through each flow: latency, loss, duplicates."""
+
+
+@canary.command()
+@config_option
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, help="Serve /metrics on this port (default: metrics.port in the config).")
+@click.option("--host", default=None, help="Address to bind (default: metrics.host in the config).")
+@click.option("--flow", "flows", multiple=True, help="Only this flow (repeatable); default all.")
+@pass_app
+def run(app: AppContext, config_path: Path, metrics_port: int | None, host: str | None, flows: tuple[str, ...]) -> None:
+    """Probe every flow every canary.interval until stopped; serve the results on /metrics."""
+    config = app.config(config_path)
+    with stop_on_signals() as signals:
+        registry = CollectorRegistry()
+        prober = Prober(config, config.select_flows(flows), metrics=CanaryMetrics(registry))
+        server = serve(config.metrics.port if metrics_port is None else metrics_port, config.metrics.host if host is None else host, registry)
+        try:
+            prober.run(signals.stop)
+        finally:
+            server.shutdown()
+
+
+@canary.command()
+@config_option
+@click.option("--flow", "flows", multiple=True, help="Only this flow (repeatable); default all.")
+@json_option
+@pass_app
+def once(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: bool) -> None:
+    """Send one probe per partition through each flow and wait up to canary.max_latency for them.
+
+    Exits 1 when a probe was lost, late or duplicated.
+    """
+    config = app.config(config_path)
+    results = []
+    for flow in config.select_flows(flows):
+        prober = FlowProber(config, flow)
+        try:
+            results.append(prober.once())
+        finally:
+            prober.close()
+    if as_json:
+        click.echo(json.dumps({"flows": [r.to_json() for r in results]}, indent=2))
+    else:
+        for r in results:
+            d = r.to_json()
+            lat = d["latency_seconds"]
+            p99 = "-" if lat["p99"] is None else f"{lat['p99'] * 1000:.0f}ms"
+            click.echo(
+                f"flow {r.flow}: {'OK' if r.ok else 'FAILED'}  {r.source_topic} -> {r.target_topic}  "
+                f"sent {d['sent']} received {d['received']} lost {d['lost']} late {d['late']} duplicated {d['duplicated']}  p99 {p99}"
+            )
+    bad = [r.flow for r in results if not r.ok]
+    if bad:
+        raise CanaryFailed(f"canary probes lost, late or duplicated on flow(s) {', '.join(bad)}", hint="see runbooks/canary-alert.md")

@@ -1,0 +1,1 @@
+"""Taking over from other mirroring tools (`mirror import-mm2`)."""

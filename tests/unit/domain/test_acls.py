@@ -1,0 +1,122 @@
+"""The least-privilege table of `mirror acls`: regex -> ACL resource, grants per command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from mirror import config
+from mirror.cli import cli
+from mirror.domain.acls import Resource, cluster_bindings, minimal_operations, principal_for, required_grants, resource_for, visibility_probes
+
+BODY = """\
+clusters:
+  nyc: {bootstrap: "127.0.0.1:19092", client: {sasl.username: mirror-nyc, sasl.password: "${PW}"}}
+  sf: {bootstrap: "127.0.0.1:19192"}
+flows:
+  - name: f
+    source: nyc
+    target: sf
+    topics: {include: ["orders\\\\..*", "users", "pay(ments)?"]}
+    groups: ["billing.*"]
+    sync_topic_configs: %s
+canary: {topic: canary-t}
+"""
+
+
+@pytest.mark.parametrize(("regex", "resource", "exact"), [
+    ("users", Resource("topic", "users"), True),
+    ("orders\\..*", Resource("topic", "orders.", "prefixed"), True),
+    ("orders.*", Resource("topic", "orders", "prefixed"), True),
+    (".*", Resource("topic", "*"), True),
+    ("pay(ments)?", Resource("topic", "pay", "prefixed"), False),
+    ("paym?", Resource("topic", "pay", "prefixed"), False),
+    ("a|b", Resource("topic", "*"), False),
+])
+def test_regex_to_resource(regex, resource, exact):
+    assert resource_for("topic", regex) == (resource, exact)
+
+
+def _grants(sync: bool = True):
+    return required_grants(config.parse(BODY % str(sync).lower(), env={"PW": "pw"}))
+
+
+def test_run_needs_write_and_idempotence_on_the_target_read_on_the_source():
+    target = cluster_bindings([g for g in _grants() if g.command == "run"], "sf")
+    # Kafka >= 3.0 (KIP-679): Write on the topic is enough for an idempotent producer.
+    assert not any(r.kind == "cluster" for r in target)
+    # Prefix renaming: the target resources carry the source cluster's prefix.
+    ops = target[Resource("topic", "nyc.orders.", "prefixed")]
+    assert {"Create", "Write", "AlterConfigs", "Alter"} <= set(ops)
+    # Implied by Kafka (Write/Alter/Delete imply Describe, AlterConfigs DescribeConfigs): not listed.
+    assert "Describe" not in ops and "DescribeConfigs" not in ops
+    assert "Read" not in ops  # sync_group_offsets is off: nothing is committed on the target
+    assert Resource("topic", "nyc.canary-t") in target
+    source = cluster_bindings([g for g in _grants() if g.command == "run"], "nyc")
+    assert set(source[Resource("topic", "orders.", "prefixed")]) == {"Read", "DescribeConfigs"}
+    assert source[Resource("topic", "canary-t")] == ("Read", "DescribeConfigs")  # `mirror canary` creates it
+    assert source[Resource("group", "mirror.f")] == ("Read",)
+    assert "Write" not in {op for ops in source.values() for op in ops}
+
+
+def test_implied_operations_are_left_out():
+    assert minimal_operations(["Describe", "Read", "DescribeConfigs", "Read"]) == ("Read", "DescribeConfigs")
+    assert minimal_operations(["Create", "Describe", "Write", "DescribeConfigs", "AlterConfigs"]) == ("Create", "Write", "AlterConfigs")
+    assert minimal_operations(["Describe"]) == ("Describe",)
+    # Merged over commands: lag's Describe on a topic run also Reads is implied there too.
+    source = cluster_bindings(_grants(), "nyc")
+    assert "Describe" not in source[Resource("topic", "orders.", "prefixed")]
+
+
+def test_topic_config_sync_off_drops_alter_configs():
+    target = cluster_bindings([g for g in _grants(sync=False) if g.command == "run"], "sf")
+    assert "AlterConfigs" not in target[Resource("topic", "nyc.users")]
+
+
+def test_read_only_commands_never_write():
+    for g in _grants():
+        if g.command in ("validate", "topics", "lag", "failover plan", "failover export"):
+            assert set(g.operations) <= {"Describe", "Read", "DescribeConfigs"}, g
+
+
+def test_principal_and_cli_output():
+    assert principal_for({"sasl.username": "bob"}) == "User:bob"
+    assert principal_for({}, "User:CN=x") == "User:CN=x"
+
+
+def test_acls_command_prints_kafka_acls_arguments(tmp_path, monkeypatch):
+    monkeypatch.setenv("PW", "hunter2-secret")
+    path = tmp_path / "c.yaml"
+    path.write_text(BODY % "true")
+    res = CliRunner().invoke(cli, ["acls", "-c", str(path), "--json", "--command", "canary"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)
+    assert {r["cluster"] for r in rows} == {"nyc", "sf"}
+    nyc = [r for r in rows if r["cluster"] == "nyc" and r["resource_type"] == "topic"]
+    assert nyc[0]["kafka_acls_args"] == [
+        "--bootstrap-server", "127.0.0.1:19092", "--add", "--allow-principal", "User:mirror-nyc",
+        "--operation", "Create", "--operation", "Write", "--topic", "canary-t",
+    ]
+    text = CliRunner().invoke(cli, ["acls", "-c", str(path)]).output
+    assert "# mirror run on sf" in text and "--operation Create --operation Write --operation AlterConfigs" in text
+    assert "hunter2-secret" not in text + res.output
+
+
+def test_security_guide_table_covers_every_command():
+    from pathlib import Path
+
+    from mirror.domain.acls import COMMANDS
+
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "security.md").read_text()
+    table = guide.split("## Least privilege", 1)[1].split("\n\n", 3)[2]
+    rows = {cell.strip("` ") for line in table.splitlines() if line.startswith("| `") for cell in line.split("|")[1].split(",")}
+    assert set(COMMANDS) <= rows, set(COMMANDS) - rows
+
+
+def test_visibility_probes_ask_for_what_no_listed_topic_matches():
+    listed = ["orders.eu", "users"]
+    probes = visibility_probes(["orders\\..*", "users", "payments", "pay\\..*", "audit-[0-9]+", ".*"], listed)
+    # Matched by a listed topic: nothing to ask; a literal name: itself; a regex: its prefix.
+    assert probes == {"payments": "payments", "pay\\..*": "pay.", "audit-[0-9]+": "audit-"}
