@@ -21,6 +21,7 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
+    ByteSize,
     ConfigDict,
     Field,
     ValidationError,
@@ -103,6 +104,18 @@ class TopicsConfig(_Model):
     exclude: list[Regex] = []
 
 
+class SparkFlowSettings(_Model):
+    """How `mirror spark run` sizes its batches (the native engine ignores these)."""
+
+    # A micro-batch's records (Spark's maxOffsetsPerTrigger), over all partitions: a backlog
+    # is mirrored and committed a batch at a time, not as one batch of a day's records. Also
+    # bounds what a retried task holds to compare with the target (its partition's slice).
+    max_records_per_batch: Annotated[int, Field(ge=1)] = 500_000
+    # The bytes of source records a task's Python worker takes in at once (one Arrow batch,
+    # also at most 10,000 records): with the producer's queue, what a worker holds.
+    max_bytes_per_chunk: Annotated[ByteSize, Field(ge=64 * 1024, lt=2**31)] = ByteSize(8 * 1024 * 1024)
+
+
 class FlowConfig(_Model):
     name: Name
     source: str
@@ -129,6 +142,7 @@ class FlowConfig(_Model):
     sync_topic_configs_interval: Duration = 60.0
     consumer: ClientSettings = {}  # extra librdkafka settings for the source consumer
     producer: ClientSettings = {}  # extra librdkafka settings for the target producer
+    spark: SparkFlowSettings = SparkFlowSettings()
 
     @property
     def group_id(self) -> str:

@@ -43,8 +43,9 @@ from mirror.kafka import OFFSET_END, Admin
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.run.supervisor import restart_delay
 from mirror.spark.checkpoint import default_checkpoint, resume_problem
+from mirror.spark.arrow import COLUMNS, RESULT_SCHEMA, mirror_arrow, results_of
 from mirror.spark.clients import REDACT, java_kafka_options
-from mirror.spark.task import TaskPlan, TaskResult, mirror_partition
+from mirror.spark.task import CHUNK, TaskPlan, TaskResult
 from mirror.store import open_store
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,6 @@ CACHE = Path(os.environ.get("MIRROR_CACHE", Path.home() / ".cache" / "mirror"))
 MARKER = "mirror-flow.json"  # in a --checkpoint directory: which flow it belongs to
 TARGET_TOPIC_ID = "target-topic-id="  # group commit metadata, the same tag `mirror run` writes (engine.assignment.TID)
 STORE_BACKOFF, STORE_BACKOFF_MAX = 1.0, 30.0  # offset-store retries: doubling waits, at most this long
-_SELECT = ["topic", "partition", "offset", "unix_millis(timestamp) AS ts", "key", "value", "headers"]
 
 
 def connector_jars(version: str) -> list[str]:
@@ -128,6 +128,7 @@ class SparkFlow:
         self._source_ids: dict[str, str] = {}  # source topic -> id, as the last query started
         self._limits: dict[str, int] = {}  # target topic -> max.message.bytes
         self._restarted = False  # partitions with a commit start again from the beginning
+        self._settled: set[tuple[str, int]] = set()  # partitions with a batch completed in this query (`TaskPlan.settled`)
         self.store_backoff = STORE_BACKOFF  # first wait after an offset-store failure
         self.records = 0
         self.skipped = 0
@@ -268,6 +269,7 @@ class SparkFlow:
     def _run_query(self, spark: Any, mappings: list[TopicMapping]) -> bool:
         """Run one query over `mappings`; True when it stopped because the matched topics changed."""
         self._mappings = mappings
+        self._settled = set()  # a new query starts at the group's offsets: the target may be ahead
         source = self.config.clusters[self.flow.source]
         starting = self._starting_offsets(mappings)
         reader = (
@@ -287,8 +289,11 @@ class SparkFlow:
         )
         for k, v in java_kafka_options(self.flow.source, source.client).items():
             reader = reader.option(f"kafka.{k}", v)
-        if self.max_records_per_batch:
-            reader = reader.option("maxOffsetsPerTrigger", str(self.max_records_per_batch))
+        reader = reader.option("maxOffsetsPerTrigger", str(self.max_records_per_batch or self.flow.spark.max_records_per_batch))
+        # What a task's Python worker takes in at once (`mirror.spark.arrow`); the query's
+        # session copies these when it starts.
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(CHUNK))
+        spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch", str(int(self.flow.spark.max_bytes_per_chunk)))
         with ExitStack() as stack:
             if self.checkpoint is not None:
                 location = str(self.checkpoint)
@@ -377,10 +382,18 @@ class SparkFlow:
         """Mirror one micro-batch: tasks produce, then rows are stored, then the group commits."""
         # The source ends now (after the batch was planned): a target copy naming an offset at
         # or past them is not of this topic's records (a recreated topic); see `replay_check`.
+        t0 = time.monotonic()
         ends = self._source.end_offsets([(m.source, p) for m in self._mappings for p in range(m.partitions)])
-        plan = replace(self._plan, source_ends=ends, limits=self._limits)
-        results: list[TaskResult] = df.selectExpr(*_SELECT).rdd.map(tuple).mapPartitions(partial(mirror_partition, plan)).collect()
+        plan = replace(self._plan, source_ends=ends, limits=self._limits, settled=frozenset(self._settled))
+        t1 = time.monotonic()
+        results = results_of(df.selectExpr(*COLUMNS).mapInArrow(partial(mirror_arrow, plan), RESULT_SCHEMA).collect())
+        t2 = time.monotonic()
         self._finish_batch(batch_id, results)
+        # Their next batch starts where this one ended, and the target holds nothing past it.
+        self._settled.update((r.topic, r.partition) for r in results)
+        log.debug("flow %s: batch %d: %d tasks, %d records; tasks %.0f ms, driver %.0f ms (source ends %.0f ms, rows stored and committed %.0f ms)",
+                  self.flow.name, batch_id, len(results), sum(r.produced for r in results), (t2 - t1) * 1000,
+                  (time.monotonic() - t2 + t1 - t0) * 1000, (t1 - t0) * 1000, (time.monotonic() - t2) * 1000)
 
     def _finish_batch(self, batch_id: int, results: list[TaskResult]) -> None:
         """The driver's part of a batch once the tasks produced it: rows stored, then the commit."""
