@@ -42,8 +42,8 @@ from mirror.errors import MirrorError, OffsetStoreError, UnsafeOperation, UsageE
 from mirror.kafka import OFFSET_END, Admin
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.run.supervisor import restart_delay
-from mirror.spark.checkpoint import default_checkpoint, resume_problem
 from mirror.spark.arrow import COLUMNS, RESULT_SCHEMA, mirror_arrow, results_of
+from mirror.spark.checkpoint import default_checkpoint, resume_problem
 from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.task import CHUNK, TaskPlan, TaskResult
 from mirror.store import open_store
