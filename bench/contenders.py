@@ -99,6 +99,9 @@ class Spec:
                 argv += ["--workers", str(self.workers)]
             argv += self.options.get("extra_args", [])
             return Contender(argv, log, cwd=ROOT).start()
+        if self.kind == "spark" and self.options.get("plain"):
+            argv = [sys.executable, "-m", "bench.plain_spark", "--src", env.src, "--dst", env.dst, "--topic", topic, "--target-topic", target]
+            return Contender(argv, log, cwd=ROOT).start()
         if self.kind == "spark":
             # `mirror spark run` on the same one-flow config: local mode, or the standalone
             # cluster the harness started (whose master and worker trees, executors included,
@@ -112,7 +115,8 @@ class Spec:
             if self.options.get("standalone"):
                 if not env.spark_master:
                     raise RuntimeError(f"contender {self.key}: no standalone Spark cluster was started")
-                argv += ["--master", env.spark_master]
+                # One executor core per worker: the cluster may have more workers than this row uses.
+                argv += ["--master", env.spark_master, "--conf", f"spark.cores.max={self.options.get('cores', 1)}"]
                 roots = list(env.spark_pids)
             return Contender(argv, log, cwd=ROOT, extra_roots=roots).start()
         if self.kind == "mm2":
@@ -144,6 +148,10 @@ def mirror_config(env: Env, alias: str, topic: str, run_dir: Path, options: Mapp
             "name": alias, "source": alias, "target": f"{alias}t",
             "topics": {"include": [topic]}, "rename": "prefix",
             "groups": ["bench-app"],  # checkpoints for the group the harness commits on the source
+            # The harness made the target topic LogAppendTime (the span's clock); a run longer
+            # than sync_topic_configs_interval (a loaded machine) would copy the source's
+            # CreateTime onto it. MirrorMaker 2 is configured not to sync configs either.
+            "sync_topic_configs": False,
             **options.get("flow", {}),
         }],
         "offset_store": store,
@@ -183,8 +191,11 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
     specs.append(Spec("ceiling-rdk", "raw ceiling, librdkafka's default fetch.queue.backoff.ms (1 s)", "ceiling", opt_in=True))
     specs.append(Spec("ceiling-idem", "raw ceiling with acks=all + idempotence", "ceiling", opt_in=True,
                       options={"producer": {"acks": "all", "enable.idempotence": "true"}, "consumer": {"fetch.queue.backoff.ms": 20}}))
-    # Opt-in (`--only ...,spark,spark-standalone`): JVM and session start-up (~15 s a run) would
-    # double the quick bench's time; not in the latency phase (micro-batches, not a stream).
-    specs.append(Spec("spark", "mirror spark run (local mode)", "spark", opt_in=True))
+    # Spark rows run by default (the JVM start-up is part of what they are measured on), but
+    # not in the latency phase (micro-batches, not a stream). `plain-spark` is the anchor: the
+    # job a PySpark user writes instead, which keeps neither timestamps nor the offset map.
+    specs.append(Spec("plain-spark", "plain PySpark Kafka->Kafka job (local mode; no timestamps, no offset map)", "spark", options={"plain": True}))
+    specs.append(Spec("spark", "mirror spark run (local mode)", "spark"))
     specs.append(Spec("spark-standalone", "mirror spark run (standalone, 1 worker core)", "spark", opt_in=True, options={"standalone": True}))
+    specs.append(Spec("spark-standalone-w2", "mirror spark run (standalone, 2 workers x 1 core)", "spark", opt_in=True, options={"standalone": True, "cores": 2}))
     return specs

@@ -58,9 +58,10 @@ class Params:
 
     @classmethod
     def quick_mode(cls) -> Params:
-        # mm2-t2 is left out: the same code path as mm2, and 30 s of JVM start-up and shutdown.
+        # mm2-t2 is left out: the same code path as mm2, and 30 s of JVM start-up and shutdown;
+        # so are the Spark rows (15-20 s of JVM and session start-up each on 20,000 records).
         return cls(records=20_000, record_size=512, partitions=4, reps=1, latency_reps=1, latency_duration=4.0, latency_warmup=1.0,
-                   run_timeout=180.0, skip=("mm2-t2",), quick=True)
+                   run_timeout=180.0, skip=("mm2-t2", "plain-spark", "spark"), quick=True)
 
 
 def _log(msg: str) -> None:
@@ -108,7 +109,7 @@ def preloaded_env(dev: Any, workdir: Path, records: int, partitions: int, record
 def _alias(spec: Spec, phase: str, rep: int) -> str:
     short = {"mirror": "m1", "mirror-w2": "m2", "mm2": "k1", "mm2-t2": "k2", "ceiling": "c", "mirror-nostore": "m0", "mirror-noprov": "mh", "mirror-gc": "mg", "mirror-nogc": "mn",
              "ceiling-idem": "ci", "mirror-lowmem": "mb", "ceiling-rdk": "cr",
-             "spark": "s1", "spark-standalone": "s2"}
+             "spark": "s1", "spark-standalone": "s2", "spark-standalone-w2": "s3", "plain-spark": "s0"}
     return f"{phase}{short.get(spec.key, spec.key)}r{rep}x{uuid.uuid4().hex[:4]}"
 
 
@@ -148,6 +149,7 @@ def throughput_run(env: Env, spec: Spec, p: Params, rep: int) -> dict[str, Any]:
         usage = cont.finish()
         result.update(wall_s=round(cont.wall_seconds, 3), peak_rss_mb=round(usage.peak_rss_mb, 1),
                       peak_rss_per_process_mb=round(usage.peak_rss_per_process_bytes / 1e6, 1),
+                      peak_rss_pyspark_worker_mb=round(usage.peak_rss_pyspark_worker_bytes / 1e6, 1),
                       processes=usage.max_processes, cpu_s=round(usage.cpu_seconds, 2))
         if err:
             result["error"] = err
@@ -324,7 +326,8 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
     try:
         t = time.monotonic()
         standalone = any(s.kind == "spark" and s.options.get("standalone") for s in runnable)
-        status = dev.up(["src", "dst"], base, spark=standalone).status
+        workers = max((s.options.get("cores", 1) for s in runnable if s.kind == "spark" and s.options.get("standalone")), default=1)
+        status = dev.up(["src", "dst"], base, spark=standalone, spark_workers=workers).status
         phases["clusters_up_s"] = round(time.monotonic() - t, 1)
         env = Env(src=status["clusters"]["src"]["bootstrap"], dst=status["clusters"]["dst"]["bootstrap"],
                   workdir=workdir / "runs", partitions=p.partitions, producer=producer, consumer=consumer,
@@ -332,9 +335,9 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
         if standalone:
             from mirror.devenv.spark import SparkDev
 
-            spark_dev = SparkDev(workdir / "clusters", base)  # where dev.up started it
+            spark_dev = SparkDev(workdir / "clusters", base, workers)  # where dev.up started it
             env.spark_master = status["spark"]["master"]
-            env.spark_pids = [pid for pid in (spark_dev.pid("master"), spark_dev.pid("worker")) if pid is not None]
+            env.spark_pids = spark_dev.pids()
             _log(f"spark standalone master {env.spark_master} (pids {env.spark_pids})")
         _log(f"preloading {p.records:,} x {p.record_size} B over {p.partitions} partitions")
         phases["preload_s"] = round(load.preload(env.src, SOURCE_TOPIC, p.records, p.partitions, p.record_size), 1)
@@ -439,7 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--latency-warmup", type=float, help="seconds of steady load before the measured window (default 5)")
     ap.add_argument("--latency-rate", type=float, help="records/s of the steady load (default: a third of the slower capacity)")
     ap.add_argument("--only", default="", help="comma-separated contender keys to run (opt-in diagnostics: mirror-noprov)")
-    ap.add_argument("--skip", default="", help="comma-separated contender keys to leave out (e.g. mm2,mm2-t2); --quick skips mm2-t2 unless this is given")
+    ap.add_argument("--skip", default="", help="comma-separated contender keys to leave out (e.g. mm2,mm2-t2); --quick skips mm2-t2 and the Spark rows unless this is given")
     ap.add_argument("--out", type=Path, help="JSON result path (default bench/results/bench-<time>.json)")
     ap.add_argument("--workdir", type=Path, help="keep clusters' data and contender logs here")
     ap.add_argument("--keep", action="store_true", help="keep the temporary workdir (logs) after the run")

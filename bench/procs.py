@@ -60,6 +60,7 @@ def process_tree(root: int) -> list[int]:
 class Usage:
     peak_rss_bytes: int = 0  # of the whole tree at one instant
     peak_rss_per_process_bytes: int = 0  # of its largest single process (a worker)
+    peak_rss_pyspark_worker_bytes: int = 0  # of its largest PySpark Python worker (Spark rows only)
     max_processes: int = 0
     cpu_seconds: float = 0.0
     samples: int = 0
@@ -78,6 +79,7 @@ class Sampler:
         self.interval = interval
         self.usage = Usage()
         self._cpu: dict[int, float] = {}  # last CPU time seen per pid (processes may exit between samples)
+        self._pyspark: dict[int, bool] = {}  # pid -> a PySpark daemon or worker (its command line, read once)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"rss-{root}", daemon=True)
 
@@ -100,11 +102,24 @@ class Sampler:
             rss = _rss_bytes(pid)
             total += rss
             self.usage.peak_rss_per_process_bytes = max(self.usage.peak_rss_per_process_bytes, rss)
+            if self._is_pyspark(pid):
+                self.usage.peak_rss_pyspark_worker_bytes = max(self.usage.peak_rss_pyspark_worker_bytes, rss)
         u = self.usage
         u.samples += 1
         u.peak_rss_bytes = max(u.peak_rss_bytes, total)
         u.max_processes = max(u.max_processes, alive)
         u.cpu_seconds = sum(self._cpu.values())
+
+    def _is_pyspark(self, pid: int) -> bool:
+        """Spark's Python workers: forked from `python -m pyspark.daemon`, whose command line they keep."""
+        known = self._pyspark.get(pid)
+        if known is None:
+            try:
+                known = b"pyspark.daemon" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                known = False
+            self._pyspark[pid] = known
+        return known
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -45,6 +45,8 @@ def summarise(*, params: dict[str, Any], machine: dict[str, Any], specs: Sequenc
         row["ok_runs"] = len(ok)
         for f in THROUGHPUT_FIELDS:
             row[f] = _stats([r.get(f) for r in ok])
+        if spec.kind == "spark":
+            row["peak_rss_pyspark_worker_mb"] = _stats([r.get("peak_rss_pyspark_worker_mb") for r in ok])
         errors = [r["error"] for r in rs if r.get("error")]
         if errors:
             row["errors"] = errors
@@ -73,6 +75,11 @@ def summarise(*, params: dict[str, Any], machine: dict[str, Any], specs: Sequenc
         "mirror/mm2 peak RSS": _ratio(_median(by_key.get("mirror"), "peak_rss_mb"), _median(by_key.get("mm2"), "peak_rss_mb")),
         "mirror/mm2 p99 latency": _ratio(_median(lat_by_key.get("mirror"), "p99_ms"), _median(lat_by_key.get("mm2"), "p99_ms")),
         "mirror/mm2 p50 latency": _ratio(_median(lat_by_key.get("mirror"), "p50_ms"), _median(lat_by_key.get("mm2"), "p50_ms")),
+        # The Spark engine against the job a PySpark user would write, and against `mirror run`.
+        "spark/plain-spark": _ratio(tput("spark"), tput("plain-spark")),
+        "spark/plain-spark wall": _ratio(_median(by_key.get("spark"), "wall_s"), _median(by_key.get("plain-spark"), "wall_s")),
+        "spark/plain-spark first record": _ratio(_median(by_key.get("spark"), "first_record_s"), _median(by_key.get("plain-spark"), "first_record_s")),
+        "spark/mirror records per CPU second": _ratio(_median(by_key.get("spark"), "records_per_cpu_s"), _median(by_key.get("mirror"), "records_per_cpu_s")),
     }
 
     nostore = by_key.get("mirror-nostore")
@@ -90,6 +97,11 @@ def summarise(*, params: dict[str, Any], machine: dict[str, Any], specs: Sequenc
         _target("p99 latency no worse than MirrorMaker 2 (ratio <= 1)", ratios["mirror/mm2 p99 latency"], lambda v: v <= 1.0),
         _target("offset map costs <= 5% of throughput (overhead %)", overhead.get("overhead_pct"), lambda v: v <= 5.0),
         _target("peak RSS <= 200 MB per worker process (MB)", max((v for v in per_worker_rss if v is not None), default=None), lambda v: v <= 200.0),
+        _target("mirror spark run >= 1.2x the plain PySpark job's records/s", ratios["spark/plain-spark"], lambda v: v >= 1.2),
+        _target("mirror spark run's wall time no longer than the plain job's (ratio <= 1)", ratios["spark/plain-spark wall"], lambda v: v <= 1.0),
+        _target("mirror spark run's first record no later than the plain job's (ratio <= 1)", ratios["spark/plain-spark first record"], lambda v: v <= 1.0),
+        _target("Spark engine >= 0.5x mirror run's records per CPU second", ratios["spark/mirror records per CPU second"], lambda v: v >= 0.5),
+        _target("mirror spark run's Python workers <= 200 MB RSS each (MB)", _median(by_key.get("spark"), "peak_rss_pyspark_worker_mb"), lambda v: v <= 200.0),
     ]
 
     complete = all(

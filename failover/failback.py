@@ -67,11 +67,15 @@ class FailbackReport:
 def report(ctx: FlowContext) -> FailbackReport:
     flow = ctx.flow
     old, new = ctx.source, ctx.target
-    mappings = match_topics(ctx.config, flow, old.topics())
+    listed = old.topics()
+    # Topics we may not Describe are not listed: that must not pass for nothing to report or scrape.
+    old.require_visible(flow.topics.include, listed, "Describe")
+    mappings = match_topics(ctx.config, flow, listed)
     parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
     names = {m.source: m.target for m in mappings}
     old_marks = old.watermarks(parts)
     new_topics = new.topics()
+    new.require_visible([], new_topics, "Describe", literal=sorted(set(names.values())))  # hidden is not "never mirrored"
     tparts = [(names[t], p) for t, p in parts if names[t] in new_topics]
     new_marks = new.watermarks(tparts)
     committed = old.group_offsets(flow.group_id)

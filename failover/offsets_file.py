@@ -52,25 +52,36 @@ class GroupOffsets:
 
 
 def write(path: Path, doc: GroupOffsets) -> None:
-    """Write atomically and fsync: a backup that may be half-written is no backup."""
+    write_json(path, doc.to_json())
+
+
+def write_json(path: Path, body: Any, *, indent: int | None = 2) -> None:
+    """Write atomically and fsync: a backup that may be half-written is no backup.
+
+    `indent=None` for large documents: one line, by json's C encoder (with an indent the
+    pure-Python one runs, about 1 s per 10,000 offsets)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc.to_json(), f, indent=2)
+        json.dump(body, f, indent=indent)
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
-def read(path: Path) -> GroupOffsets:
+def read_json(path: Path, flag: str = "FILE") -> Any:
+    """A JSON file's document; a usage error naming `flag` when it cannot be read or parsed."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise UsageError(f"FILE: cannot read {str(path)!r}: {exc.strerror}") from None
+        raise UsageError(f"{flag}: cannot read {str(path)!r}: {exc.strerror}") from None
     except ValueError as exc:
-        raise UsageError(f"FILE: {str(path)!r} is not JSON: {exc}") from None
-    return GroupOffsets.from_json(doc, str(path))
+        raise UsageError(f"{flag}: {str(path)!r} is not JSON: {exc}") from None
+
+
+def read(path: Path) -> GroupOffsets:
+    return GroupOffsets.from_json(read_json(path), str(path))
 
 
 T = TypeVar("T")

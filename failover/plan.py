@@ -11,7 +11,7 @@ boundary millisecond (they may be processed twice).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -66,6 +66,8 @@ class PartitionPlan:
     unmirrored: int
     boundary_records: int | None = None
     exact: bool = True
+    # Records past the start the group may have read already (see `make_plan`).
+    may_reread: int = 0
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -75,6 +77,7 @@ class PartitionPlan:
             "source_offset": self.source_offset,
             "target_offset": self.target_offset,
             "unmirrored": self.unmirrored,
+            "may_reread": self.may_reread,
         }
         if self.boundary_records is not None:
             out["boundary_records"] = self.boundary_records
@@ -102,6 +105,10 @@ class Plan:
     def boundary_records(self) -> int:
         return sum(p.boundary_records or 0 for p in self.partitions)
 
+    @property
+    def may_reread(self) -> int:
+        return sum(p.may_reread for p in self.partitions)
+
     def offsets(self) -> dict[tuple[str, int], int]:
         """What `apply` commits on the target: (target topic, partition) -> offset."""
         return {(p.target_topic, p.partition): p.target_offset for p in self.partitions}
@@ -114,6 +121,7 @@ class Plan:
             "source_of_truth": self.truth.value,
             "partitions": [p.to_json() for p in self.partitions],
             "unmirrored": self.unmirrored,
+            "may_reread": self.may_reread,
         }
         if self.at_ms is not None:
             out["at_ms"] = self.at_ms
@@ -169,7 +177,15 @@ def make_plan(
     at_ms: int | None = None,
     checkpoint_time_ms: int | None = None,
 ) -> Plan:
-    parts = [plan_partition(method, f) for f in sorted(facts, key=lambda f: (f.source_topic, f.partition))]
+    parts = []
+    for f in sorted(facts, key=lambda f: (f.source_topic, f.partition)):
+        p = plan_partition(method, f)
+        if not (method is Method.TRANSLATE and truth is Truth.SOURCE and p.exact):
+            # Not an exact translation of where the group stands now: everything on the
+            # target past the start may have been read already. From checkpoints that is,
+            # at most, what the group consumed after its newest checkpoint.
+            p = replace(p, may_reread=max(0, f.target_high - p.target_offset))
+        parts.append(p)
     notes = []
     if truth is Truth.CHECKPOINTS:
         notes.append("the source did not answer: positions are the group's newest checkpoints; it may re-read what it consumed after them")

@@ -21,6 +21,7 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
+    ByteSize,
     ConfigDict,
     Field,
     ValidationError,
@@ -93,11 +94,26 @@ class ClusterConfig(_Model):
     client: ClientSettings = {}
     # How long one request may go unanswered before the cluster counts as unreachable.
     timeout: Duration = 30.0
+    # The site the cluster runs in: `mirror failover plan --from DC` moves every group of
+    # every flow from its clusters at once. A cluster without one is a site of its own.
+    datacenter: Name | None = None
 
 
 class TopicsConfig(_Model):
     include: Annotated[list[Regex], Field(min_length=1)]
     exclude: list[Regex] = []
+
+
+class SparkFlowSettings(_Model):
+    """How `mirror spark run` sizes its batches (the native engine ignores these)."""
+
+    # A micro-batch's records (Spark's maxOffsetsPerTrigger), over all partitions: a backlog
+    # is mirrored and committed a batch at a time, not as one batch of a day's records. Also
+    # bounds what a retried task holds to compare with the target (its partition's slice).
+    max_records_per_batch: Annotated[int, Field(ge=1)] = 500_000
+    # The bytes of source records a task's Python worker takes in at once (one Arrow batch,
+    # also at most 10,000 records): with the producer's queue, what a worker holds.
+    max_bytes_per_chunk: Annotated[ByteSize, Field(ge=64 * 1024, lt=2**31)] = ByteSize(8 * 1024 * 1024)
 
 
 class FlowConfig(_Model):
@@ -126,6 +142,7 @@ class FlowConfig(_Model):
     sync_topic_configs_interval: Duration = 60.0
     consumer: ClientSettings = {}  # extra librdkafka settings for the source consumer
     producer: ClientSettings = {}  # extra librdkafka settings for the target producer
+    spark: SparkFlowSettings = SparkFlowSettings()
 
     @property
     def group_id(self) -> str:
@@ -168,12 +185,22 @@ class MetricsConfig(_Model):
     host: str = "0.0.0.0"
 
 
+class SparkConfig(_Model):
+    # Each flow's Structured Streaming checkpoint goes in <checkpoint_dir>/<flow name>, kept
+    # across restarts (`mirror spark run --checkpoint` overrides it). A relative path is taken
+    # from the config file's directory, like the SQLite offset store's, so a driver started
+    # from elsewhere finds the same checkpoint. In cluster deploy mode it must be a path the
+    # driver's host can reach.
+    checkpoint_dir: str = ".mirror/spark"
+
+
 class Config(_Model):
     clusters: Annotated[dict[Name, ClusterConfig], Field(min_length=1)]
     flows: Annotated[list[FlowConfig], Field(min_length=1)]
     offset_store: OffsetStoreConfig = SqliteStoreConfig()
     canary: CanaryConfig = CanaryConfig()
     metrics: MetricsConfig = MetricsConfig()
+    spark: SparkConfig = SparkConfig()
 
     def flow(self, name: str) -> FlowConfig:
         for f in self.flows:
@@ -184,6 +211,16 @@ class Config(_Model):
 
     def select_flows(self, names: Sequence[str] = ()) -> list[FlowConfig]:
         return [self.flow(n) for n in names] if names else list(self.flows)
+
+    def site(self, name: str, flag: str = "--from") -> list[str]:
+        """The clusters NAME stands for: the cluster of that name and every cluster labelled
+        with that datacenter (a cluster named for its datacenter is in it either way)."""
+        found = [c for c, cc in self.clusters.items() if c == name or cc.datacenter == name]
+        if not found:
+            dcs = sorted({cc.datacenter for cc in self.clusters.values() if cc.datacenter})
+            known = ", ".join(self.clusters) + (f"; datacenters: {', '.join(dcs)}" if dcs else "")
+            raise ConfigError(flag, f"no cluster or datacenter named {name!r}", hint=f"clusters in this file: {known}")
+        return found
 
     def cluster(self, name: str) -> ClusterConfig:
         try:
@@ -212,6 +249,9 @@ def load(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> 
         # directory (systemd, cron, a container) must find the same offset map.
         resolved = store.model_copy(update={"path": str(p.resolve().parent / store.path)})
         config = config.model_copy(update={"offset_store": resolved})
+    if not Path(config.spark.checkpoint_dir).is_absolute():
+        spark = config.spark.model_copy(update={"checkpoint_dir": str(p.resolve().parent / config.spark.checkpoint_dir)})
+        config = config.model_copy(update={"spark": spark})
     return config
 
 

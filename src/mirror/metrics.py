@@ -140,6 +140,26 @@ class MetricsListener:
         return None
 
 
+# ---------------------------------------------------------------------------- spark
+
+
+# A micro-batch lasts from well under a second (a trickle, one commit interval apart) to
+# minutes (a backlog under maxOffsetsPerTrigger on a small cluster).
+SPARK_BATCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class SparkMetrics:
+    """Spark's own view of a `mirror spark run` query, from its StreamingQueryListener
+    (`mirror.spark.progress`). Records and bytes are `MirrorMetrics`', as for `mirror run`."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.batch_duration = Histogram("mirror_spark_batch_duration_seconds", "Micro-batch duration: planning, the tasks, offset-map rows stored, the group committed.", ["flow"], buckets=SPARK_BATCH_BUCKETS, registry=registry)
+        self.input_rows = Counter("mirror_spark_input_records", "Source records read by the query's micro-batches (replayed ones too).", ["flow"], registry=registry)
+        self.input_rate = Gauge("mirror_spark_input_records_per_second", "Rate at which records arrived for the newest micro-batch (Spark's inputRowsPerSecond).", ["flow"], registry=registry)
+        self.processed_rate = Gauge("mirror_spark_processed_records_per_second", "Rate at which the newest micro-batch mirrored records (Spark's processedRowsPerSecond).", ["flow"], registry=registry)
+        self.behind = Gauge("mirror_spark_offsets_behind_latest", "Source end offset Spark saw minus the end of its newest micro-batch (read_committed).", ["flow", "topic", "partition"], registry=registry)
+
+
 # ---------------------------------------------------------------------------- topic sync
 
 

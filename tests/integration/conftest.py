@@ -22,6 +22,17 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClusters]
         tc.dev.down()
 
 
+@pytest.fixture(scope="session")
+def more_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClusters]:
+    """Two more Kafka clusters, `b` and `c`, for topologies of more than two clusters
+    (started only when a test asks; shared by the session like `clusters`)."""
+    tc = start_clusters(tmp_path_factory.mktemp("more-clusters"), ["b", "c"])
+    try:
+        yield tc
+    finally:
+        tc.dev.down()
+
+
 @pytest.fixture
 def unique() -> str:
     """A per-test suffix so tests sharing the session clusters never share topics or groups."""
@@ -58,7 +69,7 @@ def spark_local():
     """One local-mode Spark session (its driver JVM) for every in-process Spark test."""
     from mirror.spark.job import spark_session
 
-    spark = spark_session("local[2]", "mirror-tests")
+    spark = spark_session("local[2]", "mirror-tests", ui_port=None)  # no test looks at its UI
     try:
         yield spark
     finally:

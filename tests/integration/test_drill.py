@@ -262,3 +262,36 @@ def test_unplanned_drill_kills_only_its_broker_and_failback_finds_exactly_the_lo
     assert json.loads(scraped["stdout"])["scraped"] is True
     for p in range(2):
         assert read_partition(nyc, topic, p) == []  # the old primary's copy is gone
+
+
+def test_unplanned_site_drill_names_each_groups_reread_before_apply(own_clusters, tmp_path) -> None:
+    """`runbooks/datacenter-failover-unplanned.md --from nyc`: the site's brokers killed while
+    two drill groups consume; the plan, made before apply from their checkpoints, names per
+    group what it may re-read, and what each group then read twice stays within it."""
+    tc = own_clusters
+    unique = uuid.uuid4().hex[:8]
+    topic = f"site-{unique}"
+    if tc.dev.node("nyc").pid() is None:
+        tc.start("nyc")
+    config = _config(tmp_path / "mirror.yaml", {"nyc": tc.bootstrap("nyc"), "sf": tc.bootstrap("sf")}, unique, topic, timeout="3s")
+    report_dir = tmp_path / "site"
+    try:
+        with MirrorProcess(config):
+            rc = main(["drill", str(RUNBOOKS / "datacenter-failover-unplanned.md"), "-c", str(config), "--from", "nyc", "--to", "sf",
+                       "--group", f"drill-{unique}", "--groups", "2", "--topic", topic, "--partitions", "2", "--yes",
+                       "--report", str(report_dir), "--dev-home", str(tc.dev.home)])
+            assert rc == 0, (report_dir / "report.md").read_text()
+            assert tc.dev.node("nyc").pid() is None  # killed
+    finally:
+        tc.start("nyc")
+    rep = _report(report_dir)
+    assert rep["outcome"] == "passed" and rep["site"] == "nyc" and rep["rto_seconds"] > 0
+    plan = json.loads((report_dir / "site-plan.json").read_text())
+    planned = {g["group"]: g for g in plan["groups"]}
+    groups = rep["workload"]["groups"]
+    assert sorted(groups) == sorted(planned) == [f"drill-{unique}-f-{unique}-{k}" for k in range(2)]
+    for g, v in groups.items():
+        assert planned[g]["truth"] == "checkpoints" and planned[g]["checkpoint_age_ms"] is not None
+        assert v["produced"] > 0 and v["read_after"] > 0, (g, v)
+        assert v["duplicated"] <= planned[g]["may_reread"], (g, v, planned[g])
+    assert "## Per group" in (report_dir / "report.md").read_text()

@@ -296,7 +296,7 @@ def test_at_time_starts_each_partition_at_first_record_not_before(clusters, writ
     assert plan["boundary_records"] == 9
 
     # Between two timestamps: the first record after; ISO 8601 works the same.
-    from failover.times import format_ms
+    from mirror.cli.times import format_ms
 
     rc = cli("failover", "apply", "-c", str(config), "--flow", f"f-{unique}", "--group", group, "--at", format_ms(base + 1500), "--yes",
              "--backup", str(tmp_path / "b.json"))

@@ -22,7 +22,7 @@ from tests.support.kafkautil import (
     wait_for,
 )
 from tests.support.metrics import scrape
-from tests.support.mirrorproc import MirrorProcess
+from tests.support.mirrorproc import MirrorProcess, children
 from tests.support.prometheus import free_port
 
 
@@ -330,18 +330,6 @@ def test_workers_flag_runs_processes_that_finish_together(clusters, write_config
     assert sum(end_offsets(dst, f"src.{t}", n).values()) == 20_000
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(stat.parent.name))
-    return out
-
-
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -361,7 +349,7 @@ def test_workers_stop_cleanly_when_their_supervisor_is_killed(clusters, write_co
     admin = Admin("src", ClusterConfig(bootstrap=src))
     with MirrorProcess(cfg, "--workers", "2") as m:
         wait_for(lambda: admin.group_members(f"mirror-{unique}") == 2, 60, "both workers in the group", detail=m.output)
-        workers = _children(m.proc.pid)
+        workers = children(m.proc.pid)
         assert len(workers) == 2, workers
         m.kill()  # SIGKILL: the supervisor cannot forward anything
         try:

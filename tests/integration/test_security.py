@@ -23,6 +23,7 @@ from mirror.config import load
 from mirror.devenv.kafka import DevClusters
 from mirror.devenv.security import Material, Security, password_var
 from mirror.domain.acls import cluster_bindings, required_grants
+from mirror.errors import ClusterUnavailable
 from tests.support.clusters import free_base_port, start_cassandra
 from tests.support.kafkautil import wait_for
 from tests.support.metrics import scrape
@@ -633,3 +634,100 @@ def test_spark_run_on_sasl_ssl_clusters_with_scram_and_a_pem_ca(secured, tmp_pat
         assert [r.content() for r in copies] == [r.content() for r in read_back(secured.bootstrap("ssrc"), topic, part, settings=secured.nodes["ssrc"].client("admin", with_password=True))]
     out, err = capfd.readouterr()
     assert secured.passwords["admin"] not in out + err
+
+
+# ---------------------------------------------------------------------------- a whole site (issue 26)
+
+SITE_COMMANDS = ("failover plan --from", "failover apply --plan", "failover import --backup", "failover export", "failover import", "failback --from")
+
+
+def _only(sec: Secured, config, commands: tuple[str, ...], keep: tuple[str, ...]) -> None:
+    """The mirror user holds exactly what `mirror acls` lists for `keep`."""
+    union = required_grants(config, commands)
+    for c in NAMES:
+        sec.dev.admin(c).delete_acls("User:mirror", {(r.kind, r.name, r.pattern): ops for r, ops in cluster_bindings(union, c).items()})
+    sec.dev.grant(config, commands=keep)
+
+
+def _set_group(sec: Secured, cluster: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """As the admin: the group's offsets on the cluster are exactly `offsets`."""
+    admin = sec.dev.admin(cluster)
+
+    def done() -> bool:
+        try:
+            admin.delete_groups([group])
+            if offsets:
+                admin.alter_group_offsets(group, {(topic, p): o for p, o in offsets.items()})
+            return True
+        except ClusterUnavailable:  # a cluster where no group committed yet: its offsets topic is being made
+            return False
+
+    wait_for(done, 60, f"setting {group} on {cluster}")
+
+
+@pytest.mark.timeout(900)  # about twenty commands, each once with one grant missing
+def test_site_failover_commands_without_one_grant(secured, tmp_path):
+    """Every grant `mirror acls` lists for the site commands (and export/import) is one the
+    command notices: removed alone, the command fails with one line naming it."""
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, timeout="3s", commands=("run",))
+    config = load(cfg)
+    t, n, group = f"sec-{u}-t", 2, f"billing-{u}"
+    topic_on = {"ssrc": t, "sdst": f"ssrc.{t}"}
+    _produce(secured, t, 200, n)
+    _commit_group(secured, group, t, {0: 10, 1: 20})
+    res = _mirror("run", "-c", str(cfg), "--until-caught-up")
+    assert res.returncode == 0, res.stderr[-2000:]
+    plan_path, export, backup = tmp_path / "site.json", tmp_path / "export.json", tmp_path / "site.backup.json"
+    argvs = {
+        "failover plan --from": ["failover", "plan", "-c", str(cfg), "--from", "ssrc", "--translate", "--out", str(plan_path)],
+        "failover apply --plan": ["failover", "apply", "--plan", str(plan_path), "--yes"],
+        "failover import --backup": ["failover", "import", "-c", str(cfg), "--backup", str(backup), "--yes"],
+        "failback --from": ["failback", "-c", str(cfg), "--from", "ssrc", "--scrape", "--yes"],
+        "failover export": ["failover", "export", "-c", str(cfg), "--cluster", "CLUSTER", "--group", group, "-o", str(export)],
+        "failover import": ["failover", "import", "-c", str(cfg), "--cluster", "CLUSTER", str(export), "--yes"],
+    }
+
+    def reset(command: str, cluster: str) -> None:
+        """Each run starts from the state its command acts on."""
+        if command == "failover apply --plan":
+            _set_group(secured, "sdst", group, topic_on["sdst"], {0: 0})  # as planned: the backup then holds p0 only
+        elif command == "failover import --backup":
+            _set_group(secured, "sdst", group, topic_on["sdst"], {0: 5, 1: 5})  # p1 not in the backup: restoring deletes the group first
+        elif command == "failover import":
+            _set_group(secured, cluster, group, topic_on[cluster], {0: 7, 1: 8})  # the export holds p0 only
+        elif command == "failover export":
+            _set_group(secured, cluster, group, topic_on[cluster], {0: 3})
+        elif command == "failback --from":  # the run before scraped them
+            _commit_group(secured, group, t, {0: 10, 1: 20})
+            _commit_group(secured, f"mirror-{u}", t, {0: 1, 1: 1})
+
+    _set_group(secured, "sdst", group, topic_on["sdst"], {0: 0})
+    for command in SITE_COMMANDS:
+        _only(secured, config, ("run", *SITE_COMMANDS), (command,))
+        per_cluster = command in ("failover export", "failover import")
+        for cluster in (["ssrc", "sdst"] if per_cluster else ["sdst"]):
+            argv = [a if a != "CLUSTER" else cluster for a in argvs[command]]
+            if command == "failover import":  # a file of the group's offsets on this cluster: p0 only
+                reset("failover export", cluster)
+                assert _mirror(*[a if a != "CLUSTER" else cluster for a in argvs["failover export"]]).returncode == 0
+            reset(command, cluster)
+            ok = _mirror(*argv)
+            assert ok.returncode == 0, f"{command} with exactly its grants: {ok.stderr[-2000:]}"
+            for g in required_grants(config, (command,)):
+                if per_cluster and g.cluster != cluster:
+                    continue
+                for op in g.operations:
+                    resource = (g.resource.kind, g.resource.name, g.resource.pattern)
+                    reset(command, cluster)
+                    admin = secured.dev.admin(g.cluster)
+                    admin.delete_acls("User:mirror", {resource: [op]})
+                    try:
+                        res = _mirror(*argv, timeout=90)
+                    finally:
+                        admin.create_acls("User:mirror", {resource: [op]})
+                    where = f"{command} without {op} on {g.cluster} {resource}"
+                    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+                    assert res.returncode == 1 and len(errors) == 1 and "Traceback" not in res.stderr, f"{where}: {res.returncode} {res.stderr[-2000:]}"
+                    assert "User:mirror" in errors[0] and any(f"missing {o} on" in errors[0] for o in {op, *IMPLIES.get(op, ())}), f"{where}: {errors[0]}"
+                    assert g.resource.name.rstrip("-.") in errors[0], f"{where}: {errors[0]}"

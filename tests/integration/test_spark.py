@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from mirror.devenv.common import spawn_prefix
 from mirror.store import open_store
 from tests.support.kafkautil import Rec, create_topic, end_offsets, group_offsets, producer, read_partition, read_topic, wait_for
 from tests.support.kafkautil import topics as kafka_topics
+from tests.support.mirrorproc import children
 
 pytestmark = pytest.mark.slow
 
@@ -237,6 +239,7 @@ def test_standalone_cluster_mirrors_exactly_with_tasks_on_its_worker(clusters, w
     assert apps and any((a / "0" / "stderr").exists() for a in apps)
 
 
+@pytest.mark.timeout(900)  # two driver starts; each took minutes at load average 40-50 on the shared machine
 def test_driver_killed_mid_run_and_restarted_loses_nothing_and_duplicates_nothing(clusters, write_config, unique, tmp_path):
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
     # Half the local-mode test's records (13,750 committed), as on the standalone cluster: the
@@ -246,7 +249,10 @@ def test_driver_killed_mid_run_and_restarted_loses_nothing_and_duplicates_nothin
     config = write_config(flow_yaml(unique, f"sp-{unique}-.*", tmp_path / "offsets.db"))
     group, plain = f"mirror-{unique}", f"sp-{unique}-plain"
     total_plain = sum(end_offsets(src, plain, 3).values())
-    run = SparkRun(config, f"f-{unique}", "--max-records-per-batch", "1500", "--checkpoint", str(tmp_path / "cp"))
+    # No --checkpoint: the flow's durable default, beside the config (`spark.checkpoint_dir`).
+    checkpoint = tmp_path / ".mirror" / "spark" / f"f-{unique}" / "query"
+    run = SparkRun(config, f"f-{unique}", "--max-records-per-batch", "1500")
+    mid_batch = False
     try:
         # Kill once batches are committing, preferably while a batch is on the target but not
         # yet committed (the replay case); past half the records, kill anyway.
@@ -260,6 +266,7 @@ def test_driver_killed_mid_run_and_restarted_loses_nothing_and_duplicates_nothin
             except Exception:  # the target topic does not exist yet
                 continue
             if committed and (landed > committed or committed > total_plain // 2):
+                mid_batch = landed > committed
                 break
         else:
             raise AssertionError(f"the Spark run committed nothing in 240s:\n{run.output()}")
@@ -269,12 +276,18 @@ def test_driver_killed_mid_run_and_restarted_loses_nothing_and_duplicates_nothin
     committed = sum(max(0, o) for o in group_offsets(src, group, plain, 3).values())
     landed = sum(end_offsets(dst, f"src.{plain}", 3, committed=False).values())
     assert committed < total_plain
-    again = SparkRun(config, f"f-{unique}", "--until-caught-up", "--checkpoint", str(tmp_path / "cp"))
+    before = max(int(f.name) for f in (checkpoint / "offsets").iterdir() if f.name.isdigit())
+    again = SparkRun(config, f"f-{unique}", "--until-caught-up")
     try:
         assert again.wait() == 0, again.output()
         out = again.output()
     finally:
         again.close()
+    # Killed mid-batch, the group lies within the unfinished batch: the query resumes from its
+    # checkpoint (batch ids carry on from there) rather than starting over.
+    after = max(int(f.name) for f in (checkpoint / "offsets").iterdir() if f.name.isdigit())
+    resumed = "not resuming the Spark checkpoint" not in out and after >= before
+    assert resumed or not mid_batch, out
     summary = [ln for ln in out.splitlines() if "records mirrored on Spark" in ln]
     print(f"killed with the group at {committed} and {landed} plain records on the target; restart: {summary}")
     assert_exact(src, dst, unique, topics)  # every record exactly once: the replay skipped what had landed
@@ -575,3 +588,115 @@ flows:
     assert p.missing == list(range(10, 15)) and p.trimmed == 5 and not whole.equal  # without --from: right
     (p,) = audit_mod.audit(spark_local, config, flow, from_ms=newer, now_ms=now).partitions
     assert p.missing == list(range(10, 15)) and p.trimmed == 0, (p.missing, p.trimmed)
+
+
+@pytest.mark.timeout(1200)  # four stages on one query; ~2 min when the machine is not shared, its deadlines are for a loaded one
+def test_executors_on_two_workers_a_worker_added_while_running_and_an_executor_killed_mid_batch(clusters, write_config, unique, tmp_path, spark_cluster, capsys):
+    """One continuous `mirror spark run` on the session's standalone cluster (issue 22):
+    a second worker added while it runs gets an executor; then the first worker's executor
+    JVM is SIGKILLed while a batch is on its way to the target (records landed, group not
+    yet moved): Spark retries the lost tasks on the other executor and, the worker
+    relaunching one, carries on. Every record arrives once. The same run serves the Spark UI
+    and, on its metrics port, `mirror run`'s metrics plus Spark's progress; `mirror lag`
+    then sees the flow caught up from the group the query committed."""
+    from mirror.devenv.kafka import DevClusters
+    from mirror.devenv.spark import SparkDev
+    from tests.support.metrics import scrape, total
+    from tests.support.prometheus import free_port
+
+    home, master = spark_cluster
+    base = int(master.rsplit(":", 1)[1]) + 30
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topics = load_data(src, unique, records=RECORDS // 4)  # 6,250 committed records: batches of 1,000 to kill one of
+    config = write_config(flow_yaml(unique, f"sp-{unique}-.*", tmp_path / "offsets.db"))
+    group, plain, flow = f"mirror-{unique}", f"sp-{unique}-plain", f"f-{unique}"
+    total_plain = sum(end_offsets(src, plain, 3).values())
+    port, ui = free_port(), free_port()
+    run = SparkRun(config, flow, "--master", master, "--max-records-per-batch", "1000", "--metrics-port", str(port), "--ui-port", str(ui))
+    try:
+        def committed() -> int:
+            return sum(max(0, o) for o in group_offsets(src, group, plain, 3).values())
+
+        wait_for(lambda: committed() > 0, 480, "a first batch committed", detail=run.output)
+        def ui_apps() -> list[str]:  # the Spark UI's REST API (slow to answer on a loaded machine)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{ui}/api/v1/applications", timeout=30) as resp:
+                    return [a["name"] for a in json.loads(resp.read())]
+            except OSError:
+                return []
+        wait_for(lambda: ui_apps() == [f"mirror-{flow}"], 120, "the Spark UI on --ui-port", detail=run.output)
+
+        # A worker added while the query runs: the running application gets an executor on it.
+        DevClusters(home).up([], base, spark=True, spark_workers=2)
+        added = SparkDev(home, base, 2)
+        wait_for(lambda: any(added.work_dir("worker-1").glob("app-*/*/stderr")), 240, "an executor on the added worker", detail=run.output)
+
+        # The first worker's executor killed while a batch is on its way.
+        first = added.pid("worker")
+        assert first is not None
+        # A worker's executor JVMs are its children (it may run short-lived helpers too).
+        executors = [c for c in children(first) if b"CoarseGrainedExecutorBackend" in Path(f"/proc/{c}/cmdline").read_bytes()]
+        assert executors, "no executor JVM under the first worker"
+
+        def in_flight() -> bool:
+            landed = sum(end_offsets(dst, f"src.{plain}", 3, committed=False).values()) if committed() else 0
+            return landed > committed() or committed() >= total_plain
+        wait_for(in_flight, 300, "a batch on the target and not yet committed", interval=0.05, detail=run.output)
+        assert committed() < total_plain, "the run finished before an executor could be killed mid-batch"
+        os.kill(executors[0], signal.SIGKILL)
+
+        def caught_up() -> bool:
+            return all(group_offsets(src, group, t, n) == end_offsets(src, t, n) for t, n in topics.items())
+        wait_for(caught_up, 400, "every record mirrored and committed after the executor was lost", detail=run.output)
+        assert "Lost executor" in run.log.read_text(errors="replace"), run.output()  # the driver saw it (logged at ERROR)
+        # The worker relaunched an executor for the application (a second executor directory).
+        assert len(list(added.work_dir("worker").glob("app-*/*/stderr"))) >= 2
+
+        # Metrics: `mirror run`'s records and state, and Spark's progress.
+        def progress_seen() -> bool:
+            m = scrape(port)
+            return (total(m, "mirror_spark_batch_duration_seconds_count", flow=flow) or 0) > 0 and total(m, "mirror_spark_offsets_behind_latest", flow=flow) == 0
+        wait_for(progress_seen, 60, "Spark's progress on the metrics port", detail=run.output)
+        m = scrape(port)
+        assert total(m, "mirror_flow_state", flow=flow, state="running") == 1
+        assert total(m, "mirror_records_total", flow=flow, topic=plain) > 0
+        assert total(m, "mirror_spark_input_records_total", flow=flow) >= total_plain
+        assert (total(m, "mirror_spark_processed_records_per_second", flow=flow) or 0) > 0
+
+        run.proc.send_signal(signal.SIGTERM)
+        assert run.wait(120) == 0, run.output()
+    finally:
+        run.close()
+    assert_exact(src, dst, unique, topics)
+    capsys.readouterr()
+    assert main(["lag", "-c", str(config), "--flow", flow, "--json"]) == 0
+    (fl,) = json.loads(capsys.readouterr().out)["flows"]
+    assert fl["lag_records"] == 0 and {p["status"] for p in fl["partitions"]} == {"OK"}, fl
+
+
+def test_a_batch_bound_smaller_than_one_kafka_record_batch_mirrors_exactly(clusters, write_config, unique, tmp_path, spark_local):
+    """`--max-records-per-batch 30` over records the producer wrote 250 to a record batch
+    (and a transaction of 100): every micro-batch starts and ends inside a Kafka record batch,
+    so each task's reader skips the part before its range and stops inside one."""
+    from mirror.spark.job import run_flow
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic = f"sp-{unique}-bound"
+    create_topic(src, topic, 1)
+    p = producer(src, **{"linger.ms": 2000, "batch.num.messages": 250, "compression.type": "zstd"})
+    for i in range(250):
+        p.produce(topic, value=b"v%d" % i, key=b"%d" % i, partition=0)
+    assert p.flush(30) == 0
+    t = producer(src, **{"transactional.id": f"bound-{unique}", "linger.ms": 2000})
+    t.init_transactions(30)
+    t.begin_transaction()
+    for i in range(100):
+        t.produce(topic, value=b"t%d" % i, key=b"%d" % i, partition=0)
+    t.commit_transaction(30)
+    config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db")))
+    job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, max_records_per_batch=30)
+    assert (job.records, job.skipped) == (350, 0)
+    assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == [r.content() for r in read_partition(src, topic, 0)]
+    assert group_offsets(src, f"mirror-{unique}", topic, 1) == end_offsets(src, topic, 1)
+    offsets = sorted(int(f.name) for f in (tmp_path / ".mirror" / "spark" / f"f-{unique}" / "query" / "offsets").iterdir() if f.name.isdigit())
+    assert len(offsets) >= 350 // 30, offsets  # the bound held: one micro-batch per 30 offsets at most

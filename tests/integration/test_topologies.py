@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.support.clusters import start_clusters
 from tests.support.kafkautil import create_topic, producer, read_topic, topics
 from tests.support.mirrorproc import MirrorProcess
 
@@ -26,17 +25,14 @@ PARTITIONS = 2
 
 
 @pytest.fixture(scope="module")
-def four(clusters: TestClusters, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClusters]:
+def four(clusters: TestClusters, more_clusters: TestClusters) -> Iterator[TestClusters]:
     """Three spokes and a hub: the session's `src` and `dst` serve as spoke `a` and the hub
-    (every check here looks only at this test's topics), two more started for this module."""
+    (every check here looks only at this test's topics), with the session's `b` and `c`."""
     from tests.support.clusters import TestClusters as Four
 
-    own = start_clusters(tmp_path_factory.mktemp("topologies"), ["b", "c"])
-    try:
-        yield Four(own.dev, own.base_port, ["a", "b", "c", "hub"],
-                   {"a": clusters.bootstrap("src"), "b": own.bootstrap("b"), "c": own.bootstrap("c"), "hub": clusters.bootstrap("dst")})
-    finally:
-        own.dev.down()
+    own = more_clusters
+    yield Four(own.dev, own.base_port, ["a", "b", "c", "hub"],
+               {"a": clusters.bootstrap("src"), "b": own.bootstrap("b"), "c": own.bootstrap("c"), "hub": clusters.bootstrap("dst")})
 
 
 def _config(tmp_path: Path, tc: TestClusters, unique: str, flows: str) -> Path:

@@ -64,3 +64,16 @@ class MirrorProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (a mirror's worker processes, a Spark worker's executors)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out

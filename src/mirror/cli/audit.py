@@ -31,7 +31,7 @@ def audit(app: AppContext, config_path: Path, flow_name: str, topics: tuple[str,
     retention.bytes) are reported as trimmed, not as a difference; gone records retention
     does not explain (deleted by hand) are missing. Exit 0 when equal, 1 when not.
     """
-    from failover.times import parse_time
+    from mirror.cli.times import parse_time
     from mirror.spark.audit import audit as run_audit
     from mirror.spark.job import check_java, check_master, spark_session
 

@@ -11,6 +11,7 @@ import click
 from mirror import config as cfg
 from mirror.devenv.kafka import DEFAULT_BASE_PORT, DEFAULT_HOME, DevClusters
 from mirror.devenv.security import Material, Security, password_var
+from mirror.devenv.spark import MAX_WORKERS
 from mirror.errors import UsageError
 
 home_option = click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_HOME, show_default=True, help="Data, logs and pid files.")
@@ -24,7 +25,9 @@ def dev() -> None:
 @dev.command()
 @click.option("--clusters", default="nyc,sf", show_default=True, help="Comma-separated cluster names; cluster i listens on base-port + 100*i.")
 @click.option("--cassandra", is_flag=True, help="Also run one Cassandra node (on base-port - 50).")
-@click.option("--spark", is_flag=True, help="Also run a Spark standalone master and one worker (1 core; master on base-port - 30).")
+@click.option("--spark", is_flag=True, help="Also run a Spark standalone master and its workers (1 core each; master on base-port - 30).")
+@click.option("--spark-workers", type=click.IntRange(1, MAX_WORKERS), default=1, show_default=True,
+              help="Spark workers (one executor each); given again to a running cluster, the missing ones are added.")
 @click.option("--base-port", type=click.IntRange(1024, 65000), default=DEFAULT_BASE_PORT, show_default=True)
 @click.option(
     "--broker-config", "broker_config", multiple=True, metavar="KEY=VALUE",
@@ -40,12 +43,12 @@ def dev() -> None:
     help="With --security: grant the mirror user what `mirror acls -c CONFIG` lists (as `dev grant` does).",
 )
 @home_option
-def up(clusters: str, cassandra: bool, spark: bool, base_port: int, broker_config: tuple[str, ...], security: str, config_path: Path | None, home: Path) -> None:
+def up(clusters: str, cassandra: bool, spark: bool, spark_workers: int, base_port: int, broker_config: tuple[str, ...], security: str, config_path: Path | None, home: Path) -> None:
     """Start the clusters; return once each answers metadata and accepts a topic."""
     names = [n.strip() for n in clusters.split(",") if n.strip()]
     if not names or len(set(names)) != len(names):
         raise click.BadParameter("give distinct, comma-separated names, e.g. nyc,sf", param_hint="--clusters")
-    result = DevClusters(home).up(names, base_port, cassandra=cassandra, broker_config=parse_broker_config(broker_config), security=security, spark=spark)
+    result = DevClusters(home).up(names, base_port, cassandra=cassandra, broker_config=parse_broker_config(broker_config), security=security, spark=spark, spark_workers=spark_workers)
     for name, c in result.status["clusters"].items():
         if name in names:
             what = "already running" if name in result.already_running else "started"
@@ -57,7 +60,7 @@ def up(clusters: str, cassandra: bool, spark: bool, base_port: int, broker_confi
     sp = result.status.get("spark")
     if spark and sp:
         what = "already running" if "spark" in result.already_running else "started"
-        click.echo(f"spark: {sp['master']} ({what}; logs in {sp['log']})")
+        click.echo(f"spark: {sp['master']}, {sp['workers']} worker{'s' if sp['workers'] > 1 else ''} ({what}; logs in {sp['log']})")
     if config_path is not None and security != Security.PLAINTEXT.value:
         _grant(home, config_path)
     if result.status.get("passwords"):

@@ -97,24 +97,42 @@ class DevBrokers:
         return f"started the broker of {cluster} again (pid {node.pid()})"
 
 
-def _measure_lag(config: Config, flow: FlowConfig) -> Callable[[], tuple[int, float | None]]:
+def _measure_lag(config: Config, flows: list[FlowConfig]) -> Callable[[], tuple[int, float | None]]:
+    """The flows' lag at the cutover: records summed, the oldest unmirrored record's age."""
     def measure() -> tuple[int, float | None]:
-        reader = PartitionReader(f"{flow.source}-drill-lag", config.cluster(flow.source))
-        try:
-            lag = gather_flow(config, flow, source=Admin(flow.source, config.cluster(flow.source)),
-                              target=Admin(flow.target, config.cluster(flow.target)), reader=reader, with_groups=False)
-        finally:
-            reader.close()
-        return lag.lag_records, lag.lag_seconds
+        records, seconds = 0, None
+        for flow in flows:
+            reader = PartitionReader(f"{flow.source}-drill-lag", config.cluster(flow.source))
+            try:
+                lag = gather_flow(config, flow, source=Admin(flow.source, config.cluster(flow.source)),
+                                  target=Admin(flow.target, config.cluster(flow.target)), reader=reader, with_groups=False)
+            finally:
+                reader.close()
+            records += lag.lag_records
+            if lag.lag_seconds is not None:
+                seconds = max(seconds or 0.0, lag.lag_seconds)
+        return records, seconds
 
     return measure
+
+
+def _site_flows(config: Config, site: str, to: str | None) -> list[FlowConfig]:
+    clusters = config.site(site, "--from")
+    targets = config.site(to, "--to") if to else None
+    flows = [f for f in config.flows if f.source in clusters and (targets is None or f.target in targets)]
+    if not flows:
+        raise UsageError(f"--from: no flow reads from {site!r} ({', '.join(clusters)})" + (f" to {to!r}" if to else ""))
+    return flows
 
 
 @click.command()
 @click.argument("runbook", type=click.Path(dir_okay=False, path_type=Path))
 @config_option
-@click.option("--flow", required=True, help="Flow whose target is the DR cluster.")
-@click.option("--group", required=True, help="Consumer group to drill (must match the flow's `groups`); the drill's workload plays it.")
+@click.option("--flow", help="Flow whose target is the DR cluster.")
+@click.option("--group", required=True, help="Consumer group to drill (must match the flow's `groups`); with --from the prefix of the drill's groups.")
+@click.option("--from", "site", metavar="NAME", help="Drill a whole site (cluster or datacenter): every flow from it, --groups groups each.")
+@click.option("--to", "dr_site", metavar="NAME", help="With --from: the DR site ($DR in the runbook; default the flows' target).")
+@click.option("--groups", "groups_per_flow", type=click.IntRange(1, 20), default=2, show_default=True, help="With --from: drill groups per flow (GROUP-FLOW-K).")
 @click.option("--yes", is_flag=True, help="Confirm: the drill moves the group's offsets and may kill a dev broker.")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for report.md, report.json and the commands' files (default drill-FLOW-TIME).")
 @click.option("--from-step", type=click.IntRange(1), default=1, show_default=True, help="Resume a drill (same --report) at this step.")
@@ -125,8 +143,8 @@ def _measure_lag(config: Config, flow: FlowConfig) -> Callable[[], tuple[int, fl
               help="Where `mirror dev up` keeps its clusters: the only brokers `manual: kill-primary` may kill.")
 @json_option
 @pass_app
-def drill(app: AppContext, runbook: Path, config_path: Path, flow: str, group: str, yes: bool, report_dir: Path | None, from_step: int,
-          dry_run: bool, topic: str, partitions: int, dev_home: Path, as_json: bool) -> None:
+def drill(app: AppContext, runbook: Path, config_path: Path, flow: str | None, group: str, site: str | None, dr_site: str | None, groups_per_flow: int,
+          yes: bool, report_dir: Path | None, from_step: int, dry_run: bool, topic: str, partitions: int, dev_home: Path, as_json: bool) -> None:
     """Run RUNBOOK's steps against the clusters, check each expectation, report RTO, RPO, lost and duplicated."""
     try:
         text = runbook.read_text(encoding="utf-8")
@@ -134,16 +152,22 @@ def drill(app: AppContext, runbook: Path, config_path: Path, flow: str, group: s
         raise UsageError(f"RUNBOOK: cannot read {str(runbook)!r}: {exc.strerror}", hint="pass the path of a runbook, e.g. runbooks/drill.md") from None
     book = parse_runbook(text, str(runbook))
     config = app.config(config_path)
-    req = Request(runbook, config_path.resolve(), config, config.flow(flow), group,
-                  (report_dir or Path(f"drill-{flow}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")).resolve(),
+    if (flow is None) == (site is None):
+        raise UsageError("choose one of --flow NAME (one group) and --from NAME (a whole site)")
+    flows = _site_flows(config, site, dr_site) if site is not None else [config.flow(flow or "")]
+    req = Request(runbook, config_path.resolve(), config, flows[0], group,
+                  (report_dir or Path(f"drill-{flow or site}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")).resolve(),
                   from_step, topic, partitions, dev_home=dev_home.resolve())
+    if site is not None:
+        req.site, req.dr_site, req.site_flows, req.groups_per_flow = site, dr_site, flows, groups_per_flow
+        req.site_groups = {f"{group}-{f.name}-{k}": f.name for f in flows for k in range(groups_per_flow)}
     summary = check_only(book, req, parse_argv)
     if dry_run:
         click.echo(summary)
         return
     if not yes:
         raise UsageError("--yes is required: a drill moves the group's offsets (and kill-primary kills a dev broker)", hint="check it first with --dry-run")
-    report = Drill(book, req, _invoke, DevBrokers(dev_home), _measure_lag(config, req.flow)).run()
+    report = Drill(book, req, _invoke, DevBrokers(dev_home), _measure_lag(config, flows)).run()
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return

@@ -2,9 +2,10 @@
 
 Runs `mirror dev up` (nyc on 127.0.0.1:19092, sf on :19192), writes a workload to nyc
 (several topics, one of them excluded by configs/dev.yaml), starts `mirror run` in the
-background, waits until it has caught up, and prints per topic what arrived where, the
-lag report and one canary round. The mirror keeps running so you can look around;
-`make demo-down` stops it and the clusters.
+background, waits until it has caught up, runs the same flow once through the Spark
+pipeline (`mirror spark run`, local mode) into topics of its own, and prints per topic what
+arrived where by each engine, the lag report and one canary round. The mirror keeps running
+so you can look around; `make demo-down` stops it and the clusters.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import yaml
 
 from mirror import config as cfg
 from mirror.devenv.common import owned_pid, terminate
@@ -23,6 +26,7 @@ from mirror.kafka import Admin, make_consumer, make_producer
 CONFIG = Path("configs/dev.yaml")
 HOME = Path(".mirror/dev")
 DEMO = Path(".mirror/demo")
+SPARK_SOURCE, SPARK_FLOW = "nyc-spark", "nyc-to-sf-spark"  # the demo flow again, for the Spark pipeline
 WORKLOAD = {  # topic -> (partitions, records); orders.tmp is excluded by the config
     "orders": (3, 30_000),
     "orders.eu": (2, 10_000),
@@ -110,20 +114,54 @@ def wait_caught_up(config: cfg.Config, timeout: float = 180) -> None:
     raise MirrorError(f"the mirror did not catch up within {timeout:.0f}s", hint=f"see {DEMO / 'mirror.log'}")
 
 
+def spark_config(config: cfg.Config) -> Path:
+    """The demo flow for the Spark pipeline: the same topics of nyc, under a cluster alias
+    (`nyc-spark`) so its copies on sf are `nyc-spark.*` beside `mirror run`'s `nyc.*`, with
+    its own consumer group, offset map and checkpoint (one engine per flow at a time)."""
+    flow = config.flows[0]
+    doc = {
+        "clusters": {SPARK_SOURCE: {"bootstrap": config.clusters[flow.source].bootstrap}, flow.target: {"bootstrap": config.clusters[flow.target].bootstrap}},
+        "flows": [{"name": SPARK_FLOW, "source": SPARK_SOURCE, "target": flow.target, "rename": "prefix",
+                   "topics": {"include": list(flow.topics.include), "exclude": list(flow.topics.exclude)}}],
+        "offset_store": {"kind": "sqlite", "path": "spark-offsets.db"},
+        "spark": {"checkpoint_dir": "spark-checkpoints"},
+    }
+    DEMO.mkdir(parents=True, exist_ok=True)
+    path = DEMO / "spark.yaml"
+    path.write_text("# Written by `make demo`: the demo flow for `mirror spark run`.\n" + yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def run_spark(config: cfg.Config) -> None:
+    path = spark_config(config)
+    say("\n== 4. The same flow through the Spark pipeline (mirror spark run, local mode)")
+    argv = [sys.executable, "-m", "mirror", "spark", "run", "-c", str(path), "--flow", SPARK_FLOW, "--master", "local[2]", "--until-caught-up", "--no-ui"]
+    say(f"   mirror spark run -c {path} --flow {SPARK_FLOW} --master local[2] --until-caught-up --no-ui")
+    started = time.monotonic()
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    if out.returncode != 0:
+        raise MirrorError(f"mirror spark run failed: {lines[-1] if lines else f'exit {out.returncode}'}", hint=f"run it by hand: {' '.join(argv[1:])}")
+    say(f"   {lines[-1] if lines else 'done'} in {time.monotonic() - started:.0f}s (Spark start-up included)")
+
+
 def report(config: cfg.Config) -> None:
-    say("\n== 4. What arrived on sf")
+    say("\n== 5. What arrived on sf, per engine")
     source, target = Admin("nyc", config.clusters["nyc"]), Admin("sf", config.clusters["sf"])
     names = target.topics()
-    say(f"   {'source topic':<12} {'records':>8}   {'target topic':<16} {'records':>8}")
+
+    def count(admin: Admin, topic: str, partitions: int) -> int:
+        return sum(w.high - w.low for w in admin.watermarks([(topic, p) for p in range(partitions)]).values())
+
+    say(f"   {'source topic':<12} {'records':>8}   {'mirror run copy':<16} {'records':>8}   {'Spark copy':<22} {'records':>8}")
     for topic, (n, _) in WORKLOAD.items():
-        s = sum(w.high - w.low for w in source.watermarks([(topic, p) for p in range(n)]).values())
-        tname = f"nyc.{topic}"
-        if tname in names:
-            t = sum(w.high - w.low for w in target.watermarks([(tname, p) for p in range(names[tname])]).values())
-            say(f"   {topic:<12} {s:>8}   {tname:<16} {t:>8}")
+        native, spark = f"nyc.{topic}", f"{SPARK_SOURCE}.{topic}"
+        if native in names or spark in names:
+            cells = [f"{t:<{w}} {count(target, t, names[t]) if t in names else '-':>8}" for t, w in ((native, 16), (spark, 22))]
+            say(f"   {topic:<12} {count(source, topic, n):>8}   {cells[0]}   {cells[1]}")
         else:
-            say(f"   {topic:<12} {s:>8}   {'(excluded)':<16} {'-':>8}")
-    for title, args in (("5. Lag (mirror lag)", ["lag"]), ("6. One canary round (mirror canary once)", ["canary", "once"])):
+            say(f"   {topic:<12} {count(source, topic, n):>8}   {'(excluded)':<16} {'-':>8}   {'(excluded)':<22} {'-':>8}")
+    for title, args in (("6. Lag (mirror lag)", ["lag"]), ("7. One canary round (mirror canary once)", ["canary", "once"])):
         say(f"\n== {title}")
         out = subprocess.run([sys.executable, "-m", "mirror", *args, "-c", str(CONFIG)], capture_output=True, text=True, timeout=120)
         say("   " + (out.stdout or out.stderr).strip().replace("\n", "\n   "))
@@ -136,6 +174,7 @@ def main() -> int:
         workload(config)
         start_mirror()
         wait_caught_up(config)
+        run_spark(config)
         report(config)
     except MirrorError as exc:
         print(f"Error: {exc}", file=sys.stderr)
@@ -148,6 +187,7 @@ def main() -> int:
    curl -s 127.0.0.1:9308/metrics | grep ^mirror_    the mirror's own metrics
    .venv/bin/mirror failover plan -c {CONFIG} --flow nyc-to-sf --group billing --translate
    tail -f {DEMO / 'mirror.log'}
+   .venv/bin/mirror spark run -c {DEMO / 'spark.yaml'} --flow {SPARK_FLOW} --master local[2]   the Spark pipeline, UI on :4040
 
 == Stop
    make demo-down      (stops the mirror, then `mirror dev down`; data stays in .mirror/)"""

@@ -301,7 +301,7 @@ class DevClusters:
         self, names: Sequence[str], base_port: int = DEFAULT_BASE_PORT, *, cassandra: bool = False, heap: str | None = None,
         broker_config: Mapping[str, str] | None = None, security: Security | str = Security.PLAINTEXT,
         extra_security: Sequence[Security | str] = (),
-        spark: bool = False,
+        spark: bool = False, spark_workers: int = 1,
     ) -> UpResult:
         """Start the named clusters; `broker_config` lines are added to every broker's
         server.properties (and remembered, so a restart of the node keeps them)."""
@@ -353,12 +353,12 @@ class DevClusters:
                 if auth:
                     cas.create_role("mirror", Material(self.home).passwords()["mirror"])
             if spark:
-                sp = SparkDev(self.home, base_port)
+                sp = SparkDev(self.home, base_port, spark_workers)
                 new = sp.start()
                 started += new
                 if not new:
                     running.append("spark")
-                state["spark"] = {"base_port": base_port, "master": sp.master_url}
+                state["spark"] = {"base_port": base_port, "master": sp.master_url, "workers": max(spark_workers, (state.get("spark") or {}).get("workers", 1))}
                 self._save(state)
                 sp.wait_ready()
         except BaseException:
@@ -397,8 +397,8 @@ class DevClusters:
         passwords = str(Material(self.home).passwords_file) if secured else None
         sp = None
         if state.get("spark"):
-            dev = SparkDev(self.home, state["spark"]["base_port"])
-            sp = {"master": dev.master_url, "running": dev.running(), "pid": dev.pid("master"), "log": str(dev.dir)}
+            dev = SparkDev(self.home, state["spark"]["base_port"], state["spark"].get("workers", 1))
+            sp = {"master": dev.master_url, "running": dev.running(), "pid": dev.pid("master"), "log": str(dev.dir), "workers": dev.workers}
         return {"clusters": clusters, "cassandra": cas, "spark": sp, "passwords": passwords}
 
     def admin(self, name: str) -> Admin:

@@ -33,7 +33,8 @@ from mirror.domain.naming import SEPARATOR, RenamePolicy
 # Groups whose names the project makes up itself (assign-only consumers, nothing committed).
 READER_GROUP_PREFIX = "mirror-reader-"  # mirror.kafka.reader.PartitionReader
 
-COMMANDS = ("validate", "topics", "run", "lag", "canary", "failover plan", "failover apply", "failover export", "failover import", "failback")
+COMMANDS = ("validate", "topics", "run", "lag", "canary", "failover plan", "failover apply", "failover export", "failover import", "failback",
+            "failover plan --from", "failover apply --plan", "failover import --backup", "failback --from")
 
 _REGEX_CHARS = set(".^$*+?{}[]\\|()")
 
@@ -179,7 +180,7 @@ def flow_grants(config: Topology, flow: Flow) -> list[Grant]:
     def add(command: str, cluster: str, resource: Resource, ops: Iterable[str], why: str) -> None:
         out.append(Grant(command, cluster, resource, minimal_operations(ops), why))
 
-    for commands in (_listing_grants, _run_grants, _monitoring_grants, _failover_grants, _failback_grants):
+    for commands in (_listing_grants, _run_grants, _monitoring_grants, _failover_grants, _site_grants, _failback_grants):
         commands(flow, res, add)
     return out
 
@@ -258,16 +259,42 @@ def _failover_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
             add("failover import", cluster, r, ["Describe", "Read"], _note(exact, "an offset commit needs Read on the topic"))
 
 
-def _failback_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
-    """failback: the old primary (the flow's source) is emptied of the flow's topics and groups."""
+def _site_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
+    """A whole site: the same per flow, and the groups on both sides, which the plan records
+    (their state, the target's commits) and apply checks again before it writes."""
     s, t = fr.s, fr.t
+    add("failover plan --from", s, fr.mirror_group, ["Describe"], "how far the mirror got")
     for r, exact in fr.src_topics:
-        add("failback", s, r, ["Describe", "Delete"], _note(exact, "offsets, then delete the stranded records"))
-    for r, exact in fr.dst_topics:
-        add("failback", t, r, ["Describe"], _note(exact, "how far each partition was mirrored"))
-    add("failback", s, fr.mirror_group, ["Describe", "Delete"], "the mirror's positions; deleted with the flow's groups")
+        add("failover plan --from", s, r, ["Describe"], _note(exact, "source offsets"))
+        add("failover apply --plan", s, r, ["Describe"], _note(exact, "the groups' source offsets again: moved since the plan?"))
     for r, exact in fr.groups:
-        add("failback", s, r, ["Describe", "Delete"], _note(exact, "delete the flow's groups on the old primary"))
+        add("failover plan --from", s, r, ["Describe"], _note(exact, "list the groups, their positions and states on the source"))
+        add("failover plan --from", t, r, ["Describe"], _note(exact, "the groups' states and commits on the target"))
+        add("failover apply --plan", s, r, ["Describe"], _note(exact, "the groups' states and offsets on the source again"))
+        add("failover apply --plan", t, r, ["Read"], _note(exact, "back the groups up and set their offsets on the target"))
+        add("failover import --backup", t, r, ["Describe", "Read", "Delete"], _note(exact, "replace the groups' offsets"))
+    for r, exact in fr.dst_topics:
+        add("failover plan --from", t, r, ["Describe", "Read"], _note(exact, "target offsets; --at counts records at the boundary millisecond"))
+        add("failover apply --plan", t, r, ["Read"], _note(exact, "an offset commit needs Read on the topic"))
+        add("failover import --backup", t, r, ["Describe", "Read"], _note(exact, "an offset commit needs Read on the topic"))
+
+
+def _failback_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
+    """failback: the old primary (the flow's source) is emptied of the flow's topics and groups
+    (`failback --from`: the same for every flow of the site)."""
+    s, t = fr.s, fr.t
+    for command in ("failback", "failback --from"):
+        _failback(command, s, t, fr, add)
+
+
+def _failback(command: str, s: str, t: str, fr: _FlowResources, add: _Add) -> None:
+    for r, exact in fr.src_topics:
+        add(command, s, r, ["Describe", "Delete"], _note(exact, "offsets, then delete the stranded records"))
+    for r, exact in fr.dst_topics:
+        add(command, t, r, ["Describe"], _note(exact, "how far each partition was mirrored"))
+    add(command, s, fr.mirror_group, ["Describe", "Delete"], "the mirror's positions; deleted with the flow's groups")
+    for r, exact in fr.groups:
+        add(command, s, r, ["Describe", "Delete"], _note(exact, "delete the flow's groups on the old primary"))
 
 
 def required_grants(config: Topology, commands: Iterable[str] = COMMANDS) -> list[Grant]:

@@ -338,7 +338,13 @@ def _flow(props: dict[str, str], source: str, target: str, used: set[str], out: 
         flow["consumer"] = consumer
     if producer:
         flow["producer"] = producer
-    isolation = _setting(props, used, f"{pair}consumer.isolation.level", f"{source}.consumer.isolation.level", "consumer.isolation.level")
+    # MM2's source consumer takes `consumer.*`, then `source.consumer.*` (which the cluster's
+    # `consumer.*` becomes); which wins differs between its versions. Read_committed if any of
+    # them says so: counting aborted records MM2 did not copy would place later ones past
+    # their copies, counting too few only re-reads.
+    isolation_keys = [f"{pre}{mid}consumer.isolation.level" for pre in (pair, f"{source}.", "") for mid in ("", "source.")]
+    used.update(k for k in isolation_keys if k in props)
+    committed = any(props[k].strip() == "read_committed" for k in isolation_keys if k in props)
     location = (get("offset-syncs.topic.location") or "source").strip().lower()
     # Read, not consumed: they are listed as not carried over, and tell whether MM2 still runs.
     beats = props.get(pair + "emit.heartbeats.enabled", props.get("emit.heartbeats.enabled", "true"))
@@ -347,7 +353,7 @@ def _flow(props: dict[str, str], source: str, target: str, used: set[str], out: 
         interval: float | None = float(every) if _true(beats) else None
     except ValueError:
         raise ConfigError("emit.heartbeats.interval.seconds", f"{every!r} is not a number of seconds") from None
-    out.flows.append(Mm2Flow.of(source, target, (isolation or "").strip() == "read_committed", location == "target", separator, interval))
+    out.flows.append(Mm2Flow.of(source, target, committed, location == "target", separator, interval))
     return flow
 
 

@@ -229,12 +229,14 @@ def partition_map(topic: str, partition: int, syncs: Sequence[tuple[int, int]], 
         fits = bool(offsets) and offsets[0] == u and (nxt is None or d + len(offsets) <= nxt[1])
         if not fits:
             # The records are not there as MM2 read them (deleted by retention, compacted):
-            # start every position after the sync at the delta seen next, which is never
-            # larger within a lifetime, so positions land on or before their copies.
+            # start every position after the sync at the smaller of this sync's delta and
+            # the next one's. Within a lifetime the delta only shrinks (skipped offsets), so
+            # the next one is on or before the copies; a restart in between copied records
+            # again and the next delta grows, so this sync's own is.
             out.inexact += 1
             pairs.append((u, d))
             if nxt is not None and u + 1 < end:
-                pairs.append((u + 1, u + 1 + nxt[1] - nxt[0]))
+                pairs.append((u + 1, u + 1 + min(d - u, nxt[1] - nxt[0])))
             if last:
                 out.tip = OffsetSync(topic, partition, u, d)
             continue

@@ -22,7 +22,7 @@ def render_markdown(r: dict[str, Any]) -> str:
         out.append(f"- stopped at step {r['failed_step']}; resume with `{r.get('resume')}`")
     rpo = r.get("rpo") or {}
     out += ["", "## Numbers", "", "| measure | value |", "|---|---|",
-            f"| RTO (group stopped on {r['primary']} -> first record read on {r['dr']}) | {_num(r.get('rto_seconds'), ' s')} |",
+            f"| RTO ({'every group' if r.get('site') else 'group'} stopped on {r['primary']} -> {'the last group' + chr(39) + 's' if r.get('site') else ''} first record read on {r['dr']}) | {_num(r.get('rto_seconds'), ' s')} |",
             f"| RPO records (flow lag at the cutover) | {_num(rpo.get('records'))} |",
             f"| RPO seconds (age of the oldest unmirrored record at the cutover) | {_num(rpo.get('seconds'), ' s')} |"]
     w = r.get("workload")
@@ -32,6 +32,10 @@ def render_markdown(r: dict[str, Any]) -> str:
                 f"| records lost | {w['lost']} |", f"| records duplicated | {w['duplicated']} |"]
         if not w.get("final"):
             out.append("| (the drill did not finish: counts so far) | |")
+        if w.get("groups"):
+            out += ["", "## Per group", "", "| group | flow | produced | read before / after | lost | duplicated |", "|---|---|---|---|---|---|"]
+            for g, v in sorted(w["groups"].items()):
+                out.append(f"| `{g}` | {v['flow']} | {v['produced']} | {v['read_before']} / {v['read_after']} | {v['lost']} | {v['duplicated']} |")
     out += ["", "## Steps", "", "| step | outcome | seconds |", "|---|---|---|"]
     for s in r.get("steps", []):
         out.append(f"| {s['number']}. {s['title']} | {s['outcome']} | {s['duration_seconds']:g} |")

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from mirror.config import Config, FlowConfig
 from mirror.domain.runbook import Block, Command, Manual, Runbook, RunbookError, Step, check, cost
 from mirror.drill.report import render_markdown
+from mirror.drill.site import SiteWorkload, load_snapshot
 from mirror.drill.workload import DR, PRIMARY, Workload, WorkloadState
 from mirror.errors import ExitCode, MirrorError, UsageError
 
@@ -65,14 +66,32 @@ class Request:
     partitions: int = 3
     retry_interval: float = 1.0
     dev_home: Path | None = None
+    # A site drill (`--from`): every flow from the site, `groups` groups each, named
+    # GROUP-FLOW-K; `flow` is then the first of them.
+    site: str | None = None
+    dr_site: str | None = None
+    site_flows: list[FlowConfig] = field(default_factory=list)
+    site_groups: dict[str, str] = field(default_factory=dict)  # group -> its flow's name
+    groups_per_flow: int = 2
 
     @property
     def variables(self) -> dict[str, str]:
+        if self.site is not None:
+            return {"CONFIG": str(self.config_path), "FLOW": self.flow.name, "GROUP": self.group,
+                    "PRIMARY": self.site, "DR": self.dr_site or self.flow.target}
         return {"CONFIG": str(self.config_path), "FLOW": self.flow.name, "GROUP": self.group,
                 "PRIMARY": self.flow.source, "DR": self.flow.target}
 
+    @property
+    def primaries(self) -> list[str]:
+        """The clusters `kill-primary` takes down: the flow's source, or every source of the site."""
+        return sorted({f.source for f in self.site_flows}) if self.site is not None else [self.flow.source]
+
     def resume_command(self, step: int) -> str:
         args = ["mirror", "drill", str(self.runbook), "-c", str(self.config_path), "--flow", self.flow.name, "--group", self.group]
+        if self.site is not None:
+            args = ["mirror", "drill", str(self.runbook), "-c", str(self.config_path), "--from", self.site, "--group", self.group,
+                    "--groups", str(self.groups_per_flow), *(["--to", self.dr_site] if self.dr_site else [])]
         if self.topic != "mirror-drill":
             args += ["--topic", self.topic]
         if self.dev_home is not None:
@@ -94,11 +113,13 @@ def check_references(book: Runbook, req: Request, parse_argv: ParseArgv) -> int:
     flows = {f.name: f for f in config.flows}
     idx = config.flows.index(req.flow)
     first_group_line = next((c.line for c in book.commands() if "$GROUP" in c.text or "${GROUP}" in c.text), 1)
-    if book.executable and not _group_matches(req.flow, req.group):
+    if req.site is not None:
+        _check_site(book, req)
+    elif book.executable and not _group_matches(req.flow, req.group):
         raise RunbookError(book.source, first_group_line,
                            f"group {req.group!r} (--group) does not match flows[{idx}].groups of flow {req.flow.name!r} ({', '.join(req.flow.groups) or 'none'})",
                            hint=f"drill a group the flow checkpoints, or add a pattern to flows[{idx}].groups")
-    if book.executable and not req.flow.topic_filter(config.canary.topic).matches(req.topic):
+    if req.site is None and book.executable and not req.flow.topic_filter(config.canary.topic).matches(req.topic):
         raise RunbookError(book.source, 1, f"flow {req.flow.name!r} does not mirror the drill topic {req.topic!r}",
                            hint=f"add {req.topic!r} to flows[{idx}].topics.include (or pass --topic)")
     count = 0
@@ -113,6 +134,12 @@ def check_references(book: Runbook, req: Request, parse_argv: ParseArgv) -> int:
         for name in names:
             if name not in flows:
                 raise RunbookError(book.source, cmd.line, f"no flow {name!r} in {req.config_path} (flows: {', '.join(flows)})")
+        for flag, name in (("--from", params.get("site")), ("--to", params.get("to"))):
+            if name and name not in ("earliest", "latest"):
+                try:
+                    config.site(name, flag)
+                except UsageError as exc:
+                    raise RunbookError(book.source, cmd.line, f"`{cmd.text}`: {exc}") from None
         cluster = params.get("cluster")
         if cluster and cluster not in config.clusters:
             raise RunbookError(book.source, cmd.line, f"no cluster {cluster!r} in {req.config_path} (clusters: {', '.join(config.clusters)})")
@@ -121,6 +148,21 @@ def check_references(book: Runbook, req: Request, parse_argv: ParseArgv) -> int:
             fi = config.flows.index(flows[names[0]])
             raise RunbookError(book.source, cmd.line, f"group {group!r} does not match flows[{fi}].groups of flow {names[0]!r}")
     return count
+
+
+def _check_site(book: Runbook, req: Request) -> None:
+    """Every flow of the site mirrors the drill topic and checkpoints its drill groups."""
+    if not book.executable:
+        return
+    flows = {f.name: f for f in req.site_flows}
+    for flow in req.site_flows:
+        if not flow.topic_filter(req.config.canary.topic).matches(req.topic):
+            raise RunbookError(book.source, 1, f"flow {flow.name!r} does not mirror the drill topic {req.topic!r}",
+                               hint=f"add {req.topic!r} to flows[{req.config.flows.index(flow)}].topics.include (or pass --topic)")
+    for group, name in req.site_groups.items():
+        if not _group_matches(flows[name], group):
+            raise RunbookError(book.source, 1, f"drill group {group!r} does not match flows[{req.config.flows.index(flows[name])}].groups of flow {name!r}",
+                               hint="pass a --group prefix the flows' `groups` patterns match")
 
 
 # ---------------------------------------------------------------------------- running
@@ -155,10 +197,10 @@ class Drill:
                  measure_lag: Callable[[], tuple[int, float | None]], *, now: Callable[[], float] = time.time) -> None:
         self.book, self.req, self.invoke, self.brokers, self.measure_lag, self.now = book, req, invoke, brokers, measure_lag, now
         self.report: dict[str, Any] = {}
-        self.workload: Workload | None = None
+        self.workload: Workload | SiteWorkload | None = None
 
     # -- state
-    def _load(self) -> WorkloadState | None:
+    def _load(self) -> WorkloadState | dict[str, Any] | None:
         rd = self.req.report_dir
         if self.req.from_step > 1:
             try:
@@ -168,12 +210,19 @@ class Drill:
             if Path(self.report["runbook"]).name != self.req.runbook.name:
                 raise UsageError(f"--from-step: {rd} holds a drill of {self.report['runbook']}, not {self.req.runbook}")
             state_file = rd / STATE_JSON
-            return WorkloadState.from_json(json.loads(state_file.read_text())) if state_file.exists() else None
+            if not state_file.exists():
+                return None
+            text = state_file.read_text()
+            return load_snapshot(text) or WorkloadState.from_json(json.loads(text))
+        req = self.req
         self.report = {
-            "runbook": str(self.req.runbook), "title": self.book.title, "config": str(self.req.config_path),
-            "flow": self.req.flow.name, "group": self.req.group, "primary": self.req.flow.source, "dr": self.req.flow.target,
+            "runbook": str(req.runbook), "title": self.book.title, "config": str(req.config_path),
+            "flow": req.flow.name, "group": req.group, "primary": req.flow.source, "dr": req.flow.target,
             "started": _iso(self.now()), "steps": [], "rto_seconds": None, "rpo": None, "workload": None,
         }
+        if req.site is not None:
+            self.report.update({"site": req.site, "flow": ", ".join(f.name for f in req.site_flows), "group": ", ".join(req.site_groups),
+                                "primary": req.site, "dr": req.variables["DR"]})
         return None
 
     def _save(self) -> None:
@@ -186,6 +235,11 @@ class Drill:
 
     def _numbers(self) -> None:
         assert self.workload is not None
+        if isinstance(self.workload, SiteWorkload):
+            site = self.workload.numbers()
+            self.report["rto_seconds"], self.report["rto_basis"] = site.pop("rto_seconds"), "the last group's first record on its DR cluster"
+            self.report["workload"] = {"topic": self.req.topic, "dr_topic": self.workload.dr_topic, **site}
+            return
         st = self.workload.snapshot()
         if st["cutover_ms"] is not None and st["first_dr_read_ms"] is not None:
             self.report["rto_seconds"] = round((st["first_dr_read_ms"] - st["cutover_ms"]) / 1000, 3)
@@ -210,10 +264,15 @@ class Drill:
             raise UsageError(f"--from-step {req.from_step}: {self.book.source} has steps {', '.join(map(str, numbers))}")
         plays = {i.action for s in self.book.steps for i in s.items if isinstance(i, Manual)}
         fresh = state is None and bool(plays & {"stop-group", "kill-primary", "start-group"})
-        if fresh:
-            state = WorkloadState(topic=req.topic, partitions=req.partitions)
-        if state is not None:
-            self.workload = Workload(req.config, req.flow, req.group, state)
+        if req.site is not None:
+            if fresh or state is not None:
+                saved = state if isinstance(state, dict) else None
+                self.workload = SiteWorkload.build(req.config, req.site_flows, req.site_groups, req.topic, req.partitions, saved)
+        else:
+            if fresh:
+                state = WorkloadState(topic=req.topic, partitions=req.partitions)
+            if isinstance(state, WorkloadState):
+                self.workload = Workload(req.config, req.flow, req.group, state)
         self.report["steps"] = [s for s in self.report.get("steps", []) if s["number"] < req.from_step]
         self.report.pop("failed_step", None)
         self.report["outcome"] = "running"
@@ -330,7 +389,7 @@ class Drill:
         elif item.action == "stop-group":
             w = self._need(w, item)
             w.stop_consumer()
-            w.state.cutover_ms = int(self.now() * 1000)
+            self._cutover(w)
             # The drill's producer pauses until start-group: with records arriving every
             # moment the group's `unmirrored` is never 0 for long, and a runbook that waits
             # for 0 would wait forever. What it wrote after the group stopped is read on DR.
@@ -346,13 +405,13 @@ class Drill:
             self._rpo(entry)
             w.stop_consumer()
             w.stop_producer()  # what it wrote after the group's last read is the group's to lose
-            w.state.cutover_ms = int(self.now() * 1000)
-            entry["played"] = self.brokers.kill(self.req.flow.source, self.req.config.cluster(self.req.flow.source).bootstrap)
+            self._cutover(w)
+            entry["played"] = "; ".join(self.brokers.kill(c, self.req.config.cluster(c).bootstrap) for c in self.req.primaries)
             w.state.primary_killed = True
         elif item.action == "start-primary":
             if self.brokers is None:
                 raise MirrorError("start-primary: no broker control")
-            entry["played"] = self.brokers.start(self.req.flow.source, self.req.config.cluster(self.req.flow.source).bootstrap)
+            entry["played"] = "; ".join(self.brokers.start(c, self.req.config.cluster(c).bootstrap) for c in self.req.primaries)
             if w is not None:
                 w.state.primary_killed = False
         elif item.action == "start-group":
@@ -377,7 +436,14 @@ class Drill:
         w.stop_consumer()
         entry["played"] = f"the drill stopped producing; the group read what reached {self.req.flow.target}, then stopped"
 
-    def _need(self, w: Workload | None, item: Manual) -> Workload:
+    def _cutover(self, w: Workload | SiteWorkload) -> None:
+        ms = int(self.now() * 1000)
+        if isinstance(w, SiteWorkload):
+            w.set_cutover(ms)
+        else:
+            w.state.cutover_ms = ms
+
+    def _need(self, w: Workload | SiteWorkload | None, item: Manual) -> Workload | SiteWorkload:
         if w is None:
             raise MirrorError(f"line {item.line}: {item.action} needs the drill workload")
         return w

@@ -16,7 +16,8 @@ Per enabled pair (flow), once MM2 is stopped:
 
 Refused (UnsafeOperation, exit 3) when it cannot be done safely: MM2's worker group still
 has members or its committed offsets move while the import reads them, the flow's own group
-is running or committed elsewhere already, a matched topic MM2 never started.
+is running or committed elsewhere already, a matched topic MM2 never started, a target
+partition that holds less than MM2 committed (re-created or truncated since).
 """
 
 from __future__ import annotations
@@ -198,6 +199,7 @@ def _partition_maps(s: _Sides, present: list[TopicMapping], resume: dict[tuple[s
         if below:
             last[tp] = (below[-1], resume[tp])
     timeout = READ_TIMEOUT + 0.05 * len(last)
+    short: list[str] = []  # target partitions without the copies MM2 committed
     prefetched = read_offsets(s.source.name, s.config.cluster(s.source.name), last, timeout, isolation=isolation) if last else {}
     for m in present:
         for p in range(m.partitions):
@@ -212,6 +214,8 @@ def _partition_maps(s: _Sides, present: list[TopicMapping], resume: dict[tuple[s
                     return prefetched[(m.source, p)]
                 return [r.offset for r in s.read(s.source, m.source, p, start, end, isolation)]
             pm = partition_map(m.source, p, syncs.get(tp, []), resume[tp], read)
+            if pm.tip is not None and w.high <= pm.tip.target_offset:
+                short.append(f"{m.target}[{p}] ends at {w.high}, MM2's copy of {m.source}[{p}] offset {pm.tip.source_offset} was at {pm.tip.target_offset}")
             maps[tp] = pm
             report.partitions += 1
             report.rows += len(pm.rows)
@@ -225,6 +229,13 @@ def _partition_maps(s: _Sides, present: list[TopicMapping], resume: dict[tuple[s
                 report.note("records expired on the source before MM2 copied them", f"{m.source}[{p}] {resume[tp]}..{source_marks[tp].low - 1}")
             if not pm.rows:
                 report.note("no MM2 offset syncs (failover plans for positions before the switch start at the target's beginning)", f"{m.source}[{p}]")
+    if short:
+        # Re-created or truncated since MM2 copied into it: resuming after MM2's commit would
+        # leave what MM2 had copied out of the target.
+        raise UnsafeOperation(
+            f"a target partition of flow {s.flow.name!r} holds less than MirrorMaker 2 committed ({len(short)} in all; e.g. {short[0]})",
+            hint="the target topic was re-created or truncated since; delete MM2's offsets for it (or the topic from the flow) and let the mirror copy it whole",
+        )
     return maps
 
 

@@ -122,6 +122,23 @@ def first_held(syncs: list[OffsetSync], target_low: int, source_start: int) -> i
     return max(source_start, anchor.source_offset + (target_low - anchor.target_offset))
 
 
+@dataclass
+class _Window:
+    """What the audit compares, decided from the clusters' offsets before Spark reads anything."""
+
+    parts: list[tuple[Any, int]]  # (mapping, partition)
+    to_target: dict[str, str]  # source topic -> target topic
+    start: dict[tuple[str, int], int]  # source partition -> the window's first offset
+    end: dict[tuple[str, int], int]  # source partition -> the group's committed offset
+    tgt_start: dict[tuple[str, int], int]  # target partition -> log start
+    tgt_end: dict[tuple[str, int], int]  # target partition -> high watermark
+    cutoffs: dict[str, float | None]  # target topic -> `retention_cutoff`
+    copies_end: dict[tuple[str, int], int] = field(default_factory=dict)  # without provenance: the target's window end
+    held_from: dict[tuple[str, int], int] = field(
+        default_factory=dict
+    )  # the first source offset the target still holds
+
+
 def audit(
     spark: Any,
     config: Config,
@@ -132,8 +149,24 @@ def audit(
     to_ms: int | None = None,
     now_ms: int | None = None,
 ) -> AuditReport:
-    from pyspark.sql import functions as F
+    """Compare the flow's source and target (see the module's docstring). Each side is read
+    from Kafka once and kept (persisted) for the several aggregations and the join."""
+    window = _window(config, flow, topics, int(time.time() * 1000) if now_ms is None else now_ms)
+    report = AuditReport(flow.name, [PartitionAudit(m.source, m.target, p) for m, p in window.parts])
+    if not window.parts:
+        return report
+    src, tgt = _sides(spark, config, flow, window)
+    try:
+        _compare(flow, window, report, src, tgt, from_ms, to_ms)
+    finally:
+        src.unpersist()
+        tgt.unpersist()
+    return report
 
+
+def _window(config: Config, flow: FlowConfig, topics: list[str] | None, now: int) -> _Window:
+    """The partitions audited and each one's window: from the source's log start to the
+    group's committed offset, and the target's range that holds their copies."""
     source_admin = Admin(flow.source, config.clusters[flow.source])
     target_admin = Admin(flow.target, config.clusters[flow.target])
     mappings = match_topics(config, flow, source_admin.topics())
@@ -144,65 +177,78 @@ def audit(
         mappings = [m for m in mappings if m.source in topics]
     existing = target_admin.topics()
     mappings = [m for m in mappings if m.target in existing]
-    committed = source_admin.group_offsets(flow.group_id)
     parts = [(m, p) for m in mappings for p in range(m.partitions)]
-    report = AuditReport(flow.name, [PartitionAudit(m.source, m.target, p) for m, p in parts])
+    to_target = {m.source: m.target for m in mappings}
     if not parts:
-        return report
+        return _Window(parts, to_target, {}, {}, {}, {}, {})
+    committed = source_admin.group_offsets(flow.group_id)
     src_marks = source_admin.watermarks([(m.source, p) for m, p in parts], committed_only=True)
     tgt_marks = target_admin.watermarks([(m.target, p) for m, p in parts], committed_only=False)
-    # The window: from the source's log start to the group's committed offset.
-    start: dict[tuple[str, int], int] = {}
-    end: dict[tuple[str, int], int] = {}
-    for m, p in parts:
-        low = src_marks[(m.source, p)].low
-        start[(m.source, p)] = low
-        end[(m.source, p)] = max(low, committed.get((m.source, p), low))
-
-    def spec(keys: dict[tuple[str, int], int], topic_of: Any = None) -> dict[str, dict[str, int]]:
-        out: dict[str, dict[str, int]] = {}
-        for (t, p), o in keys.items():
-            out.setdefault(topic_of(t) if topic_of else t, {})[str(p)] = o
-        return out
-
-    src = _read(spark, config, flow.source, spec(start), spec(end))
-    to_target = {m.source: m.target for m in mappings}
-    tgt_start = {(m.target, p): tgt_marks[(m.target, p)].low for m, p in parts}
-    tgt_end = {(m.target, p): tgt_marks[(m.target, p)].high for m, p in parts}
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    start = {(m.source, p): src_marks[(m.source, p)].low for m, p in parts}
+    end = {tp: max(low, committed.get(tp, low)) for tp, low in start.items()}
     retention = target_admin.effective_configs(sorted(set(to_target.values())), ("retention.ms", "retention.bytes"))
-    cutoffs = {t: retention_cutoff(retention.get(t, {}), now) for t in set(to_target.values())}
-    # Without provenance: the target's window (its copies of [start, end)) from the offset map.
-    copies_end: dict[tuple[str, int], int] = {}
-    held_from: dict[tuple[str, int], int] = {}
+    window = _Window(
+        parts,
+        to_target,
+        start,
+        end,
+        {(m.target, p): tgt_marks[(m.target, p)].low for m, p in parts},
+        {(m.target, p): tgt_marks[(m.target, p)].high for m, p in parts},
+        {t: retention_cutoff(retention.get(t, {}), now) for t in set(to_target.values())},
+    )
     if not flow.provenance_headers:
+        # Without provenance: the target's window (its copies of [start, end)) from the offset map.
         store = open_store(config.offset_store)
         try:
             for m, p in parts:
                 syncs = store.syncs(flow.name, m.source, p)
-                low, high = tgt_start[(m.target, p)], tgt_end[(m.target, p)]
-                copies_end[(m.source, p)] = translate(
+                low, high = window.tgt_start[(m.target, p)], window.tgt_end[(m.target, p)]
+                window.copies_end[(m.source, p)] = translate(
                     syncs, end[(m.source, p)], high, tip=store.tip(flow.name, m.source, p), target_start=low
                 ).target_offset
-                held_from[(m.source, p)] = first_held(syncs, low, start[(m.source, p)])
+                window.held_from[(m.source, p)] = first_held(syncs, low, start[(m.source, p)])
         finally:
             store.close()
-    tgt = _read(spark, config, flow.target, spec(tgt_start), spec(tgt_end))
+    return window
+
+
+def _spec(keys: dict[tuple[str, int], int]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for (t, p), o in keys.items():
+        out.setdefault(t, {})[str(p)] = o
+    return out
+
+
+def _map(pairs: dict[Any, Any]) -> Any:
+    """A Spark map literal; tuple keys become "topic|partition"."""
+    from pyspark.sql import functions as F
+
+    return F.create_map(
+        *[x for k, v in pairs.items() for x in (F.lit("|".join(map(str, k)) if isinstance(k, tuple) else k), F.lit(v))]
+    )
+
+
+def _sides(spark: Any, config: Config, flow: FlowConfig, window: _Window) -> tuple[Any, Any]:
+    """Both sides read once and persisted, with what every comparison needs: the digest `h`,
+    and on the target whether a record is this flow's copy (`is_copy`, `src_offset`) and
+    inside the window (`in_window`)."""
+    from pyspark.sql import functions as F
 
     ts = F.expr("unix_millis(timestamp)")
+    src = _read(spark, config, flow.source, _spec(window.start), _spec(window.end))
     src = src.select("topic", "partition", "offset", ts.alias("ts"), "key", "value", "headers")
+    tgt = _read(spark, config, flow.target, _spec(window.tgt_start), _spec(window.tgt_end))
     origin = F.expr(
         f"try_element_at(filter(coalesce(headers, array()), h -> h.key = '{HEADER_ORIGIN}'), -1).value"
     ).cast("string")
     tgt = tgt.select("topic", "partition", "offset", ts.alias("ts"), "key", "value", "headers", origin.alias("origin"))
     # Only copies made by this flow, of this partition, count as copies; this hop's header is not content.
     prefix = {
-        f"{r.target_topic}|{r.partition}": (r.origin or b"").decode()
-        for m, p in parts
+        (r.target_topic, r.partition): (r.origin or b"").decode()
+        for m, p in window.parts
         for r in [route(flow, m.source, p)]
     }
-    prefix_map = F.create_map(*[x for k, v in prefix.items() for x in (F.lit(k), F.lit(v))])
-    tgt = tgt.withColumn("prefix", prefix_map[F.concat_ws("|", "topic", F.col("partition").cast("string"))])
+    tgt = tgt.withColumn("prefix", _map(prefix)[F.concat_ws("|", "topic", F.col("partition").cast("string"))])
     tgt = tgt.withColumn(
         "is_copy",
         F.coalesce(
@@ -225,49 +271,45 @@ def audit(
     src = src.withColumn("h", digest)
     tgt = tgt.withColumn("h", digest)
     # The target side of the window: copies of records the group had committed past.
-    src_topic_of = F.create_map(*[x for s, t in to_target.items() for x in (F.lit(t), F.lit(s))])
-    ends_map = F.create_map(*[x for (t, p), o in end.items() for x in (F.lit(f"{t}|{p}"), F.lit(o))])
-    starts_map = F.create_map(*[x for (t, p), o in start.items() for x in (F.lit(f"{t}|{p}"), F.lit(o))])
-    tgt = tgt.withColumn("source_topic", src_topic_of[F.col("topic")])
+    tgt = tgt.withColumn("source_topic", _map({t: s for s, t in window.to_target.items()})[F.col("topic")])
     key = F.concat_ws("|", "source_topic", F.col("partition").cast("string"))
     if flow.provenance_headers:
-        in_window = F.col("is_copy") & (F.col("src_offset") >= starts_map[key]) & (F.col("src_offset") < ends_map[key])
+        in_window = (
+            F.col("is_copy")
+            & (F.col("src_offset") >= _map(window.start)[key])
+            & (F.col("src_offset") < _map(window.end)[key])
+        )
     else:
-        copies_end_map = F.create_map(*[x for (t, p), o in copies_end.items() for x in (F.lit(f"{t}|{p}"), F.lit(o))])
-        in_window = F.col("offset") < copies_end_map[key]
-    tgt = cached = tgt.withColumn("in_window", F.coalesce(in_window, F.lit(False))).cache()
+        in_window = F.col("offset") < _map(window.copies_end)[key]
+    tgt = tgt.withColumn("in_window", F.coalesce(in_window, F.lit(False)))
+    # Without these, each aggregation below and the join would read the topics from Kafka again.
+    # Only what the comparisons use is kept (the digest stands for key, value and headers).
+    return src.drop("key", "value", "headers").cache(), tgt.drop("key", "value", "headers", "origin", "prefix").cache()
+
+
+def _compare(
+    flow: FlowConfig, window: _Window, report: AuditReport, src: Any, tgt: Any, from_ms: int | None, to_ms: int | None
+) -> None:
+    """Counts and checksums per partition and per minute, then (with provenance) the join."""
+    from pyspark.sql import functions as F
+
+    held_from = dict(window.held_from)
     if flow.provenance_headers:
         # The first copy the target still holds, where its log start moved (retention): among
         # all its copies, before --from/--to, or a gap after copies it still holds whose
         # records fall in the time range would pass for trimmed.
-        moved = [(m.source, p) for m, p in parts if tgt_start[(m.target, p)] > 0]
+        moved = [(m.source, p) for m, p in window.parts if window.tgt_start[(m.target, p)] > 0]
         firsts = {
             (r[0], r[1]): r[2]
             for r in tgt.where("in_window").groupBy("source_topic", "partition").agg(F.min("src_offset")).collect()
         }
-        held_from = {tp: firsts.get(tp, end[tp]) for tp in moved}
+        held_from = {tp: firsts.get(tp, window.end[tp]) for tp in moved}
     if from_ms is not None:
         src, tgt = src.where(F.col("ts") >= from_ms), tgt.where(F.col("ts") >= from_ms)
     if to_ms is not None:
         src, tgt = src.where(F.col("ts") < to_ms), tgt.where(F.col("ts") < to_ms)
+    src, trimmed = _trim(src, window, held_from)
     window_tgt = tgt.where("in_window")
-    # Source records before the first one the target holds, older than its retention: trimmed.
-    trim_rules = [
-        (F.col("topic") == F.lit(t))
-        & (F.col("partition") == F.lit(p))
-        & (F.col("offset") < F.lit(f))
-        & (F.col("ts") < F.lit(cutoffs[to_target[t]]))
-        for (t, p), f in held_from.items()
-        if f > start[(t, p)] and cutoffs.get(to_target[t]) is not None
-    ]
-    trimmed: dict[tuple[str, int], int] = {}
-    if trim_rules:
-        rule = trim_rules[0]
-        for more in trim_rules[1:]:
-            rule = rule | more
-        src = src.withColumn("trimmed", F.coalesce(rule, F.lit(False)))
-        trimmed = {(r[0], r[1]): r[2] for r in src.where("trimmed").groupBy("topic", "partition").count().collect()}
-        src = src.where("NOT trimmed").drop("trimmed")
 
     def agg(df: Any, topic_col: str) -> dict[tuple[str, int], tuple[int, int]]:
         rows = df.groupBy(topic_col, "partition").agg(F.count("*").alias("n"), F.sum("h").alias("s")).collect()
@@ -291,52 +333,63 @@ def audit(
         a.trimmed = trimmed.get(k, 0)
         a.minutes_differing = len({(m[2]) for m in src_min ^ tgt_min if (m[0], m[1]) == k})
     if flow.provenance_headers:
-        s = src.select(
-            F.col("topic").alias("st"),
-            F.col("partition").alias("sp"),
-            F.col("offset").alias("so"),
-            F.col("h").alias("sh"),
-        )
-        t = window_tgt.select(
-            F.col("source_topic").alias("st"),
-            F.col("partition").alias("sp"),
-            F.col("src_offset").alias("so"),
-            F.col("h").alias("th"),
-            F.col("offset").alias("to"),
-        )
-        joined = s.join(t, ["st", "sp", "so"], "full_outer")
-        missing = (
-            joined.where("to IS NULL")
-            .groupBy("st", "sp")
-            .agg(F.slice(F.sort_array(F.collect_list("so")), 1, SAMPLE).alias("o"))
-            .collect()
-        )
-        altered = (
-            joined.where("sh IS NOT NULL AND th IS NOT NULL AND sh != th")
-            .groupBy("st", "sp")
-            .agg(F.slice(F.sort_array(F.collect_list("so")), 1, SAMPLE).alias("o"))
-            .collect()
-        )
-        dupes = (
-            t.groupBy("st", "sp", "so")
-            .agg(F.count("*").alias("n"), F.max("to").alias("to"))
-            .where("n > 1")
-            .groupBy("st", "sp")
-            .agg(F.slice(F.sort_array(F.collect_list("to")), 1, SAMPLE).alias("o"))
-            .collect()
-        )
-        # Records on the target that are no copy of this flow's (injected), within the target
-        # range the window's copies span.
-        foreign = (
-            tgt.where("NOT is_copy")
-            .groupBy("source_topic", "partition")
-            .agg(F.slice(F.sort_array(F.collect_list("offset")), 1, SAMPLE).alias("o"))
-            .collect()
-        )
-        for rows, attr in ((missing, "missing"), (altered, "altered"), (dupes, "extra"), (foreign, "extra")):
-            for r in rows:
-                hit = by_key.get((r[0], r[1]))
-                if hit is not None:
-                    setattr(hit, attr, sorted([*getattr(hit, attr), *r["o"]])[:SAMPLE])
-    cached.unpersist()
-    return report
+        _join(src, tgt, window_tgt, by_key)
+
+
+def _trim(src: Any, window: _Window, held_from: dict[tuple[str, int], int]) -> tuple[Any, dict[tuple[str, int], int]]:
+    """Source records before the first one the target holds, older than its retention:
+    trimmed (counted, and left out of every comparison)."""
+    from pyspark.sql import functions as F
+
+    rules = [
+        (F.col("topic") == F.lit(t))
+        & (F.col("partition") == F.lit(p))
+        & (F.col("offset") < F.lit(f))
+        & (F.col("ts") < F.lit(window.cutoffs[window.to_target[t]]))
+        for (t, p), f in held_from.items()
+        if f > window.start[(t, p)] and window.cutoffs.get(window.to_target[t]) is not None
+    ]
+    if not rules:
+        return src, {}
+    rule = rules[0]
+    for more in rules[1:]:
+        rule = rule | more
+    src = src.withColumn("trimmed", F.coalesce(rule, F.lit(False)))
+    trimmed = {(r[0], r[1]): r[2] for r in src.where("trimmed").groupBy("topic", "partition").count().collect()}
+    return src.where("NOT trimmed").drop("trimmed"), trimmed
+
+
+def _join(src: Any, tgt: Any, window_tgt: Any, by_key: dict[tuple[str, int], PartitionAudit]) -> None:
+    """With provenance: missing, altered, twice-copied and foreign records, by origin offset."""
+    from pyspark.sql import functions as F
+
+    def first_few(df: Any, topic: str, part: str, col: str) -> list[Any]:
+        return df.groupBy(topic, part).agg(F.slice(F.sort_array(F.collect_list(col)), 1, SAMPLE).alias("o")).collect()
+
+    s = src.select(
+        F.col("topic").alias("st"), F.col("partition").alias("sp"), F.col("offset").alias("so"), F.col("h").alias("sh")
+    )
+    t = window_tgt.select(
+        F.col("source_topic").alias("st"),
+        F.col("partition").alias("sp"),
+        F.col("src_offset").alias("so"),
+        F.col("h").alias("th"),
+        F.col("offset").alias("to"),
+    )
+    joined = s.join(t, ["st", "sp", "so"], "full_outer")
+    missing = first_few(joined.where("to IS NULL"), "st", "sp", "so")
+    altered = first_few(joined.where("sh IS NOT NULL AND th IS NOT NULL AND sh != th"), "st", "sp", "so")
+    dupes = first_few(
+        t.groupBy("st", "sp", "so").agg(F.count("*").alias("n"), F.max("to").alias("to")).where("n > 1"),
+        "st",
+        "sp",
+        "to",
+    )
+    # Records on the target that are no copy of this flow's (injected), within the target
+    # range the window's copies span.
+    foreign = first_few(tgt.where("NOT is_copy"), "source_topic", "partition", "offset")
+    for rows, attr in ((missing, "missing"), (altered, "altered"), (dupes, "extra"), (foreign, "extra")):
+        for r in rows:
+            hit = by_key.get((r[0], r[1]))
+            if hit is not None:
+                setattr(hit, attr, sorted([*getattr(hit, attr), *r["o"]])[:SAMPLE])

@@ -42,8 +42,10 @@ from mirror.errors import MirrorError, OffsetStoreError, UnsafeOperation, UsageE
 from mirror.kafka import OFFSET_END, Admin
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.run.supervisor import restart_delay
+from mirror.spark.arrow import COLUMNS, RESULT_SCHEMA, mirror_arrow, results_of
+from mirror.spark.checkpoint import default_checkpoint, resume_problem
 from mirror.spark.clients import REDACT, java_kafka_options
-from mirror.spark.task import TaskPlan, TaskResult, mirror_partition
+from mirror.spark.task import CHUNK, TaskPlan, TaskResult
 from mirror.store import open_store
 
 log = logging.getLogger(__name__)
@@ -52,7 +54,6 @@ CACHE = Path(os.environ.get("MIRROR_CACHE", Path.home() / ".cache" / "mirror"))
 MARKER = "mirror-flow.json"  # in a --checkpoint directory: which flow it belongs to
 TARGET_TOPIC_ID = "target-topic-id="  # group commit metadata, the same tag `mirror run` writes (engine.assignment.TID)
 STORE_BACKOFF, STORE_BACKOFF_MAX = 1.0, 30.0  # offset-store retries: doubling waits, at most this long
-_SELECT = ["topic", "partition", "offset", "unix_millis(timestamp) AS ts", "key", "value", "headers"]
 
 
 def connector_jars(version: str) -> list[str]:
@@ -99,7 +100,7 @@ def claim_checkpoint(directory: Path, flow: FlowConfig) -> Path:
         except (OSError, ValueError):
             theirs = None
         if theirs != mine:
-            raise UsageError(f"--checkpoint {directory} belongs to {theirs!r}, not flow {flow.name!r}", hint="give each flow its own checkpoint directory")
+            raise UsageError(f"--checkpoint {directory} belongs to {theirs!r}, not flow {flow.name!r}", hint="give each flow its own checkpoint directory (--checkpoint, or spark.checkpoint_dir in the config)")
     else:
         marker.write_text(json.dumps(mine))
     return directory / "query"
@@ -127,6 +128,7 @@ class SparkFlow:
         self._source_ids: dict[str, str] = {}  # source topic -> id, as the last query started
         self._limits: dict[str, int] = {}  # target topic -> max.message.bytes
         self._restarted = False  # partitions with a commit start again from the beginning
+        self._settled: set[tuple[str, int]] = set()  # partitions with a batch completed in this query (`TaskPlan.settled`)
         self.store_backoff = STORE_BACKOFF  # first wait after an offset-store failure
         self.records = 0
         self.skipped = 0
@@ -267,6 +269,7 @@ class SparkFlow:
     def _run_query(self, spark: Any, mappings: list[TopicMapping]) -> bool:
         """Run one query over `mappings`; True when it stopped because the matched topics changed."""
         self._mappings = mappings
+        self._settled = set()  # a new query starts at the group's offsets: the target may be ahead
         source = self.config.clusters[self.flow.source]
         starting = self._starting_offsets(mappings)
         reader = (
@@ -286,8 +289,11 @@ class SparkFlow:
         )
         for k, v in java_kafka_options(self.flow.source, source.client).items():
             reader = reader.option(f"kafka.{k}", v)
-        if self.max_records_per_batch:
-            reader = reader.option("maxOffsetsPerTrigger", str(self.max_records_per_batch))
+        reader = reader.option("maxOffsetsPerTrigger", str(self.max_records_per_batch or self.flow.spark.max_records_per_batch))
+        # What a task's Python worker takes in at once (`mirror.spark.arrow`); the query's
+        # session copies these when it starts.
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(CHUNK))
+        spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch", str(int(self.flow.spark.max_bytes_per_chunk)))
         with ExitStack() as stack:
             if self.checkpoint is not None:
                 location = str(self.checkpoint)
@@ -295,6 +301,9 @@ class SparkFlow:
                 # checkpoint ignores startingOffsets, so a partition started again from the
                 # beginning (`_starting_offsets`) needs the checkpoint gone too.
                 if self._query_topics_changed(mappings) or self._restarted:
+                    shutil.rmtree(location, ignore_errors=True)
+                elif why := resume_problem(self.checkpoint, starting):
+                    log.info("flow %s: not resuming the Spark checkpoint %s: %s; starting from the group's offsets", self.flow.name, location, why)
                     shutil.rmtree(location, ignore_errors=True)
             else:
                 location = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"mirror-spark-{self.flow.name}-"))
@@ -373,10 +382,18 @@ class SparkFlow:
         """Mirror one micro-batch: tasks produce, then rows are stored, then the group commits."""
         # The source ends now (after the batch was planned): a target copy naming an offset at
         # or past them is not of this topic's records (a recreated topic); see `replay_check`.
+        t0 = time.monotonic()
         ends = self._source.end_offsets([(m.source, p) for m in self._mappings for p in range(m.partitions)])
-        plan = replace(self._plan, source_ends=ends, limits=self._limits)
-        results: list[TaskResult] = df.selectExpr(*_SELECT).rdd.map(tuple).mapPartitions(partial(mirror_partition, plan)).collect()
+        plan = replace(self._plan, source_ends=ends, limits=self._limits, settled=frozenset(self._settled))
+        t1 = time.monotonic()
+        results = results_of(df.selectExpr(*COLUMNS).mapInArrow(partial(mirror_arrow, plan), RESULT_SCHEMA).collect())
+        t2 = time.monotonic()
         self._finish_batch(batch_id, results)
+        # Their next batch starts where this one ended, and the target holds nothing past it.
+        self._settled.update((r.topic, r.partition) for r in results)
+        log.debug("flow %s: batch %d: %d tasks, %d records; tasks %.0f ms, driver %.0f ms (source ends %.0f ms, rows stored and committed %.0f ms)",
+                  self.flow.name, batch_id, len(results), sum(r.produced for r in results), (t2 - t1) * 1000,
+                  (time.monotonic() - t2 + t1 - t0) * 1000, (t1 - t0) * 1000, (time.monotonic() - t2) * 1000)
 
     def _finish_batch(self, batch_id: int, results: list[TaskResult]) -> None:
         """The driver's part of a batch once the tasks produced it: rows stored, then the commit."""
@@ -499,12 +516,20 @@ def with_task_retries(master: str, attempts: int = TASK_ATTEMPTS) -> str:
     return master
 
 
-def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, *, quiet: bool = True, submitted: bool = False) -> Any:
+UI_PORT = 4040  # Spark's own default; a busy port makes Spark try the next ones (spark.port.maxRetries)
+
+
+def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, *, quiet: bool = True, submitted: bool = False,
+                  ui_port: int | None = UI_PORT) -> Any:
     """A SparkSession with the Kafka connector from the cache; executors run this Python.
 
     `submitted`: spark-submit started this driver and its command line already says the
     master, the jars and the executors' Python (`mirror.spark.submit`); none is set here,
     so the executors keep the package they were given instead of this interpreter's path.
+
+    The Spark UI is on (`ui_port`; None turns it off): the jobs, stages, executors and the
+    Structured Streaming tab are where a Spark engineer looks first. It listens where the
+    driver binds (loopback for a local master or cluster).
     """
     import pyspark
     from pyspark.sql import SparkSession
@@ -513,13 +538,15 @@ def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, 
         SparkSession.builder.appName(app)
         .config("spark.task.maxFailures", str(TASK_ATTEMPTS))
         .config("spark.redaction.regex", REDACT)  # the JAAS line and a client key never in a log or plan
-        .config("spark.ui.enabled", "false")
+        .config("spark.ui.enabled", "false" if ui_port is None else "true")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
     )
     if not submitted:
         builder = _direct(builder, master, connector_jars(pyspark.__version__))
+    if ui_port is not None:
+        builder = builder.config("spark.ui.port", str(ui_port))
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
     # A speculative copy of a task would produce the same records alongside the original:
@@ -559,12 +586,15 @@ def submitted_master() -> str:
 
 def run_flow(config: Config, flow: FlowConfig, *, master: str | None = None, checkpoint: Path | None = None,
              until_caught_up: bool = False, max_records_per_batch: int | None = None, metrics_port: int | None = None,
-             stop: threading.Event | None = None, spark: Any = None, quiet: bool = True, submitted: bool = False) -> SparkFlow:
+             stop: threading.Event | None = None, spark: Any = None, quiet: bool = True, submitted: bool = False,
+             ui_port: int | None = UI_PORT, conf: Mapping[str, str] | None = None) -> SparkFlow:
     """`mirror spark run`'s core: checks, a session (unless given), the query; returns the finished run.
-    `submitted`: under spark-submit (`mirror.cli.spark_app`), which set the master and the package."""
-    location = claim_checkpoint(checkpoint, flow) if checkpoint is not None else None
+    `submitted`: under spark-submit (`mirror.cli.spark_app`), which set the master and the package.
+
+    The query's checkpoint is `checkpoint`, else the flow's durable default (`default_checkpoint`)."""
+    location = claim_checkpoint(checkpoint or default_checkpoint(config, flow), flow)
     with ExitStack() as stack:
-        metrics = None
+        metrics = run_metrics = None
         if metrics_port is not None:
             from mirror.metrics import RunMetrics, serve
 
@@ -576,7 +606,11 @@ def run_flow(config: Config, flow: FlowConfig, *, master: str | None = None, che
                         max_records_per_batch=max_records_per_batch, metrics=metrics, stop=stop)
         job.preflight()
         if spark is None:
-            spark = spark_session(job.master, f"mirror-{flow.name}", quiet=quiet, submitted=submitted)
+            spark = spark_session(job.master, f"mirror-{flow.name}", conf, quiet=quiet, submitted=submitted, ui_port=ui_port)
             stack.callback(spark.stop)
+        if run_metrics is not None:
+            from mirror.spark.progress import listen
+
+            stack.callback(spark.streams.removeListener, listen(spark, flow.name, f"mirror-{flow.name}", run_metrics.registry))
         job.run(spark)
         return job

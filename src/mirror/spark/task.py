@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import chain, islice
 from typing import Any
 
 from mirror.config import ClusterConfig, FlowConfig
@@ -43,6 +44,7 @@ from mirror.kafka.settings import BATCH_SIZE, PRODUCER_DEFAULTS, batch_size_for
 # (topic, partition, offset, timestamp ms, key, value, headers as [(key, value)] or None)
 SourceRow = tuple[str, int, int, int, Any, Any, Any]
 log = logging.getLogger(__name__)
+CHUNK = 10_000  # rows produced between two looks at the producer (Spark's Arrow batch size)
 FLUSH_TIMEOUT = 300.0  # a target slower than this for one batch fails the task (Spark retries it)
 
 
@@ -58,6 +60,9 @@ class TaskPlan:
     # Each target topic's max.message.bytes (the driver reads them at every topic refresh):
     # a topic that takes smaller batches than batch.size gets a producer with batches that fit.
     limits: dict[str, int] = field(default_factory=dict)
+    # Source partitions whose earlier batch in this query completed: their tasks need not
+    # read the target's tail unless retried (`mirror_chunks`).
+    settled: frozenset[tuple[str, int]] = frozenset()
 
     @property
     def producer_settings(self) -> dict[str, Any]:
@@ -108,6 +113,8 @@ class Replay:
     pairs: list[tuple[int, int]] = field(default_factory=list)
     placed: bool = True
     warning: str | None = None
+    skipped: int = 0  # rows of the slice skipped (their offsets <= held)
+    last: int = -1  # the last source offset the check saw
 
 
 def _same(copy: TailRecord, row: SourceRow) -> bool:
@@ -117,16 +124,20 @@ def _same(copy: TailRecord, row: SourceRow) -> bool:
 
 
 def replay_check(r: Route, batch: Sequence[SourceRow], low: int, high: int,
-                 read: Callable[..., list[TailRecord]], source_end: int | None = None) -> Replay:
+                 read: Callable[..., list[TailRecord]], source_end: int | None = None, tail: list[TailRecord] | None = None) -> Replay:
     """Decide which of `batch` the target partition [low, high) already holds.
 
-    `read(start, end, until=None)` reads target records back. Skips only what is proved to
-    be on the target; anything in doubt is produced (a duplicate, never a loss).
+    `read(start, end, until=None)` reads target records back (`tail`: the last one, when
+    read already). `batch` may be the slice's first rows only, those up to the source
+    offset the target's last copy names: copies of later offsets end the run of copies
+    (below). Skips only what is proved to be on the target; anything in doubt is produced
+    (a duplicate, never a loss).
     """
     if high <= low or not batch:
         return Replay()
     first, last = batch[0][2], batch[-1][2]
-    tail = read(high - 1, high)
+    if tail is None:
+        tail = read(high - 1, high)
     newest = origin_offset(r, tail[-1].headers) if tail else None
     if newest is None or newest < first:
         return Replay()
@@ -163,9 +174,10 @@ def replay_check(r: Route, batch: Sequence[SourceRow], low: int, high: int,
         o = origin_offset(r, rec.headers)
         if o is None:
             continue
-        if o < first or (o in rows and not _same(rec, rows[o])):
-            # A copy of an earlier record, or not of this one (an older incarnation of the
-            # source topic whose offsets run on below the new copies): the run ends here.
+        if o < first or o > upto or (o in rows and not _same(rec, rows[o])):
+            # A copy of an earlier record, of one past those compared, or not of this one (an
+            # older incarnation of the source topic whose offsets run on below the new
+            # copies): the run ends here.
             before = o
             break
         if pairs and o >= pairs[-1][0]:
@@ -207,51 +219,57 @@ def _bytes(v: Any) -> bytes | None:
     return bytes(v) if v is not None else None
 
 
-def mirror_partition(plan: TaskPlan, rows: Iterable[SourceRow]) -> Iterator[TaskResult]:
+def mirror_partition(plan: TaskPlan, rows: Iterable[SourceRow], *, retried: bool = False) -> Iterator[TaskResult]:
     """Mirror one source partition's rows (a Spark partition); yields one result (none when empty)."""
-    batch = list(rows)
-    if not batch:
-        return
-    topic, partition = batch[0][0], batch[0][1]
-    for row in batch:
-        if row[0] != topic or row[1] != partition:
-            # One Kafka partition per Spark partition is what keeps order; a job that broke
-            # it (minPartitions, a repartition) must fail loudly, not mirror out of order.
-            raise MirrorError(f"a Spark task got records of {topic}[{partition}] and {row[0]}[{row[1]}]: one Kafka partition per task is required")
-    r = route(plan.flow, topic, partition)
-    first, last = batch[0][2], batch[-1][2]
-    result = TaskResult(topic, partition, r.target_topic, first, last + 1)
+    rows = iter(rows)
+    yield from mirror_chunks(plan, iter(lambda: list(islice(rows, CHUNK)), []), retried=retried)
 
+
+def mirror_chunks(plan: TaskPlan, chunks: Iterable[Sequence[SourceRow]], *, retried: bool = False) -> Iterator[TaskResult]:
+    """Mirror one source partition's rows, arriving in chunks (Arrow record batches), as they
+    arrive: a chunk is produced before the next is read, so a task holds one chunk, not its
+    slice of the batch. Yields one result (none when there are no rows).
+
+    The target's tail is read (`_replayed`) only where it may hold copies of these records
+    already: a retried task (an earlier attempt may have produced part of the slice), or a
+    partition the plan does not call `settled` (its first batch in this query: the group's
+    commit may trail what an earlier run produced). A settled partition's batch starts
+    where its previous batch in this query ended, and that batch's task flushed every record
+    it was given before the batch completed: the target holds nothing past it.
+    """
+    stream: Iterator[Sequence[SourceRow]] = (chunk for chunk in chunks if len(chunk))
+    head = next(stream, None)
+    if head is None:
+        return
+    topic, partition = head[0][0], head[0][1]
+    stream = _one_partition(chain([head], stream), topic, partition)
+    r = route(plan.flow, topic, partition)
+    result = TaskResult(topic, partition, r.target_topic, head[0][2], head[0][2])
     replay = Replay()
-    if r.origin is not None:
-        admin = _cached(("admin", plan.flow.target), lambda: Admin(plan.flow.target, plan.target))
-        marks = admin.watermarks([(r.target_topic, partition)], committed_only=False)[(r.target_topic, partition)]
-        read = partial(read_range, plan.flow.target, plan.target, r.target_topic, partition, timeout=plan.target.timeout)
-        replay = replay_check(r, batch, marks.low, marks.high, read, plan.source_ends.get((topic, partition)))
-    held, pairs = replay.held, list(replay.pairs)
-    result.placed, result.warning = replay.placed, replay.warning
+    if r.origin is not None and (retried or (topic, partition) not in plan.settled):
+        replay, stream = _replayed(plan, r, stream)
+    result.placed, result.warning, result.skipped = replay.placed, replay.warning, replay.skipped
     if replay.warning:
         log.warning("%s", replay.warning)
-    todo = [row for row in batch if row[2] > held]
-    result.skipped = len(batch) - len(todo)
-
-    if todo:
-        settings = plan.producer_settings_for(r.target_topic)
-        key = ("producer", plan.flow.name, plan.flow.target, str(settings["batch.size"]))
-        try:
-            produced = _produce(plan, r, todo, key, settings)
-        except Exception:
-            # Never reuse a failed producer (a fatal error, raised by produce() as a
-            # KafkaException, leaves it unusable), and purge what it still holds first:
-            # records left queued or in flight could land after the retried task's copies
-            # (out of order, and the retry's contiguity check fails on them).
-            failed = _CLIENTS.pop(key, None)
-            if failed is not None:
-                _purge(failed)
-            raise
-        result.produced = len(todo)
-        result.bytes = sum((len(row[4]) if row[4] is not None else 0) + (len(row[5]) if row[5] is not None else 0) for row in todo)
-        result.max_timestamp_ms = max(row[3] for row in todo)
+    result.next_offset = replay.last + 1
+    settings = plan.producer_settings_for(r.target_topic)
+    key = ("producer", plan.flow.name, plan.flow.target, str(settings["batch.size"]))
+    sent = Sent()
+    try:
+        produced = _produce(plan, r, stream, key, settings, sent)
+    except Exception:
+        # Never reuse a failed producer (a fatal error, raised by produce() as a
+        # KafkaException, leaves it unusable), and purge what it still holds first:
+        # records left queued or in flight could land after the retried task's copies
+        # (out of order, and the retry's contiguity check fails on them).
+        failed = _CLIENTS.pop(key, None)
+        if failed is not None:
+            _purge(failed)
+        raise
+    pairs = list(replay.pairs)
+    if sent.count:
+        result.produced, result.bytes, result.max_timestamp_ms = sent.count, sent.bytes, sent.max_timestamp_ms
+        result.next_offset = sent.last_offset + 1
         if produced:
             pairs.extend(produced)
         else:
@@ -260,55 +278,122 @@ def mirror_partition(plan: TaskPlan, rows: Iterable[SourceRow]) -> Iterator[Task
     yield result
 
 
-def _produce(plan: TaskPlan, r: Route, rows: Sequence[SourceRow], key: tuple[str, ...], settings: dict[str, Any]) -> list[tuple[int, int]]:
-    """Produce `rows` in order, flush, and return every record's (source, target) offsets
-    (none when the target acknowledged them without offsets).
+def _one_partition(chunks: Iterable[Sequence[SourceRow]], topic: str, partition: int) -> Iterator[Sequence[SourceRow]]:
+    for chunk in chunks:
+        for row in chunk:
+            if row[1] != partition or row[0] != topic:
+                # One Kafka partition per Spark partition is what keeps order; a job that broke
+                # it (minPartitions, a repartition) must fail loudly, not mirror out of order.
+                raise MirrorError(f"a Spark task got records of {topic}[{partition}] and {row[0]}[{row[1]}]: one Kafka partition per task is required")
+        yield chunk
 
-    Only the first and last record ask for a delivery report (as in `mirror run`): the
-    producer is idempotent with the gapless guarantee, so the last one acknowledged means all
-    are, and two reports `n - 1` apart prove the run landed contiguously.
+
+def _replayed(plan: TaskPlan, r: Route, stream: Iterator[Sequence[SourceRow]]) -> tuple[Replay, Iterator[Sequence[SourceRow]]]:
+    """What the target already holds of this slice (`replay_check`), and the chunks left to produce.
+
+    Only the rows the target's last copy may cover (source offsets up to the one it names)
+    are held back to be compared: at most what the target received of this slice before.
     """
-    reports: dict[str, Any] = {}
+    admin = _cached(("admin", plan.flow.target), lambda: Admin(plan.flow.target, plan.target))
+    marks = admin.watermarks([(r.target_topic, r.partition)], committed_only=False)[(r.target_topic, r.partition)]
+    read = partial(read_range, plan.flow.target, plan.target, r.target_topic, r.partition, timeout=plan.target.timeout)
+    tail = read(marks.high - 1, marks.high) if marks.high > marks.low else []
+    newest = origin_offset(r, tail[-1].headers) if tail else None
+    head = next(stream)
+    if newest is None or newest < head[0][2]:
+        return Replay(), chain([head], stream)
+    held: list[SourceRow] = []
+    rest: list[SourceRow] = []
+    for chunk in chain([head], stream):
+        cut = next((i for i, row in enumerate(chunk) if row[2] > newest), None)
+        if cut is None:
+            held.extend(chunk)
+            continue
+        held.extend(chunk[:cut])
+        rest = list(chunk[cut:])
+        break
+    replay = replay_check(r, held, marks.low, marks.high, read, plan.source_ends.get((r.source_topic, r.partition)), tail=tail)
+    todo = [row for row in held if row[2] > replay.held]
+    replay.skipped, replay.last = len(held) - len(todo), held[-1][2]
+    return replay, chain([todo + rest] if todo or rest else [], stream)
+
+
+@dataclass
+class Sent:
+    """What `_produce` sent, counted as the rows stream by."""
+
+    count: int = 0
+    bytes: int = 0
+    max_timestamp_ms: int = -1
+    first_offset: int = -1
+    last_offset: int = -1
+
+
+def _produce(plan: TaskPlan, r: Route, chunks: Iterable[Sequence[SourceRow]], key: tuple[str, ...], settings: dict[str, Any], sent: Sent) -> list[tuple[int, int]]:
+    """Produce the rows in order as their chunks arrive, flush, and return the (source,
+    target) offsets where target - source changes (none when the target acknowledged the
+    records without offsets).
+
+    Only the first record and each chunk's last ask for a delivery report (as `mirror run`
+    reports per segment): the producer is idempotent with the gapless guarantee, so the last
+    one acknowledged means all are, and reports `n - 1` apart prove the run landed contiguously.
+    """
+    reports: dict[int, int] = {}
     errors: list[str] = []
 
-    def report(which: str) -> Any:
+    def report(index: int) -> Any:
         def cb(err: Any, msg: Any) -> None:
             if err is not None:
                 errors.append(f"{err.str() if hasattr(err, 'str') else err}")
             else:
-                reports[which] = msg.offset()
+                reports[index] = msg.offset()
         return cb
 
     # One producer per batch size (as `mirror run`): a small-limit topic keeps the others' large batches.
     producer = _cached(key, lambda: make_producer(plan.flow.target, plan.target, settings))
-    n = len(rows)
-    for i, (_topic, partition, offset, ts, key, value, headers) in enumerate(rows):
-        kwargs: dict[str, Any] = {}
-        if i == 0:
-            kwargs["on_delivery"] = report("first")
-        if i == n - 1:
-            kwargs["on_delivery"] = report("last") if n > 1 else _both(report("first"), report("last"))
-        while True:
-            try:
-                producer.produce(r.target_topic, _bytes(value), _bytes(key), partition=partition, timestamp=ts, headers=r.headers(offset, _headers(headers)), **kwargs)  # type: ignore[arg-type]
-                break
-            except BufferError:
-                producer.poll(0.05)  # acknowledgements free queue room
+    produce, target, headers_for = producer.produce, r.target_topic, r.headers
+    changes: list[tuple[int, int]] = []  # (source offset, index) where index - source changes
+    n, nbytes, max_ts, shift = 0, 0, -1, None
+    for chunk in chunks:
+        end = n + len(chunk) - 1
+        if sent.first_offset < 0:
+            sent.first_offset = chunk[0][2]
+        for _topic, partition, offset, ts, k, value, headers in chunk:
+            kwargs: dict[str, Any] = {"on_delivery": report(n)} if n == end or n == 0 else {}
+            if n - offset != shift:
+                shift = n - offset
+                changes.append((offset, n))
+            while True:
+                try:
+                    produce(target, value, k, partition=partition, timestamp=ts, headers=headers_for(offset, _headers(headers)), **kwargs)
+                    break
+                except BufferError:
+                    producer.poll(0.05)  # acknowledgements free queue room
+            nbytes += (len(k) if k is not None else 0) + (len(value) if value is not None else 0)
+            if ts > max_ts:
+                max_ts = ts
+            n += 1
+        sent.last_offset = chunk[-1][2]
+        producer.poll(0)  # serve the delivery reports as we go, not all at the flush
+    sent.count, sent.bytes, sent.max_timestamp_ms = n, nbytes, max_ts
+    if not n:
+        return []
+    first = sent.first_offset
     deadline = time.monotonic() + FLUSH_TIMEOUT
     while producer.flush(1.0) > 0:
         if time.monotonic() > deadline:
-            raise FatalProduceError(r.source_topic, r.partition, rows[0][2], f"the target did not acknowledge {r.target_topic}[{r.partition}] within {FLUSH_TIMEOUT:.0f}s")
+            raise FatalProduceError(r.source_topic, r.partition, first, f"the target did not acknowledge {r.target_topic}[{r.partition}] within {FLUSH_TIMEOUT:.0f}s")
     if errors:
-        raise FatalProduceError(r.source_topic, r.partition, rows[0][2], f"producing to {r.target_topic} failed: {errors[0]}")
-    t0, t1 = reports.get("first"), reports.get("last")
-    if (t0 is not None and t0 < 0) or (t1 is not None and t1 < 0):
+        raise FatalProduceError(r.source_topic, r.partition, first, f"producing to {r.target_topic} failed: {errors[0]}")
+    if any(o < 0 for o in reports.values()):
         # A DUPLICATE_SEQUENCE_NUMBER "success" (a retried batch the broker already had)
         # carries offset -1: the records are on the target, their offsets unknown. No pair
         # at all: a (source, -1) row would translate to a target offset that does not exist.
         return []
-    if t0 is None or t1 is None or t1 - t0 != n - 1:
-        raise FatalProduceError(r.source_topic, r.partition, rows[0][2], f"{r.target_topic}[{r.partition}] did not receive the batch contiguously (offsets {t0}..{t1} for {n} records)", hint="is another producer writing the target topic?")
-    return [(row[2], t0 + i) for i, row in enumerate(rows)]
+    t0, t1 = reports.get(0), reports.get(n - 1)
+    if t0 is None or t1 is None or any(o - t0 != i for i, o in reports.items()):
+        raise FatalProduceError(r.source_topic, r.partition, first, f"{r.target_topic}[{r.partition}] did not receive the batch contiguously (offsets {t0}..{t1} for {n} records)", hint="is another producer writing the target topic?")
+    return [(src, t0 + i) for src, i in changes]
 
 
 # Spark reuses a Python worker process for the tasks of later batches (one task at a time):

@@ -90,3 +90,11 @@ def sync_windows(store: FullOffsetStore, flow: str, positions: Mapping[tuple[str
         (t, p): SyncWindow(store.floor_sync(flow, t, p, pos), store.next_sync(flow, t, p, pos), store.floor_sync(flow, t, p, NEWEST))
         for (t, p), pos in positions.items()
     }
+
+
+def checkpointed_groups(store: FullOffsetStore, flow: str) -> list[str]:
+    """The groups a flow holds checkpoints of (what a site failover plans when the source is gone)."""
+    bulk = getattr(store, "checkpointed_groups", None)
+    if bulk is None:
+        raise NotImplementedError(f"{store.describe()} cannot list checkpointed groups")
+    return sorted(bulk(flow))

@@ -309,6 +309,10 @@ class CassandraStore:
             [(flow, c.group, c.topic, c.partition, c.source_offset, c.target_offset, c.time_ms, c.time_ms * 1000) for c in rows],
         )
 
+    def checkpointed_groups(self, flow: str) -> list[str]:
+        # DISTINCT over the partition key reads one row per (flow, group) partition, not the checkpoints.
+        return [r.grp for r in self._run("list checkpointed groups", lambda s: list(s.execute(self._stmts["cp_groups"]))) if r.flow == flow]
+
     def checkpoints(self, flow: str, group: str) -> list[Checkpoint]:
         rows = self._run("read checkpoints", lambda s: list(s.execute(self._stmts["cps"], (flow, group))))
         return sorted((Checkpoint(group, r.topic, r.partition, r.source_offset, r.target_offset, r.time_ms) for r in rows), key=lambda c: (c.topic, c.partition))

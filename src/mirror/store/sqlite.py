@@ -262,6 +262,9 @@ class SqliteStore:
                 [(flow, c.group, c.topic, c.partition, c.source_offset, c.target_offset, c.time_ms) for c in rows],
             )
 
+    def checkpointed_groups(self, flow: str) -> list[str]:
+        return [g for (g,) in self._query("list checkpointed groups", "SELECT DISTINCT grp FROM checkpoints WHERE flow=?", (flow,))]
+
     def checkpoints(self, flow: str, group: str) -> list[Checkpoint]:
         rows = self._query(
             "read checkpoints",

@@ -117,3 +117,15 @@ def test_identity_policy_with_its_own_separator_names_mm2s_topics_with_it() -> N
     mm2 = t.flows[0]
     assert (mm2.offset_syncs_topic, mm2.checkpoints_topic) == ("mm2-offset-syncs_sf_internal", "nyc_checkpoints_internal")
     assert t.config["flows"][0]["rename"] == "identity"
+
+
+@pytest.mark.parametrize("settings", [
+    "nyc->sf.source.consumer.isolation.level = read_committed\n",  # MM2's source consumer reads `source.consumer.*` last
+    "source.consumer.isolation.level = read_committed\n",
+    # `nyc.consumer.*` reaches MM2 as `source.consumer.*`, which wins over the pair's `consumer.*`
+    "nyc.consumer.isolation.level = read_committed\nnyc->sf.consumer.isolation.level = read_uncommitted\n",
+])
+def test_any_way_mm2_may_have_read_committed_reads_the_source_read_committed(settings: str) -> None:
+    # Judged read_uncommitted, the import reads aborted records MM2 never copied and places
+    # the records after them past their copies (a failover there skips them).
+    assert translate(parse_properties(BASE + settings)).flows[0].read_committed

@@ -169,3 +169,16 @@ def test_checkpoints_translate_again_with_the_imported_rows() -> None:
     cp = Mm2Checkpoint("g", "t", 0, upstream=8, downstream=1, time_ms=0)  # MM2 rounds down to its last sync
     assert checkpoint_target(cp, pm, target_end=19) == 7
     assert checkpoint_target(cp, None, target_end=19) == 1
+
+
+def test_records_gone_before_a_restart_never_translate_past_their_copies() -> None:
+    # Records 0..59 copied to 0..59 with one sync at (0, 0); MM2 committed up to 49 and
+    # restarted there, copying 50..79 again to 60..89 (its first sync (50, 60)). Retention
+    # has since taken source records 0..39. The next sync's delta (10) belongs to the new
+    # lifetime: applied to 40..49 it lands past their only copies (40..49).
+    syncs = anchors([Mm2Sync("t", 0, 0, 0), Mm2Sync("t", 0, 50, 60)])[("t", 0)]
+    pm = partition_map("t", 0, syncs, 80, lambda start, end: list(range(max(start, 40), end)))
+    assert pm.inexact == 1
+    for position in range(0, 50):
+        got = translate(pm.rows, position, target_end=90, tip=pm.tip).target_offset
+        assert got <= position, position  # the copy of `position` is at `position`

@@ -20,7 +20,7 @@ from mirror.domain.runbook import (
 
 ROOT = Path(__file__).resolve().parents[3]
 RUNBOOKS = sorted((ROOT / "runbooks").glob("*.md"))
-DRILLS = ["drill.md", "planned-failover.md", "unplanned-failover.md", "failback.md"]
+DRILLS = ["drill.md", "planned-failover.md", "unplanned-failover.md", "failback.md", "datacenter-failover.md", "datacenter-failover-unplanned.md"]
 
 GOOD = """\
 # Runbook: t
@@ -164,3 +164,17 @@ def test_dry_run_bad_input_exit_2_naming_file_and_line(tmp_path: Path, capsys: p
     assert "does not mirror the drill topic 'elsewhere'" in capsys.readouterr().err
     assert main(["drill", runbook, "-c", cfg, "--flow", "nyc-to-sf", "--group", "billing-drill"]) == 2  # no --yes
     assert "--yes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["datacenter-failover.md", "datacenter-failover-unplanned.md"])
+def test_site_drill_dry_run(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = str(ROOT / "configs/dev.yaml")
+    runbook = str(ROOT / "runbooks" / name)
+    assert main(["drill", runbook, "-c", cfg, "--from", "nyc", "--to", "sf", "--group", "billing-drill", "--groups", "3", "--dry-run"]) == 0, capsys.readouterr().err
+    assert "steps;" in capsys.readouterr().out
+    # The drill's groups (billing-drill-FLOW-K) must be ones the flows checkpoint.
+    assert main(["drill", runbook, "-c", cfg, "--from", "nyc", "--group", "payroll", "--dry-run"]) == 2
+    assert "drill group 'payroll-nyc-to-sf-0' does not match flows[0].groups" in capsys.readouterr().err
+    assert main(["drill", runbook, "-c", cfg, "--from", "tokyo", "--group", "billing-drill", "--dry-run"]) == 2
+    assert "--from: no cluster or datacenter named 'tokyo'" in capsys.readouterr().err
+    assert main(["drill", runbook, "-c", cfg, "--from", "nyc", "--flow", "nyc-to-sf", "--group", "billing-drill", "--dry-run"]) == 2

@@ -103,7 +103,7 @@ class FakeAdmin:
         got = self._groups.get(group, {})
         return {k: v for k, v in got.items() if partitions is None or k in set(partitions)}
 
-    def request_group_offsets(self, group: str, partitions: Any = None) -> PendingOffsets[int]:
+    def request_group_offsets(self, group: str, partitions: Any = None, **_: Any) -> PendingOffsets[int]:
         return PendingOffsets(lambda: self.group_offsets(group, partitions))
 
     def watermarks(self, parts: Any) -> dict[tuple[str, int], Watermarks]:

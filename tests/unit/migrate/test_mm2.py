@@ -170,3 +170,13 @@ def test_copies_past_mm2s_commit_are_counted(tmp_path: Path, monkeypatch) -> Non
     dst.logs[("src.orders", 0)] = records(range(11))  # killed: 9 and 10 copied, not committed
     (report,), *_ = run(tmp_path, src, dst, monkeypatch)
     assert report.copied_twice == 2
+
+
+def test_a_target_holding_less_than_mm2_committed_is_refused(tmp_path: Path, monkeypatch) -> None:
+    # src.orders was deleted and created again after MM2 copied 0..8 there (MM2 re-creates
+    # missing remote topics): resuming at 10 would leave source 0..9 out of the target.
+    src, dst = world()
+    dst.logs[("src.orders", 0)] = records(range(3))
+    with pytest.raises(UnsafeOperation, match="holds less"):
+        run(tmp_path, src, dst, monkeypatch)
+    assert src.calls == []

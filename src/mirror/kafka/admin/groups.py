@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 
 from mirror.errors import ClusterUnavailable, KafkaOperationError
 from mirror.kafka.admin.base import AdminBase
 from mirror.kafka.admin.offsets import PendingOffsets
-from mirror.kafka.errors import AUTHORIZATION, authorization_error
+from mirror.kafka.errors import AUTHORIZATION, HINT_NOT_READY, authorization_error
 from mirror.kafka.offsets import chunks
 
 
@@ -26,17 +27,25 @@ class GroupAdmin(AdminBase):
         `partitions`: only those (see `request_group_offsets`)."""
         return self.request_group_offsets(group, partitions).result()
 
-    def request_group_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None = None) -> PendingOffsets[int]:
+    def request_group_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None = None, *, strict: bool = False,
+                              described: bool = False) -> PendingOffsets[int]:
         """`group_offsets`, sent now (once the coordinator answers) and waited for by
         `.result()`: two groups' offsets in flight at once (10,000 partitions each).
 
         `partitions`: only these, asked a chunk at a time with every chunk in flight at once
         (mirror.kafka.offsets says why); None: every partition
-        the group committed, in one request."""
-        pending = self._request_group_offsets(group, partitions)
+        the group committed, in one request. `strict`: a partition we may not Describe is
+        an error, not a partition without a commit. `described`: the caller's
+        `group_states` just proved the coordinators ready (no round trip per group)."""
+        pending = self._request_group_offsets(group, partitions, described)
 
         def wait() -> dict[tuple[str, int], int]:
-            return {(tp.topic, tp.partition): tp.offset for tp in pending() if tp.offset >= 0 and tp.error is None}
+            tps = pending()
+            if strict:
+                for tp in tps:
+                    if tp.error is not None and tp.error.code() in AUTHORIZATION:
+                        raise authorization_error(self.name, tp.error, f"read offsets of group {group!r}", ("Describe", "topic", tp.topic))
+            return {(tp.topic, tp.partition): tp.offset for tp in tps if tp.offset >= 0 and tp.error is None}
 
         return PendingOffsets(wait)
 
@@ -44,8 +53,9 @@ class GroupAdmin(AdminBase):
         """Committed offsets of a group with their commit metadata (None when empty)."""
         return {(tp.topic, tp.partition): (tp.offset, tp.metadata or None) for tp in self._request_group_offsets(group, partitions)() if tp.offset >= 0 and tp.error is None}
 
-    def _request_group_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None) -> Callable[[], list[TopicPartition]]:
-        self._wait_for_coordinator(group)
+    def _request_group_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None, described: bool = False) -> Callable[[], list[TopicPartition]]:
+        if not described:
+            self._wait_for_coordinator(group)
         if partitions is None:
             requests = [ConsumerGroupTopicPartitions(group)]
         else:
@@ -91,6 +101,38 @@ class GroupAdmin(AdminBase):
         desc = self._result(f"describe group {group!r}", futs[group], ("Describe", "group", group))
         return len(desc.members or [])
 
+    def group_states(self) -> dict[str, str]:
+        """Every group's state (STABLE, EMPTY, ...) in one ListGroups round, for a site's
+        hundreds of groups at once; only EMPTY and DEAD groups have no members.
+
+        A broker still loading its share of the offsets topic answers with an error
+        (COORDINATOR_LOAD_IN_PROGRESS) instead of a partial list: that is ClusterUnavailable
+        here, so a full answer also means every group's coordinator is ready, which the
+        offset requests that follow rely on (`request_group_offsets(described=True)`)."""
+        res = self._result("list consumer groups", self._client.list_consumer_groups(request_timeout=self.timeout))
+        if res.errors:
+            raise ClusterUnavailable(f"cluster {self.name!r} could not list every broker's groups yet: {res.errors[0]}", hint=HINT_NOT_READY)
+        return {g.group_id: str(getattr(g.state, "name", g.state)) for g in res.valid}
+
+    def prepare_groups(self, groups: Iterable[str]) -> dict[str, str]:
+        """These groups' states, each one's coordinator known to answer: their offset
+        requests may then skip the wait per group (`request_group_offsets(described=True)`).
+
+        A group `group_states` lists was listed by its coordinator. The others (no commit
+        on this cluster yet, or hidden from us) are described in one round: that finds their
+        coordinators where a ListConsumerGroupOffsets would meet NOT_COORDINATOR (the
+        librdkafka crash `_wait_for_coordinator` explains: a cluster where no group ever
+        committed creates its offsets topic on the first request), and refuses a group we
+        may not Describe with the missing grant named."""
+        wanted = list(groups)
+        states = self.group_states()
+        unlisted = [g for g in wanted if g not in states]
+        if unlisted:
+            for g, fut in self._client.describe_consumer_groups(unlisted, request_timeout=self.timeout).items():
+                desc = self._result(f"describe group {g!r}", fut, ("Describe", "group", g))
+                states[g] = str(getattr(desc.state, "name", desc.state))
+        return {g: states[g] for g in wanted}
+
     def group_state(self, group: str) -> str:
         futs = self._client.describe_consumer_groups([group], request_timeout=self.timeout)
         desc = self._result(f"describe group {group!r}", futs[group], ("Describe", "group", group))
@@ -99,12 +141,21 @@ class GroupAdmin(AdminBase):
     def alter_group_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], *,
                             metadata: str | Mapping[tuple[str, int], str] | None = None) -> None:
         """Set a group's offsets; `metadata` for all of them, or per partition (absent: none)."""
+        self.request_alter_group_offsets(group, offsets, metadata=metadata)()
+
+    def request_alter_group_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], *,
+                                    metadata: str | Mapping[tuple[str, int], str] | None = None) -> Callable[[], None]:
+        """`alter_group_offsets`, sent now and waited for (its errors raised) by the call
+        returned: many groups' commits in flight at once (one group per request)."""
         def meta(tp: tuple[str, int]) -> str | None:
             return metadata if isinstance(metadata, str) or metadata is None else metadata.get(tp)
 
         tps = [TopicPartition(t, p, o, metadata=m) if (m := meta((t, p))) else TopicPartition(t, p, o) for (t, p), o in offsets.items()]
         futs = self._client.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)], request_timeout=self.timeout)
-        res = self._result(f"set offsets of group {group!r}", futs[group], ("Read", "group", group))
+        return lambda: self._altered(group, futs[group])
+
+    def _altered(self, group: str, fut: Any) -> None:
+        res = self._result(f"set offsets of group {group!r}", fut, ("Read", "group", group))
         for tp in res.topic_partitions:
             if tp.error is not None and tp.error.code() in AUTHORIZATION:
                 raise authorization_error(self.name, tp.error, f"set {group!r} offsets", ("Read", "topic", tp.topic))

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from failover.times import format_ms, parse_time
+from mirror.cli.times import format_ms, parse_time
 from mirror.errors import ExitCode, UsageError
 
 NOW = 1_795_838_580_000  # 2026-11-27T...

@@ -1,0 +1,79 @@
+"""When a flow's durable Spark checkpoint may be resumed: only where it agrees with the group."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mirror.config import load
+from mirror.spark.checkpoint import default_checkpoint, resume_problem
+
+
+def write_batch(location: Path, batch: int, ends: dict[str, dict[str, int]], *, committed: bool) -> None:
+    """One batch as Spark's offset log and commit log record it."""
+    (location / "offsets").mkdir(parents=True, exist_ok=True)
+    (location / "commits").mkdir(parents=True, exist_ok=True)
+    meta = {"batchWatermarkMs": 0, "batchTimestampMs": 1_700_000_000_000, "conf": {}}
+    (location / "offsets" / str(batch)).write_text(f"v1\n{json.dumps(meta)}\n{json.dumps(ends)}")
+    if committed:
+        (location / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+def group(**parts: int) -> dict[str, dict[str, int]]:
+    return {"t": {p.removeprefix("p"): o for p, o in parts.items()}}
+
+
+def test_nothing_to_resume_is_no_problem(tmp_path):
+    assert resume_problem(tmp_path / "query", group(p0=5)) is None
+    (tmp_path / "query" / "offsets").mkdir(parents=True)
+    (tmp_path / "query" / "offsets" / ".0.tmp").write_text("half written")
+    assert resume_problem(tmp_path / "query", group(p0=5)) is None
+
+
+def test_a_completed_batch_resumes_only_where_the_group_is(tmp_path):
+    q = tmp_path / "query"
+    write_batch(q, 0, group(p0=100, p1=50), committed=True)
+    write_batch(q, 1, group(p0=200, p1=80), committed=True)
+    assert resume_problem(q, group(p0=200, p1=80)) is None
+    assert "t[1] (60) is outside the checkpoint's 80..80" in (resume_problem(q, group(p0=200, p1=60)) or "")  # rewound by an operator
+    assert "outside" in (resume_problem(q, group(p0=300, p1=80)) or "")  # moved on by `mirror run` meanwhile
+
+
+def test_an_unfinished_batch_resumes_while_the_group_is_within_it(tmp_path):
+    """The driver died mid-batch: Spark plans batch 1 again from batch 0's end; the group may
+    already hold part of batch 1 (tasks produced, rows stored, then the group committed)."""
+    q = tmp_path / "query"
+    write_batch(q, 0, group(p0=100, p1=50), committed=True)
+    write_batch(q, 1, group(p0=200, p1=80), committed=False)
+    assert resume_problem(q, group(p0=100, p1=50)) is None
+    assert resume_problem(q, group(p0=150, p1=80)) is None
+    assert "outside" in (resume_problem(q, group(p0=99, p1=50)) or "")
+
+
+def test_an_unfinished_first_batch_or_other_partitions_are_not_resumed(tmp_path):
+    q = tmp_path / "query"
+    write_batch(q, 0, group(p0=100), committed=False)
+    assert "first batch (0) never completed" in (resume_problem(q, group(p0=0)) or "")
+    write_batch(q, 0, group(p0=100), committed=True)
+    assert "other partitions" in (resume_problem(q, group(p0=100, p1=0)) or "")
+    assert "(-2) is outside" in (resume_problem(q, {"t": {"0": -2}}) or "")  # the group has no offset: from the beginning
+
+
+def test_an_unreadable_offset_log_is_not_resumed(tmp_path):
+    q = tmp_path / "query"
+    (q / "offsets").mkdir(parents=True)
+    (q / "offsets" / "3").write_text("garbage")
+    assert "unreadable" in (resume_problem(q, group(p0=1)) or "")
+
+
+def test_the_default_checkpoint_is_per_flow_beside_the_config_file(tmp_path, monkeypatch):
+    (tmp_path / "etc").mkdir()
+    path = tmp_path / "etc" / "m.yaml"
+    body = 'clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: [{name: f, source: a, target: b, topics: {include: [t]}}]\n'
+    path.write_text(body)
+    monkeypatch.chdir(tmp_path)
+    config = load(path)
+    assert default_checkpoint(config, config.flow("f")) == tmp_path / "etc" / ".mirror" / "spark" / "f"
+    path.write_text(body + "spark: {checkpoint_dir: /var/lib/mirror/spark}\n")
+    config = load(path)
+    assert default_checkpoint(config, config.flow("f")) == Path("/var/lib/mirror/spark/f")
