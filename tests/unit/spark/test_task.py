@@ -1,4 +1,4 @@
-"""A task's data path as it streams (issue 21): chunks produced as they arrive, the target's
+"""A task's data path as it streams: chunks produced as they arrive, the target's
 tail read only where it may hold copies already, the offset map's pairs unchanged. Driven
 through `mirror_chunks` with the in-memory target partition of the review tests (no Spark,
 no Kafka)."""
@@ -13,7 +13,7 @@ import pytest
 
 import mirror.spark.task as task
 from mirror.spark.task import delta_changes, mirror_chunks
-from tests.unit.test_spark_review import TOPIC, TargetPartition, install, plan, rows
+from tests.unit.spark.test_task_replay import TOPIC, TargetPartition, install, plan, rows
 
 
 def chunked(batch: list[Any], size: int) -> list[list[Any]]:

@@ -1,5 +1,5 @@
 """The Spark driver where `mirror run` carries on: an offset store that fails for a while
-(review M6b). In-memory fakes of our own ports (the store, the source Admin); no Spark."""
+holds the batch's commit back and is retried. In-memory fakes of our own ports (the store, the source Admin); no Spark."""
 
 from __future__ import annotations
 

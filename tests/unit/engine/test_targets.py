@@ -2,8 +2,7 @@
 
 The target here is a stand-in for the project's own `Admin` (its five methods), not for
 Kafka: the dev clusters have no authorizer, so a target that refuses AlterConfigs cannot be
-made real in this suite. The real-cluster behaviour is tests/integration/test_topic_sync.py
-(different basename: pytest imports test modules by basename).
+made real in this suite. The real-cluster behaviour is tests/integration/test_topic_sync.py.
 """
 
 from __future__ import annotations

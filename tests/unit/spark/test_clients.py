@@ -1,4 +1,4 @@
-"""librdkafka security settings -> the Java client options of Spark's Kafka source (issue 11)."""
+"""librdkafka security settings -> the Java client options of Spark's Kafka source."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Review of the Spark engine (issue 11): a task's replay check and the offset map it feeds,
+"""A task's replay check and the offset map it feeds,
 driven through `mirror_partition` with in-memory fakes of our own ports (Admin, read_headers,
 make_producer) standing for one target partition. No Spark, no Kafka.
 
-Each test states an invariant from docs/design.md or the README; they failed on spark@1a02e62 and spark@4bb2277 (the
+Each test states an invariant from docs/design.md or docs/spark.md (the
 fakes follow the task's read-back: `read_range` with timestamps, keys and values).
 """
 
