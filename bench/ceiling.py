@@ -43,13 +43,28 @@ def _end(c: Consumer, topic: str, partition: int, timeout: float = 30.0) -> int:
             time.sleep(0.2)
 
 
-def copy(src: str, dst: str, topic: str, target: str, partitions: list[int], producer: dict[str, str], batch: int,
-         follow: bool = False, consumer: dict[str, str] | None = None) -> int:
+def copy(
+    src: str,
+    dst: str,
+    topic: str,
+    target: str,
+    partitions: list[int],
+    producer: dict[str, str],
+    batch: int,
+    follow: bool = False,
+    consumer: dict[str, str] | None = None,
+) -> int:
     """Copy until every partition hit its end (or, with `follow`, until SIGTERM)."""
-    c = Consumer({
-        "bootstrap.servers": src, "group.id": "bench-ceiling", "enable.auto.commit": False,
-        "enable.partition.eof": True, "logger": _Quiet(), **(consumer or {}),
-    })
+    c = Consumer(
+        {
+            "bootstrap.servers": src,
+            "group.id": "bench-ceiling",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "logger": _Quiet(),
+            **(consumer or {}),
+        }
+    )
     # No guarantees by default; -X acks=all -X enable.idempotence=true measures what they cost.
     p = Producer({"bootstrap.servers": dst, "logger": _Quiet(), "acks": 1, "enable.idempotence": False, **producer})
     ends = {q: _end(c, topic, q) for q in partitions}
@@ -77,8 +92,14 @@ def copy(src: str, dst: str, topic: str, target: str, partitions: list[int], pro
                 raise SystemExit(f"consume error: {err}")
             while True:
                 try:
-                    produce(target, msg.value(), msg.key(), partition=msg.partition(),
-                            timestamp=msg.timestamp()[1], headers=msg.headers())
+                    produce(
+                        target,
+                        msg.value(),
+                        msg.key(),
+                        partition=msg.partition(),
+                        timestamp=msg.timestamp()[1],
+                        headers=msg.headers(),
+                    )
                     break
                 except BufferError:
                     p.poll(0.01)
@@ -107,8 +128,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     producer = dict(s.split("=", 1) for s in args.settings)
     start = time.monotonic()
-    n = copy(args.src, args.dst, args.topic, args.target_topic, [int(x) for x in args.partitions.split(",")], producer, args.batch, args.follow,
-             dict(x.split("=", 1) for x in args.consumer))
+    n = copy(
+        args.src,
+        args.dst,
+        args.topic,
+        args.target_topic,
+        [int(x) for x in args.partitions.split(",")],
+        producer,
+        args.batch,
+        args.follow,
+        dict(x.split("=", 1) for x in args.consumer),
+    )
     print(f"copied {n} records in {time.monotonic() - start:.2f}s")
     return 0
 

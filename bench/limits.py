@@ -92,7 +92,7 @@ flows:
     consumer_group: bench-{topic}-{run}
     rename: prefix
     topics: {{include: ["{topic}"]}}
-offset_store: {{kind: sqlite, path: "{workdir / f'o-{topic}-{run}.db'}"}}
+offset_store: {{kind: sqlite, path: "{workdir / f"o-{topic}-{run}.db"}"}}
 """)
     # each run writes a fresh target topic: delete the previous one first
     admin = AdminClient({"bootstrap.servers": dst})
@@ -102,7 +102,9 @@ offset_store: {{kind: sqlite, path: "{workdir / f'o-{topic}-{run}.db'}"}}
         while f"src.{topic}" in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
             time.sleep(0.5)
     t0 = time.monotonic()
-    subprocess.run([sys.executable, "-m", "mirror", "run", "-c", str(cfg), "--until-caught-up"], check=True, timeout=900)
+    subprocess.run(
+        [sys.executable, "-m", "mirror", "run", "-c", str(cfg), "--until-caught-up"], check=True, timeout=900
+    )
     return time.monotonic() - t0
 
 
@@ -128,19 +130,36 @@ def main(argv: list[str] | None = None) -> None:
                 for topic in (plain, small) if run % 2 == 0 else (small, plain):
                     secs = _mirror(src, dst, topic, run, Path(tmp))
                     rates[topic].append(args.records / secs)
-                    print(f"run {run + 1} {topic:>6}: {args.records / secs:>9,.0f} records/s ({secs:.1f} s, incl. ~start-up)", flush=True)
+                    print(
+                        f"run {run + 1} {topic:>6}: {args.records / secs:>9,.0f} records/s ({secs:.1f} s, incl. "
+                        "~start-up)",
+                        flush=True,
+                    )
                     if args.floor:
                         limit = args.limit if topic == small else None
                         secs = _floor(dst, args.records, args.partitions, args.size, limit, run)
                         rates[f"floor-{topic}"].append(args.records / secs)
-                        print(f"run {run + 1} {'floor-' + topic:>12}: {args.records / secs:>9,.0f} records/s (bare producer)", flush=True)
-            print(f"\n{args.records:,} x {args.size} B random records, {args.partitions} partitions, load average {os.getloadavg()[0]:.1f}")
+                        print(
+                            f"run {run + 1} {'floor-' + topic:>12}: {args.records / secs:>9,.0f} records/s (bare "
+                            "producer)",
+                            flush=True,
+                        )
+            print(
+                f"\n{args.records:,} x {args.size} B random records, {args.partitions} partitions, load average "
+                f"{os.getloadavg()[0]:.1f}"
+            )
             labels = [(plain, "unrestricted"), (small, f"max.message.bytes={args.limit}")]
             if args.floor:
-                labels += [("floor-plain", "bare producer, unrestricted"), ("floor-small", f"bare producer, {args.limit}")]
+                labels += [
+                    ("floor-plain", "bare producer, unrestricted"),
+                    ("floor-small", f"bare producer, {args.limit}"),
+                ]
             for topic, label in labels:
                 r = rates[topic]
-                print(f"{label:>30}: median {statistics.median(r):>9,.0f} records/s (min {min(r):,.0f}, max {max(r):,.0f})")
+                print(
+                    f"{label:>30}: median {statistics.median(r):>9,.0f} records/s (min {min(r):,.0f}, max "
+                    f"{max(r):,.0f})"
+                )
         finally:
             dev.down()
 

@@ -72,10 +72,17 @@ def topic_names(bootstrap: str) -> set[str]:
 
 
 def _consumer(bootstrap: str, **extra: object) -> Consumer:
-    return Consumer({
-        "bootstrap.servers": bootstrap, "group.id": "bench-inspect", "enable.auto.commit": False,
-        "enable.partition.eof": True, "fetch.wait.max.ms": 10, "logger": _Quiet(), **extra,
-    })
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-inspect",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,
+            "logger": _Quiet(),
+            **extra,
+        }
+    )
 
 
 def watermarks(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, int]]:
@@ -159,8 +166,22 @@ def preload(bootstrap: str, topic: str, records: int, partitions: int, record_si
     for k in range(procs):
         mine = [p for p in range(partitions) if p % procs == k]
         count = sum(_records_in(records, partitions, p) for p in mine)
-        argv = [sys.executable, "-m", "bench.load", "fill", "--bootstrap", bootstrap, "--topic", topic,
-                "--partition-list", ",".join(map(str, mine)), "--count", str(count), "--record-size", str(record_size)]
+        argv = [
+            sys.executable,
+            "-m",
+            "bench.load",
+            "fill",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--partition-list",
+            ",".join(map(str, mine)),
+            "--count",
+            str(count),
+            "--record-size",
+            str(record_size),
+        ]
         children.append(subprocess.Popen(argv, cwd=_ROOT))
     failed = [c.args for c in children if c.wait() != 0]
     if failed:
@@ -341,10 +362,17 @@ def steady(bootstrap: str, topic: str, partitions: int, record_size: int, rate: 
     latency of the contender). linger.ms=1 keeps the generator's own batching delay small
     and equal for every contender.
     """
-    p = Producer({
-        "bootstrap.servers": bootstrap, "logger": _Quiet(), "linger.ms": 1, "compression.type": "lz4",
-        "acks": "all", "enable.idempotence": True, "queue.buffering.max.messages": 500000,
-    })
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "logger": _Quiet(),
+            "linger.ms": 1,
+            "compression.type": "lz4",
+            "acks": "all",
+            "enable.idempotence": True,
+            "queue.buffering.max.messages": 500000,
+        }
+    )
     pad = values(record_size - 8 if record_size > 8 else 1, count=64)
     pack = _STAMP.pack
     start = time.monotonic()

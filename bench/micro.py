@@ -75,18 +75,28 @@ def _batches(records: int, partitions: int, run: int, size: int) -> list[list[Me
             msgs.append(Message("bench-load", p, o, b"key-%d" % o, value, None, None, (1, 1_700_000_000_000 + o)))
             next_offset[p] = o + 1
         p = (p + 1) % partitions
-    return [msgs[i:i + CONSUME_BATCH] for i in range(0, len(msgs), CONSUME_BATCH)]
+    return [msgs[i : i + CONSUME_BATCH] for i in range(0, len(msgs), CONSUME_BATCH)]
 
 
-def _worker(partitions: int, provenance: bool, store_path: Path | None) -> tuple[FlowWorker, Producer, OffsetMapRecorder | None]:
+def _worker(
+    partitions: int, provenance: bool, store_path: Path | None
+) -> tuple[FlowWorker, Producer, OffsetMapRecorder | None]:
     cfg = config.parse(TEXT % ("true" if provenance else "false"), env={})
     flow = cfg.flows[0]
     recorder = OffsetMapRecorder(SqliteStore(store_path), flow.name, registry=None) if store_path is not None else None
-    settings = {**PRODUCER_DEFAULTS, "bootstrap.servers": "127.0.0.1:9", "queue.buffering.max.kbytes": 2_000_000,
-                "queue.buffering.max.messages": 2_000_000, "log_level": 0}
+    settings = {
+        **PRODUCER_DEFAULTS,
+        "bootstrap.servers": "127.0.0.1:9",
+        "queue.buffering.max.kbytes": 2_000_000,
+        "queue.buffering.max.messages": 2_000_000,
+        "log_level": 0,
+    }
     producer = Producer(settings)
     w = FlowWorker(
-        cfg, flow, stop=threading.Event(), listeners=[recorder] if recorder else [],
+        cfg,
+        flow,
+        stop=threading.Event(),
+        listeners=[recorder] if recorder else [],
         consumer_factory=lambda name, cluster, cfg: _Consumer(),
         producer_factory=lambda name, cluster, cfg: producer,
         admin_factory=lambda name, cluster: _Admin(),
@@ -111,7 +121,9 @@ def _serve_reports(w: FlowWorker, t_next: dict[int, int]) -> None:
             t_next[p] = t0 + seg.count
 
 
-def measure(records: int, partitions: int, run: int, size: int, reps: int, provenance: bool, store: bool, commit_every: int) -> dict[str, float]:
+def measure(
+    records: int, partitions: int, run: int, size: int, reps: int, provenance: bool, store: bool, commit_every: int
+) -> dict[str, float]:
     batches = _batches(records, partitions, run, size)
     best: dict[str, float] = {}
     for _ in range(reps):
@@ -138,7 +150,9 @@ def measure(records: int, partitions: int, run: int, size: int, reps: int, prove
             assert w.records_acked == records, (w.records_acked, records)
             for k, v in (("forward", fwd), ("acks+commit", acks), ("total", fwd + acks)):
                 best[k] = min(best.get(k, v), v)
-    return {k: records / v for k, v in best.items()} | {f"{k}_us_per_record": 1e6 * v / records for k, v in best.items()}
+    return {k: records / v for k, v in best.items()} | {
+        f"{k}_us_per_record": 1e6 * v / records for k, v in best.items()
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,11 +164,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-provenance", action="store_true")
     ap.add_argument("--no-store", action="store_true")
-    ap.add_argument("--commit-every", type=int, default=100, help="batches between commits (100 x 2000 ~ one commit interval at 200k records/s)")
+    ap.add_argument(
+        "--commit-every",
+        type=int,
+        default=100,
+        help="batches between commits (100 x 2000 ~ one commit interval at 200k records/s)",
+    )
     args = ap.parse_args(argv)
-    r = measure(args.records, args.partitions, args.run, args.size, args.reps, not args.no_provenance, not args.no_store, args.commit_every)
+    r = measure(
+        args.records,
+        args.partitions,
+        args.run,
+        args.size,
+        args.reps,
+        not args.no_provenance,
+        not args.no_store,
+        args.commit_every,
+    )
     load = os.getloadavg()
-    print(f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.records} records, runs of {args.run}, best of {args.reps}")
+    print(
+        f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {args.records} records, runs of {args.run}, best of "
+        f"{args.reps}"
+    )
     for k in ("forward", "acks+commit", "total"):
         print(f"  {k:12s} {r[k]:>12,.0f} records/CPU-s  {r[k + '_us_per_record']:.3f} us/record")
     return 0

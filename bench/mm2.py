@@ -97,8 +97,19 @@ def command(workdir: Path, props: Path, target_alias: str, heap: str = "-Xms256M
     log4j.write_text(LOG4J2_PROPERTIES)
     java = str(Path(os.environ["JAVA_HOME"]) / "bin" / "java") if os.environ.get("JAVA_HOME") else "java"
     return [
-        java, *heap.split(), "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-        "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true",
-        f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs()}/*",
-        "org.apache.kafka.connect.mirror.MirrorMaker", str(props), "--clusters", target_alias,
+        java,
+        *heap.split(),
+        "-server",
+        "-XX:+UseG1GC",
+        "-XX:MaxGCPauseMillis=20",
+        "-XX:InitiatingHeapOccupancyPercent=35",
+        "-XX:+ExplicitGCInvokesConcurrent",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-cp",
+        f"{libs()}/*",
+        "org.apache.kafka.connect.mirror.MirrorMaker",
+        str(props),
+        "--clusters",
+        target_alias,
     ]

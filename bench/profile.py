@@ -71,20 +71,53 @@ def main(argv: list[str] | None = None) -> int:
         run_dir.mkdir(parents=True, exist_ok=True)
         cfg = run_dir / "mirror.yaml"
         cfg.write_text(mirror_config(env, alias, SOURCE_TOPIC, run_dir, {}))
-        argv = [sys.executable, "-m", "mirror", "run", "-c", str(cfg), "--until-caught-up", "--metrics-port", str(_free_port())]
+        argv = [
+            sys.executable,
+            "-m",
+            "mirror",
+            "run",
+            "-c",
+            str(cfg),
+            "--until-caught-up",
+            "--metrics-port",
+            str(_free_port()),
+        ]
         if args.workers > 1:
             argv += ["--workers", str(args.workers)]
         if args.prelude:
             # The same CLI with a Python prelude run first (e.g. "gc.disable()"), to test a fix.
-            argv = [sys.executable, "-c", f"import gc, runpy, sys; {args.prelude}; sys.argv = ['mirror'] + sys.argv[1:]; "
-                    "runpy.run_module('mirror', run_name='__main__', alter_sys=True)", *argv[3:]]
+            argv = [
+                sys.executable,
+                "-c",
+                f"import gc, runpy, sys; {args.prelude}; sys.argv = ['mirror'] + sys.argv[1:]; "
+                "runpy.run_module('mirror', run_name='__main__', alter_sys=True)",
+                *argv[3:],
+            ]
         t0 = time.monotonic()
-        subprocess.run([py_spy, "record", "--rate", str(args.rate), "--format", "raw", "-o", str(raw),
-                        *(["--native"] if args.native else []), "--subprocesses", "--", *argv], cwd=ROOT, check=True)
+        subprocess.run(
+            [
+                py_spy,
+                "record",
+                "--rate",
+                str(args.rate),
+                "--format",
+                "raw",
+                "-o",
+                str(raw),
+                *(["--native"] if args.native else []),
+                "--subprocesses",
+                "--",
+                *argv,
+            ],
+            cwd=ROOT,
+            check=True,
+        )
         took = time.monotonic() - t0
         span = load.target_span(env.dst, target, args.partitions)
-        print(f"mirror run under py-spy: {span.records:,} records, {span.records / span.seconds:,.0f} records/s "
-              f"(first to last append), {took:.1f} s wall including start-up")
+        print(
+            f"mirror run under py-spy: {span.records:,} records, {span.records / span.seconds:,.0f} records/s "
+            f"(first to last append), {took:.1f} s wall including start-up"
+        )
         top_self, top_total, samples = _top(raw)
         print(f"\n{samples} samples; top by self time:")
         for name, c in top_self:

@@ -76,7 +76,9 @@ def _timed(argv: Sequence[str], log: Path, timeout: float) -> tuple[float, int, 
     with open(log, "ab") as err:
         # cwd outside the checkout: `python -m` puts the working directory first on sys.path,
         # and the checkout's top-level `failover/` would shadow an older tree's (--before).
-        proc = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=err, timeout=timeout, check=False, cwd=log.parent)
+        proc = subprocess.run(
+            list(argv), stdout=subprocess.PIPE, stderr=err, timeout=timeout, check=False, cwd=log.parent
+        )
     return time.monotonic() - t, proc.returncode, proc.stdout
 
 
@@ -87,14 +89,17 @@ def _estate(bootstrap: str, p: ScaleParams) -> list[str]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     names = [f"scale.t{i:04d}" for i in range(p.topics)]
     for i in range(0, len(names), 100):
-        futs = admin.create_topics([NewTopic(n, p.partitions, 1) for n in names[i:i + 100]], operation_timeout=120)
+        futs = admin.create_topics([NewTopic(n, p.partitions, 1) for n in names[i : i + 100]], operation_timeout=120)
         for f in futs.values():
             f.result(180)
     _produce(bootstrap, names, p, 0)
     # An application group halfway through every partition: failover plans translate it.
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "enable.auto.commit": False})
     try:
-        c.commit(offsets=[TopicPartition(n, q, max(1, p.records // 2)) for n in names for q in range(p.partitions)], asynchronous=False)
+        c.commit(
+            offsets=[TopicPartition(n, q, max(1, p.records // 2)) for n in names for q in range(p.partitions)],
+            asynchronous=False,
+        )
     finally:
         c.close()
     return names
@@ -104,7 +109,14 @@ def _produce(bootstrap: str, names: Sequence[str], p: ScaleParams, round_: int) 
     """`p.records` more records in every partition (round `round_`: keys and values of its own)."""
     from confluent_kafka import KafkaException, Producer
 
-    prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "enable.idempotence": True, "queue.buffering.max.messages": 200000})
+    prod = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 50,
+            "enable.idempotence": True,
+            "queue.buffering.max.messages": 200000,
+        }
+    )
     # Every delivery is checked: a partition whose leader is not known yet to a brand-new
     # producer fails its records (flush() still returns 0), which would leave partitions of
     # the estate empty without a word.
@@ -121,7 +133,9 @@ def _produce(bootstrap: str, names: Sequence[str], p: ScaleParams, round_: int) 
         if all(known.get(n) == p.partitions for n in names):
             break
         time.sleep(1)
-    todo = [(n, q, b"%d" % r, b"v%d.%d" % (round_, r)) for n in names for q in range(p.partitions) for r in range(p.records)]
+    todo = [
+        (n, q, b"%d" % r, b"v%d.%d" % (round_, r)) for n in names for q in range(p.partitions) for r in range(p.records)
+    ]
     for _attempt in range(5):
         for n, q, key, value in todo:
             try:
@@ -152,7 +166,7 @@ flows:
     consumer: {{partition.assignment.strategy: {p.assignor}, session.timeout.ms: {p.session_timeout_ms}, heartbeat.interval.ms: {min(3000, p.session_timeout_ms // 3)}, fetch.wait.max.ms: {p.fetch_wait_max_ms}}}
 offset_store: {{kind: sqlite, path: "{workdir}/offsets-{flow}.db"}}
 metrics: {{host: 127.0.0.1}}
-""")
+""")  # noqa: E501 (the consumer line is the YAML the bench runs, kept as one flow mapping)
     return path
 
 
@@ -194,7 +208,13 @@ def _gather_seconds(port: int, timeout: float) -> float | None:
     return round(found["mirror_monitor_gather_seconds_sum"] / count, 2) if count else None
 
 
-def run(p: ScaleParams, out: Path | None = None, workdir: Path | None = None, keep: bool = False, before_python: str | None = None) -> dict[str, Any]:
+def run(
+    p: ScaleParams,
+    out: Path | None = None,
+    workdir: Path | None = None,
+    keep: bool = False,
+    before_python: str | None = None,
+) -> dict[str, Any]:
     from mirror.config import load as load_config
     from mirror.devenv.kafka import DevClusters
     from mirror.kafka import Admin
@@ -208,13 +228,20 @@ def run(p: ScaleParams, out: Path | None = None, workdir: Path | None = None, ke
     logs.mkdir(exist_ok=True)
     dev = DevClusters(workdir / "clusters")
     base = _free_base_port(2)
-    res: dict[str, Any] = {"params": asdict(p), "partitions_total": p.topics * p.partitions, "records_total": p.topics * p.partitions * p.records}
+    res: dict[str, Any] = {
+        "params": asdict(p),
+        "partitions_total": p.topics * p.partitions,
+        "records_total": p.topics * p.partitions * p.records,
+    }
     try:
         t = time.monotonic()
         status = dev.up(["src", "dst"], base, heap=p.heap).status
         src, dst = status["clusters"]["src"]["bootstrap"], status["clusters"]["dst"]["bootstrap"]
         res["clusters_up_s"] = round(time.monotonic() - t, 1)
-        _log(f"clusters up in {res['clusters_up_s']} s; building {p.topics} x {p.partitions} partitions, {p.records} records each")
+        _log(
+            f"clusters up in {res['clusters_up_s']} s; building {p.topics} x {p.partitions} partitions, {p.records} "
+            "records each"
+        )
         t = time.monotonic()
         names = _estate(src, p)
         rounds = 1
@@ -226,7 +253,21 @@ def run(p: ScaleParams, out: Path | None = None, workdir: Path | None = None, ke
             if python is None:
                 continue
             cfg = _config(workdir / f"{flow}.yaml", src, dst, workdir, flow, rename, p)
-            res[label] = _measure(label, [python, "-m", "mirror"], cfg, flow, "src." if rename == "prefix" else "", p, logs, load_config, Admin, src, dst, names, rounds)
+            res[label] = _measure(
+                label,
+                [python, "-m", "mirror"],
+                cfg,
+                flow,
+                "src." if rename == "prefix" else "",
+                p,
+                logs,
+                load_config,
+                Admin,
+                src,
+                dst,
+                names,
+                rounds,
+            )
             rounds += 1
     finally:
         dev.down()
@@ -264,15 +305,33 @@ class _ReadyWatch(threading.Thread):
                 md = admin.list_topics(timeout=30)
             except Exception:  # noqa: BLE001 - a busy broker: ask again
                 continue
-            ready = sum(1 for n, t in md.topics.items() if n in self.names and t.error is None for q in t.partitions.values() if q.leader >= 0)
+            ready = sum(
+                1
+                for n, t in md.topics.items()
+                if n in self.names and t.error is None
+                for q in t.partitions.values()
+                if q.leader >= 0
+            )
             if ready >= self.want:
                 self.ready_s = round(time.monotonic() - self.started, 1)
                 return
 
 
-def _run_once(label: str, py: list[str], cfg: Path, prefix: str, p: ScaleParams, logs: Path, target: Any, rounds: int, dst: str | None) -> dict[str, Any]:
+def _run_once(
+    label: str,
+    py: list[str],
+    cfg: Path,
+    prefix: str,
+    p: ScaleParams,
+    logs: Path,
+    target: Any,
+    rounds: int,
+    dst: str | None,
+) -> dict[str, Any]:
     """`mirror run --until-caught-up` (one worker): wall, peak RSS, CPU, records on the target."""
-    run_proc = Contender([*py, "-v", "run", "-c", str(cfg), "--until-caught-up"], logs / f"{label}-run.log", cwd=logs).start()
+    run_proc = Contender(
+        [*py, "-v", "run", "-c", str(cfg), "--until-caught-up"], logs / f"{label}-run.log", cwd=logs
+    ).start()
     watch = _ReadyWatch(dst, {f"{prefix}scale.t{i:04d}" for i in range(p.topics)}, p.partitions) if dst else None
     if watch is not None:
         watch.start()
@@ -283,20 +342,45 @@ def _run_once(label: str, py: list[str], cfg: Path, prefix: str, p: ScaleParams,
     wall = run_proc.wall_seconds
     usage = run_proc.finish()
     parts = [(f"{prefix}scale.t{i:04d}", q) for i in range(p.topics) for q in range(p.partitions)]
-    mirrored = sum(target.end_offsets(parts).values()) if hasattr(target, "end_offsets") else sum(w.high for w in target.watermarks(parts).values())
+    mirrored = (
+        sum(target.end_offsets(parts).values())
+        if hasattr(target, "end_offsets")
+        else sum(w.high for w in target.watermarks(parts).values())
+    )
     total = p.topics * p.partitions * p.records * rounds
-    out = {"exit": rc, "start_to_caught_up_s": round(wall, 1), "peak_rss_mb": round(usage.peak_rss_per_process_bytes / 1e6, 1),
-           "cpu_s": round(usage.cpu_seconds, 1), "records_on_target": mirrored, "ok": rc == 0 and mirrored == total}
+    out = {
+        "exit": rc,
+        "start_to_caught_up_s": round(wall, 1),
+        "peak_rss_mb": round(usage.peak_rss_per_process_bytes / 1e6, 1),
+        "cpu_s": round(usage.cpu_seconds, 1),
+        "records_on_target": mirrored,
+        "ok": rc == 0 and mirrored == total,
+    }
     if watch is not None:
         watch.done.set()
         watch.join(35)
         # The run may end before the watch's next look; then the targets were ready by its end.
-        out["targets_ready_s"] = watch.ready_s if watch.ready_s is not None else (out["start_to_caught_up_s"] if out["ok"] else None)
+        out["targets_ready_s"] = (
+            watch.ready_s if watch.ready_s is not None else (out["start_to_caught_up_s"] if out["ok"] else None)
+        )
     return out
 
 
-def _measure(label: str, py: list[str], cfg: Path, flow: str, prefix: str, p: ScaleParams, logs: Path, load_config: Any, admin_cls: Any,
-             src: str, dst: str, names: Sequence[str], rounds: int) -> dict[str, Any]:
+def _measure(
+    label: str,
+    py: list[str],
+    cfg: Path,
+    flow: str,
+    prefix: str,
+    p: ScaleParams,
+    logs: Path,
+    load_config: Any,
+    admin_cls: Any,
+    src: str,
+    dst: str,
+    names: Sequence[str],
+    rounds: int,
+) -> dict[str, Any]:
     """The figures of one tree; `rounds`: rounds of records in the source so far (this adds one)."""
     out: dict[str, Any] = {"python": py[0]}
     config = load_config(cfg)
@@ -309,7 +393,11 @@ def _measure(label: str, py: list[str], cfg: Path, flow: str, prefix: str, p: Sc
     # 2. the exporter: cold scrape, then warm ones
     port = _free_port()
     _log(f"{label}: mirror monitor scrapes")
-    mon = Contender([*py, "monitor", "-c", str(cfg), "--port", str(port), "--scrape-timeout", "120"], logs / f"{label}-monitor.log", cwd=logs).start()
+    mon = Contender(
+        [*py, "monitor", "-c", str(cfg), "--port", str(port), "--scrape-timeout", "120"],
+        logs / f"{label}-monitor.log",
+        cwd=logs,
+    ).start()
     try:
         deadline = time.monotonic() + 60
         while not port_open(port):  # listening; no request yet: the first scrape is the cold one
@@ -321,26 +409,46 @@ def _measure(label: str, py: list[str], cfg: Path, flow: str, prefix: str, p: Sc
         gather = _gather_seconds(port, 180)
     finally:
         mon_usage = mon.finish()
-    out["monitor"] = {"first_scrape_s": round(first[0], 2), "scrape_s": [round(x, 2) for x, _ in warm], "bytes": warm[-1][1] if warm else first[1],
-                      "gather_s": gather, "peak_rss_mb": round(mon_usage.peak_rss_per_process_bytes / 1e6, 1)}
+    out["monitor"] = {
+        "first_scrape_s": round(first[0], 2),
+        "scrape_s": [round(x, 2) for x, _ in warm],
+        "bytes": warm[-1][1] if warm else first[1],
+        "gather_s": gather,
+        "peak_rss_mb": round(mon_usage.peak_rss_per_process_bytes / 1e6, 1),
+    }
     _log(f"  -> {out['monitor']}")
 
     # 3. and 4. the one-shot commands (their Python start-up measured apart), and one
     # checkpoint tick of the group on every partition, in a process of its own
     startup, _, _ = _timed([*py, "--version"], logs / f"{label}-cli.log", 60)
     lag_s, lag_rc, lag_out = _timed([*py, "lag", "-c", str(cfg), "--json"], logs / f"{label}-lag.log", 300)
-    plan_s, plan_rc, plan_out = _timed([*py, "failover", "plan", "-c", str(cfg), "--flow", flow, "--group", GROUP, "--translate", "--json"], logs / f"{label}-plan.log", 300)
+    plan_s, plan_rc, plan_out = _timed(
+        [*py, "failover", "plan", "-c", str(cfg), "--flow", flow, "--group", GROUP, "--translate", "--json"],
+        logs / f"{label}-plan.log",
+        300,
+    )
     plan_parts = len(json.loads(plan_out).get("partitions", [])) if plan_rc == 0 else None
     _, tick_rc, tick_out = _timed([py[0], "-c", _TICK, str(cfg)], logs / f"{label}-tick.log", 300)
     tick = tick_out.decode().split() if tick_rc == 0 else [None, None]
-    out["cli"] = {"python_startup_s": round(startup, 2), "lag_json_s": round(lag_s, 2), "lag_exit": lag_rc, "lag_bytes": len(lag_out),
-                  "failover_plan_translate_s": round(plan_s, 2), "failover_plan_exit": plan_rc, "failover_plan_partitions": plan_parts,
-                  "checkpoint_tick_s": float(tick[0]) if tick[0] else None, "checkpoints": int(tick[1]) if tick[1] else None}
+    out["cli"] = {
+        "python_startup_s": round(startup, 2),
+        "lag_json_s": round(lag_s, 2),
+        "lag_exit": lag_rc,
+        "lag_bytes": len(lag_out),
+        "failover_plan_translate_s": round(plan_s, 2),
+        "failover_plan_exit": plan_rc,
+        "failover_plan_partitions": plan_parts,
+        "checkpoint_tick_s": float(tick[0]) if tick[0] else None,
+        "checkpoints": int(tick[1]) if tick[1] else None,
+    }
     _log(f"  -> {out['cli']}")
 
     # 5. a restart: the mirror stopped, p.records more records arrived in every partition
     # (as many as the cold run mirrored), the target topics exist: the 3 a.m. case.
-    _log(f"{label}: {p.topics * p.partitions * p.records} more records while stopped, then mirror run --until-caught-up (restart)")
+    _log(
+        f"{label}: {p.topics * p.partitions * p.records} more records while stopped, then mirror run --until-caught-up "
+        "(restart)"
+    )
     _produce(src, names, p, rounds)
     out["restart"] = _run_once(f"{label}-restart", py, cfg, prefix, p, logs, target, rounds + 1, None)
     _log(f"  -> {out['restart']}")
@@ -348,7 +456,9 @@ def _measure(label: str, py: list[str], cfg: Path, flow: str, prefix: str, p: Sc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench --scale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench --scale", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--scale", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--topics", type=int)
     ap.add_argument("--partitions", type=int)
@@ -359,7 +469,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--workdir", type=Path)
     ap.add_argument("--keep", action="store_true")
-    ap.add_argument("--before", metavar="PYTHON", help="also measure the mirror installed for this interpreter (an older tree), on the same estate, first")
+    ap.add_argument(
+        "--before",
+        metavar="PYTHON",
+        help="also measure the mirror installed for this interpreter (an older tree), on the same estate, first",
+    )
     args = ap.parse_args(argv)
     p = ScaleParams()
     for name in ("topics", "partitions", "records", "assignor", "session_timeout_ms", "fetch_wait_max_ms"):

@@ -62,7 +62,9 @@ def sample(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> tup
     for name, cpu in last.values():
         groups[name] += cpu
     if proc.returncode not in (0, None):
-        raise SystemExit(f"{argv[:4]} failed ({proc.returncode}): {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+        raise SystemExit(
+            f"{argv[:4]} failed ({proc.returncode}): {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}"
+        )
     return dict(groups), total, wall
 
 
@@ -72,8 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record-size", type=int, default=512)
     ap.add_argument("--partitions", type=int, default=12)
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--what", default="mirror,ceiling,ceiling-idem", help="comma-separated: mirror, mirror-nostore, mirror-base, ceiling, ceiling-idem")
-    ap.add_argument("--base", help="mirror-base: `mirror run` of another tree's src/ (e.g. a `git archive` of main), in the same rounds")
+    ap.add_argument(
+        "--what",
+        default="mirror,ceiling,ceiling-idem",
+        help="comma-separated: mirror, mirror-nostore, mirror-base, ceiling, ceiling-idem",
+    )
+    ap.add_argument(
+        "--base",
+        help="mirror-base: `mirror run` of another tree's src/ (e.g. a `git archive` of main), in the same rounds",
+    )
     args = ap.parse_args(argv)
 
     from mirror.devenv.kafka import DevClusters
@@ -100,19 +109,53 @@ def main(argv: list[str] | None = None) -> int:
                     options = {"offset_store": {"kind": "none"}} if what == "mirror-nostore" else {}
                     cfg = run_dir / "mirror.yaml"
                     cfg.write_text(mirror_config(env, alias, SOURCE_TOPIC, run_dir, options))
-                    cmd = [sys.executable, "-m", "mirror", "run", "-c", str(cfg), "--until-caught-up", "--metrics-port", str(_free_port())]
+                    cmd = [
+                        sys.executable,
+                        "-m",
+                        "mirror",
+                        "run",
+                        "-c",
+                        str(cfg),
+                        "--until-caught-up",
+                        "--metrics-port",
+                        str(_free_port()),
+                    ]
                 else:
-                    settings = {k: v for k, v in env.producer.items() if k in ("linger.ms", "batch.size", "compression.type", "queue.buffering.max.kbytes")}
+                    settings = {
+                        k: v
+                        for k, v in env.producer.items()
+                        if k in ("linger.ms", "batch.size", "compression.type", "queue.buffering.max.kbytes")
+                    }
                     if what == "ceiling-idem":
                         settings |= {"acks": "all", "enable.idempotence": "true"}
-                    cmd = [sys.executable, "-m", "bench.ceiling", "--src", env.src, "--dst", env.dst, "--topic", SOURCE_TOPIC,
-                           "--target-topic", target, "--partitions", ",".join(str(p) for p in range(args.partitions)),
-                           "--batch", str(env.batch), "-C", "fetch.queue.backoff.ms=20", *[f"-X{k}={v}" for k, v in settings.items()]]
+                    cmd = [
+                        sys.executable,
+                        "-m",
+                        "bench.ceiling",
+                        "--src",
+                        env.src,
+                        "--dst",
+                        env.dst,
+                        "--topic",
+                        SOURCE_TOPIC,
+                        "--target-topic",
+                        target,
+                        "--partitions",
+                        ",".join(str(p) for p in range(args.partitions)),
+                        "--batch",
+                        str(env.batch),
+                        "-C",
+                        "fetch.queue.backoff.ms=20",
+                        *[f"-X{k}={v}" for k, v in settings.items()],
+                    ]
                 groups, total, wall = sample(cmd, ROOT, penv)
                 span = load.target_span(env.dst, target, args.partitions)
                 la = os.getloadavg()
-                print(f"\n{what} rep {rep + 1}: {span.records:,} records, {span.records / span.seconds:,.0f} records/s, "
-                      f"CPU {total:.2f} s ({span.records / total:,.0f} records/CPU-s), wall {wall:.1f} s, load {la[0]:.2f}")
+                print(
+                    f"\n{what} rep {rep + 1}: {span.records:,} records, {span.records / span.seconds:,.0f} records/s, "
+                    f"CPU {total:.2f} s ({span.records / total:,.0f} records/CPU-s), wall {wall:.1f} s, load "
+                    f"{la[0]:.2f}"
+                )
                 for name, cpu in sorted(groups.items(), key=lambda kv: -kv[1]):
                     if cpu >= 0.01:
                         print(f"  {cpu:6.2f} s  {100 * cpu / total:5.1f}%  {name}")

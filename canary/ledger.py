@@ -53,7 +53,10 @@ class Probe:
     sent_ms: int
 
     def encode(self) -> bytes:
-        return json.dumps({"canary": 1, "flow": self.flow, "run": self.run, "p": self.partition, "seq": self.seq, "ts": self.sent_ms}, separators=(",", ":")).encode()
+        return json.dumps(
+            {"canary": 1, "flow": self.flow, "run": self.run, "p": self.partition, "seq": self.seq, "ts": self.sent_ms},
+            separators=(",", ":"),
+        ).encode()
 
     @staticmethod
     def decode(raw: bytes | None) -> Probe | None:
@@ -234,7 +237,11 @@ class Ledger:
         Early probes (sent before the route existed) are never declared lost.
         """
         now = self.clock()
-        overdue = [k for k, e in self._pending.items() if (e.acked or force) and (force or now - e.probe.sent_ms / 1000.0 > self.max_latency)]
+        overdue = [
+            k
+            for k, e in self._pending.items()
+            if (e.acked or force) and (force or now - e.probe.sent_ms / 1000.0 > self.max_latency)
+        ]
         declared = 0
         for k in overdue:
             e = self._pending.pop(k)

@@ -34,6 +34,7 @@ from mirror.metrics import CanaryMetrics
 
 log = logging.getLogger(__name__)
 
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     if not values:
         return None
@@ -79,7 +80,14 @@ class RoundResult:
 
 
 class FlowProber:
-    def __init__(self, config: Config, flow: FlowConfig, *, metrics: CanaryMetrics | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        config: Config,
+        flow: FlowConfig,
+        *,
+        metrics: CanaryMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.config, self.flow = config, flow
         self.topic = config.canary.topic
         self.target_topic = target_topic(self.topic, flow.source, flow.rename)
@@ -87,7 +95,9 @@ class FlowProber:
         self.clock = clock
         # A fresh or recreated canary topic reaches the target only after the mirror's next
         # topic refresh; probes sent before then are not graded (see canary.ledger).
-        self.ledger = Ledger(flow.name, config.canary.max_latency, clock, route_grace=flow.refresh_interval + config.canary.max_latency)
+        self.ledger = Ledger(
+            flow.name, config.canary.max_latency, clock, route_grace=flow.refresh_interval + config.canary.max_latency
+        )
         self._lock = threading.Lock()
         self._published = Counts()
         self._source = Admin(flow.source, config.clusters[flow.source])
@@ -99,11 +109,19 @@ class FlowProber:
             # and a probe must not wait for company before leaving.
             # Never auto-created by a probe: a deleted topic must be seen missing (and recreated
             # by ensure_topic, with a new run) rather than silently reappear with old numbering.
-            {"enable.idempotence": True, "linger.ms": 0, "acks": "all", "message.timeout.ms": int(config.canary.max_latency * 1000), "allow.auto.create.topics": False},
+            {
+                "enable.idempotence": True,
+                "linger.ms": 0,
+                "acks": "all",
+                "message.timeout.ms": int(config.canary.max_latency * 1000),
+                "allow.auto.create.topics": False,
+            },
         )
         # A short fetch wait: the broker would otherwise hold an empty fetch up to 500 ms,
         # and that wait would be counted as mirror latency.
-        self._reader = PartitionReader(f"{flow.target}-canary-{flow.name}", config.clusters[flow.target], {"fetch.wait.max.ms": 10})
+        self._reader = PartitionReader(
+            f"{flow.target}-canary-{flow.name}", config.clusters[flow.target], {"fetch.wait.max.ms": 10}
+        )
         self._started = clock()
         self._seen_target_topic: bool | None = None  # did the target topic exist when we first looked?
         self.partitions = 0
@@ -112,7 +130,17 @@ class FlowProber:
             metrics.max_latency.labels(flow.name).set(config.canary.max_latency)
             # Every series exists from the start at 0, so increase()/rate() in the alert
             # rules see the first loss rather than a series appearing out of nowhere.
-            for c in (metrics.sent, metrics.received, metrics.lost, metrics.late, metrics.missing, metrics.duplicated, metrics.send_errors, metrics.runs, metrics.latency):
+            for c in (
+                metrics.sent,
+                metrics.received,
+                metrics.lost,
+                metrics.late,
+                metrics.missing,
+                metrics.duplicated,
+                metrics.send_errors,
+                metrics.runs,
+                metrics.latency,
+            ):
                 c.labels(flow.name)
 
     # -- source side
@@ -120,11 +148,22 @@ class FlowProber:
         """Create the canary topic when missing; a recreated topic starts a new run."""
         count, created = ensure_canary_topic(self._source, self.topic)
         if created:
-            log.info("flow %s: created canary topic %s on %s (%d partitions)", self.flow.name, self.topic, self.flow.source, count)
+            log.info(
+                "flow %s: created canary topic %s on %s (%d partitions)",
+                self.flow.name,
+                self.topic,
+                self.flow.source,
+                count,
+            )
             if self.partitions:  # it existed before: deleted and recreated under us
                 with self._lock:
                     self.ledger.start_run()
-                log.warning("flow %s: canary topic %s was recreated; sequence numbers restart (run %s)", self.flow.name, self.topic, self.ledger.run)
+                log.warning(
+                    "flow %s: canary topic %s was recreated; sequence numbers restart (run %s)",
+                    self.flow.name,
+                    self.topic,
+                    self.ledger.run,
+                )
         self.partitions = count
 
     def send_round(self, flush_timeout: float | None = None) -> int:
@@ -135,10 +174,18 @@ class FlowProber:
             with self._lock:
                 probe = self.ledger.next_probe(partition)
             try:
-                self._producer.produce(self.topic, value=probe.encode(), key=str(partition).encode(), partition=partition, on_delivery=self._delivered(probe))
+                self._producer.produce(
+                    self.topic,
+                    value=probe.encode(),
+                    key=str(partition).encode(),
+                    partition=partition,
+                    on_delivery=self._delivered(probe),
+                )
                 sent += 1
             except (BufferError, Exception) as exc:  # noqa: BLE001 - librdkafka queue full or unknown partition
-                log.warning("flow %s: cannot send canary probe to %s[%d]: %s", self.flow.name, self.topic, partition, exc)
+                log.warning(
+                    "flow %s: cannot send canary probe to %s[%d]: %s", self.flow.name, self.topic, partition, exc
+                )
                 with self._lock:
                     self.ledger.send_failed(probe)
         self._producer.flush(flush_timeout if flush_timeout is not None else self.config.canary.max_latency)
@@ -151,7 +198,14 @@ class FlowProber:
                 if err is None:
                     self.ledger.sent(probe)
                 else:
-                    log.warning("flow %s: canary probe %s[%d] seq %d not stored: %s", self.flow.name, self.topic, probe.partition, probe.seq, err)
+                    log.warning(
+                        "flow %s: canary probe %s[%d] seq %d not stored: %s",
+                        self.flow.name,
+                        self.topic,
+                        probe.partition,
+                        probe.seq,
+                        err,
+                    )
                     self.ledger.send_failed(probe)
 
         return cb
@@ -213,7 +267,16 @@ class FlowProber:
             outstanding = self.ledger.outstanding
         name = self.flow.name
         m = self.metrics
-        for attr, counter in (("sent", m.sent), ("received", m.received), ("lost", m.lost), ("late", m.late), ("missing", m.missing), ("duplicated", m.duplicated), ("send_errors", m.send_errors), ("runs", m.runs)):
+        for attr, counter in (
+            ("sent", m.sent),
+            ("received", m.received),
+            ("lost", m.lost),
+            ("late", m.late),
+            ("missing", m.missing),
+            ("duplicated", m.duplicated),
+            ("send_errors", m.send_errors),
+            ("runs", m.runs),
+        ):
             delta = getattr(now, attr) - getattr(self._published, attr)
             if delta > 0:
                 counter.labels(name).inc(delta)
@@ -246,7 +309,9 @@ class FlowProber:
             self.ledger.expire(force=True)
             latencies += self.ledger.drain_latencies()
             counts = Counts(**self.ledger.counts.as_dict())
-        return RoundResult(self.flow.name, self.ledger.run, self.topic, self.target_topic, self.partitions, counts, latencies)
+        return RoundResult(
+            self.flow.name, self.ledger.run, self.topic, self.target_topic, self.partitions, counts, latencies
+        )
 
     def _warm_up(self) -> None:
         """Connect both clients before the first probe, so a one-shot round measures the
@@ -266,7 +331,12 @@ class FlowProber:
             # A fatal producer error (a missing IdempotentWrite grant, say) surfaces here.
             err = exc.args[0] if exc.args else None
             idem = isinstance(err, KafkaError) and err.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
-            raise_for(self.flow.source, f"produce probes to {self.topic!r}", exc, acl=("IdempotentWrite", "cluster", "kafka-cluster") if idem else ("Write", "topic", self.topic))
+            raise_for(
+                self.flow.source,
+                f"produce probes to {self.topic!r}",
+                exc,
+                acl=("IdempotentWrite", "cluster", "kafka-cluster") if idem else ("Write", "topic", self.topic),
+            )
         finally:
             self._reader.close()
 
@@ -305,14 +375,25 @@ class Prober:
                 stop.wait(1.0)
 
     def run(self, stop: threading.Event) -> None:
-        readers = [threading.Thread(target=self._read_loop, args=(p, stop), name=f"canary-read-{p.flow.name}", daemon=True) for p in self.probers]
+        readers = [
+            threading.Thread(target=self._read_loop, args=(p, stop), name=f"canary-read-{p.flow.name}", daemon=True)
+            for p in self.probers
+        ]
         for t in readers:
             t.start()
         scheduler = BackgroundScheduler(timezone="UTC")
         for p in self.probers:
             # coalesce + one instance: a slow round (source down) is not followed by a burst.
-            scheduler.add_job(self._round, "interval", args=[p], seconds=self.config.canary.interval, next_run_time=datetime.now().astimezone(),
-                              max_instances=1, coalesce=True, id=f"canary-{p.flow.name}")
+            scheduler.add_job(
+                self._round,
+                "interval",
+                args=[p],
+                seconds=self.config.canary.interval,
+                next_run_time=datetime.now().astimezone(),
+                max_instances=1,
+                coalesce=True,
+                id=f"canary-{p.flow.name}",
+            )
         scheduler.start()
         log.info("canary: probing %d flows every %gs", len(self.probers), self.config.canary.interval)
         try:

@@ -28,7 +28,9 @@ def default_backup_path(cluster: str, group: str, now_ms: int) -> Path:
     return Path(f"failover-backup-{cluster}-{group}-{now_ms}.json")
 
 
-def apply_plan(ctx: FlowContext, plan: Plan, backup: Path | None = None, *, now_ms: int | None = None) -> tuple[Path, list[Change]]:
+def apply_plan(
+    ctx: FlowContext, plan: Plan, backup: Path | None = None, *, now_ms: int | None = None
+) -> tuple[Path, list[Change]]:
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
     cluster = ctx.flow.target
     offsets_file.require_idle(ctx.target, cluster, plan.group)

@@ -79,10 +79,10 @@ class KafkaOperationError(MirrorError):
 class FatalProduceError(MirrorError):
     """A record cannot be written to the target; the flow stops without committing past it."""
 
-    def __init__(self, topic: str, partition: int, offset: int, reason: str, *, hint: str | None = None, size: int | None = None) -> None:
-        super().__init__(
-            f"cannot mirror {topic}[{partition}]@{offset}: {reason}", hint=hint
-        )
+    def __init__(
+        self, topic: str, partition: int, offset: int, reason: str, *, hint: str | None = None, size: int | None = None
+    ) -> None:
+        super().__init__(f"cannot mirror {topic}[{partition}]@{offset}: {reason}", hint=hint)
         self.topic, self.partition, self.offset = topic, partition, offset
         self.size = size  # key + value bytes of the record, when the target refused its size
 

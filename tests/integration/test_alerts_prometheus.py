@@ -29,7 +29,9 @@ def shrunk_rules(names: set[str]) -> dict:
     rules = [r for g in doc["groups"] for r in g["rules"] if r["alert"] in names]
     assert {r["alert"] for r in rules} == names
     for r in rules:
-        r["expr"] = re.sub(r"\[(\d+[smh]):(\d+[smh])\]", lambda mm: f"[{SHRINK[mm.group(1)]}:{SHRINK[mm.group(2)]}]", r["expr"])
+        r["expr"] = re.sub(
+            r"\[(\d+[smh]):(\d+[smh])\]", lambda mm: f"[{SHRINK[mm.group(1)]}:{SHRINK[mm.group(2)]}]", r["expr"]
+        )
         r["expr"] = re.sub(r"> 300\b", "> 5", r["expr"])
         if "for" in r:
             r["for"] = SHRINK[r["for"]]
@@ -59,11 +61,16 @@ canary: {{topic: canary-{unique}}}
     # No mirror runs for this flow: 200 records wait, getting older every second.
     _produce(src, topic, {0: 100, 1: 100})
     rules = shrunk_rules({"MirrorLagGrowing", "MirrorFlowStopped"})
-    assert rules["groups"][0]["rules"][0]["expr"].strip().startswith("delta(max by (flow) (mirror_replication_lag_seconds)[20s:1s]) > 5")
+    assert (
+        rules["groups"][0]["rules"][0]["expr"]
+        .strip()
+        .startswith("delta(max by (flow) (mirror_replication_lag_seconds)[20s:1s]) > 5")
+    )
     collector = monitor.build(config, deadline=5.0, interval=1.0)  # gathered as often as Prometheus scrapes here
     server = monitor.serve(collector, 0)
     prom = PrometheusServer(tmp_path / "prom", [f"127.0.0.1:{server.server_port}"], rules)
     try:
+
         def firing() -> dict[str, set[str]]:
             out: dict[str, set[str]] = {}
             for a in prom.alerts():
@@ -71,7 +78,11 @@ canary: {{topic: canary-{unique}}}
                     out.setdefault(a["labels"]["alertname"], set()).add(a["labels"]["flow"])
             return out
 
-        got = poll(lambda: (lambda f: f if {"MirrorLagGrowing", "MirrorFlowStopped"} <= f.keys() else None)(firing()), timeout=120, what="lag alerts firing")
+        got = poll(
+            lambda: (lambda f: f if {"MirrorLagGrowing", "MirrorFlowStopped"} <= f.keys() else None)(firing()),
+            timeout=120,
+            what="lag alerts firing",
+        )
         assert got["MirrorLagGrowing"] == {f"alert-{unique}"}  # the idle flow never alerts
         assert got["MirrorFlowStopped"] == {f"alert-{unique}"}
         # what Prometheus stored is what the exporter computed: exactly the 200 waiting records

@@ -46,9 +46,27 @@ def test_run_serves_canary_metrics_until_sigterm(clusters, write_config, unique,
     path = write_config(_yaml(unique))
     port = free_port()
     log = open(tmp_path / "canary.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "mirror", "canary", "run", "-c", str(path), "--metrics-port", str(port), "--host", "127.0.0.1"], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mirror",
+            "canary",
+            "run",
+            "-c",
+            str(path),
+            "--metrics-port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+        ],
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     flow = f"c-{unique}"
     try:
+
         def lost() -> float | None:
             try:
                 return total(scrape(port, timeout=10), "mirror_canary_lost_total", flow=flow)

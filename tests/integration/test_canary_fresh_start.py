@@ -51,7 +51,7 @@ def test_canary_pages_on_missing_probes_only(clusters, write_config, unique, tmp
     refresh_interval: 60s  # a late refresh: probes of the first minute wait for the route and must not count as lost
     commit_interval: 500ms
 canary: {{topic: probe-{unique}, interval: 500ms, max_latency: 4s}}
-offset_store: {{kind: sqlite, path: {tmp_path / 'offsets.db'}}}
+offset_store: {{kind: sqlite, path: {tmp_path / "offsets.db"}}}
 """
     )
     config = cfg.load(path)
@@ -67,16 +67,37 @@ offset_store: {{kind: sqlite, path: {tmp_path / 'offsets.db'}}}
     mirror = MirrorProcess(path, log=tmp_path / "mirror-1.log")
     poll(lambda: "running (started)" in mirror.output() or not mirror.alive(), timeout=60, what="the mirror started")
     assert mirror.alive(), mirror.output()[-2000:]
-    canary = subprocess.Popen([sys.executable, "-m", "mirror", "-v", "canary", "run", "-c", str(path), "--metrics-port", str(canary_port), "--host", "127.0.0.1"],
-                              cwd=tmp_path, stdout=canary_log, stderr=subprocess.STDOUT)
+    canary = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mirror",
+            "-v",
+            "canary",
+            "run",
+            "-c",
+            str(path),
+            "--metrics-port",
+            str(canary_port),
+            "--host",
+            "127.0.0.1",
+        ],
+        cwd=tmp_path,
+        stdout=canary_log,
+        stderr=subprocess.STDOUT,
+    )
     prober: FlowProber | None = None
     try:
+
         def counts() -> dict[str, float]:
             try:
                 s = scrape(canary_port, timeout=10)
             except OSError:
                 return {}
-            return {k: total(s, f"mirror_canary_{k}_total", flow=flow) or 0.0 for k in ("sent", "received", "lost", "late", "missing")}
+            return {
+                k: total(s, f"mirror_canary_{k}_total", flow=flow) or 0.0
+                for k in ("sent", "received", "lost", "late", "missing")
+            }
 
         poll(lambda: counts().get("received", 0) >= 10, timeout=90, what="10 probes received through the mirror")
         c = counts()
@@ -87,14 +108,22 @@ offset_store: {{kind: sqlite, path: {tmp_path / 'offsets.db'}}}
             res = prom.api(f"query?query={urllib.parse.quote(q)}")["result"]
             return sum(float(r["value"][1]) for r in res)
 
-        poll(lambda: expr(f'mirror_canary_received_total{{flow="{flow}"}}') >= 10, timeout=30, what="Prometheus scraped the canary")
+        poll(
+            lambda: expr(f'mirror_canary_received_total{{flow="{flow}"}}') >= 10,
+            timeout=30,
+            what="Prometheus scraped the canary",
+        )
         assert expr(f'sum by (flow) (increase(mirror_canary_missing_total{{flow="{flow}"}}[20s]))') == 0
         assert not [a for a in prom.alerts() if a["labels"]["alertname"] == PAGE]
 
         # 2. The mirror stopped for longer than max_latency (4 s), then restarted: late, not missing.
         mirror.stop()
         assert mirror.proc.returncode == 0, mirror.output()[-2000:]
-        poll(lambda: counts().get("lost", 0) >= 2, timeout=30, what="probes not seen within max_latency while the mirror is down")
+        poll(
+            lambda: counts().get("lost", 0) >= 2,
+            timeout=30,
+            what="probes not seen within max_latency while the mirror is down",
+        )
         mirror = MirrorProcess(path, log=tmp_path / "mirror-2.log")
         poll(lambda: counts().get("late", 0) >= 2, timeout=60, what="the held-back probes arriving late")
         received_before = counts()["received"]
@@ -103,7 +132,11 @@ offset_store: {{kind: sqlite, path: {tmp_path / 'offsets.db'}}}
         c = counts()
         assert c["late"] >= 2 and c["missing"] == 0, c
         assert not [a for a in prom.alerts() if a["labels"]["alertname"] == PAGE]
-        assert poll(lambda: [a for a in prom.alerts() if a["labels"]["alertname"] == TICKET and a["state"] == "firing"], timeout=30, what="the late ticket")
+        assert poll(
+            lambda: [a for a in prom.alerts() if a["labels"]["alertname"] == TICKET and a["state"] == "firing"],
+            timeout=30,
+            what="the late ticket",
+        )
 
         # 3. Probes really dropped: an in-process prober sends, the mirror copies, the copies
         # are deleted on the target before the prober reads them, later probes overtake them.
@@ -116,7 +149,11 @@ offset_store: {{kind: sqlite, path: {tmp_path / 'offsets.db'}}}
         start = dst.watermarks([(target_topic, 0)], committed_only=False)[(target_topic, 0)].high
         for _ in range(3):
             prober.send_round()
-        poll(lambda: dst.watermarks([(target_topic, 0)], committed_only=False)[(target_topic, 0)].high >= start + 3, timeout=30, what="the 3 probes mirrored")
+        poll(
+            lambda: dst.watermarks([(target_topic, 0)], committed_only=False)[(target_topic, 0)].high >= start + 3,
+            timeout=30,
+            what="the 3 probes mirrored",
+        )
         end = dst.watermarks([(target_topic, 0)], committed_only=False)[(target_topic, 0)].high
         dst.delete_records({(target_topic, 0): end})
         # The reader stands where it stood before the 3 probes (it is only assigned now: an
@@ -129,7 +166,11 @@ offset_store: {{kind: sqlite, path: {tmp_path / 'offsets.db'}}}
                 prober.poll(timeout=0.25)
         assert prober.ledger.counts.missing == 3, prober.ledger.counts
         assert prober.ledger.counts.received >= 1  # later probes did arrive: these were overtaken
-        firing = poll(lambda: [a for a in prom.alerts() if a["labels"]["alertname"] == PAGE and a["state"] == "firing"], timeout=60, what="the loss page firing")
+        firing = poll(
+            lambda: [a for a in prom.alerts() if a["labels"]["alertname"] == PAGE and a["state"] == "firing"],
+            timeout=60,
+            what="the loss page firing",
+        )
         assert {a["labels"]["flow"] for a in firing} == {flow}
     finally:
         if prober is not None:

@@ -19,7 +19,14 @@ def test_fetch_batch_inflight_rtt_from_real_clients(clusters, unique):
     _topic(src, topic, 2)
     reg = CollectorRegistry()
     stats = ClientStatsCollector(reg)
-    p = Producer({"bootstrap.servers": src, "linger.ms": 20, "statistics.interval.ms": 200, "stats_cb": stats.stats_cb("f", "producer")})
+    p = Producer(
+        {
+            "bootstrap.servers": src,
+            "linger.ms": 20,
+            "statistics.interval.ms": 200,
+            "stats_cb": stats.stats_cb("f", "producer"),
+        }
+    )
     for i in range(5000):
         p.produce(topic, value=b"v" * 100, partition=i % 2)
         if i % 500 == 0:
@@ -30,25 +37,49 @@ def test_fetch_batch_inflight_rtt_from_real_clients(clusters, unique):
         p.poll(0.2)
         return (reg.get_sample_value("mirror_client_batch_size_avg_bytes", {"flow": "f", "role": "producer"}) or 0) > 0
 
-    c = Consumer({"bootstrap.servers": src, "group.id": f"g-{unique}", "auto.offset.reset": "earliest", "statistics.interval.ms": 200, "stats_cb": stats.stats_cb("f", "consumer")})
+    c = Consumer(
+        {
+            "bootstrap.servers": src,
+            "group.id": f"g-{unique}",
+            "auto.offset.reset": "earliest",
+            "statistics.interval.ms": 200,
+            "stats_cb": stats.stats_cb("f", "consumer"),
+        }
+    )
     c.subscribe([topic])
     got = 0
 
     def consumer_seen() -> bool:
         nonlocal got
         got += len(c.consume(1000, timeout=0.2))
-        return got >= 5000 and (reg.get_sample_value("mirror_client_fetch_size_avg_bytes", {"flow": "f", "role": "consumer"}) or 0) > 0
+        return (
+            got >= 5000
+            and (reg.get_sample_value("mirror_client_fetch_size_avg_bytes", {"flow": "f", "role": "consumer"}) or 0) > 0
+        )
 
     try:
         # the producer's window stats for batch size are per interval: produce until one is seen
-        poll(lambda: producer_seen() or (p.produce(topic, value=b"v" * 100) or False), timeout=30, interval=0.05, what="producer batch stats")
+        poll(
+            lambda: producer_seen() or (p.produce(topic, value=b"v" * 100) or False),
+            timeout=30,
+            interval=0.05,
+            what="producer batch stats",
+        )
         poll(consumer_seen, timeout=60, interval=0, what="consumer fetch stats")
     finally:
         c.close()
     labels = {"flow": "f", "role": "producer"}
-    assert reg.get_sample_value("mirror_client_batch_size_max_bytes", labels) >= reg.get_sample_value("mirror_client_batch_size_avg_bytes", labels) > 0
+    assert (
+        reg.get_sample_value("mirror_client_batch_size_max_bytes", labels)
+        >= reg.get_sample_value("mirror_client_batch_size_avg_bytes", labels)
+        > 0
+    )
     assert reg.get_sample_value("mirror_client_rtt_avg_seconds", labels) > 0
     assert reg.get_sample_value("mirror_client_requests_in_flight", labels) >= 0
     assert reg.get_sample_value("mirror_client_retries_total", labels) == 0
     cl = {"flow": "f", "role": "consumer"}
-    assert reg.get_sample_value("mirror_client_fetch_size_max_bytes", cl) >= reg.get_sample_value("mirror_client_fetch_size_avg_bytes", cl) > 0
+    assert (
+        reg.get_sample_value("mirror_client_fetch_size_max_bytes", cl)
+        >= reg.get_sample_value("mirror_client_fetch_size_avg_bytes", cl)
+        > 0
+    )

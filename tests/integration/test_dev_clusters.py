@@ -78,7 +78,9 @@ def test_down_does_not_touch_foreign_processes(tmp_path: Path):
 
     home = tmp_path / "dev"
     (home / "ghost").mkdir(parents=True)
-    (home / "state.json").write_text(json.dumps({"clusters": {"ghost": {"port": 1, "bootstrap": "127.0.0.1:1"}}, "cassandra": None}))
+    (home / "state.json").write_text(
+        json.dumps({"clusters": {"ghost": {"port": 1, "bootstrap": "127.0.0.1:1"}}, "cassandra": None})
+    )
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         (home / "ghost" / "kafka.pid").write_text(str(sleeper.pid))

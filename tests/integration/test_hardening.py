@@ -69,15 +69,33 @@ def _delete_mid_stream(clusters, write_config, unique: str, *args: str) -> None:
     body = flow_yaml(unique, f'["{t}"]').replace("refresh_interval: 1s", "refresh_interval: 8s")
     cfg = write_config(body + store_yaml(cfg_dir(write_config) / f"o-{unique}.db"))
     with MirrorProcess(cfg, *args) as m:
-        wait_for(lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) == 9000, 90, "the first records", detail=m.output)
+        wait_for(
+            lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) == 9000,
+            90,
+            "the first records",
+            detail=m.output,
+        )
         delete_topic(dst, f"src.{t}")
         produce_numbered(src, t, 3000, n, start=9000)
-        wait_for(lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) >= 12000, 120, "the topic to be refilled", detail=m.output)
-        wait_for(lambda: group_offsets(src, f"mirror-{unique}", t, n) == end_offsets(src, t, n), 60, "the commits", detail=m.output)
+        wait_for(
+            lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) >= 12000,
+            120,
+            "the topic to be refilled",
+            detail=m.output,
+        )
+        wait_for(
+            lambda: group_offsets(src, f"mirror-{unique}", t, n) == end_offsets(src, t, n),
+            60,
+            "the commits",
+            detail=m.output,
+        )
         m.signal(signal.SIGTERM)
         assert m.wait(60) == 0, m.output()
     assert topics(dst)[f"src.{t}"] == n
-    assert topic_configs(dst, f"src.{t}", ("retention.ms", "cleanup.policy")) == {"retention.ms": "86400000", "cleanup.policy": "delete"}
+    assert topic_configs(dst, f"src.{t}", ("retention.ms", "cleanup.policy")) == {
+        "retention.ms": "86400000",
+        "cleanup.policy": "delete",
+    }
     assert_same(read_topic(src, t, n), read_topic(dst, f"src.{t}", n))  # every record exactly once, in order
 
 
@@ -165,7 +183,11 @@ def test_partitions_added_while_records_arrive(clusters, write_config, unique):
     # producer may still hold the old count (its metadata refresh is minutes away).
     # The flow's own refresh is slow (as in production, 30 s), so the consumer is assigned the
     # new partitions before the target grows: the path point 3 is about.
-    body = flow_yaml(unique, f'["{t}"]', extra="    consumer: {topic.metadata.refresh.interval.ms: 1000}\n    sync_topic_configs: false\n")
+    body = flow_yaml(
+        unique,
+        f'["{t}"]',
+        extra="    consumer: {topic.metadata.refresh.interval.ms: 1000}\n    sync_topic_configs: false\n",
+    )
     cfg = write_config(body.replace("refresh_interval: 1s", "refresh_interval: 30s"))
     stop = threading.Event()
     parts = [2]
@@ -202,11 +224,18 @@ def test_partitions_added_while_records_arrive(clusters, write_config, unique):
         th.join(60)
         want = end_offsets(src, t, 4)
         assert want[2] > 0 and want[3] > 0, "nothing produced to the new partitions; the test proves nothing"
-        wait_for(lambda: m.alive() and topics(dst).get(f"src.{t}") == 4 and end_offsets(dst, f"src.{t}", 4) == want, 120, "every partition mirrored", detail=m.output)
+        wait_for(
+            lambda: m.alive() and topics(dst).get(f"src.{t}") == 4 and end_offsets(dst, f"src.{t}", 4) == want,
+            120,
+            "every partition mirrored",
+            detail=m.output,
+        )
         m.signal(signal.SIGTERM)
         assert m.wait(60) == 0, m.output()
         out = m.output()
-    assert "is not known to the producer yet" in out, "the target grew before the new partitions were assigned: the test proves nothing\n" + out[-3000:]
+    assert "is not known to the producer yet" in out, (
+        "the target grew before the new partitions were assigned: the test proves nothing\n" + out[-3000:]
+    )
     assert_same(read_topic(src, t, 4), read_topic(dst, f"src.{t}", 4))
 
 
@@ -221,7 +250,17 @@ def test_frozen_worker_is_fenced(clusters, write_config, unique, tmp_path, capsy
     # linger.ms keeps records queued in the frozen worker's producer: sent late, on SIGCONT.
     # The broker's smallest session timeout (6 s, heartbeats every 2 s): the group expels the
     # frozen worker, and it fences itself on waking, sooner than with the 10 s default.
-    cfg = write_config(flow_yaml(unique, f'["{t}"]', extra=f"    producer: {{linger.ms: 800}}\n    consumer: {{session.timeout.ms: 6000}}\n    groups: [app-{unique}]\n") + store_yaml(db))
+    cfg = write_config(
+        flow_yaml(
+            unique,
+            f'["{t}"]',
+            extra=(
+                "    producer: {linger.ms: 800}\n    consumer: {session.timeout.ms: 6000}\n"
+                f"    groups: [app-{unique}]\n"
+            ),
+        )
+        + store_yaml(db)
+    )
     stop = threading.Event()
 
     def produce_forever() -> None:
@@ -249,10 +288,20 @@ def test_frozen_worker_is_fenced(clusters, write_config, unique, tmp_path, capsy
         th.start()
         owns = lambda m: re.search(r"assigned [1-9]\d* partitions", m.output()) is not None  # noqa: E731
         wait_for(lambda: owns(a) and owns(b), 60, "both workers to own partitions", detail=logs)
-        wait_for(lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) > 4000, 60, "records flowing", detail=logs)
+        wait_for(
+            lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) > 4000,
+            60,
+            "records flowing",
+            detail=logs,
+        )
         a.signal(signal.SIGSTOP)  # frozen with records queued and in flight
         try:
-            wait_for(lambda: admin.group_members(f"mirror-{unique}") == 1, 60, "the frozen worker to be expelled", detail=logs)
+            wait_for(
+                lambda: admin.group_members(f"mirror-{unique}") == 1,
+                60,
+                "the frozen worker to be expelled",
+                detail=logs,
+            )
             time.sleep(2)  # b mirrors a's partitions for a while
         finally:
             a.signal(signal.SIGCONT)
@@ -297,7 +346,10 @@ def test_frozen_worker_is_fenced(clusters, write_config, unique, tmp_path, capsy
             suffix_min[s] = min(suffix_min[s + 1], last_copy[s])
         for pos in range(end + 1):
             tr = translate(rows, pos, target[p][-1].offset + 1).target_offset
-            assert tr <= suffix_min[pos], f"partition {p}: position {pos} translates to {tr}, past a copy of a record at or after it (rows {rows})"
+            assert tr <= suffix_min[pos], (
+                f"partition {p}: position {pos} translates to {tr}, past a copy of a record at or after it (rows "
+                f"{rows})"
+            )
             checked += 1
         floors[p] = suffix_min
     assert checked > 1000
@@ -312,7 +364,10 @@ def test_frozen_worker_is_fenced(clusters, write_config, unique, tmp_path, capsy
     c.commit(offsets=[TopicPartition(t, p, o) for p, o in at.items()], asynchronous=False)
     c.close()
     capsys.readouterr()
-    assert main(["failover", "plan", "-c", str(cfg), "--flow", f"f-{unique}", "--group", group, "--translate", "--json"]) == 0
+    assert (
+        main(["failover", "plan", "-c", str(cfg), "--flow", f"f-{unique}", "--group", group, "--translate", "--json"])
+        == 0
+    )
     plan = json.loads(capsys.readouterr().out)
     for row in plan["partitions"]:
         p = row["partition"]
@@ -340,17 +395,29 @@ def test_poison_record_under_supervisor_backs_off_and_healthy_partitions_match(c
         healthy = [1, 2, 3]
         want = end_offsets(src, t, n)
         wait_for(
-            lambda: all(end_offsets(dst, f"src.{t}", n)[q] >= want[q] for q in healthy), 120, "the healthy partitions",
-            detail=lambda: f"target {end_offsets(dst, f'src.{t}', n)}, committed {group_offsets(src, f'mirror-{unique}', t, n)}, source {want}\n" + m.output(),
+            lambda: all(end_offsets(dst, f"src.{t}", n)[q] >= want[q] for q in healthy),
+            120,
+            "the healthy partitions",
+            detail=lambda: (
+                f"target {end_offsets(dst, f'src.{t}', n)}, committed {group_offsets(src, f'mirror-{unique}', t, n)}, "
+                f"source {want}\n" + m.output()
+            ),
         )
-        wait_for(lambda: len(re.findall(r"restarting it in ([\d.]+)s", m.output())) >= 4, 120, "four restarts", detail=m.output)
+        wait_for(
+            lambda: len(re.findall(r"restarting it in ([\d.]+)s", m.output())) >= 4,
+            120,
+            "four restarts",
+            detail=m.output,
+        )
         m.signal(signal.SIGTERM)
         m.wait(60)
         out = m.output()
     delays = [float(x) for x in re.findall(r"restarting it in ([\d.]+)s", out)]
     assert max(delays) > min(delays), f"no backoff: {delays}"
     got = end_offsets(dst, f"src.{t}", n)
-    assert {q: got[q] for q in healthy} == {q: want[q] for q in healthy}, "duplicates on healthy partitions\n" + out[-6000:]
+    assert {q: got[q] for q in healthy} == {q: want[q] for q in healthy}, (
+        "duplicates on healthy partitions\n" + out[-6000:]
+    )
     assert f"cannot mirror {t}[0]@{poison_at}" in out, out[-3000:]
     # The poisoned partition holds exactly what came before the poison record, once each,
     # however many restarts the supervisor made.
@@ -413,7 +480,9 @@ def test_unreachable_offset_store_holds_reading_back(clusters, write_config, uni
         assert recorder.pending == peak, "rows still growing while the store is away"
         assert len(read_partition(dst, f"src.{t}", 0)) < 300, "reading was not held back"
         lock.execute("ROLLBACK")  # the store answers again
-        wait_for(lambda: group_offsets(src, f"mirror-{unique}", t, 1) == end_offsets(src, t, 1), 60, "everything committed")
+        wait_for(
+            lambda: group_offsets(src, f"mirror-{unique}", t, 1) == end_offsets(src, t, 1), 60, "everything committed"
+        )
     finally:
         stop.set()
         th.join(60)
@@ -424,7 +493,7 @@ def test_unreachable_offset_store_holds_reading_back(clusters, write_config, uni
     store.close()
 
 
-# ---------------------------------------------------------------------------- 10: a record larger than the producer queue
+# -------------------------------------------------------------------------- 10: a record larger than the producer queue
 
 
 def test_record_larger_than_the_producer_queue_fails_clearly(clusters, write_config, unique):
@@ -447,4 +516,6 @@ def test_record_larger_than_the_producer_queue_fails_clearly(clusters, write_con
     assert f"cannot mirror {t}[0]@5" in out, out
     # Everything before the huge record is mirrored and committed, nothing past it.
     assert group_offsets(src, f"mirror-{unique}", t, 1)[0] == 5
-    assert [r.value for r in read_partition(clusters.bootstrap("dst"), f"src.{t}", 0)] == [b"small-%d" % i for i in range(5)]
+    assert [r.value for r in read_partition(clusters.bootstrap("dst"), f"src.{t}", 0)] == [
+        b"small-%d" % i for i in range(5)
+    ]

@@ -105,7 +105,9 @@ def test_lag_records_seconds_and_group_readiness(clusters, write_config, unique,
     assert f"flow lagtest-{unique}: src -> dst" in text and "lag 650 records" in text
 
 
-def test_lag_seconds_falls_back_to_the_oldest_existing_record(clusters, write_config, unique, tmp_path, monkeypatch, capsys):
+def test_lag_seconds_falls_back_to_the_oldest_existing_record(
+    clusters, write_config, unique, tmp_path, monkeypatch, capsys
+):
     monkeypatch.chdir(tmp_path)
     src = clusters.bootstrap("src")
     topic = f"orders-{unique}"
@@ -141,13 +143,28 @@ def test_monitor_metrics_sum_to_exact_lag_and_recover(clusters, write_config, un
         age1 = max(v for lab, v in s1["mirror_replication_lag_seconds"] if lab["flow"] == flow.name)
         assert age1 >= 29
         # the next gathers, in the background: nothing mirrored, the oldest waiting record only gets older
-        s2 = poll(lambda: (lambda s: s if max(v for lab, v in s["mirror_replication_lag_seconds"] if lab["flow"] == flow.name) > age1 else None)(scrape(port)),
-                  timeout=20, what="a newer gather")
+        s2 = poll(
+            lambda: (
+                lambda s: (
+                    s
+                    if max(v for lab, v in s["mirror_replication_lag_seconds"] if lab["flow"] == flow.name) > age1
+                    else None
+                )
+            )(scrape(port)),
+            timeout=20,
+            what="a newer gather",
+        )
         assert total(s2, "mirror_monitor_flow_up", flow=flow.name) == 1
         assert 0 <= total(s2, "mirror_monitor_gather_age_seconds", flow=flow.name) < 10
         # the mirror catches up: commits the end of every partition
         commit(Admin("src", config.clusters["src"]), flow.group_id, {(topic, p): 250 for p in range(4)})
-        s3 = poll(lambda: (lambda s: s if total(s, "mirror_replication_lag_records", flow=flow.name) == 0 else None)(scrape(port)), timeout=20, what="lag 0")
+        s3 = poll(
+            lambda: (lambda s: s if total(s, "mirror_replication_lag_records", flow=flow.name) == 0 else None)(
+                scrape(port)
+            ),
+            timeout=20,
+            what="lag 0",
+        )
         assert total(s3, "mirror_replication_lag_seconds", flow=flow.name) == 0
         assert total(s3, "mirror_flow_status", flow=flow.name) == 0
     finally:
@@ -155,7 +172,9 @@ def test_monitor_metrics_sum_to_exact_lag_and_recover(clusters, write_config, un
         collector.close()
 
 
-def test_a_scrape_serves_the_newest_gather_at_once_and_leaves_a_stale_one_out(clusters, write_config, unique, tmp_path, monkeypatch):
+def test_a_scrape_serves_the_newest_gather_at_once_and_leaves_a_stale_one_out(
+    clusters, write_config, unique, tmp_path, monkeypatch
+):
     """Gathers run on their interval, not per scrape: scrapes in between are served at once
     from the newest gather; one older than `stale_after` is left out and counted."""
     monkeypatch.chdir(tmp_path)
@@ -165,7 +184,9 @@ def test_a_scrape_serves_the_newest_gather_at_once_and_leaves_a_stale_one_out(cl
     _produce(src, topic, {0: 3, 1: 4})
     _path, config = _config(write_config, unique)
     flow = config.flows[0].name
-    collector = monitor.build(config, deadline=10.0, interval=600, stale_after=4.0)  # one gather, then none for 10 minutes
+    collector = monitor.build(
+        config, deadline=10.0, interval=600, stale_after=4.0
+    )  # one gather, then none for 10 minutes
     server = monitor.serve(collector, 0)
     try:
         port = server.server_port
@@ -177,7 +198,13 @@ def test_a_scrape_serves_the_newest_gather_at_once_and_leaves_a_stale_one_out(cl
             assert time.monotonic() - started < 1.0
             assert total(s, "mirror_replication_lag_records", flow=flow) == 7
         assert total(s, "mirror_monitor_gather_seconds_count", flow=flow) == gathers == 1  # scrapes gathered nothing
-        s = poll(lambda: (lambda s: s if total(s, "mirror_replication_lag_records", flow=flow) is None else None)(scrape(port)), timeout=15, what="the gather gone stale")
+        s = poll(
+            lambda: (lambda s: s if total(s, "mirror_replication_lag_records", flow=flow) is None else None)(
+                scrape(port)
+            ),
+            timeout=15,
+            what="the gather gone stale",
+        )
         assert total(s, "mirror_monitor_flow_up", flow=flow) is None
         assert total(s, "mirror_monitor_errors_total", flow=flow, reason="stale") >= 1
     finally:
@@ -219,7 +246,11 @@ canary: {{topic: canary-{unique}}}
             assert total(s, "mirror_replication_lag_records", flow=f"dead-{unique}") is None
             assert total(s, "mirror_flow_status", flow=f"dead-{unique}") is None
         # every failed gather is counted, and the flow's thread goes on trying
-        poll(lambda: (total(scrape(server.server_port), "mirror_monitor_errors_total", flow=f"dead-{unique}") or 0) >= 2, timeout=30, what="two failed gathers")
+        poll(
+            lambda: (total(scrape(server.server_port), "mirror_monitor_errors_total", flow=f"dead-{unique}") or 0) >= 2,
+            timeout=30,
+            what="two failed gathers",
+        )
     finally:
         server.shutdown()
         collector.close()
@@ -268,8 +299,14 @@ def test_monitor_command_serves_until_sigterm(clusters, write_config, unique, tm
     path, _config_ = _config(write_config, unique)
     port = free_port()
     log = open(tmp_path / "monitor.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "mirror", "monitor", "-c", str(path), "--port", str(port), "--host", "127.0.0.1"], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mirror", "monitor", "-c", str(path), "--port", str(port), "--host", "127.0.0.1"],
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
+
         def lag() -> float | None:
             try:
                 return total(scrape(port, timeout=15), "mirror_replication_lag_records", flow=f"lagtest-{unique}")
@@ -305,7 +342,9 @@ def test_lag_watch_refreshes_and_judges_a_stopped_mirror(clusters, write_config,
     assert ages == sorted(ages) and ages[-1] > ages[0]
 
 
-def test_source_cluster_going_down_mid_run_leaves_series_out_then_recovers(clusters, write_config, unique, tmp_path, monkeypatch):
+def test_source_cluster_going_down_mid_run_leaves_series_out_then_recovers(
+    clusters, write_config, unique, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     src = clusters.bootstrap("src")
     topic = f"orders-{unique}"
@@ -322,7 +361,13 @@ def test_source_cluster_going_down_mid_run_leaves_series_out_then_recovers(clust
         try:
             # the next gather fails (bounded by the 4 s timeout, not librdkafka's retries): left out
             started = time.monotonic()
-            s = poll(lambda: (lambda s: s if total(s, "mirror_replication_lag_records", flow=flow) is None else None)(scrape(port, timeout=30)), timeout=30, what="series left out")
+            s = poll(
+                lambda: (lambda s: s if total(s, "mirror_replication_lag_records", flow=flow) is None else None)(
+                    scrape(port, timeout=30)
+                ),
+                timeout=30,
+                what="series left out",
+            )
             assert time.monotonic() - started < 12
             for _ in range(2):
                 started = time.monotonic()
@@ -334,7 +379,11 @@ def test_source_cluster_going_down_mid_run_leaves_series_out_then_recovers(clust
             assert total(s, "mirror_monitor_errors_total", flow=flow, reason="unreachable") >= 1
         finally:
             clusters.start("src")
-        poll(lambda: total(scrape(port, timeout=30), "mirror_replication_lag_records", flow=flow) == 25, timeout=90, what="lag back after the cluster returned")
+        poll(
+            lambda: total(scrape(port, timeout=30), "mirror_replication_lag_records", flow=flow) == 25,
+            timeout=90,
+            what="lag back after the cluster returned",
+        )
     finally:
         server.shutdown()
         collector.close()

@@ -62,7 +62,11 @@ flows:
 """)
     with MirrorProcess(cfg) as m:
         # commit_interval is 30 s: whatever is committed when it exits, the drain committed
-        wait_for(lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", 2).values()) == 5000, 60, "all records on the target")
+        wait_for(
+            lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", 2).values()) == 5000,
+            60,
+            "all records on the target",
+        )
         m.signal(signal.SIGINT)
         assert m.wait(60) == 130, m.output()
     assert group_offsets(src, f"mirror-{unique}", t, 2) == end_offsets(src, t, 2)

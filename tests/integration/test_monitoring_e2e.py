@@ -38,7 +38,7 @@ def _flow_yaml(unique: str, topic: str, canary: str = "", extra: str = "") -> st
     commit_interval: 500ms
     topics: {{include: ["{topic}"]}}
 offset_store: {{kind: sqlite, path: offsets-{unique}.db}}
-canary: {{topic: {canary or 'canary-' + unique}, interval: 1s, max_latency: 4s}}
+canary: {{topic: {canary or "canary-" + unique}, interval: 1s, max_latency: 4s}}
 {extra}"""
 
 
@@ -51,7 +51,9 @@ def _caught_up(path: Path) -> None:
         mp.stop()
 
 
-def test_lag_is_exact_while_the_mirror_is_stopped_and_zero_after_catch_up(clusters, write_config, unique, tmp_path, monkeypatch):
+def test_lag_is_exact_while_the_mirror_is_stopped_and_zero_after_catch_up(
+    clusters, write_config, unique, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     src = clusters.bootstrap("src")
     topic = f"orders-{unique}"
@@ -70,7 +72,8 @@ def test_lag_is_exact_while_the_mirror_is_stopped_and_zero_after_catch_up(cluste
         s = scrape(port)
         assert total(s, "mirror_replication_lag_records", flow=flow) == 1000
         age1 = max(v for lab, v in s["mirror_replication_lag_seconds"] if lab["flow"] == flow)
-        # three observations (gathered every 0.5 s) spanning 3 x commit_interval, position still, nobody in the group: STOP
+        # three observations (gathered every 0.5 s) spanning 3 x commit_interval, position still, nobody in the group:
+        # STOP
         poll(lambda: total(scrape(port), "mirror_flow_status", flow=flow) == 3, timeout=30, what="status STOP")
         s = scrape(port)
         assert total(s, "mirror_replication_lag_records", flow=flow) == 1000
@@ -78,7 +81,11 @@ def test_lag_is_exact_while_the_mirror_is_stopped_and_zero_after_catch_up(cluste
         assert age2 > age1
 
         _caught_up(path)
-        s = poll(lambda: (lambda s: s if total(s, "mirror_replication_lag_records", flow=flow) == 0 else None)(scrape(port)), timeout=20, what="lag 0 gathered")
+        s = poll(
+            lambda: (lambda s: s if total(s, "mirror_replication_lag_records", flow=flow) == 0 else None)(scrape(port)),
+            timeout=20,
+            what="lag 0 gathered",
+        )
         assert total(s, "mirror_replication_lag_seconds", flow=flow) == 0
         assert total(s, "mirror_flow_status", flow=flow) == 0
         assert total(s, "mirror_target_end_offset", flow=flow, topic=topic) == 1030
@@ -91,7 +98,9 @@ def _value(registry: CollectorRegistry, name: str, flow: str) -> float:
     return registry.get_sample_value(name, {"flow": flow}) or 0.0
 
 
-def test_canary_latency_loss_lateness_and_duplicates_through_the_mirror(clusters, write_config, unique, tmp_path, monkeypatch, capsys):
+def test_canary_latency_loss_lateness_and_duplicates_through_the_mirror(
+    clusters, write_config, unique, tmp_path, monkeypatch, capsys
+):
     monkeypatch.chdir(tmp_path)
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
     canary_topic = f"canary-{unique}"
@@ -137,7 +146,9 @@ def test_canary_latency_loss_lateness_and_duplicates_through_the_mirror(clusters
         p = Producer({"bootstrap.servers": dst})
         p.produce(target, value=msg.value(), key=msg.key(), partition=0)
         assert p.flush(10) == 0
-        poll(lambda: _value(registry, "mirror_canary_duplicated_total", flow) >= 1, timeout=20, what="duplicate counted")
+        poll(
+            lambda: _value(registry, "mirror_canary_duplicated_total", flow) >= 1, timeout=20, what="duplicate counted"
+        )
         stop.set()
         runner.join(30)
 
@@ -153,7 +164,9 @@ def test_canary_latency_loss_lateness_and_duplicates_through_the_mirror(clusters
         mirror.stop()
 
 
-def test_deleted_canary_topic_is_recreated_and_the_restart_is_not_loss(clusters, write_config, unique, tmp_path, monkeypatch):
+def test_deleted_canary_topic_is_recreated_and_the_restart_is_not_loss(
+    clusters, write_config, unique, tmp_path, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     src = clusters.bootstrap("src")
     canary_topic = f"canary-{unique}"
@@ -171,12 +184,24 @@ def test_deleted_canary_topic_is_recreated_and_the_restart_is_not_loss(clusters,
     try:
         poll(lambda: f"src.{canary_topic}" in dst_admin.topics(), timeout=60, what="target canary topic")
         runner.start()
-        poll(lambda: _value(registry, "mirror_canary_received_total", flow) >= 4, timeout=60, what="probes before deletion")
+        poll(
+            lambda: _value(registry, "mirror_canary_received_total", flow) >= 4,
+            timeout=60,
+            what="probes before deletion",
+        )
         src_admin.delete_topics([canary_topic])
-        poll(lambda: _value(registry, "mirror_canary_runs_total", flow) >= 2, timeout=60, what="a new run after recreation")
+        poll(
+            lambda: _value(registry, "mirror_canary_runs_total", flow) >= 2,
+            timeout=60,
+            what="a new run after recreation",
+        )
         assert canary_topic in src_admin.topics()  # recreated by the prober
         after = _value(registry, "mirror_canary_received_total", flow)
-        poll(lambda: _value(registry, "mirror_canary_received_total", flow) >= after + 3, timeout=90, what="probes of the new run through the mirror")
+        poll(
+            lambda: _value(registry, "mirror_canary_received_total", flow) >= after + 3,
+            timeout=90,
+            what="probes of the new run through the mirror",
+        )
         assert _value(registry, "mirror_canary_lost_total", flow) == 0
     finally:
         stop.set()
@@ -185,7 +210,9 @@ def test_deleted_canary_topic_is_recreated_and_the_restart_is_not_loss(clusters,
         mirror.stop()
 
 
-def test_mirror_run_metrics_port_counts_acked_records_and_client_figures(clusters, write_config, unique, tmp_path, monkeypatch):
+def test_mirror_run_metrics_port_counts_acked_records_and_client_figures(
+    clusters, write_config, unique, tmp_path, monkeypatch
+):
     from tests.support.prometheus import free_port
 
     monkeypatch.chdir(tmp_path)
@@ -199,6 +226,7 @@ def test_mirror_run_metrics_port_counts_acked_records_and_client_figures(cluster
     mirror = Mirror(path, "--metrics-port", str(port))
     flow = f"f-{unique}"
     try:
+
         def counted() -> dict | None:
             try:
                 s = scrape(port, timeout=5)
@@ -209,7 +237,14 @@ def test_mirror_run_metrics_port_counts_acked_records_and_client_figures(cluster
         s = poll(counted, timeout=90, what=f"500 records counted\n{mirror.output()}")
         assert total(s, "mirror_bytes_total", flow=flow, topic=topic) == 500 * 10 + key_bytes
         # librdkafka statistics of the mirror's own clients (emitted every 15 s)
-        s = poll(lambda: (lambda s: s if total(s, "mirror_client_rtt_avg_seconds", flow=flow, role="producer") else None)(scrape(port)), timeout=60, interval=1, what="client statistics")
+        s = poll(
+            lambda: (lambda s: s if total(s, "mirror_client_rtt_avg_seconds", flow=flow, role="producer") else None)(
+                scrape(port)
+            ),
+            timeout=60,
+            interval=1,
+            what="client statistics",
+        )
         assert total(s, "mirror_client_batch_size_avg_bytes", flow=flow, role="producer") > 0
         assert total(s, "mirror_client_requests_in_flight", flow=flow, role="consumer") is not None
     finally:
@@ -241,11 +276,21 @@ def test_sigkill_before_commit_shows_up_as_canary_duplicates(clusters, write_con
         mirror.proc.wait(30)
         mirror.stop()
         mirror = Mirror(path)  # re-reads from the last commit: everything since the start
-        poll(lambda: _value(registry, "mirror_canary_duplicated_total", flow) >= 6, timeout=90, what="re-mirrored probes counted duplicated")
+        poll(
+            lambda: _value(registry, "mirror_canary_duplicated_total", flow) >= 6,
+            timeout=90,
+            what="re-mirrored probes counted duplicated",
+        )
         # The restarted mirror waits for the killed member's session to expire, so probes
         # sent meanwhile may exceed max_latency: counted lost, then late when they arrive.
         # Nothing is truly missing: every lost probe turns up.
-        poll(lambda: _value(registry, "mirror_canary_late_total", flow) == _value(registry, "mirror_canary_lost_total", flow), timeout=60, what="every lost probe arrived late")
+        poll(
+            lambda: (
+                _value(registry, "mirror_canary_late_total", flow) == _value(registry, "mirror_canary_lost_total", flow)
+            ),
+            timeout=60,
+            what="every lost probe arrived late",
+        )
     finally:
         stop.set()
         if runner.is_alive():

@@ -41,7 +41,7 @@ flows:
     refresh_interval: 1s
     commit_interval: {commit}
     checkpoint_interval: 1s
-    sync_group_offsets: {'true' if sync else 'false'}
+    sync_group_offsets: {"true" if sync else "false"}
     topics: {{include: ['{topic}']}}
     groups: {groups}
 offset_store:
@@ -77,7 +77,9 @@ def _tick(config: Path):
         store.close()
 
 
-def test_translation_edges_empty_partitions_trailing_rows_and_failover_vs_sync(clusters, write_config, unique, tmp_path, capsys) -> None:
+def test_translation_edges_empty_partitions_trailing_rows_and_failover_vs_sync(
+    clusters, write_config, unique, tmp_path, capsys
+) -> None:
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
     topic, group, inside = f"edge-{unique}", f"app-{unique}", f"app-in-{unique}"
     target = f"src.{topic}"
@@ -94,7 +96,9 @@ def test_translation_edges_empty_partitions_trailing_rows_and_failover_vs_sync(c
     produce(dst, target, 2, [b"old-%d" % i for i in range(3)])
     Admin("src", clusters_cfg["src"]).delete_records({(topic, 2): 5})
     Admin("dst", clusters_cfg["dst"]).delete_records({(target, 2): 3})
-    produce_transactions(src, topic, 0, [([b"a%d-%d" % (t, i) for i in range(4)], True) for t in range(5)], f"tx-{unique}")
+    produce_transactions(
+        src, topic, 0, [([b"a%d-%d" % (t, i) for i in range(4)], True) for t in range(5)], f"tx-{unique}"
+    )
     assert main(["run", "-c", str(run_once), "--until-caught-up"]) == 0
     dst_admin = Admin("dst", clusters_cfg["dst"])
     checker = write_config(_flow(unique, topic, db, commit="300ms", groups="['app-.*']", sync=True))
@@ -102,9 +106,15 @@ def test_translation_edges_empty_partitions_trailing_rows_and_failover_vs_sync(c
     # The window: a mirror that acknowledges records but stores no offset-map row for an hour.
     trailing = write_config(_flow(unique, topic, db, commit="1h", groups="[]", sync=False))
     with MirrorProcess(trailing) as mirror:
-        produce_transactions(src, topic, 0, [([b"b%d-%d" % (t, i) for i in range(4)], True) for t in range(3)], f"tx2-{unique}")
-        wait_for(lambda: dst_admin.watermarks([(target, 0)])[(target, 0)].high == 32, 60,
-                 "the second mirror to copy 3 more transactions", detail=mirror.output)
+        produce_transactions(
+            src, topic, 0, [([b"b%d-%d" % (t, i) for i in range(4)], True) for t in range(3)], f"tx2-{unique}"
+        )
+        wait_for(
+            lambda: dst_admin.watermarks([(target, 0)])[(target, 0)].high == 32,
+            60,
+            "the second mirror to copy 3 more transactions",
+            detail=mirror.output,
+        )
 
         # `group` read 8 records past the stored rows (2 more transaction markers); `inside`
         # stopped within what the offset map covers. p1 and p2: positions with nothing to read.
@@ -123,7 +133,23 @@ def test_translation_edges_empty_partitions_trailing_rows_and_failover_vs_sync(c
         observed["synced"] = group_offsets(dst, group, target, 3)
 
         capsys.readouterr()
-        assert main(["failover", "plan", "-c", str(checker), "--flow", f"f-{unique}", "--group", group, "--translate", "--json"]) == 0
+        assert (
+            main(
+                [
+                    "failover",
+                    "plan",
+                    "-c",
+                    str(checker),
+                    "--flow",
+                    f"f-{unique}",
+                    "--group",
+                    group,
+                    "--translate",
+                    "--json",
+                ]
+            )
+            == 0
+        )
         plan = json.loads(capsys.readouterr().out)
         observed["plan"] = {p["partition"]: (p["target_offset"], p.get("exact", True)) for p in plan["partitions"]}
     mirror_log = mirror.output()
@@ -132,7 +158,10 @@ def test_translation_edges_empty_partitions_trailing_rows_and_failover_vs_sync(c
     # mirror acknowledged since the first one's last stored row.
     rereads = exact[0] - 20
     expected = {
-        "checkpoint p0": 20, "checkpoint p1": 0, "checkpoint p2": 3, "checkpoint inside": exact_inside,
+        "checkpoint p0": 20,
+        "checkpoint p1": 0,
+        "checkpoint p2": 3,
+        "checkpoint inside": exact_inside,
         "synced": {0: 20, 1: 0, 2: 3},
         "plan": {0: (20, True), 1: (0, True), 2: (3, True)},
     }
@@ -144,15 +173,36 @@ def test_translation_edges_empty_partitions_trailing_rows_and_failover_vs_sync(c
     text = checker.read_text().replace(src, "127.0.0.1:9").replace("timeout: 10s", "timeout: 2s")
     gone.write_text(text)
     capsys.readouterr()
-    assert main(["failover", "plan", "-c", str(gone), "--flow", f"f-{unique}", "--group", group, "--translate", "--json"]) == 0
+    assert (
+        main(["failover", "plan", "-c", str(gone), "--flow", f"f-{unique}", "--group", group, "--translate", "--json"])
+        == 0
+    )
     plan = json.loads(capsys.readouterr().out)
     assert plan["source_of_truth"] == "checkpoints"
     assert {p["partition"]: p["target_offset"] for p in plan["partitions"]} == {0: 20, 1: 0, 2: 3}
 
     # failover apply --to earliest, then a checkpoint with offset sync: the sync leaves the
     # group where the failover put it (it would otherwise jump it forward again).
-    assert main(["failover", "apply", "-c", str(checker), "--flow", f"f-{unique}", "--group", group, "--to", "earliest", "--yes",
-                 "--backup", str(tmp_path / "b.json")]) == 0
+    assert (
+        main(
+            [
+                "failover",
+                "apply",
+                "-c",
+                str(checker),
+                "--flow",
+                f"f-{unique}",
+                "--group",
+                group,
+                "--to",
+                "earliest",
+                "--yes",
+                "--backup",
+                str(tmp_path / "b.json"),
+            ]
+        )
+        == 0
+    )
     assert group_offsets(dst, group, target, 3) == {0: 0, 1: 0, 2: 3}
     tick = _tick(checker)
     assert {(c.partition, c.target_offset) for c in tick.checkpoints if c.group == group} == {(0, 20), (1, 0), (2, 3)}

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import signal
 
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, ResourceType
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    ResourceType,
+)
 
 from mirror.cli import main
 from tests.support.kafkautil import create_topic, producer, topics, wait_for
@@ -22,7 +29,9 @@ def _configs(bootstrap: str, topic: str) -> dict[str, str]:
 
 
 def _alter(bootstrap: str, topic: str, **settings: str) -> None:
-    entries = [ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()]
+    entries = [
+        ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()
+    ]
     res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.incremental_alter_configs([res])[res].result(30)
@@ -72,7 +81,11 @@ flows:
 
         def in_line(partitions: int) -> bool:
             c = _configs(dst, f"src.{a}")
-            return (c["retention.ms"], c["cleanup.policy"], topics(dst)[f"src.{a}"]) == ("3600000", "compact,delete", partitions)
+            return (c["retention.ms"], c["cleanup.policy"], topics(dst)[f"src.{a}"]) == (
+                "3600000",
+                "compact,delete",
+                partitions,
+            )
 
         # The worker's first refresh grows a to 3 partitions; the configs are the syncer's.
         wait_for(lambda: in_line(3), 60, "the target to follow the source's configs", detail=m.output)

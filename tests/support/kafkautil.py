@@ -53,16 +53,32 @@ def producer(bootstrap: str, **extra) -> Producer:
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int, *, committed: bool = True) -> dict[int, int]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests-watermarks", "isolation.level": "read_committed" if committed else "read_uncommitted"})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "tests-watermarks",
+            "isolation.level": "read_committed" if committed else "read_uncommitted",
+        }
+    )
     try:
         return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
     finally:
         c.close()
 
 
-def read_partition(bootstrap: str, topic: str, partition: int, *, timeout: float = 60, settings: dict | None = None) -> list[Rec]:
+def read_partition(
+    bootstrap: str, topic: str, partition: int, *, timeout: float = 60, settings: dict | None = None
+) -> list[Rec]:
     """Every committed record of a partition, in offset order (`settings`: a secured cluster's client settings)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "tests-reader", "enable.auto.commit": False, "isolation.level": "read_committed", **(settings or {})})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "tests-reader",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            **(settings or {}),
+        }
+    )
     try:
         lo, hi = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
         if hi <= lo:
@@ -91,12 +107,21 @@ def read_topic(bootstrap: str, topic: str, partitions: int) -> dict[int, list[Re
 def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
-        return {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)}
+        return {
+            tp.partition: tp.offset
+            for tp in c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        }
     finally:
         c.close()
 
 
-def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.25, detail: Callable[[], str] | None = None) -> None:
+def wait_for(
+    check: Callable[[], bool],
+    timeout: float,
+    what: str,
+    interval: float = 0.25,
+    detail: Callable[[], str] | None = None,
+) -> None:
     """Poll `check` until true; a Kafka error while polling (a leader moving, a topic being
     created) counts as "not yet", and the last one is reported on time-out, followed by
     `detail()` (a mirror's log, say)."""
@@ -109,4 +134,8 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: flo
         except KafkaException as exc:
             last = exc
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last})" if last else "") + ("\n" + detail() if detail else ""))
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what}"
+        + (f" (last error: {last})" if last else "")
+        + ("\n" + detail() if detail else "")
+    )

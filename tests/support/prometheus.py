@@ -30,18 +30,30 @@ class PrometheusServer:
             raise RuntimeError("prometheus not found: run `make setup` (installs the Debian package prometheus)")
         home.mkdir(parents=True, exist_ok=True)
         (home / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
-        (home / "prometheus.yml").write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
-            "rule_files": [str(home / "rules.yaml")],
-            "scrape_configs": [{"job_name": "mirror", "static_configs": [{"targets": targets}]}],
-        }))
+        (home / "prometheus.yml").write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+                    "rule_files": [str(home / "rules.yaml")],
+                    "scrape_configs": [{"job_name": "mirror", "static_configs": [{"targets": targets}]}],
+                }
+            )
+        )
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = open(home / "prometheus.log", "wb")
         self.proc = subprocess.Popen(
-            [*spawn_prefix(), binary, f"--config.file={home / 'prometheus.yml'}", f"--storage.tsdb.path={home / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [
+                *spawn_prefix(),
+                binary,
+                f"--config.file={home / 'prometheus.yml'}",
+                f"--storage.tsdb.path={home / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -75,7 +75,9 @@ def test_secrets_only_through_environment_variables(path: Path):
                 walk(v, key)
         elif _SECRET_KEY.search(key):
             found.append((key, node))
-            assert isinstance(node, str) and _REQUIRED_VAR.fullmatch(node), f"{path.name}: {key} must be a bare ${{VAR}}, got {node!r}"
+            assert isinstance(node, str) and _REQUIRED_VAR.fullmatch(node), (
+                f"{path.name}: {key} must be a bare ${{VAR}}, got {node!r}"
+            )
 
     walk(raw)
     if path.name in EXAMPLES:
@@ -121,7 +123,9 @@ def test_no_topic_ever_returns_to_a_cluster_it_left(path: Path):
             here = {topic: route for cluster, topic, route in copies if cluster == flow.source}
             for m in match_topics(config, flow, {t: 1 for t in here}):
                 route = here[m.source]
-                assert flow.target not in route, f"{path.name}: {m.source} would go {' -> '.join(route)} -> {flow.target}"
+                assert flow.target not in route, (
+                    f"{path.name}: {m.source} would go {' -> '.join(route)} -> {flow.target}"
+                )
                 new.add((flow.target, m.target, (*route, flow.target)))
         if new <= copies:
             break

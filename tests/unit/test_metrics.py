@@ -23,12 +23,27 @@ from mirror.metrics import (
 
 def _stats(rxbytes: int, fetches: int, *, txretries: int = 0) -> dict:
     broker = {
-        "name": "127.0.0.1:9092/1", "nodeid": 1, "waitresp_cnt": 2, "outbuf_cnt": 1, "txretries": txretries,
-        "rtt": {"avg": 1500, "max": 9000, "cnt": 10}, "rxbytes": rxbytes, "req": {"Fetch": fetches, "Produce": 0},
+        "name": "127.0.0.1:9092/1",
+        "nodeid": 1,
+        "waitresp_cnt": 2,
+        "outbuf_cnt": 1,
+        "txretries": txretries,
+        "rtt": {"avg": 1500, "max": 9000, "cnt": 10},
+        "rxbytes": rxbytes,
+        "req": {"Fetch": fetches, "Produce": 0},
     }
-    bootstrap = {"name": "127.0.0.1:9092/bootstrap", "nodeid": -1, "waitresp_cnt": 99, "rtt": {"avg": 1, "max": 1, "cnt": 1}}
+    bootstrap = {
+        "name": "127.0.0.1:9092/bootstrap",
+        "nodeid": -1,
+        "waitresp_cnt": 99,
+        "rtt": {"avg": 1, "max": 1, "cnt": 1},
+    }
     return {
-        "name": "rdkafka#consumer-1", "type": "consumer", "txmsgs": 0, "rxmsgs": 500, "txretries": txretries,
+        "name": "rdkafka#consumer-1",
+        "type": "consumer",
+        "txmsgs": 0,
+        "rxmsgs": 500,
+        "txretries": txretries,
         "brokers": {broker["name"]: broker, bootstrap["name"]: bootstrap},
         "topics": {
             "a": {"batchsize": {"avg": 1000, "max": 4000, "cnt": 3}, "batchcnt": {"avg": 10, "max": 40, "cnt": 3}},
@@ -66,17 +81,22 @@ def test_stats_collector_serves_latest_document_per_client_and_ignores_garbage()
 def test_metrics_listener_counts_acknowledged_records_and_bytes():
     reg = CollectorRegistry()
     listener = MetricsListener(MirrorMetrics(reg), clock=lambda: 1234.0)
-    listener.on_acked([
-        AckBatch("f", "orders", 0, "nyc.orders", 0, 100, count=100, bytes=6400),
-        AckBatch("f", "orders", 1, "nyc.orders", 10, 60, count=50, bytes=3200),
-        AckBatch("f", "users", 0, "nyc.users", 5, 6, count=1, bytes=10),
-    ])
+    listener.on_acked(
+        [
+            AckBatch("f", "orders", 0, "nyc.orders", 0, 100, count=100, bytes=6400),
+            AckBatch("f", "orders", 1, "nyc.orders", 10, 60, count=50, bytes=3200),
+            AckBatch("f", "users", 0, "nyc.users", 5, 6, count=1, bytes=10),
+        ]
+    )
     listener.before_commit("f", {("orders", 0): 100})
     assert reg.get_sample_value("mirror_records_total", {"flow": "f", "topic": "orders"}) == 150
     assert reg.get_sample_value("mirror_bytes_total", {"flow": "f", "topic": "orders"}) == 9600
     assert reg.get_sample_value("mirror_records_total", {"flow": "f", "topic": "users"}) == 1
     assert reg.get_sample_value("mirror_acked_position", {"flow": "f", "topic": "orders", "partition": "1"}) == 60
-    assert reg.get_sample_value("mirror_last_ack_timestamp_seconds", {"flow": "f", "topic": "users", "partition": "0"}) == 1234.0
+    assert (
+        reg.get_sample_value("mirror_last_ack_timestamp_seconds", {"flow": "f", "topic": "users", "partition": "0"})
+        == 1234.0
+    )
     listener.on_reset("f", [("orders", 1)])
     assert reg.get_sample_value("mirror_acked_position", {"flow": "f", "topic": "orders", "partition": "1"}) is None
     listener.close()
@@ -96,7 +116,12 @@ def test_fixed_names_and_serve_on_loopback():
         server.shutdown()
     names = {s.name for fam in text_string_to_metric_families(body) for s in fam.samples}
     for fixed in (
-        "mirror_records_total", "mirror_bytes_total", "mirror_canary_latency_seconds_bucket",
-        "mirror_canary_sent_total", "mirror_canary_received_total", "mirror_canary_lost_total", "mirror_canary_duplicated_total",
+        "mirror_records_total",
+        "mirror_bytes_total",
+        "mirror_canary_latency_seconds_bucket",
+        "mirror_canary_sent_total",
+        "mirror_canary_received_total",
+        "mirror_canary_lost_total",
+        "mirror_canary_duplicated_total",
     ):
         assert fixed in names, fixed

@@ -14,8 +14,19 @@ from mirror.domain.acls import COMMANDS, principal_for, required_grants
 
 @click.command()
 @config_option
-@click.option("--command", "commands", multiple=True, type=click.Choice(COMMANDS), help="Only these commands (repeatable); all by default.")
-@click.option("--principal", default="User:mirror", show_default=True, help="For clusters whose client settings name no sasl.username.")
+@click.option(
+    "--command",
+    "commands",
+    multiple=True,
+    type=click.Choice(COMMANDS),
+    help="Only these commands (repeatable); all by default.",
+)
+@click.option(
+    "--principal",
+    default="User:mirror",
+    show_default=True,
+    help="For clusters whose client settings name no sasl.username.",
+)
 @json_option
 @pass_app
 def acls(app: AppContext, config_path: Path, commands: tuple[str, ...], principal: str, as_json: bool) -> None:
@@ -27,11 +38,19 @@ def acls(app: AppContext, config_path: Path, commands: tuple[str, ...], principa
         cluster = config.clusters[g.cluster]
         who = principal_for(dict(cluster.client), principal)
         args = ["--bootstrap-server", cluster.bootstrap, *g.kafka_acls_args(who)]
-        rows.append({
-            "command": g.command, "cluster": g.cluster, "principal": who,
-            "resource_type": g.resource.kind, "resource": g.resource.name, "pattern_type": g.resource.pattern,
-            "operations": list(g.operations), "why": g.why, "kafka_acls_args": args,
-        })
+        rows.append(
+            {
+                "command": g.command,
+                "cluster": g.cluster,
+                "principal": who,
+                "resource_type": g.resource.kind,
+                "resource": g.resource.name,
+                "pattern_type": g.resource.pattern,
+                "operations": list(g.operations),
+                "why": g.why,
+                "kafka_acls_args": args,
+            }
+        )
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

@@ -26,7 +26,12 @@ def canary() -> None:
 
 @canary.command()
 @config_option
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, help="Serve /metrics on this port (default: metrics.port in the config).")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve /metrics on this port (default: metrics.port in the config).",
+)
 @click.option("--host", default=None, help="Address to bind (default: metrics.host in the config).")
 @click.option("--flow", "flows", multiple=True, help="Only this flow (repeatable); default all.")
 @pass_app
@@ -36,7 +41,11 @@ def run(app: AppContext, config_path: Path, metrics_port: int | None, host: str 
     with stop_on_signals() as signals:
         registry = CollectorRegistry()
         prober = Prober(config, config.select_flows(flows), metrics=CanaryMetrics(registry))
-        server = serve(config.metrics.port if metrics_port is None else metrics_port, config.metrics.host if host is None else host, registry)
+        server = serve(
+            config.metrics.port if metrics_port is None else metrics_port,
+            config.metrics.host if host is None else host,
+            registry,
+        )
         try:
             prober.run(signals.stop)
         finally:
@@ -70,8 +79,11 @@ def once(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: bo
             p99 = "-" if lat["p99"] is None else f"{lat['p99'] * 1000:.0f}ms"
             click.echo(
                 f"flow {r.flow}: {'OK' if r.ok else 'FAILED'}  {r.source_topic} -> {r.target_topic}  "
-                f"sent {d['sent']} received {d['received']} lost {d['lost']} late {d['late']} duplicated {d['duplicated']}  p99 {p99}"
+                f"sent {d['sent']} received {d['received']} lost {d['lost']} late {d['late']} duplicated "
+                f"{d['duplicated']}  p99 {p99}"
             )
     bad = [r.flow for r in results if not r.ok]
     if bad:
-        raise CanaryFailed(f"canary probes lost, late or duplicated on flow(s) {', '.join(bad)}", hint="see runbooks/canary-alert.md")
+        raise CanaryFailed(
+            f"canary probes lost, late or duplicated on flow(s) {', '.join(bad)}", hint="see runbooks/canary-alert.md"
+        )

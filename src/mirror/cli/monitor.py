@@ -14,15 +14,38 @@ from mirror.monitor import exporter as mon
 
 @click.command()
 @config_option
-@click.option("--port", type=click.IntRange(0, 65535), default=None, help="Port for /metrics (default: metrics.port in the config).")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Port for /metrics (default: metrics.port in the config).",
+)
 @click.option("--host", default=None, help="Address to bind (default: metrics.host in the config).")
 @click.option("--flow", "flows", multiple=True, help="Only this flow (repeatable); default all.")
-@click.option("--interval", type=click.FloatRange(0.1, 3600), default=15.0, show_default=True,
-              help="Seconds between the end of one gather of a flow and the start of the next.")
-@click.option("--scrape-timeout", type=click.FloatRange(0.5, 120), default=8.0, show_default=True,
-              help="Bound on each cluster request of a gather, and how long the first scrape waits for the first gathers.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.1, 3600),
+    default=15.0,
+    show_default=True,
+    help="Seconds between the end of one gather of a flow and the start of the next.",
+)
+@click.option(
+    "--scrape-timeout",
+    type=click.FloatRange(0.5, 120),
+    default=8.0,
+    show_default=True,
+    help="Bound on each cluster request of a gather, and how long the first scrape waits for the first gathers.",
+)
 @pass_app
-def monitor(app: AppContext, config_path: Path, port: int | None, host: str | None, flows: tuple[str, ...], interval: float, scrape_timeout: float) -> None:
+def monitor(
+    app: AppContext,
+    config_path: Path,
+    port: int | None,
+    host: str | None,
+    flows: tuple[str, ...],
+    interval: float,
+    scrape_timeout: float,
+) -> None:
     """Serve lag, flow status and checkpoint ages on /metrics, gathered every --interval in the background."""
     config = app.config(config_path)
     stop = threading.Event()

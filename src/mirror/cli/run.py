@@ -16,13 +16,33 @@ from mirror.run.supervisor import stop_with_supervisor, supervise
 @click.command()
 @config_option
 @click.option("--flow", "flows", multiple=True, help="Run only this flow (repeatable); default all.")
-@click.option("--until-caught-up", is_flag=True, help="Exit 0 once every matched partition is mirrored up to the end offsets seen at start and committed.")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, help="Serve Prometheus metrics on this port.")
-@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True, help="Worker processes on this host (one core each); they share partitions.")
+@click.option(
+    "--until-caught-up",
+    is_flag=True,
+    help="Exit 0 once every matched partition is mirrored up to the end offsets seen at start and committed.",
+)
+@click.option(
+    "--metrics-port", type=click.IntRange(0, 65535), default=None, help="Serve Prometheus metrics on this port."
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Worker processes on this host (one core each); they share partitions.",
+)
 # Hidden: for measuring the offset map's cost (bench/). Without it failover cannot translate.
 @click.option("--no-offset-store", "no_offset_store", is_flag=True, hidden=True)
 @pass_app
-def run(app: AppContext, config_path: Path, flows: tuple[str, ...], until_caught_up: bool, metrics_port: int | None, workers: int, no_offset_store: bool) -> int:
+def run(
+    app: AppContext,
+    config_path: Path,
+    flows: tuple[str, ...],
+    until_caught_up: bool,
+    metrics_port: int | None,
+    workers: int,
+    no_offset_store: bool,
+) -> int:
     """Mirror the flows' topics from source to target until stopped (SIGTERM/Ctrl-C drain and commit)."""
     config = app.config(config_path)
     selected = config.select_flows(flows)
@@ -41,7 +61,14 @@ def run(app: AppContext, config_path: Path, flows: tuple[str, ...], until_caught
             rc = supervise(argv, workers, metrics_port=metrics_port, stop=stop)
         else:
             stop_with_supervisor(stop)
-            run_flows(config, selected, stop=stop, until_caught_up=until_caught_up, metrics_port=metrics_port, offset_store=not no_offset_store)
+            run_flows(
+                config,
+                selected,
+                stop=stop,
+                until_caught_up=until_caught_up,
+                metrics_port=metrics_port,
+                offset_store=not no_offset_store,
+            )
             rc = ExitCode.OK
     if signals.interrupted:
         click.echo("Interrupted: drained and committed.", err=True)

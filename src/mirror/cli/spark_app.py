@@ -20,12 +20,18 @@ from mirror.errors import ExitCode, MirrorError
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mirror_spark_app.py", description="Mirror one flow as a Spark application (run by spark-submit).")
+    p = argparse.ArgumentParser(
+        prog="mirror_spark_app.py", description="Mirror one flow as a Spark application (run by spark-submit)."
+    )
     p.add_argument("-c", "--config", required=True, type=Path, help="Topology YAML file.")
     p.add_argument("--flow", required=True, help="The flow to mirror.")
-    p.add_argument("--until-caught-up", action="store_true", help="Mirror what the source holds at start, commit, exit 0.")
+    p.add_argument(
+        "--until-caught-up", action="store_true", help="Mirror what the source holds at start, commit, exit 0."
+    )
     p.add_argument("--checkpoint", type=Path, default=None, help="Spark checkpoint directory of this flow.")
-    p.add_argument("--max-records-per-batch", type=_positive, default=None, help="Cap a micro-batch (maxOffsetsPerTrigger).")
+    p.add_argument(
+        "--max-records-per-batch", type=_positive, default=None, help="Cap a micro-batch (maxOffsetsPerTrigger)."
+    )
     p.add_argument("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
     p.add_argument("-v", "--verbose", action="count", default=0, help="More log output (-vv for debug).")
     p.add_argument("--debug", action="store_true", help="Show tracebacks and debug logs.")
@@ -54,10 +60,22 @@ def _run(args: argparse.Namespace) -> int:
     config = load(args.config)
     (flow,) = config.select_flows((args.flow,))
     with stop_on_signals() as signals:
-        job = run_flow(config, flow, master=submitted_master(), checkpoint=args.checkpoint, until_caught_up=args.until_caught_up,
-                       max_records_per_batch=args.max_records_per_batch, metrics_port=args.metrics_port, stop=signals.stop,
-                       quiet=not args.debug, submitted=True)
-    print(f"flow {flow.name}: {job.records} records mirrored on Spark ({job.skipped} already on the target)", file=sys.stderr)
+        job = run_flow(
+            config,
+            flow,
+            master=submitted_master(),
+            checkpoint=args.checkpoint,
+            until_caught_up=args.until_caught_up,
+            max_records_per_batch=args.max_records_per_batch,
+            metrics_port=args.metrics_port,
+            stop=signals.stop,
+            quiet=not args.debug,
+            submitted=True,
+        )
+    print(
+        f"flow {flow.name}: {job.records} records mirrored on Spark ({job.skipped} already on the target)",
+        file=sys.stderr,
+    )
     return ExitCode.INTERRUPTED if signals.interrupted else ExitCode.OK
 
 

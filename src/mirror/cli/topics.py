@@ -18,7 +18,9 @@ from mirror.kafka import Admin
 @config_option
 @click.option("--flow", "flows", multiple=True, help="Only this flow (repeatable); default all.")
 @json_option
-@click.option("--check", is_flag=True, help="Exit 1 when any target topic is missing or differs from its source (cron, CI).")
+@click.option(
+    "--check", is_flag=True, help="Exit 1 when any target topic is missing or differs from its source (cron, CI)."
+)
 @pass_app
 def topics(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: bool, check: bool) -> int:
     """Show each flow's topics on both clusters and where the target differs from the source."""
@@ -30,7 +32,21 @@ def topics(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: 
         reports = compare_topics(source, target, match_topics(config, flow, source.topics()))
         result.append((flow, reports))
     if as_json:
-        click.echo(json.dumps([{"flow": f.name, "source": f.source, "target": f.target, "sync_topic_configs": f.sync_topic_configs, "topics": [{**asdict(r), "ok": r.ok} for r in reps]} for f, reps in result], indent=2))
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "flow": f.name,
+                        "source": f.source,
+                        "target": f.target,
+                        "sync_topic_configs": f.sync_topic_configs,
+                        "topics": [{**asdict(r), "ok": r.ok} for r in reps],
+                    }
+                    for f, reps in result
+                ],
+                indent=2,
+            )
+        )
     else:
         for flow, reps in result:
             click.echo(f"flow {flow.name}: {flow.source} -> {flow.target}")
@@ -49,13 +65,19 @@ def topics(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: 
                 elif r.target_partitions < r.source_partitions:
                     notes.append("fewer partitions (the mirror grows it)")
                 if r.drift:
-                    notes.append(", ".join(f"{k}: {a or 'default'} -> {b or 'default'}" for k, (a, b) in r.drift.items()))
+                    notes.append(
+                        ", ".join(f"{k}: {a or 'default'} -> {b or 'default'}" for k, (a, b) in r.drift.items())
+                    )
                     if not flow.sync_topic_configs:
                         notes[-1] += " (sync_topic_configs: false)"
                 drift = "; ".join(notes) or "-"
                 click.echo(f"  {r.source:<{w}}  {r.target:<{tw}}  {parts:<10}  {rf:<4}  {drift}")
     differ = [r.target for _, reps in result for r in reps if not r.ok]
     if check and differ:
-        click.echo(f"{len(differ)} target topic{'s' if len(differ) > 1 else ''} missing or different from the source: {', '.join(differ[:10])}{' ...' if len(differ) > 10 else ''}", err=True)
+        click.echo(
+            f"{len(differ)} target topic{'s' if len(differ) > 1 else ''} missing or different from the source: "
+            f"{', '.join(differ[:10])}{' ...' if len(differ) > 10 else ''}",
+            err=True,
+        )
         return 1
     return 0

@@ -24,7 +24,13 @@ def validate(app: AppContext, config_path: Path, offline: bool, as_json: bool) -
     config = app.config(config_path)
     plan = []
     for flow in config.flows:
-        entry: dict = {"flow": flow.name, "source": flow.source, "target": flow.target, "rename": flow.rename.value, "topics": None}
+        entry: dict = {
+            "flow": flow.name,
+            "source": flow.source,
+            "target": flow.target,
+            "rename": flow.rename.value,
+            "topics": None,
+        }
         if not offline:
             try:
                 admin = Admin(flow.source, config.clusters[flow.source])
@@ -34,7 +40,11 @@ def validate(app: AppContext, config_path: Path, offline: bool, as_json: bool) -
                 # grant is not taken for a missing topic.
                 probes = visibility_probes(flow.topics.include, topics)
                 hidden = set(admin.hidden_topics(sorted(set(probes.values()))))
-                entry["not_allowed"] = sorted(n if resource_for("topic", p)[0].pattern == "literal" else f"{n}* (matching {p!r})" for p, n in probes.items() if n in hidden)
+                entry["not_allowed"] = sorted(
+                    n if resource_for("topic", p)[0].pattern == "literal" else f"{n}* (matching {p!r})"
+                    for p, n in probes.items()
+                    if n in hidden
+                )
             except ClusterUnavailable as exc:
                 entry["error"] = str(exc)
             else:
@@ -47,7 +57,10 @@ def validate(app: AppContext, config_path: Path, offline: bool, as_json: bool) -
     for entry in plan:
         click.echo(f"\nflow {entry['flow']}: {entry['source']} -> {entry['target']} (rename: {entry['rename']})")
         if entry.get("not_allowed"):
-            click.echo(f"  not allowed to Describe on {entry['source']} (not mirrored until granted; see `mirror acls`): {', '.join(entry['not_allowed'])}")
+            click.echo(
+                f"  not allowed to Describe on {entry['source']} (not mirrored until granted; see `mirror acls`): "
+                f"{', '.join(entry['not_allowed'])}"
+            )
         if entry.get("error"):
             click.echo(f"  topics: unknown, {entry['error']}")
         elif entry["topics"] is None:

@@ -41,29 +41,52 @@ DEFAULT_HEAP = os.environ.get("MIRROR_DEV_CASSANDRA_HEAP", "768m")
 # into JDK internals (Unsafe, direct buffers, attach, JMX) and refuses to start without them.
 _JVM17 = [
     "-Djdk.attach.allowAttachSelf=true",
-    "--add-exports", "java.base/jdk.internal.misc=ALL-UNNAMED",
-    "--add-exports", "java.management.rmi/com.sun.jmx.remote.internal.rmi=ALL-UNNAMED",
-    "--add-exports", "java.rmi/sun.rmi.registry=ALL-UNNAMED",
-    "--add-exports", "java.rmi/sun.rmi.server=ALL-UNNAMED",
-    "--add-exports", "java.sql/java.sql=ALL-UNNAMED",
-    "--add-exports", "java.base/java.lang.ref=ALL-UNNAMED",
-    "--add-exports", "jdk.unsupported/sun.misc=ALL-UNNAMED",
-    "--add-exports", "jdk.compiler/com.sun.tools.javac.file=ALL-UNNAMED",
-    "--add-exports", "jdk.attach/sun.tools.attach=ALL-UNNAMED",
-    "--add-opens", "java.base/java.lang.module=ALL-UNNAMED",
-    "--add-opens", "java.base/jdk.internal.loader=ALL-UNNAMED",
-    "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED",
-    "--add-opens", "java.base/jdk.internal.reflect=ALL-UNNAMED",
-    "--add-opens", "java.base/jdk.internal.math=ALL-UNNAMED",
-    "--add-opens", "java.base/jdk.internal.module=ALL-UNNAMED",
-    "--add-opens", "java.base/jdk.internal.util.jar=ALL-UNNAMED",
-    "--add-opens", "jdk.management/com.sun.management.internal=ALL-UNNAMED",
-    "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
-    "--add-opens", "java.base/java.io=ALL-UNNAMED",
-    "--add-opens", "java.base/java.lang.reflect=ALL-UNNAMED",
-    "--add-opens", "jdk.compiler/com.sun.tools.javac=ALL-UNNAMED",
-    "--add-opens", "java.base/java.lang=ALL-UNNAMED",
-    "--add-opens", "java.base/java.util=ALL-UNNAMED",
+    "--add-exports",
+    "java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-exports",
+    "java.management.rmi/com.sun.jmx.remote.internal.rmi=ALL-UNNAMED",
+    "--add-exports",
+    "java.rmi/sun.rmi.registry=ALL-UNNAMED",
+    "--add-exports",
+    "java.rmi/sun.rmi.server=ALL-UNNAMED",
+    "--add-exports",
+    "java.sql/java.sql=ALL-UNNAMED",
+    "--add-exports",
+    "java.base/java.lang.ref=ALL-UNNAMED",
+    "--add-exports",
+    "jdk.unsupported/sun.misc=ALL-UNNAMED",
+    "--add-exports",
+    "jdk.compiler/com.sun.tools.javac.file=ALL-UNNAMED",
+    "--add-exports",
+    "jdk.attach/sun.tools.attach=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.lang.module=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/jdk.internal.loader=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/jdk.internal.ref=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/jdk.internal.reflect=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/jdk.internal.math=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/jdk.internal.module=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/jdk.internal.util.jar=ALL-UNNAMED",
+    "--add-opens",
+    "jdk.management/com.sun.management.internal=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.io=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.lang.reflect=ALL-UNNAMED",
+    "--add-opens",
+    "jdk.compiler/com.sun.tools.javac=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.lang=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.util=ALL-UNNAMED",
     "-Dio.netty.tryReflectionSetAccessible=true",
 ]
 
@@ -116,11 +139,11 @@ rpc_address: 127.0.0.1
 storage_port: {storage_port}
 start_native_transport: true
 native_transport_port: {port}
-data_file_directories: [{d / 'data' / 'data'}]
-commitlog_directory: {d / 'data' / 'commitlog'}
-saved_caches_directory: {d / 'data' / 'saved_caches'}
-hints_directory: {d / 'data' / 'hints'}
-cdc_raw_directory: {d / 'data' / 'cdc_raw'}
+data_file_directories: [{d / "data" / "data"}]
+commitlog_directory: {d / "data" / "commitlog"}
+saved_caches_directory: {d / "data" / "saved_caches"}
+hints_directory: {d / "data" / "hints"}
+cdc_raw_directory: {d / "data" / "cdc_raw"}
 # The offset store's durability promise holds on production clusters (replication);
 # a dev node fsyncs its commit log in batches like a default install.
 commitlog_sync: periodic
@@ -189,8 +212,13 @@ class CassandraNode:
         self.config_file.write_text(_yaml(d, self.port, self.storage_port, self.auth))
         (d / "logback.xml").write_text(_LOGBACK)
         cmd = [
-            java(), f"-Xms{self.heap}", f"-Xmx{self.heap}", "-Xss512k",
-            "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=100", "-XX:+AlwaysPreTouch",
+            java(),
+            f"-Xms{self.heap}",
+            f"-Xmx{self.heap}",
+            "-Xss512k",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=100",
+            "-XX:+AlwaysPreTouch",
             "-XX:TieredStopAtLevel=1",  # C1 only: most of start-up is class loading, not hot loops
             "-Djava.awt.headless=true",
             *_JVM17,
@@ -202,7 +230,8 @@ class CassandraNode:
             f"-Dcassandra.logdir={d}",
             f"-Dcassandra.triggers_dir={d / 'triggers'}",
             f"-Dlogback.configurationFile={d / 'logback.xml'}",
-            "-cp", f"{libs}/*",
+            "-cp",
+            f"{libs}/*",
             "org.apache.cassandra.service.CassandraDaemon",
         ]
         proc = spawn_detached(cmd, log_file=self.log_file, pid_file=self.pid_file, cwd=d)
@@ -221,7 +250,9 @@ class CassandraNode:
             return False
 
     def wait_ready(self, timeout: float = max(START_TIMEOUT, 180.0)) -> None:
-        wait_started("cassandra", pid_file=self.pid_file, log_file=self.log_file, ready=self.ready, timeout=timeout, interval=0.5)
+        wait_started(
+            "cassandra", pid_file=self.pid_file, log_file=self.log_file, ready=self.ready, timeout=timeout, interval=0.5
+        )
 
     def create_role(self, role: str, password: str) -> None:
         """A login role for the offset store (needs `auth`); retried while the superuser is set up."""

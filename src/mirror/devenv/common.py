@@ -131,24 +131,37 @@ def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.25
     return check()
 
 
-def require_free_ports(ports: Sequence[int], needed_by: str, hint: str = "stop what holds it, or pick other ports with --base-port") -> None:
+def require_free_ports(
+    ports: Sequence[int], needed_by: str, hint: str = "stop what holds it, or pick other ports with --base-port"
+) -> None:
     """DevClusterError naming the first port on 127.0.0.1 already in use."""
     for port in ports:
         if not port_free(port):
             raise DevClusterError(f"port {port} on 127.0.0.1 is already in use (needed by {needed_by})", hint=hint)
 
 
-def spawn_detached(cmd: Sequence[str], *, log_file: Path, pid_file: Path, cwd: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+def spawn_detached(
+    cmd: Sequence[str], *, log_file: Path, pid_file: Path, cwd: Path, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """Start a server in its own session (it outlives `mirror dev up`), output appended to
     `log_file`, its pid written to `pid_file`; readiness is `wait_started`'s job."""
     with open(log_file, "ab") as logf:
-        proc = subprocess.Popen([*spawn_prefix(), *cmd], stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, cwd=cwd, env=None if env is None else dict(env))
+        proc = subprocess.Popen(
+            [*spawn_prefix(), *cmd],
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=cwd,
+            env=None if env is None else dict(env),
+        )
     pid_file.write_text(str(proc.pid))
     return proc
 
 
-def wait_started(what: str, *, pid_file: Path, log_file: Path, ready: Callable[[], bool], timeout: float, interval: float) -> None:
+def wait_started(
+    what: str, *, pid_file: Path, log_file: Path, ready: Callable[[], bool], timeout: float, interval: float
+) -> None:
     """Return once `ready()`; DevClusterError with the log's last lines when the process
     exits first or `timeout` passes."""
     deadline = time.monotonic() + timeout

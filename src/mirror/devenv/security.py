@@ -99,20 +99,60 @@ class Material:
 
     def _make_certs(self) -> None:
         d = self.dir
-        self._openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj", "/CN=mirror dev CA",
-                      "-keyout", "ca.key", "-out", "ca.pem")
+        self._openssl(
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "3650",
+            "-subj",
+            "/CN=mirror dev CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        )
         ext = d / "san.cnf"
         ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
         for name in ("broker", *USERS):
             # -nodes + pkcs8: Kafka's PEM keystore reads an unencrypted PKCS#8 key without ssl.key.password.
-            self._openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", f"{name}.key.tmp", "-out", f"{name}.csr")
+            self._openssl(
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                f"/CN={name}",
+                "-keyout",
+                f"{name}.key.tmp",
+                "-out",
+                f"{name}.csr",
+            )
             self._openssl("pkcs8", "-topk8", "-nocrypt", "-in", f"{name}.key.tmp", "-out", f"{name}.key")
-            sign = ["x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "3650", "-out", f"{name}.crt"]
+            sign = [
+                "x509",
+                "-req",
+                "-in",
+                f"{name}.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "3650",
+                "-out",
+                f"{name}.crt",
+            ]
             self._openssl(*sign, *(["-extfile", str(ext)] if name == "broker" else []))
             (d / f"{name}.key.tmp").unlink()
             (d / f"{name}.csr").unlink()
             os.chmod(d / f"{name}.key", 0o600)
-        self.broker_keystore.write_text(self.key("broker").read_text() + self.cert("broker").read_text() + self.ca.read_text())
+        self.broker_keystore.write_text(
+            self.key("broker").read_text() + self.cert("broker").read_text() + self.ca.read_text()
+        )
         os.chmod(self.broker_keystore, 0o600)
         os.chmod(d / "ca.key", 0o600)
 
@@ -136,9 +176,13 @@ class Material:
 
     def scram_args(self) -> list[str]:
         """`kafka-storage format` arguments creating every user's SCRAM-SHA-512 credential."""
-        return [a for u, p in self.passwords().items() for a in ("--add-scram", f"SCRAM-SHA-512=[name={u},password={p}]")]
+        return [
+            a for u, p in self.passwords().items() for a in ("--add-scram", f"SCRAM-SHA-512=[name={u},password={p}]")
+        ]
 
-    def server_properties(self, mode: Security, port: int, controller_port: int, extra: Mapping[Security, int] | None = None) -> str:
+    def server_properties(
+        self, mode: Security, port: int, controller_port: int, extra: Mapping[Security, int] | None = None
+    ) -> str:
         """Listener and security lines of server.properties for a secured broker.
 
         `extra`: more client listeners (mode -> port) next to the main one, so that one
@@ -146,17 +190,25 @@ class Material:
         share the SASL_SSL clusters). The same users and ACLs apply on every listener.
         """
         admin_pw = self.passwords()["admin"]
-        listeners = {"CLIENT": (mode, port), **{listener_name(m): (m, p) for m, p in (extra or {}).items() if m is not mode}}
+        listeners = {
+            "CLIENT": (mode, port),
+            **{listener_name(m): (m, p) for m, p in (extra or {}).items() if m is not mode},
+        }
         lines = [
-            "listeners=" + ",".join(f"{n}://127.0.0.1:{p}" for n, (_, p) in listeners.items()) + f",CONTROLLER://127.0.0.1:{controller_port}",
+            "listeners="
+            + ",".join(f"{n}://127.0.0.1:{p}" for n, (_, p) in listeners.items())
+            + f",CONTROLLER://127.0.0.1:{controller_port}",
             "advertised.listeners=" + ",".join(f"{n}://127.0.0.1:{p}" for n, (_, p) in listeners.items()),
             "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=" + ",".join(f"{n}:{m.value.upper()}" for n, (m, _) in listeners.items()) + ",CONTROLLER:SASL_PLAINTEXT",
+            "listener.security.protocol.map="
+            + ",".join(f"{n}:{m.value.upper()}" for n, (m, _) in listeners.items())
+            + ",CONTROLLER:SASL_PLAINTEXT",
             "inter.broker.listener.name=CLIENT",
             # The controller listener: SASL/PLAIN, only the admin user (the broker itself).
             "sasl.mechanism.controller.protocol=PLAIN",
             "listener.name.controller.sasl.enabled.mechanisms=PLAIN",
-            "listener.name.controller.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required "
+            "listener.name.controller.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
+            "required "
             f'username="admin" password="{admin_pw}" user_admin="{admin_pw}";',
             "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "allow.everyone.if.no.acl.found=false",
@@ -180,7 +232,8 @@ class Material:
             if m.sasl:
                 lines += [
                     f"listener.name.{lname}.sasl.enabled.mechanisms=SCRAM-SHA-512",
-                    f"listener.name.{lname}.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+                    f"listener.name.{lname}.scram-sha-512.sasl.jaas.config="
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required "
                     f'username="admin" password="{admin_pw}";',
                 ]
         return "\n".join(lines) + "\n"

@@ -164,11 +164,36 @@ def judge(evaluator: Evaluator, lag: FlowLag) -> FlowLag:
     parts = []
     verdicts = []
     for p in lag.partitions:
-        v = evaluator.observe(lag.flow, p.source_topic, p.partition, Observation(lag.time, p.position if p.position is not None else p.source_start, p.source_end, p.source_start, lag.mirror_active))
+        v = evaluator.observe(
+            lag.flow,
+            p.source_topic,
+            p.partition,
+            Observation(
+                lag.time,
+                p.position if p.position is not None else p.source_start,
+                p.source_end,
+                p.source_start,
+                lag.mirror_active,
+            ),
+        )
         verdicts.append(v)
         # Built directly: `dataclasses.replace` is slow enough to dominate judging thousands of partitions.
-        parts.append(PartitionLag(p.source_topic, p.target_topic, p.partition, p.source_start, p.source_end, p.position, p.target_end,
-                                  p.lag_records, p.lag_seconds, p.lag_basis, v.status.name, v.reason))
+        parts.append(
+            PartitionLag(
+                p.source_topic,
+                p.target_topic,
+                p.partition,
+                p.source_start,
+                p.source_end,
+                p.position,
+                p.target_end,
+                p.lag_records,
+                p.lag_seconds,
+                p.lag_basis,
+                v.status.name,
+                v.reason,
+            )
+        )
     evaluator.forget(lag.flow, [p.key for p in lag.partitions])
     return replace(lag, partitions=parts, status=worst(verdicts).name)
 

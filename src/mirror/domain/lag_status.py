@@ -1,4 +1,5 @@
-"""Lag status (OK, WARN, ERR, STOP, STALL) of a partition and a flow, judged Burrow-style from a window of lag observations (pure).
+"""Lag status (OK, WARN, ERR, STOP, STALL) of a partition and a flow, judged Burrow-style from a
+window of lag observations (pure).
 
 Fixed lag thresholds do not work for a mirror: 10,000 records behind is nothing on a
 busy topic and an outage on a quiet one. Like LinkedIn's Burrow, this evaluator asks
@@ -84,7 +85,10 @@ def evaluate(window: Iterable[Observation], *, min_span: float = 0.0, size: int 
         return Verdict(Status.OK, "no data")
     last = obs[-1]
     if last.position < last.start and last.end > last.start:
-        return Verdict(Status.ERR, f"position {last.position} is below the log start {last.start}: records expired before they were mirrored")
+        return Verdict(
+            Status.ERR,
+            f"position {last.position} is below the log start {last.start}: records expired before they were mirrored",
+        )
     for a, b in zip(obs, obs[1:]):
         if b.position < a.position:
             return Verdict(Status.ERR, f"position went back from {a.position} to {b.position} (rewind)")
@@ -93,20 +97,26 @@ def evaluate(window: Iterable[Observation], *, min_span: float = 0.0, size: int 
     # Judge only what happened since the partition was last caught up: a zero lag earlier
     # in the window says nothing about a mirror that stopped right after it.
     zeros = [i for i, o in enumerate(obs) if o.lag == 0]
-    tail = obs[zeros[-1] + 1:] if zeros else obs
+    tail = obs[zeros[-1] + 1 :] if zeros else obs
     # Positions never decrease from here on, so the observations at the current position
     # are a suffix of the tail.
     still = [o for o in tail if o.position == last.position]
     span = last.time - still[0].time
     if len(still) >= MIN_OBSERVATIONS and span >= min_span:
         if last.active is False:
-            return Verdict(Status.STOP, f"not moving for {span:.0f}s with {last.lag} records behind and no mirror running")
-        return Verdict(Status.STALL, f"not moving for {span:.0f}s with {last.lag} records behind although the mirror runs")
+            return Verdict(
+                Status.STOP, f"not moving for {span:.0f}s with {last.lag} records behind and no mirror running"
+            )
+        return Verdict(
+            Status.STALL, f"not moving for {span:.0f}s with {last.lag} records behind although the mirror runs"
+        )
     if len(tail) < MIN_OBSERVATIONS:
         return Verdict(Status.OK, NOT_JUDGED)
     lags = [o.lag for o in tail]
     if len(tail) >= size and all(b >= a for a, b in zip(lags, lags[1:])) and lags[-1] > lags[0]:
-        return Verdict(Status.WARN, f"falling behind: lag grew from {lags[0]} to {lags[-1]} over {last.time - tail[0].time:.0f}s")
+        return Verdict(
+            Status.WARN, f"falling behind: lag grew from {lags[0]} to {lags[-1]} over {last.time - tail[0].time:.0f}s"
+        )
     return Verdict(Status.OK, "caught up recently" if zeros else "behind, moving")
 
 
@@ -127,7 +137,8 @@ class Evaluator:
             win.clear()  # the topic was recreated or truncated: the old window says nothing now
         win.append(obs)
         if len(win) == 1 and obs.end <= max(obs.position, obs.start):
-            return CAUGHT_UP  # what `evaluate` says of one observation with no lag, without its work (`mirror lag`: 10,000 of them)
+            # what `evaluate` says of one observation with no lag, without its work (`mirror lag`: 10,000 of them)
+            return CAUGHT_UP
         return evaluate(win, min_span=self._min_span, size=self._size)
 
     def forget(self, flow: str, keep: Iterable[tuple[str, int]]) -> None:

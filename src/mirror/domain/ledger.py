@@ -213,7 +213,13 @@ class PartitionLedger:
         """
         if self.open is seg:
             self.open = None
-        if seg.dead or seg.t_first is None or self.failed_at is not None or not self.inflight or self.inflight[0] is not seg:
+        if (
+            seg.dead
+            or seg.t_first is None
+            or self.failed_at is not None
+            or not self.inflight
+            or self.inflight[0] is not seg
+        ):
             self.drop(seg)
             return False
         self.settled(seg)
@@ -353,7 +359,9 @@ class Ledger(Generic[P]):
         """Produced records not yet acknowledged (0 means: nothing to wait for)."""
         return sum(seg.count for st in self.by_target.values() for seg in st.inflight)
 
-    def stalled(self, before: Mapping[SourcePartition, Segment]) -> tuple[list[SourcePartition], dict[SourcePartition, Segment]]:
+    def stalled(
+        self, before: Mapping[SourcePartition, Segment]
+    ) -> tuple[list[SourcePartition], dict[SourcePartition, Segment]]:
         """Partitions whose oldest segment in flight is the one `before` (the last look) saw:
         nothing of theirs was acknowledged since. Returns them, and what to pass next time.
 
@@ -380,7 +388,9 @@ class Ledger(Generic[P]):
         return [tp for tp, st in partitions.items() if st.quiet]
 
     @staticmethod
-    def positions(partitions: Mapping[SourcePartition, P], consumed: Mapping[SourcePartition, int] | None = None) -> dict[SourcePartition, int]:
+    def positions(
+        partitions: Mapping[SourcePartition, P], consumed: Mapping[SourcePartition, int] | None = None
+    ) -> dict[SourcePartition, int]:
         """Source positions safe to commit (everything before them is on the target) that
         move past what was committed. `consumed`: consumer positions of `quiet` partitions
         only; the engine must leave it out while it holds records read but not produced."""

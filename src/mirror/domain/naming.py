@@ -88,7 +88,7 @@ def source_topic(target: str, source: str, policy: RenamePolicy) -> str:
         prefix = f"{source}{SEPARATOR}"
         if not target.startswith(prefix):
             raise ValueError(f"{target!r} is not a topic mirrored from {source!r}")
-        return target[len(prefix):]
+        return target[len(prefix) :]
     return target
 
 
@@ -117,7 +117,11 @@ def find_identity_cycles(flows: Sequence[FlowEdge], always: Iterable[str] = ()) 
     circulate forever however disjoint their patterns are.
     """
     extra = tuple(literal(t) for t in always)
-    identity = [FlowEdge(f.name, f.source, f.target, f.policy, f.include + extra) for f in flows if f.policy is RenamePolicy.IDENTITY]
+    identity = [
+        FlowEdge(f.name, f.source, f.target, f.policy, f.include + extra)
+        for f in flows
+        if f.policy is RenamePolicy.IDENTITY
+    ]
     by_source: dict[str, list[FlowEdge]] = {}
     for f in identity:
         by_source.setdefault(f.source, []).append(f)
@@ -184,7 +188,7 @@ def find_identity_collisions(flows: Sequence[FlowEdge]) -> list[tuple[str, str]]
     identity = [f for f in flows if f.policy is RenamePolicy.IDENTITY]
     out = []
     for i, a in enumerate(identity):
-        for b in identity[i + 1:]:
+        for b in identity[i + 1 :]:
             if a.target == b.target and a.source != b.source and _may_overlap(a.include, b.include):
                 out.append((a.name, b.name))
     return out
@@ -232,7 +236,11 @@ def find_relay_collisions(flows: Sequence[FlowEdge]) -> list[RelayCollision]:
         if relay.policy is not RenamePolicy.IDENTITY:
             continue
         for direct in flows:
-            if direct.policy is not RenamePolicy.PREFIX or direct.target != relay.target or direct.source == relay.source:
+            if (
+                direct.policy is not RenamePolicy.PREFIX
+                or direct.target != relay.target
+                or direct.source == relay.source
+            ):
                 continue
             origin = direct.source
             carried = any(ch and ch[0] == origin and relay.target not in ch for ch in chains[relay.source])

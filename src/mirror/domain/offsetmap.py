@@ -110,7 +110,9 @@ def translate(
     return Translation(max(0, target), unmirrored, True)
 
 
-def _unmapped(position: int, target_start: int, target_end: int, source_log: tuple[int, int] | None, unmirrored: int) -> Translation:
+def _unmapped(
+    position: int, target_start: int, target_end: int, source_log: tuple[int, int] | None, unmirrored: int
+) -> Translation:
     """A partition with no offset-map row: nothing of it was ever mirrored (or stored).
 
     Exact when the group has read everything the source partition holds (its position is at

@@ -33,7 +33,9 @@ class Route:
     target_topic: str
     origin: bytes | None  # b"cluster/topic/partition/"; None when the flow switched provenance off
 
-    def headers(self, offset: int, original: Sequence[tuple[str, bytes | None]] | None) -> Headers | Sequence[tuple[str, bytes | None]] | None:
+    def headers(
+        self, offset: int, original: Sequence[tuple[str, bytes | None]] | None
+    ) -> Headers | Sequence[tuple[str, bytes | None]] | None:
         """The record's own headers, in order, then its origin (a new list: the original is not touched)."""
         if self.origin is None:
             return original

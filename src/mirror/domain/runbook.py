@@ -150,7 +150,9 @@ def parse_expectation(text: str) -> Expectation:
                 try:
                     json.loads(value)
                 except ValueError:
-                    raise ValueError(f"{value!r} is not a JSON value (strings need double quotes) or a $VARIABLE") from None
+                    raise ValueError(
+                        f"{value!r} is not a JSON value (strings need double quotes) or a $VARIABLE"
+                    ) from None
             conditions.append(Condition(path, op, value))
         else:
             raise ValueError(f"unknown clause {clause!r} (expected `exit N`, `.path OP value` or `within 60s`)")
@@ -179,7 +181,9 @@ def _resolve(doc: Any, tokens: Sequence[str], variables: Mapping[str, str]) -> l
             else:
                 key, _, want = tok[1:-1].partition("=")
                 want = substitute(want.strip().strip('"'), variables)
-                found = [e for e in (v if isinstance(v, list) else []) if isinstance(e, dict) and str(e.get(key)) == want]
+                found = [
+                    e for e in (v if isinstance(v, list) else []) if isinstance(e, dict) and str(e.get(key)) == want
+                ]
                 if not found:
                     raise KeyError(f"no element with {key}={want}")
                 nxt.append(found[0])
@@ -223,7 +227,9 @@ def check(expect: Expectation, exit_code: int, output: str, variables: Mapping[s
         bad = [v for v in values if not _compare(v, cond.op, want)]
         if bad or not values:
             got = json.dumps(bad[0] if bad else None)
-            failures.append(f"{cond}: got {got}" + (f" ({len(bad)} of {len(values)} elements)" if len(values) > 1 else ""))
+            failures.append(
+                f"{cond}: got {got}" + (f" ({len(bad)} of {len(values)} elements)" if len(values) > 1 else "")
+            )
     return failures
 
 
@@ -267,14 +273,22 @@ def parse_command(text: str, line: int, source: str, *, strict: bool = True) -> 
         return None
     if words[0] != "mirror":
         if strict:
-            raise RunbookError(source, line, f"only `mirror` commands run in a drill (got {words[0]!r})",
-                               hint="fence commands for people as ```bash, not ```sh")
+            raise RunbookError(
+                source,
+                line,
+                f"only `mirror` commands run in a drill (got {words[0]!r})",
+                hint="fence commands for people as ```bash, not ```sh",
+            )
         return None
     for i, w in enumerate(words):
         if w in ("|", "||", "&&", ";", "&") or w.startswith("|"):
             if strict:
-                raise RunbookError(source, line, f"{w!r}: a drill step runs one `mirror` command per line, no shell operators",
-                                   hint="use an `expect:` line instead of `|| true` or a pipe")
+                raise RunbookError(
+                    source,
+                    line,
+                    f"{w!r}: a drill step runs one `mirror` command per line, no shell operators",
+                    hint="use an `expect:` line instead of `|| true` or a pipe",
+                )
             words = words[:i]
             break
     redirect = None
@@ -378,8 +392,12 @@ def parse_runbook(text: str, source: str) -> Runbook:
 
     def close_step() -> None:
         if current is not None and strict and not current.items:
-            raise RunbookError(source, current.line, f"step {current.number} ({current.title!r}) has no ```sh command block and no `manual:` line",
-                               hint="add the step's `mirror` commands in a ```sh block, or mark it `manual: note …`")
+            raise RunbookError(
+                source,
+                current.line,
+                f"step {current.number} ({current.title!r}) has no ```sh command block and no `manual:` line",
+                hint="add the step's `mirror` commands in a ```sh block, or mark it `manual: note …`",
+            )
 
     for n, raw in enumerate(lines, start=1):
         if fence is not None:
@@ -409,9 +427,9 @@ def parse_runbook(text: str, source: str) -> Runbook:
             continue
         stripped = raw.strip()
         if stripped.startswith("expect:"):
-            _attach_expectation(current, stripped[len("expect:"):], n, source)
+            _attach_expectation(current, stripped[len("expect:") :], n, source)
         elif stripped.startswith("manual:"):
-            _add_manual(current, stripped[len("manual:"):], n, source)
+            _add_manual(current, stripped[len("manual:") :], n, source)
     if fence is not None:
         raise RunbookError(source, fence[2], "a ``` fence that is never closed")
     close_step()
@@ -421,13 +439,21 @@ def parse_runbook(text: str, source: str) -> Runbook:
     if strict:
         for prev, nxt in zip(out, out[1:]):
             if nxt.number <= prev.number:
-                raise RunbookError(source, nxt.line, f"step {nxt.number} after step {prev.number}: numbers must increase")
+                raise RunbookError(
+                    source, nxt.line, f"step {nxt.number} after step {prev.number}: numbers must increase"
+                )
     return Runbook(source, title, out, executable, tuple(other))
 
 
-def _close_sh_block(body: list[tuple[int, str]], first: int, current: _Open | None, other: list[Command], source: str, strict: bool) -> None:
+def _close_sh_block(
+    body: list[tuple[int, str]], first: int, current: _Open | None, other: list[Command], source: str, strict: bool
+) -> None:
     """An ```sh block's `mirror` commands: the open step's next item, or checked-only commands outside steps."""
-    cmds = [c for ln, t in _logical_lines(body) if (c := parse_command(t, ln, source, strict=strict and current is not None)) is not None]
+    cmds = [
+        c
+        for ln, t in _logical_lines(body)
+        if (c := parse_command(t, ln, source, strict=strict and current is not None)) is not None
+    ]
     if current is None:
         other.extend(cmds)
     elif cmds:
@@ -448,10 +474,16 @@ def _attach_expectation(current: _Open | None, text: str, n: int, source: str) -
     except ValueError as exc:
         raise RunbookError(source, n, f"expectation does not parse: {exc}") from None
     if exp.needs_json and len(block.commands) != 1:
-        raise RunbookError(source, n, "conditions on --json output need a block with exactly one command",
-                           hint="split the block so the command the conditions are about stands alone")
+        raise RunbookError(
+            source,
+            n,
+            "conditions on --json output need a block with exactly one command",
+            hint="split the block so the command the conditions are about stands alone",
+        )
     if exp.needs_json and "--json" not in block.commands[0].argv:
-        raise RunbookError(source, n, f"conditions on the output of a command without --json (line {block.commands[0].line})")
+        raise RunbookError(
+            source, n, f"conditions on the output of a command without --json (line {block.commands[0].line})"
+        )
     current.items[-1] = Block(block.line, block.commands, exp, n)
 
 
@@ -487,12 +519,21 @@ class Cost:
     per_partition: dict[int, dict[str, int]]
 
 
-def cost(produced: Mapping[int, Sequence[int]], before: Mapping[int, Sequence[int]], after: Mapping[int, Sequence[int]]) -> Cost:
+def cost(
+    produced: Mapping[int, Sequence[int]], before: Mapping[int, Sequence[int]], after: Mapping[int, Sequence[int]]
+) -> Cost:
     parts: dict[int, dict[str, int]] = {}
     for p in sorted(set(produced) | set(before) | set(after)):
         b, a, made = list(before.get(p, ())), list(after.get(p, ())), set(produced.get(p, ()))
         seen = set(b) | set(a)
-        parts[p] = {"produced": len(made), "read_before": len(b), "read_after": len(a),
-                    "lost": len(made - seen), "duplicated": len(b) + len(a) - len(seen)}
-    total = {k: sum(v[k] for v in parts.values()) for k in ("produced", "read_before", "read_after", "lost", "duplicated")}
+        parts[p] = {
+            "produced": len(made),
+            "read_before": len(b),
+            "read_after": len(a),
+            "lost": len(made - seen),
+            "duplicated": len(b) + len(a) - len(seen),
+        }
+    total = {
+        k: sum(v[k] for v in parts.values()) for k in ("produced", "read_before", "read_after", "lost", "duplicated")
+    }
     return Cost(total["produced"], total["read_before"], total["read_after"], total["lost"], total["duplicated"], parts)

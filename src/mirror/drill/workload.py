@@ -24,7 +24,16 @@ from typing import Any
 from mirror.config import Config, FlowConfig
 from mirror.domain.naming import target_topic
 from mirror.errors import ClusterUnavailable, MirrorError
-from mirror.kafka import Admin, Consumer, KafkaError, KafkaException, Message, TopicPartition, make_consumer, make_producer
+from mirror.kafka import (
+    Admin,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+    make_consumer,
+    make_producer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,20 +60,32 @@ class WorkloadState:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "run": self.run, "topic": self.topic, "partitions": self.partitions,
+            "run": self.run,
+            "topic": self.topic,
+            "partitions": self.partitions,
             "produced": {str(p): s for p, s in self.produced.items()},
             "reads": {side: {str(p): s for p, s in r.items()} for side, r in self.reads.items()},
-            "producing": self.producing, "consuming_on": self.consuming_on, "cutover_ms": self.cutover_ms,
-            "first_dr_read_ms": self.first_dr_read_ms, "primary_killed": self.primary_killed, "rto_basis": self.rto_basis,
+            "producing": self.producing,
+            "consuming_on": self.consuming_on,
+            "cutover_ms": self.cutover_ms,
+            "first_dr_read_ms": self.first_dr_read_ms,
+            "primary_killed": self.primary_killed,
+            "rto_basis": self.rto_basis,
         }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> WorkloadState:
         return cls(
-            doc["run"], doc["topic"], doc["partitions"],
+            doc["run"],
+            doc["topic"],
+            doc["partitions"],
             {int(p): list(s) for p, s in doc["produced"].items()},
             {side: {int(p): list(s) for p, s in r.items()} for side, r in doc["reads"].items()},
-            doc["producing"], doc["consuming_on"], doc["cutover_ms"], doc["first_dr_read_ms"], doc["primary_killed"],
+            doc["producing"],
+            doc["consuming_on"],
+            doc["cutover_ms"],
+            doc["first_dr_read_ms"],
+            doc["primary_killed"],
             doc.get("rto_basis"),
         )
 
@@ -94,8 +115,17 @@ def _now_ms() -> int:
 class Workload:
     """Producer and consumer threads; each stops on its own Event."""
 
-    def __init__(self, config: Config, flow: FlowConfig, group: str, state: WorkloadState, *,
-                 interval: float = 0.1, consumer_pause: float = 0.3, clock: Callable[[], int] = _now_ms) -> None:
+    def __init__(
+        self,
+        config: Config,
+        flow: FlowConfig,
+        group: str,
+        state: WorkloadState,
+        *,
+        interval: float = 0.1,
+        consumer_pause: float = 0.3,
+        clock: Callable[[], int] = _now_ms,
+    ) -> None:
         self.config, self.flow, self.group, self.state = config, flow, group, state
         self.interval, self.consumer_pause, self.clock = interval, consumer_pause, clock
         self.lock = threading.Lock()
@@ -118,7 +148,12 @@ class Workload:
             self.state.partitions = existing[self.state.topic]
         else:
             admin.create_topic(self.state.topic, self.state.partitions)
-            log.info("created the drill topic %s on %s (%d partitions)", self.state.topic, self.flow.source, self.state.partitions)
+            log.info(
+                "created the drill topic %s on %s (%d partitions)",
+                self.state.topic,
+                self.flow.source,
+                self.state.partitions,
+            )
 
     # -- producer
     def start_producer(self) -> None:
@@ -130,9 +165,15 @@ class Workload:
         self.state.producing = False
 
     def _produce(self, stop: threading.Event) -> None:
-        producer = make_producer(f"{self.flow.source}-drill", self.config.cluster(self.flow.source), {
-            "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 30000,
-        })
+        producer = make_producer(
+            f"{self.flow.source}-drill",
+            self.config.cluster(self.flow.source),
+            {
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "message.timeout.ms": 30000,
+            },
+        )
         with self.lock:
             seqs = {p: (max(self.state.produced.get(p, [-1]) or [-1]) + 1) for p in range(self.state.partitions)}
 
@@ -148,7 +189,9 @@ class Workload:
                 for p in range(self.state.partitions):
                     value = json.dumps({"run": self.state.run, "p": p, "seq": seqs[p]}).encode()
                     try:
-                        producer.produce(self.state.topic, value=value, key=str(p).encode(), partition=p, on_delivery=acked)
+                        producer.produce(
+                            self.state.topic, value=value, key=str(p).encode(), partition=p, on_delivery=acked
+                        )
                         seqs[p] += 1
                     except BufferError:
                         pass
@@ -173,10 +216,16 @@ class Workload:
     def _consume(self, side: str, stop: threading.Event) -> None:
         cluster = self.flow.source if side == PRIMARY else self.flow.target
         topic = self.state.topic if side == PRIMARY else self.dr_topic
-        consumer = make_consumer(f"{cluster}-drill", self.config.cluster(cluster), {
-            "group.id": self.group, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-        })
+        consumer = make_consumer(
+            f"{cluster}-drill",
+            self.config.cluster(cluster),
+            {
+                "group.id": self.group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+            },
+        )
         try:
             consumer.subscribe([topic])
             while not stop.is_set():
@@ -228,8 +277,10 @@ class Workload:
                     return
             time.sleep(0.1)
         cluster = self.flow.source if side == PRIMARY else self.flow.target
-        raise ClusterUnavailable(f"the drill group {self.group!r} read nothing on cluster {cluster!r} within {timeout:g}s",
-                                 hint="check the cluster answers and the flow mirrors the drill topic")
+        raise ClusterUnavailable(
+            f"the drill group {self.group!r} read nothing on cluster {cluster!r} within {timeout:g}s",
+            hint="check the cluster answers and the flow mirrors the drill topic",
+        )
 
     def drain(self, quiet: float = 5.0, timeout: float = 120.0) -> None:
         """Let the DR consumer read everything it can: every acknowledged record, or nothing

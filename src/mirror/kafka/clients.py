@@ -41,7 +41,9 @@ def principal(settings: Mapping[str, Any]) -> str:
     if cert:
         try:
             subject = ssl._ssl._test_decode_cert(str(cert))["subject"]  # type: ignore[attr-defined]
-            return "User:" + ",".join(f"{k}={v}" for rdn in reversed(subject) for k, v in rdn).replace("commonName", "CN")
+            return "User:" + ",".join(f"{k}={v}" for rdn in reversed(subject) for k, v in rdn).replace(
+                "commonName", "CN"
+            )
         except (OSError, ValueError, KeyError, AttributeError):
             return f"the principal of {cert}"
     return "User:ANONYMOUS"

@@ -38,7 +38,12 @@ AUTHORIZATION = {
     KafkaError.CLUSTER_AUTHORIZATION_FAILED: "cluster",
     KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "transactional-id",
 }
-AUTHENTICATION = {KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError.ILLEGAL_SASL_STATE}
+AUTHENTICATION = {
+    KafkaError._AUTHENTICATION,
+    KafkaError._SSL,
+    KafkaError.SASL_AUTHENTICATION_FAILED,
+    KafkaError.ILLEGAL_SASL_STATE,
+}
 
 # Delivery errors that mean "this record can never be written", as opposed to the
 # retriable ones librdkafka keeps retrying on its own.
@@ -60,7 +65,14 @@ _principals: dict[str, str] = {}
 HINT_UNREACHABLE = "check that its brokers are up and its bootstrap address is right"
 HINT_NOT_READY = "retried; usual for a moment after a broker restart or while new topics are created"
 # Of the errors above, those where nothing came back (the rest are answers: no leader yet).
-_SILENT = {KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE, KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION}
+_SILENT = {
+    KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._RESOLVE,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NETWORK_EXCEPTION,
+}
 
 
 def is_retriable(err: KafkaError) -> bool:
@@ -142,7 +154,9 @@ def authentication_error(cluster: str, err: KafkaError) -> AuthenticationFailed:
     return AuthenticationFailed(f"cluster {cluster!r}: {principal_of(cluster)} cannot log in: {_what_failed(err)}")
 
 
-def authorization_error(cluster: str, err: KafkaError, what: str, acl: tuple[str, str, str] | None = None) -> AuthorizationFailed:
+def authorization_error(
+    cluster: str, err: KafkaError, what: str, acl: tuple[str, str, str] | None = None
+) -> AuthorizationFailed:
     """`acl`: (operation, resource kind, resource name) the request needed, when known."""
     who = principal_of(cluster)
     if acl is not None:
@@ -156,7 +170,9 @@ def authorization_error(cluster: str, err: KafkaError, what: str, acl: tuple[str
     )
 
 
-def raise_for(cluster: str, what: str, exc: BaseException, timeout: float | None = None, acl: tuple[str, str, str] | None = None) -> None:
+def raise_for(
+    cluster: str, what: str, exc: BaseException, timeout: float | None = None, acl: tuple[str, str, str] | None = None
+) -> None:
     """Re-raise a confluent-kafka failure as the project's exception."""
     err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else exc
     if isinstance(err, KafkaError):
@@ -170,9 +186,13 @@ def raise_for(cluster: str, what: str, exc: BaseException, timeout: float | None
                 raise authentication_error(cluster, refused) from None
             if err.code() in _SILENT:
                 within = f" within {timeout:g}s" if timeout else ""
-                raise ClusterUnavailable(f"cluster {cluster!r} did not answer{within} while trying to {what}", hint=HINT_UNREACHABLE) from exc
+                raise ClusterUnavailable(
+                    f"cluster {cluster!r} did not answer{within} while trying to {what}", hint=HINT_UNREACHABLE
+                ) from exc
             # It did answer: no leader or coordinator right now (a broker restarting, a topic
             # being created). Said as it is, not as an unreachable cluster.
-            raise ClusterUnavailable(f"cluster {cluster!r} could not {what} yet: {err.str()}", hint=HINT_NOT_READY) from exc
+            raise ClusterUnavailable(
+                f"cluster {cluster!r} could not {what} yet: {err.str()}", hint=HINT_NOT_READY
+            ) from exc
         raise KafkaOperationError(f"cluster {cluster!r}: cannot {what}: {err.str()}", code=err.name()) from exc
     raise KafkaOperationError(f"cluster {cluster!r}: cannot {what}: {exc}") from exc

@@ -21,16 +21,18 @@ OFFSETS_CHUNK = 1000
 # broker applied the request's other partitions, and a later chunk is answered on its own.
 # Any other error (not a member of the generation, no coordinator, a timeout) would refuse
 # every later chunk the same way, each after its own round trip.
-PARTITION_ERRORS = frozenset({
-    KafkaError.UNKNOWN_TOPIC_OR_PART,  # its topic was deleted
-    KafkaError.TOPIC_AUTHORIZATION_FAILED,  # its Read grant was withdrawn
-    KafkaError.OFFSET_METADATA_TOO_LARGE,
-    KafkaError.INVALID_COMMIT_OFFSET_SIZE,
-})
+PARTITION_ERRORS = frozenset(
+    {
+        KafkaError.UNKNOWN_TOPIC_OR_PART,  # its topic was deleted
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,  # its Read grant was withdrawn
+        KafkaError.OFFSET_METADATA_TOO_LARGE,
+        KafkaError.INVALID_COMMIT_OFFSET_SIZE,
+    }
+)
 
 
 def chunks(items: Sequence[Any], size: int = OFFSETS_CHUNK) -> list[Sequence[Any]]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def committed_offsets(consumer: Any, partitions: Sequence[TopicPartition], timeout: float) -> list[TopicPartition]:

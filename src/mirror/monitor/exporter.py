@@ -62,8 +62,14 @@ def _num(value: float) -> str:
 # The families a gather renders, in exposition order, from the `*_family` definitions in
 # mirror.metrics (names and help text live there).
 _FAMILIES = [
-    m.lag_records_family(), m.lag_seconds_family(), m.flow_status_family(), m.partition_status_family(), m.target_end_family(),
-    m.checkpoint_age_family(), m.group_lag_family(), m.group_unmirrored_family(),
+    m.lag_records_family(),
+    m.lag_seconds_family(),
+    m.flow_status_family(),
+    m.partition_status_family(),
+    m.target_end_family(),
+    m.checkpoint_age_family(),
+    m.group_lag_family(),
+    m.group_unmirrored_family(),
 ]
 FLOW_UP, GATHER_AGE = m.MONITOR_FLOW_UP[0], m.MONITOR_GATHER_AGE[0]
 
@@ -98,11 +104,19 @@ def render(lag: FlowLag) -> dict[str, str]:
         for side, rows in ((lag.source, g.source), (lag.target, g.target)):
             for r in rows:
                 if r.lag is not None:
-                    glag.append(f'mirror_group_lag_records{{{gl},cluster="{_esc(side)}",topic="{_esc(r.topic)}",partition="{r.partition}"}} {_num(r.lag)}\n')
+                    glag.append(
+                        f'mirror_group_lag_records{{{gl},cluster="{_esc(side)}",'
+                        f'topic="{_esc(r.topic)}",partition="{r.partition}"}} {_num(r.lag)}\n'
+                    )
     lines = {
-        m.LAG_RECORDS: rec, m.LAG_SECONDS: sec, m.FLOW_STATUS: [f'{m.FLOW_STATUS}{{flow="{f}"}} {_num(Status[lag.status])}\n'],
-        "mirror_partition_status": pst, "mirror_target_end_offset": tend, m.CHECKPOINT_AGE: age,
-        "mirror_group_lag_records": glag, "mirror_group_unmirrored_records": risk,
+        m.LAG_RECORDS: rec,
+        m.LAG_SECONDS: sec,
+        m.FLOW_STATUS: [f'{m.FLOW_STATUS}{{flow="{f}"}} {_num(Status[lag.status])}\n'],
+        "mirror_partition_status": pst,
+        "mirror_target_end_offset": tend,
+        m.CHECKPOINT_AGE: age,
+        "mirror_group_lag_records": glag,
+        "mirror_group_unmirrored_records": risk,
     }
     return {name: "".join(v) for name, v in lines.items()}
 
@@ -116,7 +130,9 @@ class Gathered:
     text: dict[str, str]
 
 
-def pick(gathered: dict[str, Gathered], flows: list[str], now: float, stale_after: float) -> tuple[dict[str, Gathered], dict[str, str]]:
+def pick(
+    gathered: dict[str, Gathered], flows: list[str], now: float, stale_after: float
+) -> tuple[dict[str, Gathered], dict[str, str]]:
     """Which gathers a scrape at `now` serves, and why the others are left out.
 
     Returns (served, flow -> reason): `timeout` for a flow not gathered yet, `stale` for a
@@ -184,7 +200,9 @@ class MonitorCollector:
             with self._lock:
                 if name not in self._admin_cache:
                     cluster = config.clusters[name]
-                    self._admin_cache[name] = Admin(name, cluster.model_copy(update={"timeout": min(cluster.timeout, deadline)}))
+                    self._admin_cache[name] = Admin(
+                        name, cluster.model_copy(update={"timeout": min(cluster.timeout, deadline)})
+                    )
                 return self._admin_cache[name]
 
         self._probes = {f.name: FlowProbe(config, f, admins, store, clock, deadline) for f in self.flows}
@@ -249,14 +267,23 @@ class MonitorCollector:
         completed, waits for it up to the scrape timeout."""
         end = time.monotonic() + self.deadline
         with self._done:
-            while not self._stop.is_set() and any(n not in self._gathered for n in self._probes) and (left := end - time.monotonic()) > 0:
+            while (
+                not self._stop.is_set()
+                and any(n not in self._gathered for n in self._probes)
+                and (left := end - time.monotonic()) > 0
+            ):
                 self._done.wait(left)
             gathered = dict(self._gathered)
         out, left_out = pick(gathered, list(self._probes), time.monotonic(), self.stale_after)
         for name, reason in left_out.items():
             self.metrics.errors.labels(name, reason).inc()
-            log.warning("flow %s: %s; its series are left out of this scrape", name,
-                        f"no lag gathered within {self.deadline:g}s" if reason == "timeout" else f"newest lag gathered more than {self.stale_after:g}s ago")
+            log.warning(
+                "flow %s: %s; its series are left out of this scrape",
+                name,
+                f"no lag gathered within {self.deadline:g}s"
+                if reason == "timeout"
+                else f"newest lag gathered more than {self.stale_after:g}s ago",
+            )
         return out
 
     def exposition(self) -> bytes:
@@ -305,23 +332,53 @@ def serve(collector: MonitorCollector, port: int, host: str = "127.0.0.1") -> Th
 
 
 def build(
-    config: Config, flows: Sequence[FlowConfig] | None = None, *, registry: CollectorRegistry | None = None, deadline: float = 8.0,
-    interval: float = 15.0, store: FullOffsetStore | None = None, stale_after: float | None = None,
+    config: Config,
+    flows: Sequence[FlowConfig] | None = None,
+    *,
+    registry: CollectorRegistry | None = None,
+    deadline: float = 8.0,
+    interval: float = 15.0,
+    store: FullOffsetStore | None = None,
+    stale_after: float | None = None,
 ) -> MonitorCollector:
     """The collector, gathering already (its first gathers start now)."""
     registry = registry if registry is not None else CollectorRegistry()
     metrics = m.MonitorMetrics(registry)
-    collector = MonitorCollector(config, flows, metrics=metrics, registry=registry, deadline=deadline, interval=interval, store=store, stale_after=stale_after)
+    collector = MonitorCollector(
+        config,
+        flows,
+        metrics=metrics,
+        registry=registry,
+        deadline=deadline,
+        interval=interval,
+        store=store,
+        stale_after=stale_after,
+    )
     collector.start()
     return collector
 
 
-def run(config: Config, *, port: int, host: str, stop: threading.Event, deadline: float = 8.0, interval: float = 15.0, flows: Sequence[FlowConfig] | None = None) -> None:
+def run(
+    config: Config,
+    *,
+    port: int,
+    host: str,
+    stop: threading.Event,
+    deadline: float = 8.0,
+    interval: float = 15.0,
+    flows: Sequence[FlowConfig] | None = None,
+) -> None:
     """Gather every flow and serve /metrics until `stop` is set."""
     store = open_optional(config)
     collector = build(config, flows, deadline=deadline, interval=interval, store=store)
     server = serve(collector, port, host)
-    log.info("monitor: %d flows on http://%s:%s/metrics, gathered every %gs", len(collector.flows), host, server.server_port, interval)
+    log.info(
+        "monitor: %d flows on http://%s:%s/metrics, gathered every %gs",
+        len(collector.flows),
+        host,
+        server.server_port,
+        interval,
+    )
     try:
         stop.wait()
     finally:
@@ -330,4 +387,3 @@ def run(config: Config, *, port: int, host: str, stop: threading.Event, deadline
         collector.close()
         if store is not None:
             store.close()
-

@@ -117,11 +117,17 @@ def gather_flow(
     if reader is not None:
         _read_waiting_timestamps(parts, marks, committed, cache, reader, read_timeout, errors)
     out = _partition_lags(parts, mappings, marks, committed, target_marks, cache, now)
-    groups = _gather_groups(flow, mappings, marks, committed, target_marks, source, target, store, now, errors) if with_groups and flow.groups else []
+    groups = (
+        _gather_groups(flow, mappings, marks, committed, target_marks, source, target, store, now, errors)
+        if with_groups and flow.groups
+        else []
+    )
     return FlowLag(flow.name, flow.source, flow.target, now, out, groups, active, errors=list(errors))
 
 
-def _request_target_ends(flow: FlowConfig, target: Admin, mappings: list[TopicMapping], errors: _Errors) -> PendingOffsets[int] | None:
+def _request_target_ends(
+    flow: FlowConfig, target: Admin, mappings: list[TopicMapping], errors: _Errors
+) -> PendingOffsets[int] | None:
     """The target topics' end offsets, requested (not waited for); None when the target does not answer."""
     try:
         existing = target.topics()
@@ -129,12 +135,20 @@ def _request_target_ends(flow: FlowConfig, target: Admin, mappings: list[TopicMa
         # for by name, so a missing grant is not shown as a topic not mirrored yet.
         hidden = target.hidden_topics(sorted({m.target for m in mappings if m.target not in existing}))
         if hidden:
-            errors.add(AuthorizationFailed(
-                f"cluster {flow.target!r}: {principal_of(flow.target)} is not allowed to see topic {hidden[0]!r}: missing Describe on topic {hidden[0]!r}"
-                + (f" (and {len(hidden) - 1} more)" if len(hidden) > 1 else ""),
-                hint="grant it; `mirror acls -c CONFIG` lists every ACL the mirror needs",
-            ))
-        tparts = [(m.target, p) for m in mappings if m.target in existing for p in range(min(m.partitions, existing[m.target]))]
+            errors.add(
+                AuthorizationFailed(
+                    f"cluster {flow.target!r}: {principal_of(flow.target)} is not allowed to see topic {hidden[0]!r}: "
+                    f"missing Describe on topic {hidden[0]!r}"
+                    + (f" (and {len(hidden) - 1} more)" if len(hidden) > 1 else ""),
+                    hint="grant it; `mirror acls -c CONFIG` lists every ACL the mirror needs",
+                )
+            )
+        tparts = [
+            (m.target, p)
+            for m in mappings
+            if m.target in existing
+            for p in range(min(m.partitions, existing[m.target]))
+        ]
         # Only the ends are used: half the ListOffsets of `watermarks`.
         return target.request_end_offsets(tparts, committed_only=False)
     except MirrorError as exc:
@@ -163,7 +177,9 @@ def _read_waiting_timestamps(
     try:
         for key, rec in reader.first_records(wanted, read_timeout).items():
             if rec.timestamp_ms >= 0:
-                cache.put(key, wanted[key], rec.timestamp_ms, "record" if rec.offset == wanted[key] else "next-existing")
+                cache.put(
+                    key, wanted[key], rec.timestamp_ms, "record" if rec.offset == wanted[key] else "next-existing"
+                )
     except MirrorError as exc:
         errors.add(exc)
 
@@ -274,7 +290,15 @@ def _ask_unlisted(admin: Admin, flow: FlowConfig, listed: Iterable[str], errors:
 class FlowProbe:
     """What gathering one flow needs, kept across scrapes (clients, caches, Burrow windows)."""
 
-    def __init__(self, config: Config, flow: FlowConfig, admins: Callable[[str], Admin], store: FullOffsetStore | None, clock: Callable[[], float], timeout: float) -> None:
+    def __init__(
+        self,
+        config: Config,
+        flow: FlowConfig,
+        admins: Callable[[str], Admin],
+        store: FullOffsetStore | None,
+        clock: Callable[[], float],
+        timeout: float,
+    ) -> None:
         self.config, self.flow = config, flow
         self._admins = admins
         self.store = store
@@ -282,7 +306,9 @@ class FlowProbe:
         self.timeout = timeout
         self.cache = TimestampCache()
         self.evaluator = Evaluator(min_span=3 * flow.commit_interval)
-        self._reader_cluster = config.clusters[flow.source].model_copy(update={"timeout": min(config.clusters[flow.source].timeout, timeout)})
+        self._reader_cluster = config.clusters[flow.source].model_copy(
+            update={"timeout": min(config.clusters[flow.source].timeout, timeout)}
+        )
         self.reader = PartitionReader(f"{flow.source}-lag-{flow.name}", self._reader_cluster)
 
     def reset(self) -> None:

@@ -95,7 +95,12 @@ class GroupCheckpointer:
                 self.last_error = None
             except MirrorError as exc:
                 if str(exc) != self.last_error:
-                    log.warning("flow %s: checkpoint skipped (retrying every %gs): %s", self.flow.name, self.flow.checkpoint_interval, exc)
+                    log.warning(
+                        "flow %s: checkpoint skipped (retrying every %gs): %s",
+                        self.flow.name,
+                        self.flow.checkpoint_interval,
+                        exc,
+                    )
                 self.last_error = str(exc)
             except Exception:
                 log.exception("flow %s: checkpoint failed unexpectedly", self.flow.name)
@@ -117,7 +122,11 @@ class GroupCheckpointer:
         groups = matching_groups(flow.groups, listed, exclude={flow.group_id})
         # Listing shows only the groups the principal may Describe: a group named literally is
         # asked for by name, so a missing grant fails the tick instead of skipping the group.
-        groups += [p for p in flow.groups if resource_for("group", p) == (Resource("group", p), True) and p not in listed and p != flow.group_id]
+        groups += [
+            p
+            for p in flow.groups
+            if resource_for("group", p) == (Resource("group", p), True) and p not in listed and p != flow.group_id
+        ]
         target_topics = self.admins.target.topics()
         # The target's ends first, the source's after: every copy on the target is then of a
         # record below the source end, which translating a partition with no offset-map row
@@ -150,8 +159,12 @@ class GroupCheckpointer:
                 # auto.offset.reset there.
                 src = source_marks.get((topic, part))
                 tr = translate(
-                    windows[(topic, part)].rows, position, ends[tkey].high,
-                    tip=tips[(topic, part)], target_start=ends[tkey].low, source_log=(src.low, src.high) if src else None,
+                    windows[(topic, part)].rows,
+                    position,
+                    ends[tkey].high,
+                    tip=tips[(topic, part)],
+                    target_start=ends[tkey].low,
+                    source_log=(src.low, src.high) if src else None,
                 )
                 rows.append(Checkpoint(group, topic, part, position, tr.target_offset, now_ms))
             self.store.write_checkpoints(flow.name, rows)
@@ -199,10 +212,19 @@ class GroupCheckpointer:
         self._held[group] = held
         if held:
             log.warning(
-                "flow %s: not syncing group %s on %s for %d partition(s) (first %s[%d]): their offsets there were set by "
+                "flow %s: not syncing group %s on %s for %d partition(s) (first %s[%d]): their offsets there were set "
+                "by "
                 "someone else (failover apply/import or the group's own consumers), and the sync never moves those; "
                 "delete the group's offsets on %s to hand them back to the sync",
-                self.flow.name, group, self.flow.target, len(held), held[0][0], held[0][1], self.flow.target,
+                self.flow.name,
+                group,
+                self.flow.target,
+                len(held),
+                held[0][0],
+                held[0][1],
+                self.flow.target,
             )
         else:
-            log.info("flow %s: group %s on %s is synced on every partition again", self.flow.name, group, self.flow.target)
+            log.info(
+                "flow %s: group %s on %s is synced on every partition again", self.flow.name, group, self.flow.target
+            )

@@ -48,7 +48,9 @@ def run_flows(
             store = open_store(config.offset_store)
             stack.callback(store.close)
         else:
-            log.warning("offset store off: no offset map, no checkpoints; failover cannot translate offsets for this run")
+            log.warning(
+                "offset store off: no offset map, no checkpoints; failover cannot translate offsets for this run"
+            )
 
         run_metrics = None
         if metrics_port is not None:
@@ -79,7 +81,11 @@ def run_flows(
             stats_interval_ms=STATS_INTERVAL_MS if run_metrics else 0,
         )
         if run_metrics is not None:
-            FlowStateCollector(lambda: {w.flow.name: w.state.value for w in runner.workers}, [s.value for s in FlowState], run_metrics.registry)
+            FlowStateCollector(
+                lambda: {w.flow.name: w.state.value for w in runner.workers},
+                [s.value for s in FlowState],
+                run_metrics.registry,
+            )
         try:
             runner.run()
         finally:
@@ -93,7 +99,11 @@ def run_flows(
 
 
 def _start_checkpointers(
-    config: Config, flows: Sequence[FlowConfig], store: FullOffsetStore | None, run_metrics: RunMetrics | None, side_stop: threading.Event
+    config: Config,
+    flows: Sequence[FlowConfig],
+    store: FullOffsetStore | None,
+    run_metrics: RunMetrics | None,
+    side_stop: threading.Event,
 ) -> list[tuple[GroupCheckpointer, threading.Thread]]:
     """One thread per flow with groups, checkpointing them until `side_stop` (none without a store)."""
     out: list[tuple[GroupCheckpointer, threading.Thread]] = []
@@ -161,10 +171,17 @@ def _ensure_canary_topics(config: Config, flows: Sequence[FlowConfig]) -> None:
             count, created = ensure_canary_topic(Admin(source, config.clusters[source]), config.canary.topic)
         except AuthorizationFailed as exc:
             # Least privilege leaves Create on it to `mirror canary`, which makes it itself.
-            log.info("not making the canary topic %s on %s (`mirror canary` makes it): %s", config.canary.topic, source, exc)
+            log.info(
+                "not making the canary topic %s on %s (`mirror canary` makes it): %s", config.canary.topic, source, exc
+            )
             continue
         except MirrorError as exc:
-            log.warning("could not make the canary topic %s on %s (probes reach the target after a later topic refresh): %s", config.canary.topic, source, exc)
+            log.warning(
+                "could not make the canary topic %s on %s (probes reach the target after a later topic refresh): %s",
+                config.canary.topic,
+                source,
+                exc,
+            )
             continue
         if created:
             log.info("created the canary topic %s on %s (%d partitions)", config.canary.topic, source, count)

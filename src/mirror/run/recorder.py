@@ -39,9 +39,21 @@ class StoreMetrics:
     _lock = threading.Lock()
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.healthy = Gauge("mirror_offset_store_healthy", "1 while offset-map writes succeed; 0 while they fail and source commits are held back.", ["flow"], registry=registry)
-        self.errors = Counter("mirror_offset_store_errors", "Offset-map writes that failed (each one held a source commit back).", ["flow"], registry=registry)
-        self.rows = Counter("mirror_offset_sync_rows", "Offset-map rows written (one per delta change).", ["flow"], registry=registry)
+        self.healthy = Gauge(
+            "mirror_offset_store_healthy",
+            "1 while offset-map writes succeed; 0 while they fail and source commits are held back.",
+            ["flow"],
+            registry=registry,
+        )
+        self.errors = Counter(
+            "mirror_offset_store_errors",
+            "Offset-map writes that failed (each one held a source commit back).",
+            ["flow"],
+            registry=registry,
+        )
+        self.rows = Counter(
+            "mirror_offset_sync_rows", "Offset-map rows written (one per delta change).", ["flow"], registry=registry
+        )
 
     @classmethod
     def for_registry(cls, registry: CollectorRegistry) -> StoreMetrics:
@@ -152,7 +164,9 @@ class OffsetMapRecorder:
         if self.failing_since is not None:
             log.warning(
                 "flow %s: offset store is back after %.1fs; %d offset-map rows written, source commits resume",
-                self.flow, self._clock() - self.failing_since, len(rows),
+                self.flow,
+                self._clock() - self.failing_since,
+                len(rows),
             )
             self.failing_since = None
             self.last_error = None
@@ -223,7 +237,9 @@ class OffsetMapRecorder:
             self.failing_since = self._clock()
             log.error(
                 "flow %s: cannot store %d offset-map rows, holding source commits back until the store answers: %s",
-                self.flow, len(self._pending), exc,
+                self.flow,
+                len(self._pending),
+                exc,
             )
         self.last_error = str(exc)
 
@@ -241,4 +257,9 @@ class OffsetMapRecorder:
             self.flush()
         except MirrorError as exc:
             # The engine does not commit past unsaved rows, so they are re-derived on restart.
-            log.warning("flow %s: %d offset-map rows not stored at close (the next run re-creates them): %s", self.flow, self.pending, exc)
+            log.warning(
+                "flow %s: %d offset-map rows not stored at close (the next run re-creates them): %s",
+                self.flow,
+                self.pending,
+                exc,
+            )

@@ -69,7 +69,9 @@ def stop_with_supervisor(stop: threading.Event, interval: float = 1.0) -> None:
     threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
 
 
-def supervise(argv: Sequence[str], workers: int, *, metrics_port: int | None, stop: threading.Event, restart: bool = True) -> int:
+def supervise(
+    argv: Sequence[str], workers: int, *, metrics_port: int | None, stop: threading.Event, restart: bool = True
+) -> int:
     """Run `mirror run ARGV` in `workers` child processes; returns the exit status."""
 
     def spawn(i: int) -> subprocess.Popen[bytes]:
@@ -104,7 +106,14 @@ def supervise(argv: Sequence[str], workers: int, *, metrics_port: int | None, st
                 streak = crash_streak(streak, calm_since, time.monotonic())
                 calm_since = time.monotonic()
                 delay = restart_delay(streak)
-                log.warning("worker %d exited with %d (crash %d in a row); its partitions move to the others; restarting it in %.0fs", i, rc, streak, delay)
+                log.warning(
+                    "worker %d exited with %d (crash %d in a row); its partitions move to the others; restarting it in "
+                    "%.0fs",
+                    i,
+                    rc,
+                    streak,
+                    delay,
+                )
                 due[i] = time.monotonic() + delay  # the other workers are watched meanwhile
         for i, when in list(due.items()):
             if time.monotonic() >= when and not stop.is_set():

@@ -26,7 +26,15 @@ log = logging.getLogger(__name__)
 class TopicSyncer:
     """One flow's sync loop: `tick()` once, or `run(stop)` until the event is set."""
 
-    def __init__(self, config: Config, flow: FlowConfig, metrics: TopicSyncMetrics | None = None, *, source: Admin | None = None, target: Admin | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        flow: FlowConfig,
+        metrics: TopicSyncMetrics | None = None,
+        *,
+        source: Admin | None = None,
+        target: Admin | None = None,
+    ) -> None:
         self.config = config
         self.flow = flow
         self.metrics = metrics  # when the process serves /metrics
@@ -44,7 +52,10 @@ class TopicSyncer:
         return synced
 
     def run(self, stop: threading.Event) -> None:
-        """Tick every `sync_topic_configs_interval` until `stop` is set; failures are logged and counted, never fatal."""
+        """Tick every `sync_topic_configs_interval` until `stop` is set.
+
+        Failures are logged and counted, never fatal.
+        """
         interval = self.flow.sync_topic_configs_interval
         # The worker creates the flow's target topics on its first refresh; the first
         # comparison waits one interval rather than racing it.
@@ -67,4 +78,3 @@ class TopicSyncer:
     def _count_failure(self) -> None:
         if self.metrics is not None:
             self.metrics.failures.labels(self.flow.name).inc()
-

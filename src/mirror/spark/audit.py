@@ -49,13 +49,20 @@ class PartitionAudit:
     checksum_equal: bool = True
     minutes_differing: int = 0
     missing: list[int] = field(default_factory=list)  # source offsets with no copy
-    extra: list[int] = field(default_factory=list)  # target offsets that copy nothing in the window, or copy a record twice
+    extra: list[int] = field(
+        default_factory=list
+    )  # target offsets that copy nothing in the window, or copy a record twice
     altered: list[int] = field(default_factory=list)  # source offsets whose copy differs
     trimmed: int = 0  # source records the target's retention removed (not a difference)
 
     @property
     def equal(self) -> bool:
-        return self.source_count == self.target_count and self.checksum_equal and not (self.missing or self.extra or self.altered) and not self.minutes_differing
+        return (
+            self.source_count == self.target_count
+            and self.checksum_equal
+            and not (self.missing or self.extra or self.altered)
+            and not self.minutes_differing
+        )
 
 
 @dataclass
@@ -68,16 +75,24 @@ class AuditReport:
         return all(p.equal for p in self.partitions)
 
     def to_json(self) -> str:
-        return json.dumps({"flow": self.flow, "equal": self.equal, "partitions": [{**asdict(p), "equal": p.equal} for p in self.partitions]}, indent=2)
+        return json.dumps(
+            {
+                "flow": self.flow,
+                "equal": self.equal,
+                "partitions": [{**asdict(p), "equal": p.equal} for p in self.partitions],
+            },
+            indent=2,
+        )
 
 
-def _read(spark: Any, config: Config, cluster: str, starting: dict[str, dict[str, int]], ending: dict[str, dict[str, int]]) -> Any:
+def _read(
+    spark: Any, config: Config, cluster: str, starting: dict[str, dict[str, int]], ending: dict[str, dict[str, int]]
+) -> Any:
     reader = spark.read.format("kafka")
     for k, v in java_kafka_options(cluster, config.clusters[cluster].client).items():
         reader = reader.option(f"kafka.{k}", v)
     return (
-        reader
-        .option("kafka.bootstrap.servers", config.clusters[cluster].bootstrap)
+        reader.option("kafka.bootstrap.servers", config.clusters[cluster].bootstrap)
         .option("kafka.isolation.level", "read_committed")
         .option("subscribe", ",".join(sorted(starting)))
         .option("startingOffsets", json.dumps(starting))
@@ -119,11 +134,21 @@ class _Window:
     tgt_end: dict[tuple[str, int], int]  # target partition -> high watermark
     cutoffs: dict[str, float | None]  # target topic -> `retention_cutoff`
     copies_end: dict[tuple[str, int], int] = field(default_factory=dict)  # without provenance: the target's window end
-    held_from: dict[tuple[str, int], int] = field(default_factory=dict)  # the first source offset the target still holds
+    held_from: dict[tuple[str, int], int] = field(
+        default_factory=dict
+    )  # the first source offset the target still holds
 
 
-def audit(spark: Any, config: Config, flow: FlowConfig, topics: list[str] | None = None, *, from_ms: int | None = None, to_ms: int | None = None,
-          now_ms: int | None = None) -> AuditReport:
+def audit(
+    spark: Any,
+    config: Config,
+    flow: FlowConfig,
+    topics: list[str] | None = None,
+    *,
+    from_ms: int | None = None,
+    to_ms: int | None = None,
+    now_ms: int | None = None,
+) -> AuditReport:
     """Compare the flow's source and target (see the module's docstring). Each side is read
     from Kafka once and kept (persisted) for the several aggregations and the join."""
     window = _window(config, flow, topics, int(time.time() * 1000) if now_ms is None else now_ms)
@@ -162,10 +187,15 @@ def _window(config: Config, flow: FlowConfig, topics: list[str] | None, now: int
     start = {(m.source, p): src_marks[(m.source, p)].low for m, p in parts}
     end = {tp: max(low, committed.get(tp, low)) for tp, low in start.items()}
     retention = target_admin.effective_configs(sorted(set(to_target.values())), ("retention.ms", "retention.bytes"))
-    window = _Window(parts, to_target, start, end,
-                     {(m.target, p): tgt_marks[(m.target, p)].low for m, p in parts},
-                     {(m.target, p): tgt_marks[(m.target, p)].high for m, p in parts},
-                     {t: retention_cutoff(retention.get(t, {}), now) for t in set(to_target.values())})
+    window = _Window(
+        parts,
+        to_target,
+        start,
+        end,
+        {(m.target, p): tgt_marks[(m.target, p)].low for m, p in parts},
+        {(m.target, p): tgt_marks[(m.target, p)].high for m, p in parts},
+        {t: retention_cutoff(retention.get(t, {}), now) for t in set(to_target.values())},
+    )
     if not flow.provenance_headers:
         # Without provenance: the target's window (its copies of [start, end)) from the offset map.
         store = open_store(config.offset_store)
@@ -173,7 +203,9 @@ def _window(config: Config, flow: FlowConfig, topics: list[str] | None, now: int
             for m, p in parts:
                 syncs = store.syncs(flow.name, m.source, p)
                 low, high = window.tgt_start[(m.target, p)], window.tgt_end[(m.target, p)]
-                window.copies_end[(m.source, p)] = translate(syncs, end[(m.source, p)], high, tip=store.tip(flow.name, m.source, p), target_start=low).target_offset
+                window.copies_end[(m.source, p)] = translate(
+                    syncs, end[(m.source, p)], high, tip=store.tip(flow.name, m.source, p), target_start=low
+                ).target_offset
                 window.held_from[(m.source, p)] = first_held(syncs, low, start[(m.source, p)])
         finally:
             store.close()
@@ -191,7 +223,9 @@ def _map(pairs: dict[Any, Any]) -> Any:
     """A Spark map literal; tuple keys become "topic|partition"."""
     from pyspark.sql import functions as F
 
-    return F.create_map(*[x for k, v in pairs.items() for x in (F.lit("|".join(map(str, k)) if isinstance(k, tuple) else k), F.lit(v))])
+    return F.create_map(
+        *[x for k, v in pairs.items() for x in (F.lit("|".join(map(str, k)) if isinstance(k, tuple) else k), F.lit(v))]
+    )
 
 
 def _sides(spark: Any, config: Config, flow: FlowConfig, window: _Window) -> tuple[Any, Any]:
@@ -204,14 +238,34 @@ def _sides(spark: Any, config: Config, flow: FlowConfig, window: _Window) -> tup
     src = _read(spark, config, flow.source, _spec(window.start), _spec(window.end))
     src = src.select("topic", "partition", "offset", ts.alias("ts"), "key", "value", "headers")
     tgt = _read(spark, config, flow.target, _spec(window.tgt_start), _spec(window.tgt_end))
-    origin = F.expr(f"try_element_at(filter(coalesce(headers, array()), h -> h.key = '{HEADER_ORIGIN}'), -1).value").cast("string")
+    origin = F.expr(
+        f"try_element_at(filter(coalesce(headers, array()), h -> h.key = '{HEADER_ORIGIN}'), -1).value"
+    ).cast("string")
     tgt = tgt.select("topic", "partition", "offset", ts.alias("ts"), "key", "value", "headers", origin.alias("origin"))
     # Only copies made by this flow, of this partition, count as copies; this hop's header is not content.
-    prefix = {(r.target_topic, r.partition): (r.origin or b"").decode() for m, p in window.parts for r in [route(flow, m.source, p)]}
+    prefix = {
+        (r.target_topic, r.partition): (r.origin or b"").decode()
+        for m, p in window.parts
+        for r in [route(flow, m.source, p)]
+    }
     tgt = tgt.withColumn("prefix", _map(prefix)[F.concat_ws("|", "topic", F.col("partition").cast("string"))])
-    tgt = tgt.withColumn("is_copy", F.coalesce(F.col("origin").isNotNull() & (F.col("prefix") != F.lit("")) & F.col("origin").startswith(F.col("prefix")), F.lit(False)))
-    tgt = tgt.withColumn("src_offset", F.when(F.col("is_copy"), F.expr("try_cast(substring(origin, length(prefix) + 1) as bigint)")))
-    tgt = tgt.withColumn("headers", F.expr(f"filter(coalesce(headers, array()), h -> NOT (h.key = '{HEADER_ORIGIN}' AND cast(h.value as string) <=> origin AND is_copy))"))
+    tgt = tgt.withColumn(
+        "is_copy",
+        F.coalesce(
+            F.col("origin").isNotNull() & (F.col("prefix") != F.lit("")) & F.col("origin").startswith(F.col("prefix")),
+            F.lit(False),
+        ),
+    )
+    tgt = tgt.withColumn(
+        "src_offset", F.when(F.col("is_copy"), F.expr("try_cast(substring(origin, length(prefix) + 1) as bigint)"))
+    )
+    tgt = tgt.withColumn(
+        "headers",
+        F.expr(
+            f"filter(coalesce(headers, array()), h -> NOT (h.key = '{HEADER_ORIGIN}' AND cast(h.value as string) <=> "
+            "origin AND is_copy))"
+        ),
+    )
     src = src.withColumn("headers", F.expr("coalesce(headers, array())"))
     digest = F.xxhash64("key", "value", "ts", "headers").cast("decimal(38,0)")
     src = src.withColumn("h", digest)
@@ -220,7 +274,11 @@ def _sides(spark: Any, config: Config, flow: FlowConfig, window: _Window) -> tup
     tgt = tgt.withColumn("source_topic", _map({t: s for s, t in window.to_target.items()})[F.col("topic")])
     key = F.concat_ws("|", "source_topic", F.col("partition").cast("string"))
     if flow.provenance_headers:
-        in_window = F.col("is_copy") & (F.col("src_offset") >= _map(window.start)[key]) & (F.col("src_offset") < _map(window.end)[key])
+        in_window = (
+            F.col("is_copy")
+            & (F.col("src_offset") >= _map(window.start)[key])
+            & (F.col("src_offset") < _map(window.end)[key])
+        )
     else:
         in_window = F.col("offset") < _map(window.copies_end)[key]
     tgt = tgt.withColumn("in_window", F.coalesce(in_window, F.lit(False)))
@@ -229,7 +287,9 @@ def _sides(spark: Any, config: Config, flow: FlowConfig, window: _Window) -> tup
     return src.drop("key", "value", "headers").cache(), tgt.drop("key", "value", "headers", "origin", "prefix").cache()
 
 
-def _compare(flow: FlowConfig, window: _Window, report: AuditReport, src: Any, tgt: Any, from_ms: int | None, to_ms: int | None) -> None:
+def _compare(
+    flow: FlowConfig, window: _Window, report: AuditReport, src: Any, tgt: Any, from_ms: int | None, to_ms: int | None
+) -> None:
     """Counts and checksums per partition and per minute, then (with provenance) the join."""
     from pyspark.sql import functions as F
 
@@ -239,7 +299,10 @@ def _compare(flow: FlowConfig, window: _Window, report: AuditReport, src: Any, t
         # all its copies, before --from/--to, or a gap after copies it still holds whose
         # records fall in the time range would pass for trimmed.
         moved = [(m.source, p) for m, p in window.parts if window.tgt_start[(m.target, p)] > 0]
-        firsts = {(r[0], r[1]): r[2] for r in tgt.where("in_window").groupBy("source_topic", "partition").agg(F.min("src_offset")).collect()}
+        firsts = {
+            (r[0], r[1]): r[2]
+            for r in tgt.where("in_window").groupBy("source_topic", "partition").agg(F.min("src_offset")).collect()
+        }
         held_from = {tp: firsts.get(tp, window.end[tp]) for tp in moved}
     if from_ms is not None:
         src, tgt = src.where(F.col("ts") >= from_ms), tgt.where(F.col("ts") >= from_ms)
@@ -253,7 +316,11 @@ def _compare(flow: FlowConfig, window: _Window, report: AuditReport, src: Any, t
         return {(r[0], r[1]): (r["n"], int(r["s"] or 0)) for r in rows}
 
     def minutes(df: Any, topic_col: str) -> set[tuple[str, int, int, int, int]]:
-        rows = df.groupBy(topic_col, "partition", F.floor(F.col("ts") / 60000).alias("m")).agg(F.count("*").alias("n"), F.sum("h").alias("s")).collect()
+        rows = (
+            df.groupBy(topic_col, "partition", F.floor(F.col("ts") / 60000).alias("m"))
+            .agg(F.count("*").alias("n"), F.sum("h").alias("s"))
+            .collect()
+        )
         return {(r[0], r[1], r["m"], r["n"], int(r["s"] or 0)) for r in rows}
 
     src_agg, tgt_agg = agg(src, "topic"), agg(window_tgt, "source_topic")
@@ -274,8 +341,14 @@ def _trim(src: Any, window: _Window, held_from: dict[tuple[str, int], int]) -> t
     trimmed (counted, and left out of every comparison)."""
     from pyspark.sql import functions as F
 
-    rules = [(F.col("topic") == F.lit(t)) & (F.col("partition") == F.lit(p)) & (F.col("offset") < F.lit(f)) & (F.col("ts") < F.lit(window.cutoffs[window.to_target[t]]))
-             for (t, p), f in held_from.items() if f > window.start[(t, p)] and window.cutoffs.get(window.to_target[t]) is not None]
+    rules = [
+        (F.col("topic") == F.lit(t))
+        & (F.col("partition") == F.lit(p))
+        & (F.col("offset") < F.lit(f))
+        & (F.col("ts") < F.lit(window.cutoffs[window.to_target[t]]))
+        for (t, p), f in held_from.items()
+        if f > window.start[(t, p)] and window.cutoffs.get(window.to_target[t]) is not None
+    ]
     if not rules:
         return src, {}
     rule = rules[0]
@@ -293,12 +366,25 @@ def _join(src: Any, tgt: Any, window_tgt: Any, by_key: dict[tuple[str, int], Par
     def first_few(df: Any, topic: str, part: str, col: str) -> list[Any]:
         return df.groupBy(topic, part).agg(F.slice(F.sort_array(F.collect_list(col)), 1, SAMPLE).alias("o")).collect()
 
-    s = src.select(F.col("topic").alias("st"), F.col("partition").alias("sp"), F.col("offset").alias("so"), F.col("h").alias("sh"))
-    t = window_tgt.select(F.col("source_topic").alias("st"), F.col("partition").alias("sp"), F.col("src_offset").alias("so"), F.col("h").alias("th"), F.col("offset").alias("to"))
+    s = src.select(
+        F.col("topic").alias("st"), F.col("partition").alias("sp"), F.col("offset").alias("so"), F.col("h").alias("sh")
+    )
+    t = window_tgt.select(
+        F.col("source_topic").alias("st"),
+        F.col("partition").alias("sp"),
+        F.col("src_offset").alias("so"),
+        F.col("h").alias("th"),
+        F.col("offset").alias("to"),
+    )
     joined = s.join(t, ["st", "sp", "so"], "full_outer")
     missing = first_few(joined.where("to IS NULL"), "st", "sp", "so")
     altered = first_few(joined.where("sh IS NOT NULL AND th IS NOT NULL AND sh != th"), "st", "sp", "so")
-    dupes = first_few(t.groupBy("st", "sp", "so").agg(F.count("*").alias("n"), F.max("to").alias("to")).where("n > 1"), "st", "sp", "to")
+    dupes = first_few(
+        t.groupBy("st", "sp", "so").agg(F.count("*").alias("n"), F.max("to").alias("to")).where("n > 1"),
+        "st",
+        "sp",
+        "to",
+    )
     # Records on the target that are no copy of this flow's (injected), within the target
     # range the window's copies span.
     foreign = first_few(tgt.where("NOT is_copy"), "source_topic", "partition", "offset")

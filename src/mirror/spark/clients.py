@@ -30,15 +30,25 @@ _JAAS_MODULES = {
 # Same name, same meaning in both clients.
 _SAME = ("security.protocol", "ssl.key.password", "ssl.cipher.suites", "sasl.kerberos.service.name")
 # librdkafka-only keys this mapping turns into others (handled below).
-_MAPPED = {"sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password", "ssl.ca.location", "ssl.certificate.location",
-           "ssl.key.location", "ssl.endpoint.identification.algorithm"}
+_MAPPED = {
+    "sasl.mechanism",
+    "sasl.mechanisms",
+    "sasl.username",
+    "sasl.password",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.endpoint.identification.algorithm",
+}
 
 
 def _jaas_quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def java_kafka_options(cluster: str, client: Mapping[str, Any], read: Callable[[Path], str] = lambda p: p.read_text()) -> dict[str, str]:
+def java_kafka_options(
+    cluster: str, client: Mapping[str, Any], read: Callable[[Path], str] = lambda p: p.read_text()
+) -> dict[str, str]:
     """The `kafka.`-less Java client options for a cluster's librdkafka security settings.
 
     Only security settings are mapped (the source's reading is Spark's own business); a
@@ -53,16 +63,26 @@ def java_kafka_options(cluster: str, client: Mapping[str, Any], read: Callable[[
         if key in _SAME:
             out[key] = str(value)
         elif key not in _MAPPED:
-            raise ConfigError(f"{where}.{key}", "has no Java client equivalent that `mirror spark run` knows",
-                              hint="the Spark source is a Java client: use security.protocol, sasl.mechanism/username/password, ssl.ca/certificate/key.location")
+            raise ConfigError(
+                f"{where}.{key}",
+                "has no Java client equivalent that `mirror spark run` knows",
+                hint=(
+                    "the Spark source is a Java client: use security.protocol, "
+                    "sasl.mechanism/username/password, ssl.ca/certificate/key.location"
+                ),
+            )
     mechanism = str(client.get("sasl.mechanism", client.get("sasl.mechanisms", ""))).upper()
     if mechanism:
         out["sasl.mechanism"] = mechanism
     if "sasl.username" in client or "sasl.password" in client:
         module = _JAAS_MODULES.get(mechanism or "GSSAPI")
         if module is None:
-            raise ConfigError(f"{where}.sasl.mechanism", f"{mechanism or 'GSSAPI (the default)'} with sasl.username/password is not supported by `mirror spark run`",
-                              hint="use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+            raise ConfigError(
+                f"{where}.sasl.mechanism",
+                f"{mechanism or 'GSSAPI (the default)'} with sasl.username/password is not supported by `mirror spark "
+                "run`",
+                hint="use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+            )
         user, password = str(client.get("sasl.username", "")), str(client.get("sasl.password", ""))
         out["sasl.jaas.config"] = f"{module} required username={_jaas_quote(user)} password={_jaas_quote(password)};"
     if "ssl.ca.location" in client:
@@ -71,14 +91,18 @@ def java_kafka_options(cluster: str, client: Mapping[str, Any], read: Callable[[
     cert_at, key_at = client.get("ssl.certificate.location"), client.get("ssl.key.location")
     if (cert_at is None) != (key_at is None):
         missing = "ssl.key.location" if key_at is None else "ssl.certificate.location"
-        raise ConfigError(f"{where}.{missing}", "is needed with the other half of the client certificate for `mirror spark run`")
+        raise ConfigError(
+            f"{where}.{missing}", "is needed with the other half of the client certificate for `mirror spark run`"
+        )
     if cert_at is not None and key_at is not None:
         out["ssl.keystore.type"] = "PEM"
         try:
             out["ssl.keystore.certificate.chain"] = read(Path(str(cert_at)))
             out["ssl.keystore.key"] = read(Path(str(key_at)))
         except OSError as exc:
-            raise ConfigError(f"{where}.ssl.certificate.location", f"cannot read the client certificate or key: {exc.strerror}") from None
+            raise ConfigError(
+                f"{where}.ssl.certificate.location", f"cannot read the client certificate or key: {exc.strerror}"
+            ) from None
     algo = client.get("ssl.endpoint.identification.algorithm")
     if algo is not None:
         out["ssl.endpoint.identification.algorithm"] = "" if str(algo).lower() == "none" else str(algo)

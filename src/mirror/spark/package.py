@@ -91,13 +91,19 @@ def content_key(sources: Path, reqs: list[str]) -> str:
     """A hash of what goes into the package: mirror's source files, the versions installed
     here, the interpreter and the builder's format. Equal keys mean an equal package."""
     h = hashlib.sha256()
-    h.update(f"{FORMAT}\0{sys.implementation.name}\0{sys.version_info[:2]}\0{platform.machine()}\0{sys.platform}\0".encode())
+    h.update(
+        f"{FORMAT}\0{sys.implementation.name}\0{sys.version_info[:2]}\0{platform.machine()}\0{sys.platform}\0".encode()
+    )
     for req in reqs:
         h.update(f"req\0{req}\0".encode())
     # A set: the same distribution can be found twice (an egg-info in the working directory).
-    for dist in sorted({f"{_canonical(d.metadata['Name'] or '')}=={d.version}" for d in importlib.metadata.distributions()}):
+    for dist in sorted(
+        {f"{_canonical(d.metadata['Name'] or '')}=={d.version}" for d in importlib.metadata.distributions()}
+    ):
         h.update(f"dist\0{dist}\0".encode())
-    for path in sorted(p for p in sources.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"):
+    for path in sorted(
+        p for p in sources.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    ):
         h.update(f"file\0{path.relative_to(sources).as_posix()}\0".encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:20]
@@ -133,13 +139,30 @@ def ensure_package(root: Path) -> Package:
 
 def _build(staging: Path, sources: Path, reqs: list[str]) -> None:
     if importlib.util.find_spec("pex") is None:
-        raise MirrorError("pex is not installed in this environment", hint="run `make setup` (the `spark` extra installs it)")
+        raise MirrorError(
+            "pex is not installed in this environment", hint="run `make setup` (the `spark` extra installs it)"
+        )
     if sys.prefix == sys.base_prefix:
-        raise MirrorError("`mirror spark submit` packages the venv it runs in, and this Python is not a venv", hint="run it from the project's .venv (make setup)")
+        raise MirrorError(
+            "`mirror spark submit` packages the venv it runs in, and this Python is not a venv",
+            hint="run it from the project's .venv (make setup)",
+        )
     src = staging / "src"
     shutil.copytree(sources, src / "mirror", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    cmd = [sys.executable, "-m", "pex", *reqs, "--venv-repository", sys.prefix, "-D", str(src),
-           "--inherit-path=fallback", "--no-emit-warnings", "-o", str(staging / PEX_NAME)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pex",
+        *reqs,
+        "--venv-repository",
+        sys.prefix,
+        "-D",
+        str(src),
+        "--inherit-path=fallback",
+        "--no-emit-warnings",
+        "-o",
+        str(staging / PEX_NAME),
+    ]
     log.info("building the Spark package: %s", " ".join(cmd))
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT, stdin=subprocess.DEVNULL)

@@ -79,18 +79,31 @@ def loopback_master(master: str) -> bool:
         return True
     if not master.startswith("spark://"):
         return False
-    return urlparse("//" + master[len("spark://"):].split(",")[0]).hostname in ("127.0.0.1", "localhost")
+    return urlparse("//" + master[len("spark://") :].split(",")[0]).hostname in ("127.0.0.1", "localhost")
 
 
-def command(req: SubmitRequest, package: Package, jars: Sequence[str], spark_submit: Path, master: str | None = None) -> list[str]:
+def command(
+    req: SubmitRequest, package: Package, jars: Sequence[str], spark_submit: Path, master: str | None = None
+) -> list[str]:
     """The spark-submit line for `req` (`master`: the URL to give, default `req.master`)."""
     cluster = req.deploy_mode == "cluster"
     local = req.master.startswith("local")
     files = [str(package.pex)]
     if cluster:
         files.append(str(req.config.resolve()))
-    cmd = [str(spark_submit), "--master", master or req.master, "--deploy-mode", req.deploy_mode, "--name", f"mirror-{req.flow}",
-           "--jars", ",".join(jars), "--files", ",".join(files)]
+    cmd = [
+        str(spark_submit),
+        "--master",
+        master or req.master,
+        "--deploy-mode",
+        req.deploy_mode,
+        "--name",
+        f"mirror-{req.flow}",
+        "--jars",
+        ",".join(jars),
+        "--files",
+        ",".join(files),
+    ]
     # Executors start the PEX shipped into their working directory; local mode's tasks run
     # beside the driver, whose working directory is wherever this was started.
     confs = [("spark.pyspark.python", str(package.pex) if local else f"./{PEX_NAME}")]
@@ -102,7 +115,14 @@ def command(req: SubmitRequest, package: Package, jars: Sequence[str], spark_sub
         confs += [("spark.driver.host", "127.0.0.1"), ("spark.driver.bindAddress", "127.0.0.1")]
     for key, value in [*confs, *req.conf]:
         cmd += ["--conf", f"{key}={value}"]
-    cmd += [str(package.app), "-c", req.config.name if cluster else str(req.config.resolve()), "--flow", req.flow, *req.app_flags]
+    cmd += [
+        str(package.app),
+        "-c",
+        req.config.name if cluster else str(req.config.resolve()),
+        "--flow",
+        req.flow,
+        *req.app_flags,
+    ]
     if req.until_caught_up:
         cmd.append("--until-caught-up")
     if req.checkpoint is not None:

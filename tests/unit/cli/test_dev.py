@@ -10,7 +10,8 @@ from mirror.cli.dev import parse_broker_config
 
 def test_broker_config_pairs_and_mistakes():
     assert parse_broker_config(("auto.create.topics.enable=false", "num.partitions=3", "num.partitions=4")) == {
-        "auto.create.topics.enable": "false", "num.partitions": "4",
+        "auto.create.topics.enable": "false",
+        "num.partitions": "4",
     }
     for bad in ("novalue", "=x", "two words=1"):
         with pytest.raises(click.BadParameter, match="KEY=VALUE"):

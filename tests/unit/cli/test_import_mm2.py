@@ -19,7 +19,7 @@ nyc.sasl.jaas.config = org.apache.kafka.common.security.scram.ScramLoginModule r
 nyc->sf.enabled = true
 nyc->sf.topics = orders.*
 tasks.max = 8
-"""
+"""  # noqa: E501 (a real MM2 jaas.config line: properties values are one line)
 
 
 def test_config_only_writes_a_valid_file_without_secrets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -48,7 +48,9 @@ def test_bad_input_exits_2_naming_the_key(tmp_path: Path, capsys: pytest.Capture
     assert "replication.policy.separator" in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2
 
 
-def test_taking_over_needs_the_secrets_exported(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_taking_over_needs_the_secrets_exported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("NYC_SASL_PASSWORD", raising=False)
     props = tmp_path / "mm2.properties"
     props.write_text(MM2)

@@ -8,8 +8,16 @@ from mirror.cli.spark_app import main, parser
 
 
 def test_flags_are_spark_runs():
-    args = parser().parse_args(["-c", "m.yaml", "--flow", "f1", "--until-caught-up", "--max-records-per-batch", "500", "-vv"])
-    assert (str(args.config), args.flow, args.until_caught_up, args.max_records_per_batch, args.verbose) == ("m.yaml", "f1", True, 500, 2)
+    args = parser().parse_args(
+        ["-c", "m.yaml", "--flow", "f1", "--until-caught-up", "--max-records-per-batch", "500", "-vv"]
+    )
+    assert (str(args.config), args.flow, args.until_caught_up, args.max_records_per_batch, args.verbose) == (
+        "m.yaml",
+        "f1",
+        True,
+        500,
+        2,
+    )
 
 
 def test_a_bad_flag_is_a_usage_error():
@@ -28,8 +36,10 @@ def test_a_config_error_is_one_line_and_exit_2(tmp_path, capsys):
 
 def test_an_unknown_flow_is_one_line_and_exit_2(tmp_path, capsys):
     cfg = tmp_path / "m.yaml"
-    cfg.write_text("clusters:\n  a: {bootstrap: '127.0.0.1:1'}\n  b: {bootstrap: '127.0.0.1:2'}\n"
-                   "flows:\n  - {name: f1, source: a, target: b, topics: {include: ['x']}}\n")
+    cfg.write_text(
+        "clusters:\n  a: {bootstrap: '127.0.0.1:1'}\n  b: {bootstrap: '127.0.0.1:2'}\n"
+        "flows:\n  - {name: f1, source: a, target: b, topics: {include: ['x']}}\n"
+    )
     assert main(["-c", str(cfg), "--flow", "nope"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("Error: ") and "nope" in line

@@ -18,22 +18,33 @@ def test_a_taken_port_is_named_with_who_needed_it():
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        with pytest.raises(DevClusterError, match=f"port {port} on 127.0.0.1 is already in use \\(needed by dev Cassandra\\)"):
+        with pytest.raises(
+            DevClusterError, match=f"port {port} on 127.0.0.1 is already in use \\(needed by dev Cassandra\\)"
+        ):
             require_free_ports((port,), "dev Cassandra")
 
 
 def test_a_server_that_exits_during_start_is_reported_with_its_log(tmp_path: Path):
     log, pid = tmp_path / "x.log", tmp_path / "x.pid"
-    proc = spawn_detached([sys.executable, "-c", "print('bad option: --nope')"], log_file=log, pid_file=pid, cwd=tmp_path)
+    proc = spawn_detached(
+        [sys.executable, "-c", "print('bad option: --nope')"], log_file=log, pid_file=pid, cwd=tmp_path
+    )
     assert pid.read_text() == str(proc.pid)
     proc.wait(30)
-    with pytest.raises(DevClusterError, match="kafka cluster 'x' exited during start; last lines of .*\n.*bad option: --nope"):
+    with pytest.raises(
+        DevClusterError, match="kafka cluster 'x' exited during start; last lines of .*\n.*bad option: --nope"
+    ):
         wait_started("kafka cluster 'x'", pid_file=pid, log_file=log, ready=lambda: False, timeout=30, interval=0.05)
 
 
 def test_a_server_not_ready_in_time_is_reported_with_its_log(tmp_path: Path):
     log, pid = tmp_path / "x.log", tmp_path / "x.pid"
-    proc = spawn_detached([sys.executable, "-c", "import time; print('starting', flush=True); time.sleep(60)"], log_file=log, pid_file=pid, cwd=tmp_path)
+    proc = spawn_detached(
+        [sys.executable, "-c", "import time; print('starting', flush=True); time.sleep(60)"],
+        log_file=log,
+        pid_file=pid,
+        cwd=tmp_path,
+    )
     try:
         with pytest.raises(DevClusterError, match="cassandra not ready after 0.3s"):
             wait_started("cassandra", pid_file=pid, log_file=log, ready=lambda: False, timeout=0.3, interval=0.05)

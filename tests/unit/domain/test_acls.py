@@ -9,7 +9,15 @@ from click.testing import CliRunner
 
 from mirror import config
 from mirror.cli import cli
-from mirror.domain.acls import Resource, cluster_bindings, minimal_operations, principal_for, required_grants, resource_for, visibility_probes
+from mirror.domain.acls import (
+    Resource,
+    cluster_bindings,
+    minimal_operations,
+    principal_for,
+    required_grants,
+    resource_for,
+    visibility_probes,
+)
 
 BODY = """\
 clusters:
@@ -26,15 +34,18 @@ canary: {topic: canary-t}
 """
 
 
-@pytest.mark.parametrize(("regex", "resource", "exact"), [
-    ("users", Resource("topic", "users"), True),
-    ("orders\\..*", Resource("topic", "orders.", "prefixed"), True),
-    ("orders.*", Resource("topic", "orders", "prefixed"), True),
-    (".*", Resource("topic", "*"), True),
-    ("pay(ments)?", Resource("topic", "pay", "prefixed"), False),
-    ("paym?", Resource("topic", "pay", "prefixed"), False),
-    ("a|b", Resource("topic", "*"), False),
-])
+@pytest.mark.parametrize(
+    ("regex", "resource", "exact"),
+    [
+        ("users", Resource("topic", "users"), True),
+        ("orders\\..*", Resource("topic", "orders.", "prefixed"), True),
+        ("orders.*", Resource("topic", "orders", "prefixed"), True),
+        (".*", Resource("topic", "*"), True),
+        ("pay(ments)?", Resource("topic", "pay", "prefixed"), False),
+        ("paym?", Resource("topic", "pay", "prefixed"), False),
+        ("a|b", Resource("topic", "*"), False),
+    ],
+)
 def test_regex_to_resource(regex, resource, exact):
     assert resource_for("topic", regex) == (resource, exact)
 
@@ -63,7 +74,11 @@ def test_run_needs_write_and_idempotence_on_the_target_read_on_the_source():
 
 def test_implied_operations_are_left_out():
     assert minimal_operations(["Describe", "Read", "DescribeConfigs", "Read"]) == ("Read", "DescribeConfigs")
-    assert minimal_operations(["Create", "Describe", "Write", "DescribeConfigs", "AlterConfigs"]) == ("Create", "Write", "AlterConfigs")
+    assert minimal_operations(["Create", "Describe", "Write", "DescribeConfigs", "AlterConfigs"]) == (
+        "Create",
+        "Write",
+        "AlterConfigs",
+    )
     assert minimal_operations(["Describe"]) == ("Describe",)
     # Merged over commands: lag's Describe on a topic run also Reads is implied there too.
     source = cluster_bindings(_grants(), "nyc")
@@ -96,8 +111,17 @@ def test_acls_command_prints_kafka_acls_arguments(tmp_path, monkeypatch):
     assert {r["cluster"] for r in rows} == {"nyc", "sf"}
     nyc = [r for r in rows if r["cluster"] == "nyc" and r["resource_type"] == "topic"]
     assert nyc[0]["kafka_acls_args"] == [
-        "--bootstrap-server", "127.0.0.1:19092", "--add", "--allow-principal", "User:mirror-nyc",
-        "--operation", "Create", "--operation", "Write", "--topic", "canary-t",
+        "--bootstrap-server",
+        "127.0.0.1:19092",
+        "--add",
+        "--allow-principal",
+        "User:mirror-nyc",
+        "--operation",
+        "Create",
+        "--operation",
+        "Write",
+        "--topic",
+        "canary-t",
     ]
     text = CliRunner().invoke(cli, ["acls", "-c", str(path)]).output
     assert "# mirror run on sf" in text and "--operation Create --operation Write --operation AlterConfigs" in text
@@ -111,7 +135,12 @@ def test_security_guide_table_covers_every_command():
 
     guide = (Path(__file__).resolve().parents[3] / "docs" / "security.md").read_text()
     table = guide.split("## Least privilege", 1)[1].split("\n\n", 3)[2]
-    rows = {cell.strip("` ") for line in table.splitlines() if line.startswith("| `") for cell in line.split("|")[1].split(",")}
+    rows = {
+        cell.strip("` ")
+        for line in table.splitlines()
+        if line.startswith("| `")
+        for cell in line.split("|")[1].split(",")
+    }
     assert set(COMMANDS) <= rows, set(COMMANDS) - rows
 
 

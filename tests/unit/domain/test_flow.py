@@ -60,7 +60,9 @@ def test_plain_objects_route_and_match_like_the_config_models():
     listed = {"orders": 3, "orders-test": 1, "orders.eu": 2, "sf.orders": 4, "mirror-canary": 1, "users": 1}
     plain = match_topics(TOPOLOGY, FLOW, listed)
     assert [(m.source, m.target, m.partitions) for m in plain] == [
-        ("mirror-canary", "nyc.mirror-canary", 1), ("orders", "nyc.orders", 3), ("orders.eu", "nyc.orders.eu", 2),
+        ("mirror-canary", "nyc.mirror-canary", 1),
+        ("orders", "nyc.orders", 3),
+        ("orders.eu", "nyc.orders.eu", 2),
     ]
     cfg = config.parse(YAML, env={})
     assert match_topics(cfg, cfg.flows[0], listed) == plain

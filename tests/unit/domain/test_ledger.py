@@ -186,7 +186,11 @@ def test_a_batch_engine_acknowledges_after_its_flush():
     led, [p0, p1] = ledger(0, 1)
     # produce order; the answers seen after the flush: p0's runs landed at 10..12 and 13..14,
     # p1's was refused
-    batch = [(p0, produced(p0, [0, 1, 2]), (10, 12)), (p0, produced(p0, [4, 5]), (13, 14)), (p1, produced(p1, [7, 8]), None)]
+    batch = [
+        (p0, produced(p0, [0, 1, 2]), (10, 12)),
+        (p0, produced(p0, [4, 5]), (13, 14)),
+        (p1, produced(p1, [7, 8]), None),
+    ]
     # nothing answered yet: nothing is safe to commit, whatever was read
     assert led.positions(led.parts, {("orders", 0): 6, ("orders", 1): 9}) == {}
     for st, seg, answer in batch:

@@ -70,13 +70,19 @@ def test_identity_cycles_through_the_always_mirrored_canary():
     b = FlowEdge("b", "sf", "nyc", RenamePolicy.IDENTITY, ("users",))
     assert find_identity_cycles([a, b]) == []
     assert find_identity_cycles([a, b], always=["mirror-canary"]) == [["a", "b"]]
-    assert find_identity_cycles([a, FlowEdge("b", "sf", "nyc", RenamePolicy.PREFIX, ("users",))], always=["mirror-canary"]) == []
+    assert (
+        find_identity_cycles([a, FlowEdge("b", "sf", "nyc", RenamePolicy.PREFIX, ("users",))], always=["mirror-canary"])
+        == []
+    )
 
 
 def test_relay_collisions_follow_prefixed_names_through_the_topology():
     # sf's topics reach nyc as sf.x; an identity flow nyc -> dr carries them on as sf.x,
     # which is exactly what the prefixing flow sf -> dr writes.
-    aa = [FlowEdge("n2s", "nyc", "sf", RenamePolicy.PREFIX, (".*",)), FlowEdge("s2n", "sf", "nyc", RenamePolicy.PREFIX, (".*",))]
+    aa = [
+        FlowEdge("n2s", "nyc", "sf", RenamePolicy.PREFIX, (".*",)),
+        FlowEdge("s2n", "sf", "nyc", RenamePolicy.PREFIX, (".*",)),
+    ]
     relay = FlowEdge("n2dr", "nyc", "dr", RenamePolicy.IDENTITY, (".*",))
     direct = FlowEdge("s2dr", "sf", "dr", RenamePolicy.PREFIX, (".*",))
     assert find_relay_collisions([*aa, relay, direct]) == [RelayCollision("n2dr", "s2dr", "dr", "sf")]
@@ -85,5 +91,10 @@ def test_relay_collisions_follow_prefixed_names_through_the_topology():
     # A relay whose patterns cannot select sf.* names.
     assert find_relay_collisions([*aa, FlowEdge("n2dr", "nyc", "dr", RenamePolicy.IDENTITY, ("orders",)), direct]) == []
     # A longer path: sf -> hub (prefix) -> nyc (identity) -> dr (identity) still carries sf.*.
-    longer = [FlowEdge("s2h", "sf", "hub", RenamePolicy.PREFIX, (".*",)), FlowEdge("h2n", "hub", "nyc", RenamePolicy.IDENTITY, (".*",)), relay, direct]
+    longer = [
+        FlowEdge("s2h", "sf", "hub", RenamePolicy.PREFIX, (".*",)),
+        FlowEdge("h2n", "hub", "nyc", RenamePolicy.IDENTITY, (".*",)),
+        relay,
+        direct,
+    ]
     assert find_relay_collisions(longer) == [RelayCollision("n2dr", "s2dr", "dr", "sf")]

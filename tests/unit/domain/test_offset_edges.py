@@ -50,7 +50,7 @@ def delta_rows(layout: dict[int, int], upto: int) -> list[OffsetSync]:
     return out
 
 
-# ---------------------------------------------------------------------------- rows trailing the target: the tip bounds a translation
+# --------------------------------------------------------------- rows trailing the target: the tip bounds a translation
 
 
 def test_trailing_rows_over_translate_without_the_tip_and_re_read_with_it() -> None:
@@ -104,7 +104,7 @@ def test_a_tip_older_than_the_rows_still_bounds_the_translation() -> None:
     assert translate(stored, 5, 12, tip=tip).target_offset == 4
 
 
-# ---------------------------------------------------------------------------- partitions with no row: the exact target offset where it is knowable
+# ------------------------------------------------- partitions with no row: the exact target offset where it is knowable
 
 
 def test_empty_on_both_sides_is_the_target_end() -> None:

@@ -19,7 +19,9 @@ from mirror.metrics import TopicSyncMetrics
 
 
 class _Cluster:
-    def __init__(self, details: dict[str, tuple[int, int]], configs: dict[str, dict[str, str]], refuse: Iterable[str] = ()) -> None:
+    def __init__(
+        self, details: dict[str, tuple[int, int]], configs: dict[str, dict[str, str]], refuse: Iterable[str] = ()
+    ) -> None:
         self.details, self.configs, self.refuse = details, configs, set(refuse)
         self.calls: list[tuple] = []
 
@@ -35,7 +37,10 @@ class _Cluster:
 
     def alter_topic_configs(self, topic: str, set_configs: Mapping[str, str], reset: Iterable[str] = ()) -> None:
         if topic in self.refuse:
-            raise KafkaOperationError(f"cluster 'dst': cannot alter the configs of topic {topic!r}: Topic authorization failed", code="TOPIC_AUTHORIZATION_FAILED")
+            raise KafkaOperationError(
+                f"cluster 'dst': cannot alter the configs of topic {topic!r}: Topic authorization failed",
+                code="TOPIC_AUTHORIZATION_FAILED",
+            )
         self.calls.append(("alter", topic, dict(set_configs), list(reset)))
         self.configs.setdefault(topic, {}).update(set_configs)
         for k in reset:
@@ -47,7 +52,10 @@ def _maps(*names: tuple[str, int]) -> list[TopicMapping]:
 
 
 def test_follows_configs_and_increases_never_lowers_nor_touches_the_rest():
-    source = _Cluster({"a": (4, 3), "b": (2, 1), "c": (1, 1)}, {"a": {"retention.ms": "1000", "cleanup.policy": "compact", "min.insync.replicas": "2"}, "b": {}})
+    source = _Cluster(
+        {"a": (4, 3), "b": (2, 1), "c": (1, 1)},
+        {"a": {"retention.ms": "1000", "cleanup.policy": "compact", "min.insync.replicas": "2"}, "b": {}},
+    )
     target = _Cluster(
         {"src.a": (2, 1), "src.b": (6, 1)},
         {"src.a": {"retention.ms": "9999", "segment.ms": "60000"}, "src.b": {"retention.bytes": "5"}},
@@ -84,12 +92,20 @@ def test_a_refused_topic_is_drift_counted_and_the_others_still_follow():
 
 
 def test_sync_keys_validated():
-    base = 'clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: [{name: f, source: a, target: b, topics: {include: [t]}EXTRA}]\n'
+    base = (
+        'clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\n'
+        "flows: [{name: f, source: a, target: b, topics: {include: [t]}EXTRA}]\n"
+    )
     flow = cfg.parse(base.replace("EXTRA", ""), env={}).flows[0]
     assert flow.sync_topic_configs is True and flow.sync_topic_configs_interval == 60.0
-    flow = cfg.parse(base.replace("EXTRA", ", sync_topic_configs: false, sync_topic_configs_interval: 5s"), env={}).flows[0]
+    flow = cfg.parse(
+        base.replace("EXTRA", ", sync_topic_configs: false, sync_topic_configs_interval: 5s"), env={}
+    ).flows[0]
     assert flow.sync_topic_configs is False and flow.sync_topic_configs_interval == 5.0
-    for extra, key in ((", sync_topic_configs_interval: 0s", "flows[0].sync_topic_configs_interval"), (", sync_topic_configs: maybe", "flows[0].sync_topic_configs")):
+    for extra, key in (
+        (", sync_topic_configs_interval: 0s", "flows[0].sync_topic_configs_interval"),
+        (", sync_topic_configs: maybe", "flows[0].sync_topic_configs"),
+    ):
         try:
             cfg.parse(base.replace("EXTRA", extra), env={})
         except ConfigError as exc:

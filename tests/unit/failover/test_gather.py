@@ -47,7 +47,9 @@ def batch(first: int, last: int) -> AckBatch:
         if s in LAYOUT and LAYOUT[s] - s != delta:
             syncs.append((s, LAYOUT[s]))
             delta = LAYOUT[s] - s
-    return AckBatch("f", "t", 0, "nyc.t", first, last + 1, count=sum(1 for s in range(first, last + 1) if s in LAYOUT), syncs=syncs)
+    return AckBatch(
+        "f", "t", 0, "nyc.t", first, last + 1, count=sum(1 for s in range(first, last + 1) if s in LAYOUT), syncs=syncs
+    )
 
 
 class RacingStore:
@@ -83,7 +85,9 @@ class RacingStore:
 
 
 class FakeAdmin:
-    def __init__(self, topics: set[str], marks: dict[tuple[str, int], Watermarks], groups: dict[str, dict[tuple[str, int], int]]) -> None:
+    def __init__(
+        self, topics: set[str], marks: dict[tuple[str, int], Watermarks], groups: dict[str, dict[tuple[str, int], int]]
+    ) -> None:
         self._topics, self._marks, self._groups = topics, marks, groups
 
     def topics(self) -> dict[str, int]:
@@ -131,7 +135,9 @@ def test_a_plan_never_skips_when_the_mirror_stores_rows_while_it_reads_them(tmp_
 
     plan = build_plan(ctx, "app", Method.TRANSLATE)
     (part,) = plan.partitions
-    assert part.target_offset <= LAYOUT[position], f"plan starts the group at {part.target_offset}: it skips record {position} (at {LAYOUT[position]})"
+    assert part.target_offset <= LAYOUT[position], (
+        f"plan starts the group at {part.target_offset}: it skips record {position} (at {LAYOUT[position]})"
+    )
     sqlite.close()
 
 
@@ -173,7 +179,9 @@ def test_a_restart_whose_first_store_write_fails_leaves_no_skipping_translation(
     position, target_end = 35, 35
     tip = sqlite.tip("f", "t", 0)
     tr = translate(sync_window(sqlite, "f", "t", 0, position), position, target_end, tip=tip)
-    assert tr.target_offset <= 15, f"translated to {tr.target_offset} with tip {tip}: records 35-39 are skipped (both copies)"
+    assert tr.target_offset <= 15, (
+        f"translated to {tr.target_offset} with tip {tip}: records 35-39 are skipped (both copies)"
+    )
     sqlite.close()
 
 
@@ -194,7 +202,9 @@ def test_a_checkpoint_from_before_a_target_reset_is_not_trusted_for_the_new_topi
     rec.on_reset("f", [("t", 0)])
     rec.flush()
     assert sqlite.syncs("f", "t", 0) == [] and sqlite.tip("f", "t", 0) is None
-    assert [(c.topic, c.partition) for c in sqlite.checkpoints("f", "billing")] == [("t", 1)]  # the other partition keeps its own
+    assert [(c.topic, c.partition) for c in sqlite.checkpoints("f", "billing")] == [
+        ("t", 1)
+    ]  # the other partition keeps its own
     facts = PartitionFacts("t", "nyc.t", 0, 0, 600, source_offset=500, source_end=600, syncs=[], checkpoint_offset=None)
     assert plan_partition(Method.TRANSLATE, facts).target_offset <= 500
     sqlite.close()

@@ -46,15 +46,27 @@ def admin() -> Admin:
     return Admin("src", ClusterConfig(bootstrap="127.0.0.1:1", timeout=0.05), client=SilentClient())
 
 
-@pytest.mark.parametrize("call", [
-    lambda a: a.max_message_bytes(["t"]),
-    lambda a: a.topic_configs(["t"]),
-    lambda a: a.topic_ids(["t"]),
-    lambda a: a.create_topic("t", 1),
-    lambda a: a.create_topics({"t": (1, 1, {})}),
-    lambda a: a.delete_topics(["t"]),
-    lambda a: a.delete_groups(["g"]),
-], ids=["max_message_bytes", "topic_configs", "topic_ids", "create_topic", "create_topics", "delete_topics", "delete_groups"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda a: a.max_message_bytes(["t"]),
+        lambda a: a.topic_configs(["t"]),
+        lambda a: a.topic_ids(["t"]),
+        lambda a: a.create_topic("t", 1),
+        lambda a: a.create_topics({"t": (1, 1, {})}),
+        lambda a: a.delete_topics(["t"]),
+        lambda a: a.delete_groups(["g"]),
+    ],
+    ids=[
+        "max_message_bytes",
+        "topic_configs",
+        "topic_ids",
+        "create_topic",
+        "create_topics",
+        "delete_topics",
+        "delete_groups",
+    ],
+)
 def test_a_request_never_answered_is_cluster_unavailable(admin: Admin, call: Any) -> None:
     with pytest.raises(ClusterUnavailable, match="cluster 'src' did not answer within 0.05s"):
         call(admin)
@@ -64,7 +76,11 @@ def test_flow_admins_are_made_at_first_use_once_and_given_ones_are_kept(monkeypa
     import mirror.kafka.admin as admin_module
     from mirror.config import parse
 
-    cfg = parse('clusters: {nyc: {bootstrap: "127.0.0.1:1"}, sf: {bootstrap: "127.0.0.1:2"}}\nflows: [{name: f, source: nyc, target: sf, topics: {include: [x]}}]\n', env={})
+    cfg = parse(
+        'clusters: {nyc: {bootstrap: "127.0.0.1:1"}, sf: {bootstrap: "127.0.0.1:2"}}\nflows: [{name: f, source: nyc, '
+        "target: sf, topics: {include: [x]}}]\n",
+        env={},
+    )
     made: list[str] = []
 
     class Recording:

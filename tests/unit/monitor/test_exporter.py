@@ -10,10 +10,19 @@ from mirror.monitor.exporter import Gathered, pick, render, text
 
 def _lag(flow: str, lag_records: int) -> FlowLag:
     parts = [
-        PartitionLag("orders", "nyc.orders", 0, 0, 100, 100 - lag_records, 90, lag_records, 12.5, "record", status="STOP"),
+        PartitionLag(
+            "orders", "nyc.orders", 0, 0, 100, 100 - lag_records, 90, lag_records, 12.5, "record", status="STOP"
+        ),
         PartitionLag('we"ird\\topic', 'nyc.we"ird\\topic', 1, 0, 7, 7, None, 0, None, "caught-up"),
     ]
-    group = GroupLag("billing", [GroupPartitionLag("orders", 0, 60, 100, 40)], [GroupPartitionLag("nyc.orders", 0, 50, 90, None)], 10, 0, 30.0)
+    group = GroupLag(
+        "billing",
+        [GroupPartitionLag("orders", 0, 60, 100, 40)],
+        [GroupPartitionLag("nyc.orders", 0, 50, 90, None)],
+        10,
+        0,
+        30.0,
+    )
     return FlowLag(flow, "nyc", "sf", 1000.0, parts, [group], False, status="STOP")
 
 
@@ -32,10 +41,15 @@ def test_rendered_text_is_what_prometheus_parses_one_header_per_family_across_fl
     s = _samples(body)
     lag = {(lab["flow"], lab["topic"]): v for lab, v in s["mirror_replication_lag_records"]}
     assert lag == {("a", "orders"): 30, ("a", 'we"ird\\topic'): 0, ("b", "orders"): 5, ("b", 'we"ird\\topic'): 0}
-    assert [v for lab, v in s["mirror_replication_lag_seconds"] if lab["flow"] == "a"] == [12.5]  # unknown seconds: no sample
+    assert [v for lab, v in s["mirror_replication_lag_seconds"] if lab["flow"] == "a"] == [
+        12.5
+    ]  # unknown seconds: no sample
     assert {lab["flow"]: v for lab, v in s["mirror_flow_status"]} == {"a": 3, "b": 3}
     assert [v for lab, v in s["mirror_target_end_offset"] if lab["flow"] == "a"] == [90]  # no target topic: no sample
-    assert {(lab["flow"], lab["cluster"]): v for lab, v in s["mirror_group_lag_records"]} == {("a", "nyc"): 40, ("b", "nyc"): 40}
+    assert {(lab["flow"], lab["cluster"]): v for lab, v in s["mirror_group_lag_records"]} == {
+        ("a", "nyc"): 40,
+        ("b", "nyc"): 40,
+    }
     assert [v for lab, v in s["mirror_group_unmirrored_records"] if lab["flow"] == "b"] == [10]
     assert [v for lab, v in s["mirror_group_checkpoint_age_seconds"] if lab["flow"] == "b"] == [30.0]
     assert {lab["flow"]: v for lab, v in s["mirror_monitor_flow_up"]} == {"a": 1, "b": 1}

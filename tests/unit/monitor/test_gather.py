@@ -72,11 +72,14 @@ def _cfg() -> config.Config:
     return config.parse(BODY, env={})
 
 
-@pytest.mark.parametrize(("source", "target", "said"), [
-    (FakeAdmin({"t": 1}), FakeAdmin({"nyc.t": 1}, hidden={"nyc.t"}), "missing Describe on topic 'nyc.t'"),
-    (FakeAdmin({"t": 1}, denied={"billing"}), FakeAdmin({"nyc.t": 1}), "missing Describe on group 'billing'"),
-    (FakeAdmin({"t": 1}), FakeAdmin({"nyc.t": 1}, denied={"billing"}), "missing Describe on group 'billing'"),
-])
+@pytest.mark.parametrize(
+    ("source", "target", "said"),
+    [
+        (FakeAdmin({"t": 1}), FakeAdmin({"nyc.t": 1}, hidden={"nyc.t"}), "missing Describe on topic 'nyc.t'"),
+        (FakeAdmin({"t": 1}, denied={"billing"}), FakeAdmin({"nyc.t": 1}), "missing Describe on group 'billing'"),
+        (FakeAdmin({"t": 1}), FakeAdmin({"nyc.t": 1}, denied={"billing"}), "missing Describe on group 'billing'"),
+    ],
+)
 def test_a_missing_grant_is_raised_by_lag_and_reported_by_the_exporter(source, target, said):
     cfg = _cfg()
     flow = cfg.flows[0]
@@ -98,4 +101,6 @@ def test_a_source_pattern_it_cannot_see_stops_lag_and_the_exporter_alike():
     cfg = _cfg()
     for strict in (True, False):  # nothing can be said of the flow without its source topics
         with pytest.raises(AuthorizationFailed):
-            gather_flow(cfg, cfg.flows[0], source=FakeAdmin({"t": 1}, hidden={"t"}), target=FakeAdmin({}), strict=strict)  # type: ignore[arg-type]
+            gather_flow(
+                cfg, cfg.flows[0], source=FakeAdmin({"t": 1}, hidden={"t"}), target=FakeAdmin({}), strict=strict
+            )  # type: ignore[arg-type]

@@ -91,7 +91,11 @@ def test_restart_trims_rows_of_superseded_copies_and_skips_repeats(tmp_path: Pat
     second = OffsetMapRecorder(store, "f", registry=None)
     second.on_acked([batch("t", 0, [(60, 90)])])
     second.before_commit("f", {})
-    assert store.syncs("f", "t", 0) == [OffsetSync("t", 0, 0, 0), OffsetSync("t", 0, 50, 45), OffsetSync("t", 0, 60, 90)]
+    assert store.syncs("f", "t", 0) == [
+        OffsetSync("t", 0, 0, 0),
+        OffsetSync("t", 0, 50, 45),
+        OffsetSync("t", 0, 60, 90),
+    ]
     # A clean restart at the same delta writes nothing new.
     third = OffsetMapRecorder(store, "f", registry=None)
     third.on_acked([batch("t", 0, [(100, 130)])])

@@ -49,7 +49,9 @@ def test_sync_window_and_group_patterns(tmp_path: Path) -> None:
     assert sync_window(store, "f", "t", 0, 15) == [OffsetSync("t", 0, 0, 0), OffsetSync("t", 0, 20, 10)]
     assert sync_window(store, "f", "t", 0, 25) == [OffsetSync("t", 0, 20, 10)]
     assert sync_window(store, "f", "t", 1, 5) == []
-    assert matching_groups(["billing.*", "analytics"], ["billing-a", "analytics", "analytics2", "mirror.f"], exclude={"mirror.f"}) == ["billing-a", "analytics"]
+    assert matching_groups(
+        ["billing.*", "analytics"], ["billing-a", "analytics", "analytics2", "mirror.f"], exclude={"mirror.f"}
+    ) == ["billing-a", "analytics"]
 
 
 def test_workers_opening_one_new_store_at_once_all_succeed(tmp_path: Path) -> None:
@@ -57,7 +59,9 @@ def test_workers_opening_one_new_store_at_once_all_succeed(tmp_path: Path) -> No
     WAL failed some of them at once with "database is locked" (busy handler not consulted)
     until the open was retried. Before the fix: ~1 round in 4 had a failure."""
     script = Path(__file__).resolve().parents[2] / "support" / "store_race.py"
-    done = subprocess.run([sys.executable, str(script), str(tmp_path), "40", "6"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), "40", "6"], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -67,7 +71,10 @@ def test_bulk_windows_match_the_one_by_one_reads(tmp_path: Path) -> None:
     from mirror.store import NEWEST, SqliteStore, sync_window, sync_windows
 
     store = SqliteStore(tmp_path / "w.db")
-    store.write_syncs("f", [OffsetSync("t", 0, 0, 0), OffsetSync("t", 0, 20, 10), OffsetSync("t", 0, 40, 35), OffsetSync("u", 3, 7, 9)])
+    store.write_syncs(
+        "f",
+        [OffsetSync("t", 0, 0, 0), OffsetSync("t", 0, 20, 10), OffsetSync("t", 0, 40, 35), OffsetSync("u", 3, 7, 9)],
+    )
     store.write_syncs("other", [OffsetSync("t", 0, 5, 500)])  # another flow's rows never leak in
     positions = {("t", 0): 25, ("u", 3): 1, ("u", 3 + 1): 4, ("v", 0): 0}
     got = sync_windows(store, "f", positions)
@@ -78,5 +85,8 @@ def test_bulk_windows_match_the_one_by_one_reads(tmp_path: Path) -> None:
     assert got[("t", 0)].floor == OffsetSync("t", 0, 20, 10) and got[("t", 0)].next == OffsetSync("t", 0, 40, 35)
     assert got[("u", 3)].floor is None and got[("u", 3)].next == OffsetSync("u", 3, 7, 9)
     assert sync_windows(store, "f", {}) == {}
-    assert sync_windows(store, "f", {("t", 0): 0})[("t", 0)].rows == [OffsetSync("t", 0, 0, 0), OffsetSync("t", 0, 20, 10)]  # reused temp table
+    assert sync_windows(store, "f", {("t", 0): 0})[("t", 0)].rows == [
+        OffsetSync("t", 0, 0, 0),
+        OffsetSync("t", 0, 20, 10),
+    ]  # reused temp table
     store.close()

@@ -14,7 +14,15 @@ from mirror.kafka.admin.groups import GroupAdmin
 from mirror.kafka.admin.offsets import LIST_OFFSETS_CHUNK, OffsetAdmin, PendingOffsets, Watermarks
 from mirror.kafka.admin.topics import CREATE_BATCH_RECORDS, TopicAdmin, _create_chunks
 
-__all__ = ["CREATE_BATCH_RECORDS", "LIST_OFFSETS_CHUNK", "Admin", "FlowAdmins", "PendingOffsets", "Watermarks", "_create_chunks"]
+__all__ = [
+    "CREATE_BATCH_RECORDS",
+    "LIST_OFFSETS_CHUNK",
+    "Admin",
+    "FlowAdmins",
+    "PendingOffsets",
+    "Watermarks",
+    "_create_chunks",
+]
 
 
 class Admin(TopicAdmin, TopicConfigAdmin, OffsetAdmin, GroupAdmin, AclAdmin):
@@ -28,7 +36,9 @@ class FlowAdmins:
     anything opens no connection, and tests hand in their own clients.
     """
 
-    def __init__(self, config: Config, flow: FlowConfig, *, source: Admin | None = None, target: Admin | None = None) -> None:
+    def __init__(
+        self, config: Config, flow: FlowConfig, *, source: Admin | None = None, target: Admin | None = None
+    ) -> None:
         self._config = config
         self._flow = flow
         self._source = source

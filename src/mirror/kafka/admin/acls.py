@@ -6,7 +6,14 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka.admin import AclBinding, AclBindingFilter, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from mirror.kafka.admin.base import AdminBase
 
@@ -39,6 +46,11 @@ class AclAdmin(AdminBase):
         op = AclOperation[re.sub(r"(?<!^)(?=[A-Z])", "_", operation).upper()]
         cls = AclBindingFilter if filter_ else AclBinding
         return cls(
-            ResourceType.BROKER if kind == "cluster" else ResourceType[kind.upper()], "kafka-cluster" if kind == "cluster" else name, ResourcePatternType[pattern.upper()],
-            principal, "*", op, AclPermissionType.ALLOW,
+            ResourceType.BROKER if kind == "cluster" else ResourceType[kind.upper()],
+            "kafka-cluster" if kind == "cluster" else name,
+            ResourcePatternType[pattern.upper()],
+            principal,
+            "*",
+            op,
+            AclPermissionType.ALLOW,
         )

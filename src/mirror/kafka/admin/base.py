@@ -18,12 +18,16 @@ class AdminBase:
     """The connection and error handling the admin's parts (topics, configs, offsets, groups, ACLs) share."""
 
     def __init__(self, name: str, cluster: ClusterConfig, *, client: Any = None) -> None:
-        """`client`: an AdminClient made elsewhere (tests hand in one that never answers); by default one from the cluster's settings."""
+        """`client`: an AdminClient made elsewhere (tests hand in one that never answers); by default one from the
+        cluster's settings.
+        """
         self.name = name
         self.timeout = cluster.timeout
         self._client = client if client is not None else AdminClient(client_settings(name, cluster))
 
-    def _raise(self, what: str, exc: BaseException, timeout: float | None = None, acl: tuple[str, str, str] | None = None) -> None:
+    def _raise(
+        self, what: str, exc: BaseException, timeout: float | None = None, acl: tuple[str, str, str] | None = None
+    ) -> None:
         self._client.poll(0)  # serve error_cb: a refused login is recorded there
         raise_for(self.name, what, exc, timeout, acl)
 
@@ -51,5 +55,7 @@ class AdminBase:
             ) from exc
         except Exception as exc:
             if type(exc).__name__ == "TimeoutError" or "timed out" in str(exc).lower():
-                raise ClusterUnavailable(f"cluster {self.name!r} did not answer within {self.timeout:g}s while trying to {what}") from exc
+                raise ClusterUnavailable(
+                    f"cluster {self.name!r} did not answer within {self.timeout:g}s while trying to {what}"
+                ) from exc
             raise

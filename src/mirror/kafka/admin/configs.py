@@ -22,7 +22,11 @@ class TopicConfigAdmin(AdminBase):
         for res, fut in self._client.describe_configs(resources, request_timeout=self.timeout).items():
             entries = self._result(f"describe configs of {res.name!r}", fut, ("DescribeConfigs", "topic", res.name))
             # Only what was set on the topic itself: broker-wide settings belong to each cluster.
-            out[res.name] = {k: e.value for k, e in entries.items() if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and e.value is not None}
+            out[res.name] = {
+                k: e.value
+                for k, e in entries.items()
+                if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and e.value is not None
+            }
         return out
 
     def alter_topic_configs(self, topic: str, set_configs: Mapping[str, str], reset: Iterable[str] = ()) -> None:
@@ -53,7 +57,9 @@ class TopicConfigAdmin(AdminBase):
             except KafkaException as exc:
                 if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     continue
-                self._result(f"describe configs of {res.name!r}", fut, ("DescribeConfigs", "topic", res.name))  # raises the right error
+                self._result(
+                    f"describe configs of {res.name!r}", fut, ("DescribeConfigs", "topic", res.name)
+                )  # raises the right error
                 continue
             out[res.name] = {k: e.value for k, e in entries.items() if k in wanted and e.value is not None}
         return out
@@ -71,7 +77,9 @@ class TopicConfigAdmin(AdminBase):
             except KafkaException as exc:
                 if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     continue  # deleted, or created a moment ago: not known yet
-                self._result(f"describe configs of {res.name!r}", fut, ("DescribeConfigs", "topic", res.name))  # raises the right error
+                self._result(
+                    f"describe configs of {res.name!r}", fut, ("DescribeConfigs", "topic", res.name)
+                )  # raises the right error
                 continue
             if entry is not None and entry.value is not None:
                 out[res.name] = int(entry.value)

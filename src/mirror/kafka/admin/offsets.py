@@ -66,7 +66,9 @@ _TRANSIENT_PARTITION = {
 class OffsetAdmin(AdminBase):
     """ListOffsets and DeleteRecords: requests sent at once, waited for by `PendingOffsets.result()`."""
 
-    def watermarks(self, partitions: Iterable[tuple[str, int]], *, committed_only: bool = True) -> dict[tuple[str, int], Watermarks]:
+    def watermarks(
+        self, partitions: Iterable[tuple[str, int]], *, committed_only: bool = True
+    ) -> dict[tuple[str, int], Watermarks]:
         """Low and high offsets per partition.
 
         With `committed_only` the high mark is the last stable offset, i.e. what a
@@ -74,7 +76,9 @@ class OffsetAdmin(AdminBase):
         """
         return self.request_watermarks(partitions, committed_only=committed_only).result()
 
-    def request_watermarks(self, partitions: Iterable[tuple[str, int]], *, committed_only: bool = True) -> PendingOffsets[Watermarks]:
+    def request_watermarks(
+        self, partitions: Iterable[tuple[str, int]], *, committed_only: bool = True
+    ) -> PendingOffsets[Watermarks]:
         """`watermarks`, sent now and waited for by `.result()`: both ends in flight at once,
         and the caller may send other requests (to another cluster) meanwhile."""
         parts = list(partitions)
@@ -88,17 +92,23 @@ class OffsetAdmin(AdminBase):
 
         return PendingOffsets(combine)
 
-    def end_offsets(self, partitions: Iterable[tuple[str, int]], *, committed_only: bool = True) -> dict[tuple[str, int], int]:
+    def end_offsets(
+        self, partitions: Iterable[tuple[str, int]], *, committed_only: bool = True
+    ) -> dict[tuple[str, int], int]:
         """High offsets only: half the requests of `watermarks` when the low mark is not needed."""
         return self.request_end_offsets(partitions, committed_only=committed_only).result()
 
-    def request_end_offsets(self, partitions: Iterable[tuple[str, int]], *, committed_only: bool = True) -> PendingOffsets[int]:
+    def request_end_offsets(
+        self, partitions: Iterable[tuple[str, int]], *, committed_only: bool = True
+    ) -> PendingOffsets[int]:
         iso = IsolationLevel.READ_COMMITTED if committed_only else IsolationLevel.READ_UNCOMMITTED
         return self._send_list_offsets(list(partitions), OffsetSpec.latest(), iso)
 
     def offsets_for_times(self, partitions: Iterable[tuple[str, int]], timestamp_ms: int) -> dict[tuple[str, int], int]:
         """First offset with timestamp >= `timestamp_ms`, or -1 when there is none."""
-        return self._send_list_offsets(list(partitions), OffsetSpec.for_timestamp(timestamp_ms), IsolationLevel.READ_COMMITTED).result()
+        return self._send_list_offsets(
+            list(partitions), OffsetSpec.for_timestamp(timestamp_ms), IsolationLevel.READ_COMMITTED
+        ).result()
 
     def _send_list_offsets(self, parts: list[tuple[str, int]], spec: Any, iso: Any) -> PendingOffsets[int]:
         """One ListOffsets request for all `parts`, sent at once; `.result()` waits for it.
@@ -124,9 +134,11 @@ class OffsetAdmin(AdminBase):
             for i in range(0, len(keys), LIST_OFFSETS_CHUNK):
                 fut: Future[Any] = Future()
                 fut.set_running_or_notify_cancel()
-                tps = [TopicPartition(t, p, spec_value) for t, p in keys[i:i + LIST_OFFSETS_CHUNK]]
+                tps = [TopicPartition(t, p, spec_value) for t, p in keys[i : i + LIST_OFFSETS_CHUNK]]
                 # The C method AdminClient.list_offsets wraps (confluent-kafka >= 2.3).
-                _AdminClientImpl.list_offsets(self._client, tps, fut, isolation_level_value=iso.value, request_timeout=self.timeout)
+                _AdminClientImpl.list_offsets(
+                    self._client, tps, fut, isolation_level_value=iso.value, request_timeout=self.timeout
+                )
                 futs.append(fut)
             return futs
 
@@ -145,10 +157,17 @@ class OffsetAdmin(AdminBase):
                         elif res.code() in _TRANSIENT_PARTITION and time.monotonic() + backoff < deadline:
                             retry.append(key)
                         else:
-                            self._raise(f"list offsets of {key[0]}[{key[1]}]", KafkaException(res), self.timeout, ("Describe", "topic", key[0]))
+                            self._raise(
+                                f"list offsets of {key[0]}[{key[1]}]",
+                                KafkaException(res),
+                                self.timeout,
+                                ("Describe", "topic", key[0]),
+                            )
                 if not retry:
                     return out
-                log.debug("cluster %s: list offsets of %d partitions again (first %s[%d])", self.name, len(retry), *retry[0])
+                log.debug(
+                    "cluster %s: list offsets of %d partitions again (first %s[%d])", self.name, len(retry), *retry[0]
+                )
                 time.sleep(backoff)
                 backoff = min(1.0, backoff * 2)
                 futs = send(retry)
@@ -160,5 +179,7 @@ class OffsetAdmin(AdminBase):
         if not before:
             return
         tps = [TopicPartition(t, p, o) for (t, p), o in before.items()]
-        for tp, fut in self._client.delete_records(tps, request_timeout=self.timeout, operation_timeout=self.timeout).items():
+        for tp, fut in self._client.delete_records(
+            tps, request_timeout=self.timeout, operation_timeout=self.timeout
+        ).items():
             self._result(f"delete records of {tp.topic}[{tp.partition}]", fut, ("Delete", "topic", tp.topic))

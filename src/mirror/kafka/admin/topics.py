@@ -21,7 +21,9 @@ from mirror.kafka.errors import principal_of
 CREATE_BATCH_RECORDS = 5000
 
 
-def _create_chunks(topics: Mapping[str, tuple[int, int, Mapping[str, str]]]) -> list[dict[str, tuple[int, int, Mapping[str, str]]]]:
+def _create_chunks(
+    topics: Mapping[str, tuple[int, int, Mapping[str, str]]],
+) -> list[dict[str, tuple[int, int, Mapping[str, str]]]]:
     chunks: list[dict[str, tuple[int, int, Mapping[str, str]]]] = [{}]
     size = 0
     for name, spec in topics.items():
@@ -120,7 +122,9 @@ class TopicAdmin(AdminBase):
                 continue
         return sorted(out)
 
-    def require_visible(self, patterns: Iterable[str], listed: Iterable[str], need: str = "Read", literal: Iterable[str] = ()) -> None:
+    def require_visible(
+        self, patterns: Iterable[str], listed: Iterable[str], need: str = "Read", literal: Iterable[str] = ()
+    ) -> None:
         """Raise `AuthorizationFailed` when an include pattern matches no listed topic because
         the principal may not see the topics it names (not even Describe), rather than
         because there are none. `literal`: exact names to check too (the canary topic)."""
@@ -133,8 +137,11 @@ class TopicAdmin(AdminBase):
             return
         pattern, name = bad[0]
         exact = resource_for("topic", pattern)[0] == Resource("topic", pattern) or pattern == re.escape(name)
-        what, res, them = (f"see topic {name!r}", f"topic {name!r}", "it") if exact else (
-            f"see any topic matching {pattern!r}", f"topics prefixed {name!r}", "them")
+        what, res, them = (
+            (f"see topic {name!r}", f"topic {name!r}", "it")
+            if exact
+            else (f"see any topic matching {pattern!r}", f"topics prefixed {name!r}", "them")
+        )
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         raise AuthorizationFailed(
             f"cluster {self.name!r}: {principal_of(self.name)} is not allowed to {what}: missing {need} on {res}"
@@ -149,9 +156,13 @@ class TopicAdmin(AdminBase):
             self._raise("describe the cluster", exc, self.timeout)
         return 0  # unreachable; raise_for always raises
 
-    def create_topic(self, topic: str, partitions: int, replication: int = -1, config: Mapping[str, str] | None = None) -> bool:
+    def create_topic(
+        self, topic: str, partitions: int, replication: int = -1, config: Mapping[str, str] | None = None
+    ) -> bool:
         """Create a topic; False if it already existed."""
-        fut = self._client.create_topics([NewTopic(topic, partitions, replication, config=dict(config or {}))], operation_timeout=self.timeout)[topic]
+        fut = self._client.create_topics(
+            [NewTopic(topic, partitions, replication, config=dict(config or {}))], operation_timeout=self.timeout
+        )[topic]
         try:
             self._answer(f"create topic {topic!r}", fut)
             return True
@@ -171,7 +182,9 @@ class TopicAdmin(AdminBase):
         created = []
         for chunk in _create_chunks(topics):
             new = [NewTopic(t, n, rf, config=dict(cfg)) for t, (n, rf, cfg) in chunk.items()]
-            for topic, fut in self._client.create_topics(new, operation_timeout=self.timeout, request_timeout=self.timeout).items():
+            for topic, fut in self._client.create_topics(
+                new, operation_timeout=self.timeout, request_timeout=self.timeout
+            ).items():
                 try:
                     self._answer(f"create topic {topic!r}", fut)
                     created.append(topic)
