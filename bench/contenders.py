@@ -30,7 +30,9 @@ def engine_settings() -> tuple[dict[str, Any], dict[str, Any], int]:
     return dict(PRODUCER_DEFAULTS), dict(CONSUMER_DEFAULTS), CONSUME_BATCH
 
 
-def mm2_client_settings(producer: Mapping[str, Any], consumer: Mapping[str, Any], batch: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def mm2_client_settings(
+    producer: Mapping[str, Any], consumer: Mapping[str, Any], batch: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """librdkafka settings -> the closest Java client settings MirrorMaker 2 accepts."""
     p: dict[str, Any] = {}
     for key in ("acks", "linger.ms", "batch.size", "compression.type", "enable.idempotence"):
@@ -89,8 +91,15 @@ class Spec:
             argv = [sys.executable, "-m", "mirror", "run", "-c", str(cfg)]
             if "prelude" in self.options:
                 # Diagnostic: the same CLI with a prelude (bench/experiments.py) run first.
-                argv = [sys.executable, "-c", f"import gc, runpy, sys\n{self.options['prelude']}\nsys.argv = ['mirror'] + sys.argv[1:]\n"
-                        "runpy.run_module('mirror', run_name='__main__', alter_sys=True)", "run", "-c", str(cfg)]
+                argv = [
+                    sys.executable,
+                    "-c",
+                    f"import gc, runpy, sys\n{self.options['prelude']}\nsys.argv = ['mirror'] + sys.argv[1:]\n"
+                    "runpy.run_module('mirror', run_name='__main__', alter_sys=True)",
+                    "run",
+                    "-c",
+                    str(cfg),
+                ]
             # Metrics on, as an SRE runs it (its counters are on the hot path; MM2's are always on).
             argv += ["--metrics-port", str(env.free_port())]
             if not daemon:
@@ -100,7 +109,19 @@ class Spec:
             argv += self.options.get("extra_args", [])
             return Contender(argv, log, cwd=ROOT).start()
         if self.kind == "spark" and self.options.get("plain"):
-            argv = [sys.executable, "-m", "bench.plain_spark", "--src", env.src, "--dst", env.dst, "--topic", topic, "--target-topic", target]
+            argv = [
+                sys.executable,
+                "-m",
+                "bench.plain_spark",
+                "--src",
+                env.src,
+                "--dst",
+                env.dst,
+                "--topic",
+                topic,
+                "--target-topic",
+                target,
+            ]
             return Contender(argv, log, cwd=ROOT).start()
         if self.kind == "spark":
             # `mirror spark run` on the same one-flow config: local mode, or the standalone
@@ -108,7 +129,19 @@ class Spec:
             # are sampled with the driver: memory and CPU of the whole engine).
             cfg = run_dir / "mirror.yaml"
             cfg.write_text(mirror_config(env, alias, topic, run_dir, self.options))
-            argv = [sys.executable, "-m", "mirror", "spark", "run", "-c", str(cfg), "--flow", alias, "--metrics-port", str(env.free_port())]
+            argv = [
+                sys.executable,
+                "-m",
+                "mirror",
+                "spark",
+                "run",
+                "-c",
+                str(cfg),
+                "--flow",
+                alias,
+                "--metrics-port",
+                str(env.free_port()),
+            ]
             if not daemon:
                 argv.append("--until-caught-up")
             roots: list[int] = []
@@ -122,12 +155,29 @@ class Spec:
         if self.kind == "mm2":
             producer, consumer = mm2_client_settings(env.producer, env.consumer, env.batch)
             props = run_dir / "mm2.properties"
-            props.write_text(mm2.properties(alias, env.src, f"{alias}t", env.dst, topic, self.workers, producer, consumer))
+            props.write_text(
+                mm2.properties(alias, env.src, f"{alias}t", env.dst, topic, self.workers, producer, consumer)
+            )
             return Contender(mm2.command(run_dir, props, f"{alias}t"), log, cwd=run_dir).start()
         if self.kind == "ceiling":
-            argv = [sys.executable, "-m", "bench.ceiling", "--src", env.src, "--dst", env.dst, "--topic", topic,
-                    "--target-topic", target, "--partitions", ",".join(str(p) for p in range(env.partitions)),
-                    "--batch", str(env.batch), *(["--follow"] if daemon else [])]
+            argv = [
+                sys.executable,
+                "-m",
+                "bench.ceiling",
+                "--src",
+                env.src,
+                "--dst",
+                env.dst,
+                "--topic",
+                topic,
+                "--target-topic",
+                target,
+                "--partitions",
+                ",".join(str(p) for p in range(env.partitions)),
+                "--batch",
+                str(env.batch),
+                *(["--follow"] if daemon else []),
+            ]
             for k in ("linger.ms", "batch.size", "compression.type", "queue.buffering.max.kbytes"):
                 if k in env.producer:
                     argv += ["-X", f"{k}={env.producer[k]}"]
@@ -144,16 +194,21 @@ def mirror_config(env: Env, alias: str, topic: str, run_dir: Path, options: Mapp
     store = options.get("offset_store", {"kind": "sqlite", "path": str(run_dir / "offsets.db")})
     doc: dict[str, Any] = {
         "clusters": {alias: {"bootstrap": env.src}, f"{alias}t": {"bootstrap": env.dst}},
-        "flows": [{
-            "name": alias, "source": alias, "target": f"{alias}t",
-            "topics": {"include": [topic]}, "rename": "prefix",
-            "groups": ["bench-app"],  # checkpoints for the group the harness commits on the source
-            # The harness made the target topic LogAppendTime (the span's clock); a run longer
-            # than sync_topic_configs_interval (a loaded machine) would copy the source's
-            # CreateTime onto it. MirrorMaker 2 is configured not to sync configs either.
-            "sync_topic_configs": False,
-            **options.get("flow", {}),
-        }],
+        "flows": [
+            {
+                "name": alias,
+                "source": alias,
+                "target": f"{alias}t",
+                "topics": {"include": [topic]},
+                "rename": "prefix",
+                "groups": ["bench-app"],  # checkpoints for the group the harness commits on the source
+                # The harness made the target topic LogAppendTime (the span's clock); a run longer
+                # than sync_topic_configs_interval (a loaded machine) would copy the source's
+                # CreateTime onto it. MirrorMaker 2 is configured not to sync configs either.
+                "sync_topic_configs": False,
+                **options.get("flow", {}),
+            }
+        ],
         "offset_store": store,
         "metrics": {"port": env.free_port(), "host": "127.0.0.1"},
     }
@@ -165,37 +220,109 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
     specs = [
         Spec("mirror", "mirror run (1 worker)", "mirror"),
         Spec("mirror-w2", "mirror run --workers 2", "mirror", workers=2),
-        Spec("mm2", "MirrorMaker 2 (dedicated, tasks.max=1)", "mm2" if mm2_ok else "unavailable", workers=1,
-             exits_when_done=False, reason="" if mm2_ok else "MM2 jars missing: run `make bench-setup`"),
-        Spec("mm2-t2", "MirrorMaker 2 (dedicated, tasks.max=2)", "mm2" if mm2_ok else "unavailable", workers=2,
-             exits_when_done=False, reason="" if mm2_ok else "MM2 jars missing: run `make bench-setup`"),
+        Spec(
+            "mm2",
+            "MirrorMaker 2 (dedicated, tasks.max=1)",
+            "mm2" if mm2_ok else "unavailable",
+            workers=1,
+            exits_when_done=False,
+            reason="" if mm2_ok else "MM2 jars missing: run `make bench-setup`",
+        ),
+        Spec(
+            "mm2-t2",
+            "MirrorMaker 2 (dedicated, tasks.max=2)",
+            "mm2" if mm2_ok else "unavailable",
+            workers=2,
+            exits_when_done=False,
+            reason="" if mm2_ok else "MM2 jars missing: run `make bench-setup`",
+        ),
         # librdkafka waits fetch.queue.backoff.ms (default 1 s) before fetching again once its
         # prefetch queue is full; a copy loop drains the queue at once, so the default halves
         # the loop's speed on this load. The ceiling is the best a Python loop can do: 20 ms.
-        Spec("ceiling", "raw ceiling (confluent-kafka copy loop)", "ceiling", options={"consumer": {"fetch.queue.backoff.ms": 20}}),
+        Spec(
+            "ceiling",
+            "raw ceiling (confluent-kafka copy loop)",
+            "ceiling",
+            options={"consumer": {"fetch.queue.backoff.ms": 20}},
+        ),
     ]
     if nostore is not None:
         specs.append(Spec("mirror-nostore", "mirror run (1 worker), offset store off", "mirror", options=nostore))
     else:
-        specs.append(Spec("mirror-nostore", "mirror run (1 worker), offset store off", "unavailable",
-                          reason="pending: `mirror run` has no way to switch the offset store off yet"))
-    specs.append(Spec("mirror-noprov", "mirror run (1 worker), provenance headers off", "mirror",
-                      options={"flow": {"provenance_headers": False}}, opt_in=True))
+        specs.append(
+            Spec(
+                "mirror-nostore",
+                "mirror run (1 worker), offset store off",
+                "unavailable",
+                reason="pending: `mirror run` has no way to switch the offset store off yet",
+            )
+        )
+    specs.append(
+        Spec(
+            "mirror-noprov",
+            "mirror run (1 worker), provenance headers off",
+            "mirror",
+            options={"flow": {"provenance_headers": False}},
+            opt_in=True,
+        )
+    )
     for key, label, prelude in (
         ("mirror-gc", "gc thresholds 50000/50/100 + freeze", experiments.GC_TUNED),
         ("mirror-nogc", "cyclic gc disabled", experiments.GC_OFF),
     ):
         specs.append(Spec(key, f"mirror run (1 worker), {label}", "mirror", options={"prelude": prelude}, opt_in=True))
-    specs.append(Spec("mirror-lowmem", "mirror run (1 worker), prefetch 8 MB (not 16)", "mirror",
-                      opt_in=True, options={"flow": {"consumer": {"queued.max.messages.kbytes": 8192, "fetch.max.bytes": 8388608}}}))
-    specs.append(Spec("ceiling-rdk", "raw ceiling, librdkafka's default fetch.queue.backoff.ms (1 s)", "ceiling", opt_in=True))
-    specs.append(Spec("ceiling-idem", "raw ceiling with acks=all + idempotence", "ceiling", opt_in=True,
-                      options={"producer": {"acks": "all", "enable.idempotence": "true"}, "consumer": {"fetch.queue.backoff.ms": 20}}))
+    specs.append(
+        Spec(
+            "mirror-lowmem",
+            "mirror run (1 worker), prefetch 8 MB (not 16)",
+            "mirror",
+            opt_in=True,
+            options={"flow": {"consumer": {"queued.max.messages.kbytes": 8192, "fetch.max.bytes": 8388608}}},
+        )
+    )
+    specs.append(
+        Spec("ceiling-rdk", "raw ceiling, librdkafka's default fetch.queue.backoff.ms (1 s)", "ceiling", opt_in=True)
+    )
+    specs.append(
+        Spec(
+            "ceiling-idem",
+            "raw ceiling with acks=all + idempotence",
+            "ceiling",
+            opt_in=True,
+            options={
+                "producer": {"acks": "all", "enable.idempotence": "true"},
+                "consumer": {"fetch.queue.backoff.ms": 20},
+            },
+        )
+    )
     # Spark rows run by default (the JVM start-up is part of what they are measured on), but
     # not in the latency phase (micro-batches, not a stream). `plain-spark` is the anchor: the
     # job a PySpark user writes instead, which keeps neither timestamps nor the offset map.
-    specs.append(Spec("plain-spark", "plain PySpark Kafka->Kafka job (local mode; no timestamps, no offset map)", "spark", options={"plain": True}))
+    specs.append(
+        Spec(
+            "plain-spark",
+            "plain PySpark Kafka->Kafka job (local mode; no timestamps, no offset map)",
+            "spark",
+            options={"plain": True},
+        )
+    )
     specs.append(Spec("spark", "mirror spark run (local mode)", "spark"))
-    specs.append(Spec("spark-standalone", "mirror spark run (standalone, 1 worker core)", "spark", opt_in=True, options={"standalone": True}))
-    specs.append(Spec("spark-standalone-w2", "mirror spark run (standalone, 2 workers x 1 core)", "spark", opt_in=True, options={"standalone": True, "cores": 2}))
+    specs.append(
+        Spec(
+            "spark-standalone",
+            "mirror spark run (standalone, 1 worker core)",
+            "spark",
+            opt_in=True,
+            options={"standalone": True},
+        )
+    )
+    specs.append(
+        Spec(
+            "spark-standalone-w2",
+            "mirror spark run (standalone, 2 workers x 1 core)",
+            "spark",
+            opt_in=True,
+            options={"standalone": True, "cores": 2},
+        )
+    )
     return specs

@@ -60,8 +60,18 @@ class Params:
     def quick_mode(cls) -> Params:
         # mm2-t2 is left out: the same code path as mm2, and 30 s of JVM start-up and shutdown;
         # so are the Spark rows (15-20 s of JVM and session start-up each on 20,000 records).
-        return cls(records=20_000, record_size=512, partitions=4, reps=1, latency_reps=1, latency_duration=4.0, latency_warmup=1.0,
-                   run_timeout=180.0, skip=("mm2-t2", "plain-spark", "spark"), quick=True)
+        return cls(
+            records=20_000,
+            record_size=512,
+            partitions=4,
+            reps=1,
+            latency_reps=1,
+            latency_duration=4.0,
+            latency_warmup=1.0,
+            run_timeout=180.0,
+            skip=("mm2-t2", "plain-spark", "spark"),
+            quick=True,
+        )
 
 
 def _log(msg: str) -> None:
@@ -97,8 +107,16 @@ def preloaded_env(dev: Any, workdir: Path, records: int, partitions: int, record
     the diagnostic tools (bench.profile, bench.threads)."""
     status = dev.up(["src", "dst"], _free_base_port(2)).status
     producer, consumer, batch = engine_settings()
-    env = Env(status["clusters"]["src"]["bootstrap"], status["clusters"]["dst"]["bootstrap"], workdir / "runs",
-              partitions, producer, consumer, batch, _free_port)
+    env = Env(
+        status["clusters"]["src"]["bootstrap"],
+        status["clusters"]["dst"]["bootstrap"],
+        workdir / "runs",
+        partitions,
+        producer,
+        consumer,
+        batch,
+        _free_port,
+    )
     load.preload(env.src, SOURCE_TOPIC, records, partitions, record_size)
     return env
 
@@ -107,9 +125,24 @@ def preloaded_env(dev: Any, workdir: Path, records: int, partitions: int, record
 
 
 def _alias(spec: Spec, phase: str, rep: int) -> str:
-    short = {"mirror": "m1", "mirror-w2": "m2", "mm2": "k1", "mm2-t2": "k2", "ceiling": "c", "mirror-nostore": "m0", "mirror-noprov": "mh", "mirror-gc": "mg", "mirror-nogc": "mn",
-             "ceiling-idem": "ci", "mirror-lowmem": "mb", "ceiling-rdk": "cr",
-             "spark": "s1", "spark-standalone": "s2", "spark-standalone-w2": "s3", "plain-spark": "s0"}
+    short = {
+        "mirror": "m1",
+        "mirror-w2": "m2",
+        "mm2": "k1",
+        "mm2-t2": "k2",
+        "ceiling": "c",
+        "mirror-nostore": "m0",
+        "mirror-noprov": "mh",
+        "mirror-gc": "mg",
+        "mirror-nogc": "mn",
+        "ceiling-idem": "ci",
+        "mirror-lowmem": "mb",
+        "ceiling-rdk": "cr",
+        "spark": "s1",
+        "spark-standalone": "s2",
+        "spark-standalone-w2": "s3",
+        "plain-spark": "s0",
+    }
     return f"{phase}{short.get(spec.key, spec.key)}r{rep}x{uuid.uuid4().hex[:4]}"
 
 
@@ -142,22 +175,32 @@ def throughput_run(env: Env, spec: Spec, p: Params, rep: int) -> dict[str, Any]:
     t0 = time.monotonic()
     load.create_target_topic(env.dst, target, p.partitions)
     ends = load.EndOffsets(env.dst, target, p.partitions)
-    result: dict[str, Any] = {"rep": rep, "alias": alias, "ok": False, "overhead_s": {"setup": round(time.monotonic() - t0, 2)}}
+    result: dict[str, Any] = {
+        "rep": rep,
+        "alias": alias,
+        "ok": False,
+        "overhead_s": {"setup": round(time.monotonic() - t0, 2)},
+    }
     cont = spec.start(env, alias, SOURCE_TOPIC, target)
     try:
         err = _wait(cont, lambda: ends.reached(env.source_ends), p.run_timeout, exits=spec.exits_when_done)
         usage = cont.finish()
-        result.update(wall_s=round(cont.wall_seconds, 3), peak_rss_mb=round(usage.peak_rss_mb, 1),
-                      peak_rss_per_process_mb=round(usage.peak_rss_per_process_bytes / 1e6, 1),
-                      peak_rss_pyspark_worker_mb=round(usage.peak_rss_pyspark_worker_bytes / 1e6, 1),
-                      processes=usage.max_processes, cpu_s=round(usage.cpu_seconds, 2))
+        result.update(
+            wall_s=round(cont.wall_seconds, 3),
+            peak_rss_mb=round(usage.peak_rss_mb, 1),
+            peak_rss_per_process_mb=round(usage.peak_rss_per_process_bytes / 1e6, 1),
+            peak_rss_pyspark_worker_mb=round(usage.peak_rss_pyspark_worker_bytes / 1e6, 1),
+            processes=usage.max_processes,
+            cpu_s=round(usage.cpu_seconds, 2),
+        )
         if err:
             result["error"] = err
             return result
         t0 = time.monotonic()
         span = load.target_span(env.dst, target, p.partitions)
         result.update(
-            records=span.records, seconds=round(span.seconds, 3),
+            records=span.records,
+            seconds=round(span.seconds, 3),
             records_per_s=round(span.records / span.seconds, 1),
             mb_per_s=round(span.records * p.record_size / 1e6 / span.seconds, 2),
             records_per_cpu_s=round(span.records / usage.cpu_seconds, 1) if usage.cpu_seconds else None,
@@ -165,13 +208,19 @@ def throughput_run(env: Env, spec: Spec, p: Params, rep: int) -> dict[str, Any]:
             first_record_s=round(span.first_append_ms / 1000.0 - cont.started_wall, 2),
             append_time=span.append_time,
         )
-        result["verified"] = span.records == p.records and load.same_edges(env.src, SOURCE_TOPIC, env.dst, target, p.partitions)
+        result["verified"] = span.records == p.records and load.same_edges(
+            env.src, SOURCE_TOPIC, env.dst, target, p.partitions
+        )
         result["ok"] = result["verified"] and span.append_time
         result["overhead_s"]["verify"] = round(time.monotonic() - t0, 2)
         if not result["ok"]:
-            result["error"] = (f"target has {span.records} records, expected {p.records}" if span.records != p.records
-                               else "content check failed" if not result["verified"]
-                               else "target records do not carry append times; span unreliable")
+            result["error"] = (
+                f"target has {span.records} records, expected {p.records}"
+                if span.records != p.records
+                else "content check failed"
+                if not result["verified"]
+                else "target records do not carry append times; span unreliable"
+            )
         return result
     finally:
         t0 = time.monotonic()
@@ -193,7 +242,9 @@ def latency_run(env: Env, spec: Spec, p: Params, rep: int, rate: float) -> dict[
     try:
         # Warm-up: one record per partition must come through before the clock starts, so
         # start-up (JVM, group join, topic discovery) is not counted as latency.
-        warm = subprocess.run(_steady_argv(env, topic, p, rate=p.partitions * 4, duration=0.25), capture_output=True, text=True, cwd=ROOT)
+        warm = subprocess.run(
+            _steady_argv(env, topic, p, rate=p.partitions * 4, duration=0.25), capture_output=True, text=True, cwd=ROOT
+        )
         if warm.returncode != 0:
             raise RuntimeError(f"latency warm-up load failed: {warm.stderr[-500:]}")
         warm_n = int(warm.stdout.strip().splitlines()[-1])
@@ -204,8 +255,12 @@ def latency_run(env: Env, spec: Spec, p: Params, rep: int, rate: float) -> dict[
         t0_us = time.time_ns() // 1000
         # The load runs warm-up + duration; only the last `duration` seconds count, so a JVM's
         # JIT and heap sizing (or any contender's ramp) are not read as steady-state latency.
-        run = subprocess.run(_steady_argv(env, topic, p, rate=rate, duration=p.latency_warmup + p.latency_duration),
-                             capture_output=True, text=True, cwd=ROOT)
+        run = subprocess.run(
+            _steady_argv(env, topic, p, rate=rate, duration=p.latency_warmup + p.latency_duration),
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         if run.returncode != 0:
             raise RuntimeError(f"latency load failed: {run.stderr[-500:]}")
         sent = int(run.stdout.strip().splitlines()[-1])
@@ -215,12 +270,19 @@ def latency_run(env: Env, spec: Spec, p: Params, rep: int, rate: float) -> dict[
         if err:
             result["error"] = "load never fully arrived: " + err
             return result
-        lat = sorted(load.latencies_ms(env.dst, target, p.partitions, skip_before_us=t0_us + int(p.latency_warmup * 1e6)))
+        lat = sorted(
+            load.latencies_ms(env.dst, target, p.partitions, skip_before_us=t0_us + int(p.latency_warmup * 1e6))
+        )
         if not lat:
             result["error"] = "no latency samples"
             return result
-        result.update(samples=len(lat), p50_ms=round(_pct(lat, 50), 2), p99_ms=round(_pct(lat, 99), 2),
-                      max_ms=round(lat[-1], 2), ok=True)
+        result.update(
+            samples=len(lat),
+            p50_ms=round(_pct(lat, 50), 2),
+            p99_ms=round(_pct(lat, 99), 2),
+            max_ms=round(lat[-1], 2),
+            ok=True,
+        )
         return result
     finally:
         cont.stop()
@@ -230,9 +292,24 @@ def latency_run(env: Env, spec: Spec, p: Params, rep: int, rate: float) -> dict[
 
 
 def _steady_argv(env: Env, topic: str, p: Params, rate: float, duration: float) -> list[str]:
-    return [sys.executable, "-m", "bench.load", "steady", "--bootstrap", env.src, "--topic", topic,
-            "--partitions", str(p.partitions), "--record-size", str(p.record_size),
-            "--rate", f"{rate:.1f}", "--duration", f"{duration:g}"]
+    return [
+        sys.executable,
+        "-m",
+        "bench.load",
+        "steady",
+        "--bootstrap",
+        env.src,
+        "--topic",
+        topic,
+        "--partitions",
+        str(p.partitions),
+        "--record-size",
+        str(p.record_size),
+        "--rate",
+        f"{rate:.1f}",
+        "--duration",
+        f"{duration:g}",
+    ]
 
 
 def _pct(sorted_values: list[float], pct: float) -> float:
@@ -256,8 +333,14 @@ def _machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    return {"cpus": os.cpu_count(), "cpu_model": model, "load_avg": list(os.getloadavg()),
-            "kernel": platform.release(), "python": platform.python_version(), "kafka": mm2.KAFKA_VERSION}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "load_avg": list(os.getloadavg()),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "kafka": mm2.KAFKA_VERSION,
+    }
 
 
 def _nostore_option() -> dict[str, Any] | None:
@@ -267,8 +350,13 @@ def _nostore_option() -> dict[str, Any] | None:
     `offset_store: {kind: none}`; anything else reports the row as pending.
     """
     try:
-        flag = subprocess.run([sys.executable, "-m", "mirror", "run", "--no-offset-store", "--help"],
-                              capture_output=True, text=True, cwd=ROOT, timeout=60)
+        flag = subprocess.run(
+            [sys.executable, "-m", "mirror", "run", "--no-offset-store", "--help"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if flag.returncode == 0:
@@ -289,7 +377,9 @@ def _nostore_option() -> dict[str, Any] | None:
 
 def _mirror_available() -> tuple[bool, str]:
     try:
-        out = subprocess.run([sys.executable, "-m", "mirror", "run", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "mirror", "run", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, str(exc)
     if out.returncode != 0:
@@ -326,12 +416,22 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
     try:
         t = time.monotonic()
         standalone = any(s.kind == "spark" and s.options.get("standalone") for s in runnable)
-        workers = max((s.options.get("cores", 1) for s in runnable if s.kind == "spark" and s.options.get("standalone")), default=1)
+        workers = max(
+            (s.options.get("cores", 1) for s in runnable if s.kind == "spark" and s.options.get("standalone")),
+            default=1,
+        )
         status = dev.up(["src", "dst"], base, spark=standalone, spark_workers=workers).status
         phases["clusters_up_s"] = round(time.monotonic() - t, 1)
-        env = Env(src=status["clusters"]["src"]["bootstrap"], dst=status["clusters"]["dst"]["bootstrap"],
-                  workdir=workdir / "runs", partitions=p.partitions, producer=producer, consumer=consumer,
-                  batch=batch, free_port=_free_port)
+        env = Env(
+            src=status["clusters"]["src"]["bootstrap"],
+            dst=status["clusters"]["dst"]["bootstrap"],
+            workdir=workdir / "runs",
+            partitions=p.partitions,
+            producer=producer,
+            consumer=consumer,
+            batch=batch,
+            free_port=_free_port,
+        )
         if standalone:
             from mirror.devenv.spark import SparkDev
 
@@ -359,12 +459,26 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
     finished = dt.datetime.now(dt.UTC)
     machine["load_avg_end"] = list(os.getloadavg())
     result = summarise(
-        params={**p.__dict__, "only": list(p.only), "skip": list(p.skip), "producer": _jsonable(producer),
-                "consumer": _jsonable(consumer), "consume_batch": batch, "latency_rate_used": latency_rate,
-                "source_topic": SOURCE_TOPIC},
-        machine=machine, specs=chosen, runs=runs, lat_runs=lat_runs,
-        meta={"started_at": started.isoformat(timespec="seconds"), "finished_at": finished.isoformat(timespec="seconds"),
-              "duration_s": round(time.monotonic() - t_start, 1), "phases": phases},
+        params={
+            **p.__dict__,
+            "only": list(p.only),
+            "skip": list(p.skip),
+            "producer": _jsonable(producer),
+            "consumer": _jsonable(consumer),
+            "consume_batch": batch,
+            "latency_rate_used": latency_rate,
+            "source_topic": SOURCE_TOPIC,
+        },
+        machine=machine,
+        specs=chosen,
+        runs=runs,
+        lat_runs=lat_runs,
+        meta={
+            "started_at": started.isoformat(timespec="seconds"),
+            "finished_at": finished.isoformat(timespec="seconds"),
+            "duration_s": round(time.monotonic() - t_start, 1),
+            "phases": phases,
+        },
     )
     out = out or RESULTS / f"bench-{started.strftime('%Y%m%dT%H%M%SZ')}{'-quick' if p.quick else ''}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -374,7 +488,9 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
     return result
 
 
-def _throughput_phase(env: Env, runnable: list[Spec], p: Params, runs: dict[str, list[dict[str, Any]]], phases: dict[str, float]) -> None:
+def _throughput_phase(
+    env: Env, runnable: list[Spec], p: Params, runs: dict[str, list[dict[str, Any]]], phases: dict[str, float]
+) -> None:
     """Every runnable contender `p.reps` times, interleaved (a slow spell of the machine hits all alike)."""
     t = time.monotonic()
     for rep in range(p.reps):
@@ -386,15 +502,23 @@ def _throughput_phase(env: Env, runnable: list[Spec], p: Params, runs: dict[str,
     phases["throughput_s"] = round(time.monotonic() - t, 1)
 
 
-def _latency_phase(env: Env, runnable: list[Spec], p: Params, runs: dict[str, list[dict[str, Any]]],
-                   lat_runs: dict[str, list[dict[str, Any]]], phases: dict[str, float]) -> float | None:
+def _latency_phase(
+    env: Env,
+    runnable: list[Spec],
+    p: Params,
+    runs: dict[str, list[dict[str, Any]]],
+    lat_runs: dict[str, list[dict[str, Any]]],
+    phases: dict[str, float],
+) -> float | None:
     """Latency at one fixed rate below every contender's capacity; returns that rate (None: not measured).
 
     The ceiling's latency is the floor this machine allows (a reference, not a target)."""
     lat_specs = [s for s in runnable if s.key in ("mirror", "mm2", "ceiling") or (s.opt_in and s.kind != "spark")]
     if not lat_specs or p.latency_reps <= 0:
         return None
-    latency_rate = p.latency_rate or _latency_rate(runs, [s for s in lat_specs if s.key in ("mirror", "mm2")] or lat_specs)
+    latency_rate = p.latency_rate or _latency_rate(
+        runs, [s for s in lat_specs if s.key in ("mirror", "mm2")] or lat_specs
+    )
     if not latency_rate:
         return latency_rate
     t = time.monotonic()
@@ -423,7 +547,10 @@ def _brief(r: dict[str, Any]) -> str:
         return "FAILED: " + str(r.get("error", "?")).splitlines()[0]
     if "p99_ms" in r:
         return f"p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms over {r['samples']:,} records"
-    return f"{r['records_per_s']:,.0f} records/s, {r['mb_per_s']} MB/s, peak RSS {r['peak_rss_mb']} MB, CPU {r['cpu_s']} s, wall {r['wall_s']} s"
+    return (
+        f"{r['records_per_s']:,.0f} records/s, {r['mb_per_s']} MB/s, peak RSS {r['peak_rss_mb']} MB, CPU "
+        f"{r['cpu_s']} s, wall {r['wall_s']} s"
+    )
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
@@ -431,7 +558,9 @@ def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--quick", action="store_true", help="tiny sizes, one repetition (the smoke test)")
     ap.add_argument("--records", type=int)
     ap.add_argument("--record-size", type=int)
@@ -439,16 +568,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, help="throughput repetitions per contender (median of these)")
     ap.add_argument("--latency-reps", type=int)
     ap.add_argument("--latency-duration", type=float, help="seconds of steady load per latency run")
-    ap.add_argument("--latency-warmup", type=float, help="seconds of steady load before the measured window (default 5)")
-    ap.add_argument("--latency-rate", type=float, help="records/s of the steady load (default: a third of the slower capacity)")
-    ap.add_argument("--only", default="", help="comma-separated contender keys to run (opt-in diagnostics: mirror-noprov)")
-    ap.add_argument("--skip", default="", help="comma-separated contender keys to leave out (e.g. mm2,mm2-t2); --quick skips mm2-t2 and the Spark rows unless this is given")
+    ap.add_argument(
+        "--latency-warmup", type=float, help="seconds of steady load before the measured window (default 5)"
+    )
+    ap.add_argument(
+        "--latency-rate", type=float, help="records/s of the steady load (default: a third of the slower capacity)"
+    )
+    ap.add_argument(
+        "--only", default="", help="comma-separated contender keys to run (opt-in diagnostics: mirror-noprov)"
+    )
+    ap.add_argument(
+        "--skip",
+        default="",
+        help="comma-separated contender keys to leave out (e.g. mm2,mm2-t2); --quick skips mm2-t2 and the "
+        "Spark rows unless this is given",
+    )
     ap.add_argument("--out", type=Path, help="JSON result path (default bench/results/bench-<time>.json)")
     ap.add_argument("--workdir", type=Path, help="keep clusters' data and contender logs here")
     ap.add_argument("--keep", action="store_true", help="keep the temporary workdir (logs) after the run")
     args = ap.parse_args(argv)
     p = Params.quick_mode() if args.quick else Params()
-    for name in ("records", "record_size", "partitions", "reps", "latency_reps", "latency_duration", "latency_warmup", "latency_rate"):
+    for name in (
+        "records",
+        "record_size",
+        "partitions",
+        "reps",
+        "latency_reps",
+        "latency_duration",
+        "latency_warmup",
+        "latency_rate",
+    ):
         value = getattr(args, name)
         if value is not None:
             setattr(p, name, value)

@@ -159,8 +159,13 @@ class Contender:
             # Own session: stopping the contender signals its whole process group, and
             # nothing else on this shared machine.
             self.proc = subprocess.Popen(
-                list(self.argv), stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, cwd=self.cwd, start_new_session=True,
+                list(self.argv),
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=self.cwd,
+                start_new_session=True,
             )
         self.started_at = time.monotonic()
         self.started_wall = time.time()

@@ -67,8 +67,13 @@ def _estate(bootstrap: str, p: SiteParams) -> list[str]:
     finally:
         c.close()
     for i in range(0, p.groups, 50):
-        futs = [f for g in range(i, min(p.groups, i + 50))
-                for f in admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(f"{GROUP_PREFIX}{g:04d}", tps)], request_timeout=60).values()]
+        futs = [
+            f
+            for g in range(i, min(p.groups, i + 50))
+            for f in admin.alter_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(f"{GROUP_PREFIX}{g:04d}", tps)], request_timeout=60
+            ).values()
+        ]
         for f in futs:
             f.result(120)
     return names
@@ -111,10 +116,27 @@ def run(p: SiteParams, out: Path | None = None) -> dict[str, Any]:
         cfg = _config(workdir / "site.yaml", src, dst, workdir)
         s, rc, _ = _timed([*py, "run", "-c", str(cfg), "--until-caught-up"], logs / "run.log", 600)
         res["mirror_caught_up_s"], res["mirror_exit"] = round(s, 1), rc
-        _log(f"estate ready ({res['estate_s']} s), mirrored in {res['mirror_caught_up_s']} s; planning {p.groups} groups")
+        _log(
+            f"estate ready ({res['estate_s']} s), mirrored in {res['mirror_caught_up_s']} s; planning {p.groups} groups"
+        )
         plan, backup = workdir / "plan.json", workdir / "plan.backup.json"
         steps = [
-            ("plan", [*py, "failover", "plan", "-c", str(cfg), "--from", "east", "--translate", "--out", str(plan), "--json"]),
+            (
+                "plan",
+                [
+                    *py,
+                    "failover",
+                    "plan",
+                    "-c",
+                    str(cfg),
+                    "--from",
+                    "east",
+                    "--translate",
+                    "--out",
+                    str(plan),
+                    "--json",
+                ],
+            ),
             ("apply", [*py, "failover", "apply", "--plan", str(plan), "--yes", "--json"]),
             ("restore", [*py, "failover", "import", "--backup", str(backup), "--yes"]),
         ]

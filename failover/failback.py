@@ -55,8 +55,14 @@ class FailbackReport:
             "new_primary": self.new_primary,
             "never_mirrored": self.stranded,
             "partitions": [
-                {"topic": p.topic, "target_topic": p.target_topic, "partition": p.partition, "old_end": p.old_end,
-                 "mirrored_end": p.mirrored_end, "never_mirrored": p.records}
+                {
+                    "topic": p.topic,
+                    "target_topic": p.target_topic,
+                    "partition": p.partition,
+                    "old_end": p.old_end,
+                    "mirrored_end": p.mirrored_end,
+                    "never_mirrored": p.records,
+                }
                 for p in self.partitions
             ],
             "groups": self.groups,
@@ -75,7 +81,9 @@ def report(ctx: FlowContext) -> FailbackReport:
     names = {m.source: m.target for m in mappings}
     old_marks = old.watermarks(parts)
     new_topics = new.topics()
-    new.require_visible([], new_topics, "Describe", literal=sorted(set(names.values())))  # hidden is not "never mirrored"
+    new.require_visible(
+        [], new_topics, "Describe", literal=sorted(set(names.values()))
+    )  # hidden is not "never mirrored"
     tparts = [(names[t], p) for t, p in parts if names[t] in new_topics]
     new_marks = new.watermarks(tparts)
     committed = old.group_offsets(flow.group_id)
@@ -102,7 +110,10 @@ def scrape(ctx: FlowContext, rep: FailbackReport) -> None:
     active = {g: n for g in rep.groups if (n := old.group_members(g))}
     if active:
         who = ", ".join(f"{g} ({n})" for g, n in sorted(active.items()))
-        raise UnsafeOperation(f"groups still active on {rep.old_primary!r}: {who}; nothing was deleted", hint="stop them (and the mirror of this flow) first")
+        raise UnsafeOperation(
+            f"groups still active on {rep.old_primary!r}: {who}; nothing was deleted",
+            hint="stop them (and the mirror of this flow) first",
+        )
     old.delete_records({(p.topic, p.partition): OFFSET_END for p in rep.partitions if p.old_end > 0})
     old.delete_groups(rep.groups)
     rep.scraped = True
@@ -115,7 +126,10 @@ def reversed_flow(ctx: FlowContext) -> str:
         "name": f"{f.target}-to-{f.source}",
         "source": f.target,
         "target": f.source,
-        "topics": {"include": list(f.topics.include), **({"exclude": list(f.topics.exclude)} if f.topics.exclude else {})},
+        "topics": {
+            "include": list(f.topics.include),
+            **({"exclude": list(f.topics.exclude)} if f.topics.exclude else {}),
+        },
         "rename": f.rename.value,
     }
     if f.groups:

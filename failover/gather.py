@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, int]  # (source topic, partition)
 
+
 @dataclass
 class FlowContext:
     """A flow's clusters and offset store, opened lazily (a dead source must not block --at)."""
@@ -86,9 +87,15 @@ def check_group(flow: FlowConfig, flow_index: int, group: str) -> None:
     """The flow must name the group in `groups`: only those are checkpointed and trusted."""
     key = f"flows[{flow_index}].groups"
     if not flow.groups:
-        raise UsageError(f"flow {flow.name!r} has no consumer groups to fail over", hint=f"add the group's pattern to {key} in the config")
+        raise UsageError(
+            f"flow {flow.name!r} has no consumer groups to fail over",
+            hint=f"add the group's pattern to {key} in the config",
+        )
     if not any(re.fullmatch(p, group) for p in flow.groups):
-        raise UsageError(f"group {group!r} does not match {key} of flow {flow.name!r} ({', '.join(flow.groups)})", hint=f"add a pattern matching it to {key}")
+        raise UsageError(
+            f"group {group!r} does not match {key} of flow {flow.name!r} ({', '.join(flow.groups)})",
+            hint=f"add a pattern matching it to {key}",
+        )
 
 
 @dataclass
@@ -132,7 +139,9 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
     return result
 
 
-def build_plans(ctx: FlowContext, groups: Sequence[str], method: Method, *, at_ms: int | None = None) -> dict[str, Plan | MirrorError]:
+def build_plans(
+    ctx: FlowContext, groups: Sequence[str], method: Method, *, at_ms: int | None = None
+) -> dict[str, Plan | MirrorError]:
     """Plans of many groups of one flow, sharing every read that is the flow's, not a group's.
 
     A group that cannot be planned (no offsets and no checkpoints, none of its topics on the
@@ -150,8 +159,10 @@ def build_plans(ctx: FlowContext, groups: Sequence[str], method: Method, *, at_m
         pos = group_positions(ctx, g, reads, topic_ok)
         if pos is None:
             out[g] = NotFound(
-                f"group {g!r} has no committed offsets on {flow.source!r} for the topics of flow {flow.name!r}, and no checkpoints",
-                hint="check the group name (`mirror failover export --cluster SOURCE --group G` shows what it committed)",
+                f"group {g!r} has no committed offsets on {flow.source!r} for the topics of flow "
+                f"{flow.name!r}, and no checkpoints",
+                hint="check the group name (`mirror failover export --cluster SOURCE --group G` shows what it "
+                "committed)",
             )
         else:
             positions[g] = pos
@@ -159,13 +170,20 @@ def build_plans(ctx: FlowContext, groups: Sequence[str], method: Method, *, at_m
         return out
     target = read_target(ctx, target_topics(), positions, method, at_ms)
     store_ends: dict[Key, int] | None = None
-    keys_of = {g: sorted(k for k in pos.offsets if target.names[k[0]] in target.existing) for g, pos in positions.items()}
-    tips = sync_tips(ctx.store, flow.name, sorted({k for ks in keys_of.values() for k in ks})) if method is Method.TRANSLATE else {}
+    keys_of = {
+        g: sorted(k for k in pos.offsets if target.names[k[0]] in target.existing) for g, pos in positions.items()
+    }
+    tips = (
+        sync_tips(ctx.store, flow.name, sorted({k for ks in keys_of.values() for k in ks}))
+        if method is Method.TRANSLATE
+        else {}
+    )
     for g, pos in positions.items():
         missing = sorted({target.names[t] for t, _ in pos.offsets if target.names[t] not in target.existing})
         if not keys_of[g]:
             out[g] = MirrorError(
-                f"none of group {g!r}'s topics exist on {flow.target!r} yet ({', '.join(missing)}): nothing to fail over to",
+                f"none of group {g!r}'s topics exist on {flow.target!r} yet ({', '.join(missing)}): "
+                "nothing to fail over to",
                 hint=f"let flow {flow.name!r} mirror them first (`mirror run -c CONFIG --flow {flow.name}`)",
             )
             continue
@@ -175,7 +193,11 @@ def build_plans(ctx: FlowContext, groups: Sequence[str], method: Method, *, at_m
                 store_ends = {k: end for k, (end, _ms) in ctx.store.source_ends(flow.name).items()}
             ends = {**store_ends, **reads.ends}
         facts = partition_facts(ctx, method, pos, keys_of[g], target, tips, ends, reads.mirror_committed)
-        truth = {Method.TIMESTAMP: Truth.TIMESTAMPS, Method.EARLIEST: Truth.WATERMARKS, Method.LATEST: Truth.WATERMARKS}.get(method, pos.truth)
+        truth = {
+            Method.TIMESTAMP: Truth.TIMESTAMPS,
+            Method.EARLIEST: Truth.WATERMARKS,
+            Method.LATEST: Truth.WATERMARKS,
+        }.get(method, pos.truth)
         plan = make_plan(flow.name, g, method, truth, facts, at_ms=at_ms, checkpoint_time_ms=pos.checkpoint_time_ms)
         if missing:
             plan.notes.append(f"not on {flow.target} yet (left out): {', '.join(missing)}")
@@ -225,7 +247,9 @@ def read_source(ctx: FlowContext, groups: Sequence[str], topic_ok: Callable[[str
         return SourceReads(False)
 
 
-def group_positions(ctx: FlowContext, group: str, reads: SourceReads, topic_ok: Callable[[str], bool]) -> Positions | None:
+def group_positions(
+    ctx: FlowContext, group: str, reads: SourceReads, topic_ok: Callable[[str], bool]
+) -> Positions | None:
     """The group's live offsets, else its newest checkpoints, else None."""
     live = reads.live.get(group)
     if live:
@@ -241,7 +265,9 @@ def group_positions(ctx: FlowContext, group: str, reads: SourceReads, topic_ok: 
     )
 
 
-def read_target(ctx: FlowContext, existing: dict[str, int], positions: dict[str, Positions], method: Method, at_ms: int | None) -> TargetReads:
+def read_target(
+    ctx: FlowContext, existing: dict[str, int], positions: dict[str, Positions], method: Method, at_ms: int | None
+) -> TargetReads:
     """Watermarks (and for --at, timestamp offsets) of every partition any group needs, then
     the source's watermarks again for translation from live offsets."""
     flow = ctx.flow
@@ -252,7 +278,15 @@ def read_target(ctx: FlowContext, existing: dict[str, int], positions: dict[str,
     keys = sorted({k for pos in positions.values() for k in pos.offsets if target.names[k[0]] in target.existing})
     tparts = [(target.names[t], p) for t, p in keys]
     target.marks = ctx.target.watermarks(tparts)
-    live_keys = sorted({k for pos in positions.values() if pos.truth is Truth.SOURCE for k in pos.offsets if target.names[k[0]] in target.existing})
+    live_keys = sorted(
+        {
+            k
+            for pos in positions.values()
+            if pos.truth is Truth.SOURCE
+            for k in pos.offsets
+            if target.names[k[0]] in target.existing
+        }
+    )
     if live_keys and method is Method.TRANSLATE:
         # The source's ends again, after the target's: every copy the target holds is then
         # of a record below them, which translating a partition with no offset-map row
@@ -260,7 +294,12 @@ def read_target(ctx: FlowContext, existing: dict[str, int], positions: dict[str,
         try:
             target.source_logs = {k: (w.low, w.high) for k, w in ctx.source.watermarks(live_keys).items()}
         except ClusterUnavailable as exc:
-            log.warning("source %s did not answer again (%s); partitions without offset-map rows start at the target's beginning", flow.source, exc)
+            log.warning(
+                "source %s did not answer again (%s); partitions without offset-map rows start at the "
+                "target's beginning",
+                flow.source,
+                exc,
+            )
     if method is Method.TIMESTAMP and at_ms is not None:
         target.time_offsets = ctx.target.offsets_for_times(tparts, at_ms)
         starts = {k: o for k, o in target.time_offsets.items() if o >= 0}
@@ -268,8 +307,16 @@ def read_target(ctx: FlowContext, existing: dict[str, int], positions: dict[str,
     return target
 
 
-def partition_facts(ctx: FlowContext, method: Method, pos: Positions, keys: list[Key], target: TargetReads,
-                    tips: dict[Key, OffsetSync | None], source_ends: dict[Key, int], mirror_committed: dict[Key, int]) -> list[PartitionFacts]:
+def partition_facts(
+    ctx: FlowContext,
+    method: Method,
+    pos: Positions,
+    keys: list[Key],
+    target: TargetReads,
+    tips: dict[Key, OffsetSync | None],
+    source_ends: dict[Key, int],
+    mirror_committed: dict[Key, int],
+) -> list[PartitionFacts]:
     """Everything one group's plan needs per partition (its offset-map rows read in bulk)."""
     # The tips were read before the rows: the rows read after them are then complete up to
     # them (a store write landing between the reads only adds rows; read after the rows, a
@@ -289,18 +336,32 @@ def partition_facts(ctx: FlowContext, method: Method, pos: Positions, keys: list
         source_log = target.source_logs.get(key) if live else None
         facts.append(
             PartitionFacts(
-                topic, tkey[0], part, w.low, w.high,
-                source_offset=pos.offsets[key], syncs=window.rows if translating else [], mirrored_end=mirrored,
-                source_end=source_log[1] if source_log else source_ends.get(key), source_log=source_log,
+                topic,
+                tkey[0],
+                part,
+                w.low,
+                w.high,
+                source_offset=pos.offsets[key],
+                syncs=window.rows if translating else [],
+                mirrored_end=mirrored,
+                source_end=source_log[1] if source_log else source_ends.get(key),
+                source_log=source_log,
                 tip=tips.get(key) if translating else None,
                 checkpoint_offset=pos.checkpoint_offsets.get(key),
-                time_offset=target.time_offsets.get(tkey), boundary_records=target.boundary.get(tkey, 0),
+                time_offset=target.time_offsets.get(tkey),
+                boundary_records=target.boundary.get(tkey, 0),
             )
         )
     return facts
 
 
-def count_boundary(ctx: FlowContext, starts: dict[tuple[str, int], int], at_ms: int, highs: dict[tuple[str, int], int], timeout: float = 20.0) -> dict[tuple[str, int], int]:
+def count_boundary(
+    ctx: FlowContext,
+    starts: dict[tuple[str, int], int],
+    at_ms: int,
+    highs: dict[tuple[str, int], int],
+    timeout: float = 20.0,
+) -> dict[tuple[str, int], int]:
     """Per target partition, the records from `starts` whose timestamp is exactly `at_ms`.
 
     They share the boundary millisecond: a group that stopped inside that millisecond read
@@ -309,11 +370,15 @@ def count_boundary(ctx: FlowContext, starts: dict[tuple[str, int], int], at_ms: 
     todo = {k: o for k, o in starts.items() if o < highs.get(k, 0)}
     if not todo:
         return {}
-    consumer = make_consumer(f"{ctx.flow.target}-boundary", ctx.config.cluster(ctx.flow.target), {
-        "group.id": f"mirror-failover-probe-{int(time.time() * 1000)}",
-        "enable.auto.commit": False,
-        "isolation.level": "read_committed",
-    })
+    consumer = make_consumer(
+        f"{ctx.flow.target}-boundary",
+        ctx.config.cluster(ctx.flow.target),
+        {
+            "group.id": f"mirror-failover-probe-{int(time.time() * 1000)}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        },
+    )
     counts = {k: 0 for k in todo}
     try:
         consumer.assign([TopicPartition(t, p, o) for (t, p), o in todo.items()])

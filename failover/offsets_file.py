@@ -48,7 +48,10 @@ class GroupOffsets:
             offsets = {(str(e["topic"]), int(e["partition"])): int(e["offset"]) for e in doc["offsets"]}
             return cls(str(doc["cluster"]), str(doc["group"]), int(doc.get("time_ms", 0)), offsets)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise UsageError(f"FILE: {source} is not an offsets file ({exc})", hint="pass a file written by `mirror failover export` or by `apply` as its backup") from None
+            raise UsageError(
+                f"FILE: {source} is not an offsets file ({exc})",
+                hint="pass a file written by `mirror failover export` or by `apply` as its backup",
+            ) from None
 
 
 def write(path: Path, doc: GroupOffsets) -> None:
@@ -115,7 +118,8 @@ def require_idle(admin: Admin, cluster: str, group: str) -> None:
     members = coordinated(admin, lambda: admin.group_members(group))
     if members:
         raise UnsafeOperation(
-            f"group {group!r} has {members} active member{'s' if members != 1 else ''} on cluster {cluster!r}; nothing was changed",
+            f"group {group!r} has {members} active member{'s' if members != 1 else ''} on cluster "
+            f"{cluster!r}; nothing was changed",
             hint="stop the group's consumers there, then run this again",
         )
 

@@ -147,8 +147,16 @@ def plan_partition(method: Method, f: PartitionFacts) -> PartitionPlan:
     if method is Method.TRANSLATE:
         if f.source_offset is None:
             raise ValueError(f"{f.source_topic}[{f.partition}]: translation needs the group's source offset")
-        tr = translate(f.syncs, f.source_offset, f.target_high, f.mirrored_end, f.source_end,
-                       tip=f.tip, target_start=f.target_low, source_log=f.source_log)
+        tr = translate(
+            f.syncs,
+            f.source_offset,
+            f.target_high,
+            f.mirrored_end,
+            f.source_end,
+            tip=f.tip,
+            target_start=f.target_low,
+            source_log=f.source_log,
+        )
         target, unmirrored, exact = max(tr.target_offset, f.target_low), tr.unmirrored, tr.exact
         if not f.syncs and f.checkpoint_offset is not None:
             # Nothing mirrored from this partition, source gone: the checkpointer translated
@@ -164,7 +172,9 @@ def plan_partition(method: Method, f: PartitionFacts) -> PartitionPlan:
         target = f.target_low
     else:
         target = f.target_high
-    return PartitionPlan(f.source_topic, f.target_topic, f.partition, f.source_offset, target, unmirrored, boundary, exact)
+    return PartitionPlan(
+        f.source_topic, f.target_topic, f.partition, f.source_offset, target, unmirrored, boundary, exact
+    )
 
 
 def make_plan(
@@ -188,11 +198,15 @@ def make_plan(
         parts.append(p)
     notes = []
     if truth is Truth.CHECKPOINTS:
-        notes.append("the source did not answer: positions are the group's newest checkpoints; it may re-read what it consumed after them")
+        notes.append(
+            "the source did not answer: positions are the group's newest checkpoints; it may re-read "
+            "what it consumed after them"
+        )
     inexact = [f"{p.source_topic}[{p.partition}]" for p in parts if not p.exact]
     if inexact:
         notes.append(
-            f"no offset-map row at or below the group's position for {', '.join(inexact)}: starting at the first mirrored record "
+            f"no offset-map row at or below the group's position for {', '.join(inexact)}: starting at "
+            "the first mirrored record "
             "(or the target's first offset when nothing was mirrored); records there may be read twice"
         )
     return Plan(flow, group, method, truth, parts, at_ms, checkpoint_time_ms, notes)

@@ -44,8 +44,12 @@ class SiteGroup:
     plans: list[Plan] = field(default_factory=list)
     offsets: dict[Key, int] = field(default_factory=dict)  # (target topic, partition) -> offset to commit
     target_before: dict[Key, int] = field(default_factory=dict)  # the group's commits there when planned
-    source_seen: dict[str, dict[Key, int]] | None = None  # cluster -> its live source offsets when planned (None: from checkpoints)
-    source_state: str | None = None  # the group's state there (STABLE, EMPTY, ...); None: not asked (gone) or no such group
+    source_seen: dict[str, dict[Key, int]] | None = (
+        None  # cluster -> its live source offsets when planned (None: from checkpoints)
+    )
+    source_state: str | None = (
+        None  # the group's state there (STABLE, EMPTY, ...); None: not asked (gone) or no such group
+    )
     target_state: str | None = None
     refused: str | None = None
     errors: list[str] = field(default_factory=list)  # flows it could not be planned for
@@ -104,14 +108,19 @@ class SitePlan:
         for name, source, target in self.flows:
             plans = [(g, p) for g in self.groups for p in g.plans if p.flow == name]
             errors = [e for g in self.groups for e in g.errors if e.startswith(f"{name}: ")]
-            out.append({
-                "flow": name, "source": source, "target": target,
-                "groups": len(plans), "refused": sum(1 for g, _ in plans if g.refused),
-                "partitions": sum(len(p.partitions) for _, p in plans),
-                "unmirrored": sum(p.unmirrored for _, p in plans),
-                "may_reread": sum(p.may_reread for _, p in plans),
-                "errors": len(errors),
-            })
+            out.append(
+                {
+                    "flow": name,
+                    "source": source,
+                    "target": target,
+                    "groups": len(plans),
+                    "refused": sum(1 for g, _ in plans if g.refused),
+                    "partitions": sum(len(p.partitions) for _, p in plans),
+                    "unmirrored": sum(p.unmirrored for _, p in plans),
+                    "may_reread": sum(p.may_reread for _, p in plans),
+                    "errors": len(errors),
+                }
+            )
         return out
 
     def totals(self) -> dict[str, int]:
@@ -180,13 +189,23 @@ def read_plan(doc: Any, source: str) -> PlanDoc:
         if doc.get("kind") != KIND or doc.get("version") != VERSION:
             raise ValueError(f"not a {KIND} version {VERSION}")
         groups = [
-            ApplyGroup(str(g["group"]), str(g["target"]), [str(s) for s in g["sources"]], _unpairs(g["offsets"]), _unpairs(g["target_before"]),
-                       None if g.get("source_seen") is None else {str(c): _unpairs(o) for c, o in g["source_seen"].items()}, g.get("refused"))
+            ApplyGroup(
+                str(g["group"]),
+                str(g["target"]),
+                [str(s) for s in g["sources"]],
+                _unpairs(g["offsets"]),
+                _unpairs(g["target_before"]),
+                None if g.get("source_seen") is None else {str(c): _unpairs(o) for c, o in g["source_seen"].items()},
+                g.get("refused"),
+            )
             for g in doc["groups"]
         ]
         return PlanDoc(str(doc["id"]), str(doc["from"]), str(doc.get("config") or ""), groups)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"--plan: {source} is not a site failover plan ({exc})", hint="write one with `mirror failover plan --from NAME ... --out PLAN`") from None
+        raise UsageError(
+            f"--plan: {source} is not a site failover plan ({exc})",
+            hint="write one with `mirror failover plan --from NAME ... --out PLAN`",
+        ) from None
 
 
 IDLE = ("EMPTY", "DEAD")  # group states without members

@@ -50,24 +50,37 @@ def read_backup(path: Path) -> tuple[str | None, list[GroupOffsets]]:
     return None, [GroupOffsets.from_json(doc, str(path))]
 
 
-def apply_site(plan: PlanDoc, admin: Callable[[str], Admin], backup: Path, progress: Progress, now_ms: int) -> ApplyResult:
+def apply_site(
+    plan: PlanDoc, admin: Callable[[str], Admin], backup: Path, progress: Progress, now_ms: int
+) -> ApplyResult:
     refused = [g for g in plan.groups if g.refused]
     if refused:
         who = "; ".join(f"{g.group}: {g.refused}" for g in refused)
-        raise UnsafeOperation(f"the plan refuses {len(refused)} group(s), so nothing was applied ({who})",
-                              hint="stop them and plan again, or leave them out with --group")
+        raise UnsafeOperation(
+            f"the plan refuses {len(refused)} group(s), so nothing was applied ({who})",
+            hint="stop them and plan again, or leave them out with --group",
+        )
     current = _target_offsets(plan.groups, admin)
     states = {g.group: classify(g, current[g.group]) for g in plan.groups}
     todo = [g for g in plan.groups if states[g.group][0] in (State.TODO, State.PARTIAL)]
-    problems = [f"{g.group}: committed on {g.target} since the plan ({_keys(states[g.group][1])})" for g in plan.groups if states[g.group][0] is State.CHANGED]
+    problems = [
+        f"{g.group}: committed on {g.target} since the plan ({_keys(states[g.group][1])})"
+        for g in plan.groups
+        if states[g.group][0] is State.CHANGED
+    ]
     problems += _active_or_moved(todo, admin)
     if problems:
-        raise UnsafeOperation(f"{len(problems)} group(s) changed since the plan; nothing was changed: {'; '.join(problems)}",
-                              hint="plan again (`mirror failover plan --from ...`) and review the new plan")
+        raise UnsafeOperation(
+            f"{len(problems)} group(s) changed since the plan; nothing was changed: {'; '.join(problems)}",
+            hint="plan again (`mirror failover plan --from ...`) and review the new plan",
+        )
     resumed = _backup_once(plan, backup, current, now_ms)
     result = ApplyResult(backup, resumed, already=[g.group for g in plan.groups if states[g.group][0] is State.DONE])
     if resumed:
-        progress(f"resuming: {len(result.already)} group(s) already moved by an earlier run are left as they are; backup {backup} kept from that run")
+        progress(
+            f"resuming: {len(result.already)} group(s) already moved by an earlier run are left as they "
+            f"are; backup {backup} kept from that run"
+        )
     left = {g.group: {k: o for k, o in g.offsets.items() if current[g.group].get(k) != o} for g in todo}
 
     def moved(i: int, g: ApplyGroup) -> None:
@@ -78,7 +91,10 @@ def apply_site(plan: PlanDoc, admin: Callable[[str], Admin], backup: Path, progr
     try:
         _windowed(todo, lambda g: admin(g.target).request_alter_group_offsets(g.group, left[g.group]), moved)
     except MirrorError as exc:
-        exc.message += f" (moved at least {len(result.moved)} of {len(todo)} groups; run the same command again to finish the rest)"
+        exc.message += (
+            f" (moved at least {len(result.moved)} of {len(todo)} groups; run the same command again to "
+            "finish the rest)"
+        )
         raise
     return result
 
@@ -88,7 +104,9 @@ def _keys(keys: Sequence[tuple[str, int]], at_most: int = 3) -> str:
     return shown + (f" and {len(keys) - at_most} more" if len(keys) > at_most else "")
 
 
-def _target_offsets(groups: Sequence[ApplyGroup], admin: Callable[[str], Admin]) -> dict[str, dict[tuple[str, int], int]]:
+def _target_offsets(
+    groups: Sequence[ApplyGroup], admin: Callable[[str], Admin]
+) -> dict[str, dict[tuple[str, int], int]]:
     """Every committed offset of each group on its target (the backup needs them all), in flight together."""
     for cluster in sorted({g.target for g in groups}):  # every coordinator found first (Admin.prepare_groups)
         a = admin(cluster)
@@ -110,13 +128,22 @@ def _active_or_moved(todo: Sequence[ApplyGroup], admin: Callable[[str], Admin]) 
     problems = []
     for cluster in sorted({g.target for g in todo}):
         states = admin(cluster).group_states()
-        problems += [f"{g.group}: active on {cluster} ({states[g.group]})" for g in todo if g.target == cluster and active(states.get(g.group))]
+        problems += [
+            f"{g.group}: active on {cluster} ({states[g.group]})"
+            for g in todo
+            if g.target == cluster and active(states.get(g.group))
+        ]
     for cluster in sorted({c for g in todo for c in (g.source_seen or {})}):
         mine = [g for g in todo if cluster in (g.source_seen or {})]
         a = admin(cluster)
         try:
             states = a.prepare_groups([g.group for g in mine])
-            pending = {g.group: a.request_group_offsets(g.group, sorted((g.source_seen or {})[cluster]), strict=True, described=True) for g in mine}
+            pending = {
+                g.group: a.request_group_offsets(
+                    g.group, sorted((g.source_seen or {})[cluster]), strict=True, described=True
+                )
+                for g in mine
+            }
             now = {g: p.result() for g, p in pending.items()}
         except ClusterUnavailable:
             continue  # gone since the plan: nothing more can happen there
@@ -135,10 +162,19 @@ def _backup_once(plan: PlanDoc, path: Path, current: dict[str, dict[tuple[str, i
         if plan_id == plan.id:
             return True
         raise UsageError(f"--backup: {str(path)!r} exists and belongs to another plan", hint="pass a new --backup path")
-    write_json(path, {
-        "version": 1, "kind": BACKUP_KIND, "plan_id": plan.id, "site": plan.site, "config": plan.config, "time_ms": now_ms,
-        "groups": [GroupOffsets(g.target, g.group, now_ms, current[g.group]).to_json() for g in plan.groups],
-    }, indent=None)
+    write_json(
+        path,
+        {
+            "version": 1,
+            "kind": BACKUP_KIND,
+            "plan_id": plan.id,
+            "site": plan.site,
+            "config": plan.config,
+            "time_ms": now_ms,
+            "groups": [GroupOffsets(g.target, g.group, now_ms, current[g.group]).to_json() for g in plan.groups],
+        },
+        indent=None,
+    )
     return False
 
 
@@ -150,15 +186,24 @@ def restore_backup(groups: Sequence[GroupOffsets], admin: Callable[[str], Admin]
     for cluster in sorted({g.cluster for g in groups}):
         a = admin(cluster)
         states = coordinated(a, lambda a=a, c=cluster: a.prepare_groups([g.group for g in groups if g.cluster == c]))  # type: ignore[misc]
-        busy += [f"{g.group} ({states[g.group]} on {cluster})" for g in groups if g.cluster == cluster and active(states.get(g.group))]
+        busy += [
+            f"{g.group} ({states[g.group]} on {cluster})"
+            for g in groups
+            if g.cluster == cluster and active(states.get(g.group))
+        ]
     if busy:
-        raise UnsafeOperation(f"group(s) still active: {', '.join(busy)}; nothing was restored", hint="stop their consumers, then run this again")
+        raise UnsafeOperation(
+            f"group(s) still active: {', '.join(busy)}; nothing was restored",
+            hint="stop their consumers, then run this again",
+        )
     pending = {(g.cluster, g.group): admin(g.cluster).request_group_offsets(g.group, described=True) for g in groups}
     current = {k: p.result() for k, p in pending.items()}
     # Partitions the backup does not list must end up with no commit: only deleting the
     # group does that (allowed while it is empty, checked above), one request per cluster.
     for cluster in sorted({g.cluster for g in groups}):
-        admin(cluster).delete_groups([g.group for g in groups if g.cluster == cluster and set(current[(cluster, g.group)]) - set(g.offsets)])
+        admin(cluster).delete_groups(
+            [g.group for g in groups if g.cluster == cluster and set(current[(cluster, g.group)]) - set(g.offsets)]
+        )
     done: list[str] = []
 
     def restored(i: int, g: GroupOffsets) -> None:
@@ -166,9 +211,16 @@ def restore_backup(groups: Sequence[GroupOffsets], admin: Callable[[str], Admin]
         progress(f"[{i}/{len(groups)}] {g.group} on {g.cluster}: {len(g.offsets)} offsets restored")
 
     try:
-        _windowed(list(groups), lambda g: admin(g.cluster).request_alter_group_offsets(g.group, g.offsets) if g.offsets else (lambda: None), restored)
+        _windowed(
+            list(groups),
+            lambda g: admin(g.cluster).request_alter_group_offsets(g.group, g.offsets) if g.offsets else (lambda: None),
+            restored,
+        )
     except MirrorError as exc:
-        exc.message += f" (restored at least {len(done)} of {len(groups)} groups; run the same command again to finish: restoring is idempotent)"
+        exc.message += (
+            f" (restored at least {len(done)} of {len(groups)} groups; run the same command again to finish: "
+            "restoring is idempotent)"
+        )
         raise
 
 
@@ -178,7 +230,7 @@ T = TypeVar("T")
 def _windowed(items: Sequence[T], send: Callable[[T], Callable[[], None]], done: Callable[[int, T], None]) -> None:
     """`send` every item, a window at a time in flight; `done(i, item)` in order as each answers."""
     for start in range(0, len(items), _WINDOW):
-        sent = [(x, send(x)) for x in items[start:start + _WINDOW]]
+        sent = [(x, send(x)) for x in items[start : start + _WINDOW]]
         for i, (x, wait) in enumerate(sent, start + 1):
             wait()
             done(i, x)

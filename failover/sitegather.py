@@ -40,7 +40,10 @@ def site_flows(config: Config, site: str, to: str | None) -> list[FlowConfig]:
     flows = [f for f in config.flows if f.source in clusters and (targets is None or f.target in targets)]
     if not flows:
         where = f" to {to!r}" if to else ""
-        raise UsageError(f"--from: no flow reads from {site!r} ({', '.join(clusters)}){where}", hint="check the flows' source and target clusters in the config")
+        raise UsageError(
+            f"--from: no flow reads from {site!r} ({', '.join(clusters)}){where}",
+            hint="check the flows' source and target clusters in the config",
+        )
     return flows
 
 
@@ -65,14 +68,29 @@ def build_site_plan(config: Config, store: FullOffsetStore, req: SiteRequest) ->
     idle = sorted(g for g, sg in groups.items() if not sg.plans and not sg.errors)
     site_groups = [_settle(groups[g], {c.flow.name: c.flow for c in ctxs}) for g in sorted(groups) if g not in idle]
     read_states(ctxs[0], site_groups, dead, {f.name: f.source for f in flows})
-    notes = [f"cluster {c!r} did not answer: its groups are planned from their newest checkpoints" for c in sorted(dead)]
+    notes = [
+        f"cluster {c!r} did not answer: its groups are planned from their newest checkpoints" for c in sorted(dead)
+    ]
     if idle:
-        notes.append(f"{len(idle)} group(s) the flows' patterns match read none of their topics (left out): {', '.join(idle[:10])}" + (" ..." if len(idle) > 10 else ""))
+        notes.append(
+            f"{len(idle)} group(s) the flows' patterns match read none of their topics (left out): "
+            f"{', '.join(idle[:10])}" + (" ..." if len(idle) > 10 else "")
+        )
     unmatched = [p for p in req.patterns if not any(re.fullmatch(p, g) for g in groups)]
     if unmatched:
         notes.append(f"--group matched no checkpointed group: {', '.join(unmatched)}")
-    return SitePlan(req.site, config.site(req.site), req.to, req.method, req.now_ms, req.config_path,
-                    [(f.name, f.source, f.target) for f in flows], site_groups, req.at_ms, notes)
+    return SitePlan(
+        req.site,
+        config.site(req.site),
+        req.to,
+        req.method,
+        req.now_ms,
+        req.config_path,
+        [(f.name, f.source, f.target) for f in flows],
+        site_groups,
+        req.at_ms,
+        notes,
+    )
 
 
 def discover(ctxs: Sequence[FlowContext], patterns: Sequence[str]) -> dict[str, list[str]]:
@@ -124,7 +142,9 @@ def read_states(ctx: FlowContext, groups: Sequence[SiteGroup], dead: set[str], s
         mine = [g for g in planned if g.target == cluster]
         admin = ctx.admin(cluster)
         states = coordinated(admin, lambda a=admin, m=mine: a.prepare_groups([g.group for g in m]))  # type: ignore[misc]
-        pending = {g.group: admin.request_group_offsets(g.group, sorted(g.offsets), strict=True, described=True) for g in mine}
+        pending = {
+            g.group: admin.request_group_offsets(g.group, sorted(g.offsets), strict=True, described=True) for g in mine
+        }
         for g in mine:
             g.target_state = states.get(g.group)
             g.target_before = pending[g.group].result()
@@ -140,7 +160,11 @@ def read_states(ctx: FlowContext, groups: Sequence[SiteGroup], dead: set[str], s
         if all(p.truth is Truth.SOURCE for p in g.plans):
             g.source_seen = _source_positions(g.plans, sources)
         if g.refused is None and (active(g.target_state) or active(g.source_state)):
-            where = [f"{state} on {side}" for state, side in ((g.source_state, "the source"), (g.target_state, "the target")) if active(state)]
+            where = [
+                f"{state} on {side}"
+                for state, side in ((g.source_state, "the source"), (g.target_state, "the target"))
+                if active(state)
+            ]
             g.refused = f"still active ({', '.join(where)}): stop its consumers, then plan again"
 
 
@@ -149,5 +173,7 @@ def _source_positions(plans: Sequence[Plan], sources: dict[str, str]) -> dict[st
     out: dict[str, dict[Key, int]] = {}
     for plan in plans:
         seen = out.setdefault(sources[plan.flow], {})
-        seen.update({(p.source_topic, p.partition): p.source_offset for p in plan.partitions if p.source_offset is not None})
+        seen.update(
+            {(p.source_topic, p.partition): p.source_offset for p in plan.partitions if p.source_offset is not None}
+        )
     return out

@@ -44,7 +44,10 @@ LAG_RECORDS = "mirror_replication_lag_records"
 LAG_SECONDS = "mirror_replication_lag_seconds"
 FLOW_STATUS = "mirror_flow_status"
 CHECKPOINT_AGE = "mirror_group_checkpoint_age_seconds"
-MONITOR_FLOW_UP = ("mirror_monitor_flow_up", "1 when the flow's series are in this scrape (its newest gather succeeded and is not stale).")
+MONITOR_FLOW_UP = (
+    "mirror_monitor_flow_up",
+    "1 when the flow's series are in this scrape (its newest gather succeeded and is not stale).",
+)
 MONITOR_GATHER_AGE = ("mirror_monitor_gather_age_seconds", "Seconds since the served gather of the flow completed.")
 CANARY_LATENCY = "mirror_canary_latency_seconds"
 CANARY_SENT = "mirror_canary_sent"
@@ -78,7 +81,13 @@ def unexpected_errors(registry: CollectorRegistry) -> Counter:
     with _unexpected_lock:
         counter = _unexpected.get(registry)
         if counter is None:
-            counter = _unexpected[registry] = Counter(UNEXPECTED_ERRORS, "Errors of no known kind, logged with a traceback by the loop that caught them (where) and carried on from.", ["where"], registry=registry)
+            counter = _unexpected[registry] = Counter(
+                UNEXPECTED_ERRORS,
+                "Errors of no known kind, logged with a traceback by the loop that caught them (where) "
+                "and carried on from.",
+                ["where"],
+                registry=registry,
+            )
         return counter
 
 
@@ -87,8 +96,15 @@ class MirrorMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.unexpected = unexpected_errors(registry)  # where="checkpointer"
-        self.records = Counter(RECORDS_TOTAL, "Records acknowledged by the target (topic = source topic).", ["flow", "topic"], registry=registry)
-        self.bytes = Counter(BYTES_TOTAL, "Key + value bytes acknowledged by the target.", ["flow", "topic"], registry=registry)
+        self.records = Counter(
+            RECORDS_TOTAL,
+            "Records acknowledged by the target (topic = source topic).",
+            ["flow", "topic"],
+            registry=registry,
+        )
+        self.bytes = Counter(
+            BYTES_TOTAL, "Key + value bytes acknowledged by the target.", ["flow", "topic"], registry=registry
+        )
         self.last_ack = Gauge(
             "mirror_last_ack_timestamp_seconds",
             "Wall-clock time of the newest acknowledgement per source partition.",
@@ -153,11 +169,37 @@ class SparkMetrics:
     (`mirror.spark.progress`). Records and bytes are `MirrorMetrics`', as for `mirror run`."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.batch_duration = Histogram("mirror_spark_batch_duration_seconds", "Micro-batch duration: planning, the tasks, offset-map rows stored, the group committed.", ["flow"], buckets=SPARK_BATCH_BUCKETS, registry=registry)
-        self.input_rows = Counter("mirror_spark_input_records", "Source records read by the query's micro-batches (replayed ones too).", ["flow"], registry=registry)
-        self.input_rate = Gauge("mirror_spark_input_records_per_second", "Rate at which records arrived for the newest micro-batch (Spark's inputRowsPerSecond).", ["flow"], registry=registry)
-        self.processed_rate = Gauge("mirror_spark_processed_records_per_second", "Rate at which the newest micro-batch mirrored records (Spark's processedRowsPerSecond).", ["flow"], registry=registry)
-        self.behind = Gauge("mirror_spark_offsets_behind_latest", "Source end offset Spark saw minus the end of its newest micro-batch (read_committed).", ["flow", "topic", "partition"], registry=registry)
+        self.batch_duration = Histogram(
+            "mirror_spark_batch_duration_seconds",
+            "Micro-batch duration: planning, the tasks, offset-map rows stored, the group committed.",
+            ["flow"],
+            buckets=SPARK_BATCH_BUCKETS,
+            registry=registry,
+        )
+        self.input_rows = Counter(
+            "mirror_spark_input_records",
+            "Source records read by the query's micro-batches (replayed ones too).",
+            ["flow"],
+            registry=registry,
+        )
+        self.input_rate = Gauge(
+            "mirror_spark_input_records_per_second",
+            "Rate at which records arrived for the newest micro-batch (Spark's inputRowsPerSecond).",
+            ["flow"],
+            registry=registry,
+        )
+        self.processed_rate = Gauge(
+            "mirror_spark_processed_records_per_second",
+            "Rate at which the newest micro-batch mirrored records (Spark's processedRowsPerSecond).",
+            ["flow"],
+            registry=registry,
+        )
+        self.behind = Gauge(
+            "mirror_spark_offsets_behind_latest",
+            "Source end offset Spark saw minus the end of its newest micro-batch (read_committed).",
+            ["flow", "topic", "partition"],
+            registry=registry,
+        )
 
 
 # ---------------------------------------------------------------------------- topic sync
@@ -174,8 +216,18 @@ class TopicSyncMetrics:
             ["flow", "topic"],
             registry=registry,
         )
-        self.changes = Counter("mirror_topic_sync_changes", "Target topic changes made to follow the source (a config set or reset, a partition increase).", ["flow"], registry=registry)
-        self.failures = Counter("mirror_topic_sync_failures", "Target topics the mirror could not bring in line, and sync rounds that failed.", ["flow"], registry=registry)
+        self.changes = Counter(
+            "mirror_topic_sync_changes",
+            "Target topic changes made to follow the source (a config set or reset, a partition increase).",
+            ["flow"],
+            registry=registry,
+        )
+        self.failures = Counter(
+            "mirror_topic_sync_failures",
+            "Target topics the mirror could not bring in line, and sync rounds that failed.",
+            ["flow"],
+            registry=registry,
+        )
         self._topics: dict[str, set[str]] = {}
 
     def observe(self, flow: str, drift: Mapping[str, int], synced: Sequence[Any]) -> None:
@@ -200,40 +252,106 @@ class CanaryMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.unexpected = unexpected_errors(registry)  # where="canary_round" or "canary_read"
-        self.latency = Histogram(CANARY_LATENCY, "Canary probe latency: produce on the source to read on the target.", ["flow"], buckets=CANARY_BUCKETS, registry=registry)
-        self.sent = Counter(CANARY_SENT, "Canary probes acknowledged by the source cluster.", ["flow"], registry=registry)
-        self.received = Counter(CANARY_RECEIVED, "Canary probes read on the target (first copy of each).", ["flow"], registry=registry)
-        self.lost = Counter(CANARY_LOST, "Canary probes not seen within max_latency, or overtaken by a later one: late (see _late_total) or missing (see _missing_total). Probes sent before the flow's route existed are never counted.", ["flow"], registry=registry)
-        self.duplicated = Counter(CANARY_DUPLICATED, "Canary probes read on the target more than once.", ["flow"], registry=registry)
-        self.late = Counter("mirror_canary_late", "Canary probes that arrived after max_latency (each was counted lost first): slow, not lost.", ["flow"], registry=registry)
-        self.missing = Counter(CANARY_MISSING, "Canary probes that never arrived: overtaken by a later probe of their partition and still absent after max_latency (loss).", ["flow"], registry=registry)
-        self.send_errors = Counter("mirror_canary_send_errors", "Canary probes the source cluster refused (not expected on the target).", ["flow"], registry=registry)
-        self.outstanding = Gauge("mirror_canary_outstanding", "Probes sent and neither received nor declared lost yet.", ["flow"], registry=registry)
-        self.max_latency = Gauge("mirror_canary_max_latency_seconds", "The configured canary.max_latency (alert rules compare p99 with it).", ["flow"], registry=registry)
-        self.runs = Counter("mirror_canary_runs", "Sequence restarts (prober start, canary topic recreated).", ["flow"], registry=registry)
+        self.latency = Histogram(
+            CANARY_LATENCY,
+            "Canary probe latency: produce on the source to read on the target.",
+            ["flow"],
+            buckets=CANARY_BUCKETS,
+            registry=registry,
+        )
+        self.sent = Counter(
+            CANARY_SENT, "Canary probes acknowledged by the source cluster.", ["flow"], registry=registry
+        )
+        self.received = Counter(
+            CANARY_RECEIVED, "Canary probes read on the target (first copy of each).", ["flow"], registry=registry
+        )
+        self.lost = Counter(
+            CANARY_LOST,
+            "Canary probes not seen within max_latency, or overtaken by a later one: late (see "
+            "_late_total) or missing (see _missing_total). Probes sent before the flow's route existed "
+            "are never counted.",
+            ["flow"],
+            registry=registry,
+        )
+        self.duplicated = Counter(
+            CANARY_DUPLICATED, "Canary probes read on the target more than once.", ["flow"], registry=registry
+        )
+        self.late = Counter(
+            "mirror_canary_late",
+            "Canary probes that arrived after max_latency (each was counted lost first): slow, not lost.",
+            ["flow"],
+            registry=registry,
+        )
+        self.missing = Counter(
+            CANARY_MISSING,
+            "Canary probes that never arrived: overtaken by a later probe of their partition and still "
+            "absent after max_latency (loss).",
+            ["flow"],
+            registry=registry,
+        )
+        self.send_errors = Counter(
+            "mirror_canary_send_errors",
+            "Canary probes the source cluster refused (not expected on the target).",
+            ["flow"],
+            registry=registry,
+        )
+        self.outstanding = Gauge(
+            "mirror_canary_outstanding",
+            "Probes sent and neither received nor declared lost yet.",
+            ["flow"],
+            registry=registry,
+        )
+        self.max_latency = Gauge(
+            "mirror_canary_max_latency_seconds",
+            "The configured canary.max_latency (alert rules compare p99 with it).",
+            ["flow"],
+            registry=registry,
+        )
+        self.runs = Counter(
+            "mirror_canary_runs",
+            "Sequence restarts (prober start, canary topic recreated).",
+            ["flow"],
+            registry=registry,
+        )
 
 
 # ---------------------------------------------------------------------------- derived (scrape time)
 
 
 def lag_records_family() -> GaugeMetricFamily:
-    return GaugeMetricFamily(LAG_RECORDS, "Source end offset (read_committed) minus the next source offset not yet acknowledged by the target.", labels=["flow", "topic", "partition"])
+    return GaugeMetricFamily(
+        LAG_RECORDS,
+        "Source end offset (read_committed) minus the next source offset not yet acknowledged by the target.",
+        labels=["flow", "topic", "partition"],
+    )
 
 
 def lag_seconds_family() -> GaugeMetricFamily:
-    return GaugeMetricFamily(LAG_SECONDS, "Age of the oldest source record not yet mirrored; 0 when caught up.", labels=["flow", "topic", "partition"])
+    return GaugeMetricFamily(
+        LAG_SECONDS,
+        "Age of the oldest source record not yet mirrored; 0 when caught up.",
+        labels=["flow", "topic", "partition"],
+    )
 
 
 def flow_status_family() -> GaugeMetricFamily:
-    return GaugeMetricFamily(FLOW_STATUS, "Flow status, worst partition: 0 OK, 1 WARN, 2 ERR, 3 STOP, 4 STALL.", labels=["flow"])
+    return GaugeMetricFamily(
+        FLOW_STATUS, "Flow status, worst partition: 0 OK, 1 WARN, 2 ERR, 3 STOP, 4 STALL.", labels=["flow"]
+    )
 
 
 def partition_status_family() -> GaugeMetricFamily:
-    return GaugeMetricFamily("mirror_partition_status", "Partition status: 0 OK, 1 WARN, 2 ERR, 3 STOP, 4 STALL.", labels=["flow", "topic", "partition"])
+    return GaugeMetricFamily(
+        "mirror_partition_status",
+        "Partition status: 0 OK, 1 WARN, 2 ERR, 3 STOP, 4 STALL.",
+        labels=["flow", "topic", "partition"],
+    )
 
 
 def checkpoint_age_family() -> GaugeMetricFamily:
-    return GaugeMetricFamily(CHECKPOINT_AGE, "Age of the newest stored checkpoint of a consumer group.", labels=["flow", "group"])
+    return GaugeMetricFamily(
+        CHECKPOINT_AGE, "Age of the newest stored checkpoint of a consumer group.", labels=["flow", "group"]
+    )
 
 
 def group_lag_family() -> GaugeMetricFamily:
@@ -247,13 +365,18 @@ def group_lag_family() -> GaugeMetricFamily:
 def group_unmirrored_family() -> GaugeMetricFamily:
     return GaugeMetricFamily(
         "mirror_group_unmirrored_records",
-        "Records a group has not read on the source that have not reached the target either (at risk in a failover now).",
+        "Records a group has not read on the source that have not reached the target either (at risk in "
+        "a failover now).",
         labels=["flow", "group"],
     )
 
 
 def target_end_family() -> GaugeMetricFamily:
-    return GaugeMetricFamily("mirror_target_end_offset", "End offset of the mirrored partition on the target.", labels=["flow", "topic", "partition"])
+    return GaugeMetricFamily(
+        "mirror_target_end_offset",
+        "End offset of the mirrored partition on the target.",
+        labels=["flow", "topic", "partition"],
+    )
 
 
 class MonitorMetrics:
@@ -266,11 +389,17 @@ class MonitorMetrics:
     def __init__(self, registry: CollectorRegistry | None) -> None:
         self.errors = Counter(
             "mirror_monitor_errors",
-            "Failed gathers of a flow (unreachable, error, unknown; partial: some figures missing) and scrapes that left it out (stale, timeout).",
-            ["flow", "reason"], registry=registry,
+            "Failed gathers of a flow (unreachable, error, unknown; partial: some figures missing) and "
+            "scrapes that left it out (stale, timeout).",
+            ["flow", "reason"],
+            registry=registry,
         )
         self.gather_seconds = Histogram(
-            "mirror_monitor_gather_seconds", "Time to gather one flow's lag.", ["flow"], buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=registry
+            "mirror_monitor_gather_seconds",
+            "Time to gather one flow's lag.",
+            ["flow"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=registry,
         )
 
     def register(self, registry: CollectorRegistry) -> None:
@@ -380,7 +509,11 @@ class ClientStatsCollector(Collector):
         try:
             with self._lock:
                 self._stats[key] = parse_stats(raw, self._stats.get(key))
-        except (ValueError, TypeError, AttributeError) as exc:  # a malformed document must not break the client's poll loop
+        except (
+            ValueError,
+            TypeError,
+            AttributeError,
+        ) as exc:  # a malformed document must not break the client's poll loop
             log.warning("cannot parse librdkafka statistics of flow %s %s: %s", flow, role, exc)
 
     def stats_cb(self, flow: str, role: str) -> Callable[[str], None]:
@@ -399,15 +532,47 @@ class ClientStatsCollector(Collector):
     def _families(stats: Mapping[tuple[str, str], ClientStats]) -> list[Any]:
         labels = ["flow", "role"]
         g = {
-            "fetch_size_avg": GaugeMetricFamily("mirror_client_fetch_size_avg_bytes", "Average fetch response size over the last statistics interval.", labels=labels),
-            "fetch_size_max": GaugeMetricFamily("mirror_client_fetch_size_max_bytes", "Largest per-broker average fetch response size over the last statistics interval.", labels=labels),
-            "batch_size_avg": GaugeMetricFamily("mirror_client_batch_size_avg_bytes", "Average producer batch size over the last statistics interval.", labels=labels),
-            "batch_size_max": GaugeMetricFamily("mirror_client_batch_size_max_bytes", "Largest producer batch over the last statistics interval.", labels=labels),
-            "batch_count_avg": GaugeMetricFamily("mirror_client_batch_records_avg", "Average records per producer batch over the last statistics interval.", labels=labels),
-            "in_flight": GaugeMetricFamily("mirror_client_requests_in_flight", "Requests sent to brokers and awaiting a response.", labels=labels),
-            "queued": GaugeMetricFamily("mirror_client_requests_queued", "Requests waiting to be sent to brokers.", labels=labels),
-            "rtt_avg": GaugeMetricFamily("mirror_client_rtt_avg_seconds", "Average broker round-trip time over the last statistics interval.", labels=labels),
-            "rtt_max": GaugeMetricFamily("mirror_client_rtt_max_seconds", "Largest broker round-trip time over the last statistics interval.", labels=labels),
+            "fetch_size_avg": GaugeMetricFamily(
+                "mirror_client_fetch_size_avg_bytes",
+                "Average fetch response size over the last statistics interval.",
+                labels=labels,
+            ),
+            "fetch_size_max": GaugeMetricFamily(
+                "mirror_client_fetch_size_max_bytes",
+                "Largest per-broker average fetch response size over the last statistics interval.",
+                labels=labels,
+            ),
+            "batch_size_avg": GaugeMetricFamily(
+                "mirror_client_batch_size_avg_bytes",
+                "Average producer batch size over the last statistics interval.",
+                labels=labels,
+            ),
+            "batch_size_max": GaugeMetricFamily(
+                "mirror_client_batch_size_max_bytes",
+                "Largest producer batch over the last statistics interval.",
+                labels=labels,
+            ),
+            "batch_count_avg": GaugeMetricFamily(
+                "mirror_client_batch_records_avg",
+                "Average records per producer batch over the last statistics interval.",
+                labels=labels,
+            ),
+            "in_flight": GaugeMetricFamily(
+                "mirror_client_requests_in_flight", "Requests sent to brokers and awaiting a response.", labels=labels
+            ),
+            "queued": GaugeMetricFamily(
+                "mirror_client_requests_queued", "Requests waiting to be sent to brokers.", labels=labels
+            ),
+            "rtt_avg": GaugeMetricFamily(
+                "mirror_client_rtt_avg_seconds",
+                "Average broker round-trip time over the last statistics interval.",
+                labels=labels,
+            ),
+            "rtt_max": GaugeMetricFamily(
+                "mirror_client_rtt_max_seconds",
+                "Largest broker round-trip time over the last statistics interval.",
+                labels=labels,
+            ),
         }
         retries = CounterMetricFamily("mirror_client_retries", "Requests the client retried.", labels=labels)
         for (flow, role), s in sorted(stats.items()):
@@ -427,13 +592,19 @@ class FlowStateCollector(Collector):
     from outside.
     """
 
-    def __init__(self, states: Callable[[], Mapping[str, str]], all_states: Sequence[str], registry: CollectorRegistry) -> None:
+    def __init__(
+        self, states: Callable[[], Mapping[str, str]], all_states: Sequence[str], registry: CollectorRegistry
+    ) -> None:
         self._states = states
         self._all = list(all_states)
         registry.register(self)
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        g = GaugeMetricFamily("mirror_flow_state", "The state each flow of this mirror process is in (1) or not (0).", labels=["flow", "state"])
+        g = GaugeMetricFamily(
+            "mirror_flow_state",
+            "The state each flow of this mirror process is in (1) or not (0).",
+            labels=["flow", "state"],
+        )
         for flow, current in self._states().items():
             for state in self._all:
                 g.add_metric([flow, state], 1.0 if state == current else 0.0)

@@ -26,9 +26,26 @@ def test_quick_bench_writes_a_complete_result(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         # Smaller than --quick's own sizes: this checks the harness's shape, not the speed.
-        [sys.executable, "-m", "bench", "--quick", "--records", "5000", "--latency-duration", "2", "--latency-warmup", "0.5",
-         "--out", str(out), "--workdir", str(tmp_path / "work")],
-        cwd=ROOT, capture_output=True, text=True, timeout=280,
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--records",
+            "5000",
+            "--latency-duration",
+            "2",
+            "--latency-warmup",
+            "0.5",
+            "--out",
+            str(out),
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     res = json.loads(out.read_text())

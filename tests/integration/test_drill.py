@@ -24,7 +24,9 @@ from tests.support.mirrorproc import MirrorProcess
 RUNBOOKS = Path(__file__).resolve().parents[2] / "runbooks"
 
 
-def _config(path: Path, bootstraps: dict[str, str], unique: str, topic: str, *, timeout: str = "10s", consumer: str = "") -> Path:
+def _config(
+    path: Path, bootstraps: dict[str, str], unique: str, topic: str, *, timeout: str = "10s", consumer: str = ""
+) -> Path:
     clusters = "".join(f"  {n}:\n    bootstrap: {b}\n    timeout: {timeout}\n" for n, b in bootstraps.items())
     src, dst = list(bootstraps)
     path.write_text(f"""\
@@ -39,17 +41,38 @@ clusters:
     checkpoint_interval: 1s
     topics: {{include: ['{topic}', 'refused-{unique}']}}
     groups: ['drill-.*']
-    consumer: {{session.timeout.ms: 6000{consumer}}}   # a mirror killed with the primary leaves the group soon (failback's scrape)
+    # a mirror killed with the primary leaves the group soon (failback's scrape)
+    consumer: {{session.timeout.ms: 6000{consumer}}}
 offset_store:
   kind: sqlite
-  path: {path.parent / f'offsets-{unique}.db'}
+  path: {path.parent / f"offsets-{unique}.db"}
 """)
     return path
 
 
-def _drill(runbook: Path, config: Path, unique: str, topic: str, report: Path, *extra: str, group: str | None = None) -> int:
-    return main(["drill", str(runbook), "-c", str(config), "--flow", f"f-{unique}", "--group", group or f"drill-{unique}",
-                 "--topic", topic, "--partitions", "2", "--yes", "--report", str(report), *extra])
+def _drill(
+    runbook: Path, config: Path, unique: str, topic: str, report: Path, *extra: str, group: str | None = None
+) -> int:
+    return main(
+        [
+            "drill",
+            str(runbook),
+            "-c",
+            str(config),
+            "--flow",
+            f"f-{unique}",
+            "--group",
+            group or f"drill-{unique}",
+            "--topic",
+            topic,
+            "--partitions",
+            "2",
+            "--yes",
+            "--report",
+            str(report),
+            *extra,
+        ]
+    )
 
 
 def _seqs(records) -> list[tuple[int, int]]:
@@ -60,7 +83,9 @@ def _seqs(records) -> list[tuple[int, int]]:
     return out
 
 
-def independent_count(src: str, dst: str, topic: str, dst_topic: str, group: str, run: str, starts: dict[int, int], partitions: int) -> dict[str, int]:
+def independent_count(
+    src: str, dst: str, topic: str, dst_topic: str, group: str, run: str, starts: dict[int, int], partitions: int
+) -> dict[str, int]:
     """From the logs: what the primary holds of this run, what the group read there (below its
     committed offset) and on the DR cluster (from the plan's start to its committed offset)."""
     produced, before, after = set(), [], []
@@ -79,8 +104,13 @@ def independent_count(src: str, dst: str, topic: str, dst_topic: str, group: str
             if doc["run"] == run and starts[p] <= r.offset < dst_committed[p]:
                 after.append((p, doc["seq"]))
     read = set(before) | set(after)
-    return {"produced": len(produced), "read_before": len(before), "read_after": len(after),
-            "lost": len(produced - read), "duplicated": len(before) + len(after) - len(read)}
+    return {
+        "produced": len(produced),
+        "read_before": len(before),
+        "read_after": len(after),
+        "lost": len(produced - read),
+        "duplicated": len(before) + len(after) - len(read),
+    }
 
 
 def _report(report_dir: Path) -> dict:
@@ -90,7 +120,9 @@ def _report(report_dir: Path) -> dict:
 # ---------------------------------------------------------------------------- planned
 
 
-def test_planned_drill_end_to_end_then_a_false_expectation_stops_and_resumes(clusters, tmp_path, unique, capsys) -> None:
+def test_planned_drill_end_to_end_then_a_false_expectation_stops_and_resumes(
+    clusters, tmp_path, unique, capsys
+) -> None:
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
     topic, group = f"drill-{unique}", f"drill-{unique}"
     config = _config(tmp_path / "mirror.yaml", {"src": src, "dst": dst}, unique, topic)
@@ -118,42 +150,98 @@ def test_planned_drill_end_to_end_then_a_false_expectation_stops_and_resumes(clu
         broken.parent.mkdir()
         text = (RUNBOOKS / "planned-failover.md").read_text()
         assert '.source_of_truth == "source-offsets"; .unmirrored == 0; within 60s' in text
-        broken.write_text(text.replace('.source_of_truth == "source-offsets"; .unmirrored == 0; within 60s', '.source_of_truth == "checkpoints"'))
+        broken.write_text(
+            text.replace(
+                '.source_of_truth == "source-offsets"; .unmirrored == 0; within 60s',
+                '.source_of_truth == "checkpoints"',
+            )
+        )
         group2 = f"drill-b{unique}"
         report2 = tmp_path / "resumed"
-        args = ["-c", str(config), "--flow", f"f-{unique}", "--group", group2, "--topic", topic, "--partitions", "2", "--yes", "--report", str(report2)]
+        args = [
+            "-c",
+            str(config),
+            "--flow",
+            f"f-{unique}",
+            "--group",
+            group2,
+            "--topic",
+            topic,
+            "--partitions",
+            "2",
+            "--yes",
+            "--report",
+            str(report2),
+        ]
         rc = main(["drill", str(broken), *args])
         err = capsys.readouterr().err
         assert rc == 1 and "step 4 (Plan) failed" in err and ".source_of_truth" in err and "--from-step 4" in err
         rep = _report(report2)
         assert rep["outcome"] == "failed" and rep["failed_step"] == 4
         assert [s["outcome"] for s in rep["steps"]] == ["passed", "passed", "passed", "failed"]
-        assert rep["steps"][3]["commands"][-1]["failures"] == ['.source_of_truth == "checkpoints": got "source-offsets"']
+        assert rep["steps"][3]["commands"][-1]["failures"] == [
+            '.source_of_truth == "checkpoints": got "source-offsets"'
+        ]
         assert rep["rpo"] is not None and rep["workload"]["read_before"] > 0  # measured so far, kept
 
-        assert main(["drill", str(RUNBOOKS / "planned-failover.md"), *args, "--from-step", "4"]) == 0, capsys.readouterr().err
+        assert main(["drill", str(RUNBOOKS / "planned-failover.md"), *args, "--from-step", "4"]) == 0, (
+            capsys.readouterr().err
+        )
         rep = _report(report2)
         assert rep["outcome"] == "passed" and [s["number"] for s in rep["steps"]] == [1, 2, 3, 4, 5, 6]
         w = rep["workload"]
         assert rep["rto_seconds"] > 0 and w["lost"] == 0 and w["duplicated"] == 0 and w["read_after"] > 0
         plan = json.loads((report2 / "plan.json").read_text())
-        counted = independent_count(src, dst, topic, f"src.{topic}", group2, w["run"], {p["partition"]: p["target_offset"] for p in plan["partitions"]}, 2)
+        counted = independent_count(
+            src,
+            dst,
+            topic,
+            f"src.{topic}",
+            group2,
+            w["run"],
+            {p["partition"]: p["target_offset"] for p in plan["partitions"]},
+            2,
+        )
         assert counted == {k: w[k] for k in counted}, (counted, w)
 
         # A cluster that does not answer during a drill: the step fails naming it, and the
         # report keeps what was measured up to there.
         gone = tmp_path / "gone.yaml"
-        gone.write_text(config.read_text().replace("clusters:\n", "clusters:\n  gone:\n    bootstrap: 127.0.0.1:9\n    timeout: 2s\n", 1))
+        gone.write_text(
+            config.read_text().replace(
+                "clusters:\n", "clusters:\n  gone:\n    bootstrap: 127.0.0.1:9\n    timeout: 2s\n", 1
+            )
+        )
         runbook = tmp_path / "gone.md"
-        runbook.write_text("# Drill: a cluster that does not answer\n\n## 1. Stop\n\nmanual: stop-group\n\n"
-                           "## 2. Export on gone\n\n```sh\nmirror failover export -c $CONFIG --cluster gone --group $GROUP\n```\nexpect: exit 0\n")
+        runbook.write_text(
+            "# Drill: a cluster that does not answer\n\n## 1. Stop\n\nmanual: stop-group\n\n"
+            "## 2. Export on gone\n\n```sh\nmirror failover export -c $CONFIG --cluster gone --group "
+            "$GROUP\n```\nexpect: exit 0\n"
+        )
         report3 = tmp_path / "gone"
-        rc = main(["drill", str(runbook), "-c", str(gone), "--flow", f"f-{unique}", "--group", f"drill-g{unique}", "--topic", topic,
-                   "--yes", "--report", str(report3)])
+        rc = main(
+            [
+                "drill",
+                str(runbook),
+                "-c",
+                str(gone),
+                "--flow",
+                f"f-{unique}",
+                "--group",
+                f"drill-g{unique}",
+                "--topic",
+                topic,
+                "--yes",
+                "--report",
+                str(report3),
+            ]
+        )
         err = capsys.readouterr().err
         assert rc == 1 and "step 2 (Export on gone) failed" in err and "cluster 'gone'" in err
         rep = _report(report3)
-        assert [s["outcome"] for s in rep["steps"]] == ["passed", "failed"] and "cluster 'gone'" in rep["steps"][1]["failure"]
+        assert [s["outcome"] for s in rep["steps"]] == ["passed", "failed"] and "cluster 'gone'" in rep["steps"][1][
+            "failure"
+        ]
         assert rep["rpo"]["records"] >= 0 and rep["workload"]["produced"] > 0 and rep["workload"]["read_before"] > 0
         assert mirror.alive()
 
@@ -177,7 +265,9 @@ def test_quarterly_drill_runbook_runs_as_written(clusters, tmp_path, unique, cap
         assert json.loads((report_dir / name).read_text())["flows"][0]["lost"] == 0
     # Step 9 put the group back where it stopped on the primary: the plan's source offsets.
     plan = json.loads((report_dir / "plan.json").read_text())
-    assert group_offsets(src, f"drill-{unique}", topic, 2) == {p["partition"]: p["source_offset"] for p in plan["partitions"]}
+    assert group_offsets(src, f"drill-{unique}", topic, 2) == {
+        p["partition"]: p["source_offset"] for p in plan["partitions"]
+    }
 
 
 # ---------------------------------------------------------------------------- unplanned + failback
@@ -193,27 +283,45 @@ def own_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClust
         tc.dev.down()
 
 
-def test_unplanned_drill_kills_only_its_broker_and_failback_finds_exactly_the_lost(own_clusters, tmp_path, capsys) -> None:
+def test_unplanned_drill_kills_only_its_broker_and_failback_finds_exactly_the_lost(
+    own_clusters, tmp_path, capsys
+) -> None:
     tc = own_clusters
     unique = uuid.uuid4().hex[:8]
     nyc, sf = tc.bootstrap("nyc"), tc.bootstrap("sf")
     topic, group = f"drill-{unique}", f"drill-{unique}"
     # A mirror that fetches every 2 s (a slow WAN): the primary dies with records it never copied.
-    config = _config(tmp_path / "mirror.yaml", {"nyc": nyc, "sf": sf}, unique, topic, timeout="3s",
-                     consumer=", fetch.min.bytes: 10000000, fetch.wait.max.ms: 2000")
+    config = _config(
+        tmp_path / "mirror.yaml",
+        {"nyc": nyc, "sf": sf},
+        unique,
+        topic,
+        timeout="3s",
+        consumer=", fetch.min.bytes: 10000000, fetch.wait.max.ms: 2000",
+    )
     report_dir = tmp_path / "unplanned"
 
     # A --dev-home that did not start nyc: the kill is refused (exit 3), nothing killed.
     other_home = tmp_path / "not-ours"
     other_home.mkdir()
     with MirrorProcess(config) as mirror:
-        rc = _drill(RUNBOOKS / "unplanned-failover.md", config, unique, f"refused-{unique}", tmp_path / "refused", "--dev-home", str(other_home),
-                    group=f"drill-r{unique}")
+        rc = _drill(
+            RUNBOOKS / "unplanned-failover.md",
+            config,
+            unique,
+            f"refused-{unique}",
+            tmp_path / "refused",
+            "--dev-home",
+            str(other_home),
+            group=f"drill-r{unique}",
+        )
         err = capsys.readouterr().err
         assert rc == 3 and "step 2" in err and "not a dev cluster started under" in err
         assert tc.dev.node("nyc").pid() is not None
 
-        rc = _drill(RUNBOOKS / "unplanned-failover.md", config, unique, topic, report_dir, "--dev-home", str(tc.dev.home))
+        rc = _drill(
+            RUNBOOKS / "unplanned-failover.md", config, unique, topic, report_dir, "--dev-home", str(tc.dev.home)
+        )
         out = capsys.readouterr()
         assert rc == 0, out.err + (report_dir / "report.md").read_text()
         assert tc.dev.node("nyc").pid() is None  # killed
@@ -247,8 +355,12 @@ def test_unplanned_drill_kills_only_its_broker_and_failback_finds_exactly_the_lo
         unmirrored += max(0, src_end - max(on_dr, committed[p]))
         stranded += max(0, src_end - on_dr)
     assert w["lost"] == unmirrored
-    print(f"unplanned drill: RTO {rep['rto_seconds']} s ({rep['rto_basis']}), RPO {rep['rpo']}, produced {w['produced']}, "
-          f"lost {w['lost']}, duplicated {w['duplicated']} (consumed since checkpoint {since_checkpoint}, unmirrored {unmirrored})")
+    print(
+        f"unplanned drill: RTO {rep['rto_seconds']} s ({rep['rto_basis']}), RPO {rep['rpo']}, produced "
+        f"{w['produced']}, "
+        f"lost {w['lost']}, duplicated {w['duplicated']} (consumed since checkpoint {since_checkpoint}, "
+        f"unmirrored {unmirrored})"
+    )
 
     # Failback, as a drill: the primary answers (already restarted), its report names exactly
     # the records that never reached sf, the scrape clears it.
@@ -273,13 +385,37 @@ def test_unplanned_site_drill_names_each_groups_reread_before_apply(own_clusters
     topic = f"site-{unique}"
     if tc.dev.node("nyc").pid() is None:
         tc.start("nyc")
-    config = _config(tmp_path / "mirror.yaml", {"nyc": tc.bootstrap("nyc"), "sf": tc.bootstrap("sf")}, unique, topic, timeout="3s")
+    config = _config(
+        tmp_path / "mirror.yaml", {"nyc": tc.bootstrap("nyc"), "sf": tc.bootstrap("sf")}, unique, topic, timeout="3s"
+    )
     report_dir = tmp_path / "site"
     try:
         with MirrorProcess(config):
-            rc = main(["drill", str(RUNBOOKS / "datacenter-failover-unplanned.md"), "-c", str(config), "--from", "nyc", "--to", "sf",
-                       "--group", f"drill-{unique}", "--groups", "2", "--topic", topic, "--partitions", "2", "--yes",
-                       "--report", str(report_dir), "--dev-home", str(tc.dev.home)])
+            rc = main(
+                [
+                    "drill",
+                    str(RUNBOOKS / "datacenter-failover-unplanned.md"),
+                    "-c",
+                    str(config),
+                    "--from",
+                    "nyc",
+                    "--to",
+                    "sf",
+                    "--group",
+                    f"drill-{unique}",
+                    "--groups",
+                    "2",
+                    "--topic",
+                    topic,
+                    "--partitions",
+                    "2",
+                    "--yes",
+                    "--report",
+                    str(report_dir),
+                    "--dev-home",
+                    str(tc.dev.home),
+                ]
+            )
             assert rc == 0, (report_dir / "report.md").read_text()
             assert tc.dev.node("nyc").pid() is None  # killed
     finally:

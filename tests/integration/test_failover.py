@@ -49,7 +49,15 @@ flows:
 {extra}{store}"""
 
 
-def produce(bootstrap: str, topic: str, partition: int, values: list[bytes], *, key: bytes | None = None, timestamp: int | None = None) -> None:
+def produce(
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    values: list[bytes],
+    *,
+    key: bytes | None = None,
+    timestamp: int | None = None,
+) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})  # keeps produce order
     for v in values:
         kwargs = {"timestamp": timestamp} if timestamp is not None else {}
@@ -57,7 +65,9 @@ def produce(bootstrap: str, topic: str, partition: int, values: list[bytes], *, 
     assert p.flush(30) == 0
 
 
-def produce_transactions(bootstrap: str, topic: str, partition: int, batches: list[tuple[list[bytes], bool]], tid: str) -> None:
+def produce_transactions(
+    bootstrap: str, topic: str, partition: int, batches: list[tuple[list[bytes], bool]], tid: str
+) -> None:
     """Each batch in its own transaction, committed or aborted: aborted records and the
     commit/abort markers are source offsets with no record on the target (gaps)."""
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 5})
@@ -77,8 +87,15 @@ def consume_and_commit(bootstrap: str, group: str, topic: str, counts: dict[int,
     """Read `counts[p]` records of each partition as `group` and commit the consumer's position.
 
     Returns per partition (value of the last record read, committed position)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                  "isolation.level": "read_committed", "auto.offset.reset": "earliest"})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+        }
+    )
     out: dict[int, tuple[bytes, int]] = {}
     try:
         for p, n in counts.items():
@@ -117,7 +134,10 @@ def _committed(c: Consumer, topic: str, partition: int) -> int:
 def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        return {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)}
+        return {
+            tp.partition: tp.offset
+            for tp in c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        }
     finally:
         c.close()
 
@@ -142,8 +162,13 @@ def _cleaner_backoff(bootstrap: str, ms: int | None) -> None:
     op = AlterConfigOpType.SET if ms is not None else AlterConfigOpType.DELETE
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for broker in admin.list_topics(timeout=10).brokers:  # per broker (the client takes no cluster default)
-        res = ConfigResource(ConfigResource.Type.BROKER, str(broker), incremental_configs=[
-            ConfigEntry("log.cleaner.backoff.ms", str(ms) if ms is not None else None, incremental_operation=op)])
+        res = ConfigResource(
+            ConfigResource.Type.BROKER,
+            str(broker),
+            incremental_configs=[
+                ConfigEntry("log.cleaner.backoff.ms", str(ms) if ms is not None else None, incremental_operation=op)
+            ],
+        )
         admin.incremental_alter_configs([res])[res].result(30)
 
 
@@ -156,10 +181,18 @@ def make_compacted(bootstrap: str, topic: str, timeout: float = 90.0) -> list[in
     written until holes show up. The cleaner wakes every log.cleaner.backoff.ms (15 s by
     default) when it found nothing to clean: that backoff is lowered on the cluster while
     this topic is made, and restored (Kafka's default) after."""
-    create_topic(bootstrap, topic, 1, {
-        "cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
-        "min.compaction.lag.ms": "0", "delete.retention.ms": "100",
-    })
+    create_topic(
+        bootstrap,
+        topic,
+        1,
+        {
+            "cleanup.policy": "compact",
+            "segment.ms": "100",
+            "min.cleanable.dirty.ratio": "0.01",
+            "min.compaction.lag.ms": "0",
+            "delete.retention.ms": "100",
+        },
+    )
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})  # keeps produce order
     p.produce(topic, key=b"first", value=b"first", partition=0)  # never compacted: offset 0 stays
     for rnd in range(4):  # 8 keys written 4 times: compaction keeps the last round
@@ -191,13 +224,19 @@ def test_planned_failover_is_exact_across_gaps(clusters, write_config, unique, s
     make_compacted(src, cmp)
     create_topic(src, txn, 1)
     create_topic(src, plain, 2)
-    produce_transactions(src, txn, 0, [
-        ([b"t%d" % i for i in range(5)], True),
-        ([b"aborted%d" % i for i in range(5)], False),
-        ([b"t%d" % i for i in range(5, 12)], True),
-        ([b"aborted-b%d" % i for i in range(3)], False),
-        ([b"t%d" % i for i in range(12, 20)], True),
-    ], tid=f"tx-{unique}")
+    produce_transactions(
+        src,
+        txn,
+        0,
+        [
+            ([b"t%d" % i for i in range(5)], True),
+            ([b"aborted%d" % i for i in range(5)], False),
+            ([b"t%d" % i for i in range(5, 12)], True),
+            ([b"aborted-b%d" % i for i in range(3)], False),
+            ([b"t%d" % i for i in range(12, 20)], True),
+        ],
+        tid=f"tx-{unique}",
+    )
     for p in range(2):
         produce(src, plain, p, [b"p%d-%d" % (p, i) for i in range(40)])
     config = write_config(topology(unique, f"['{txn}', '{plain}', '{cmp}']", store_yaml))
@@ -223,7 +262,23 @@ def test_planned_failover_is_exact_across_gaps(clusters, write_config, unique, s
     assert all(p["unmirrored"] == 0 for p in plan["partitions"]), plan
 
     backup = config.parent / f"backup-{unique}.json"
-    assert cli("failover", "apply", "-c", str(config), "--flow", f"f-{unique}", "--group", group, "--translate", "--yes", "--backup", str(backup)) == 0
+    assert (
+        cli(
+            "failover",
+            "apply",
+            "-c",
+            str(config),
+            "--flow",
+            f"f-{unique}",
+            "--group",
+            group,
+            "--translate",
+            "--yes",
+            "--backup",
+            str(backup),
+        )
+        == 0
+    )
     assert backup.exists()
 
     expected = {
@@ -238,7 +293,9 @@ def test_planned_failover_is_exact_across_gaps(clusters, write_config, unique, s
         target = read_partition(dst, ttopic, p)
         at = [r for r in target if r.offset >= off]
         before = [r for r in target if r.offset < off]
-        assert at and at[0].value == next_value, f"{ttopic}[{p}] starts at {at[0].value if at else None}, want {next_value}"
+        assert at and at[0].value == next_value, (
+            f"{ttopic}[{p}] starts at {at[0].value if at else None}, want {next_value}"
+        )
         assert before[-1].value == last_read  # nothing skipped (lost) and nothing repeated
 
 
@@ -271,7 +328,9 @@ def test_offset_map_grows_with_partitions_not_records(clusters, write_config, un
 # ---------------------------------------------------------------------------- timestamps
 
 
-def test_at_time_starts_each_partition_at_first_record_not_before(clusters, write_config, unique, tmp_path, capsys) -> None:
+def test_at_time_starts_each_partition_at_first_record_not_before(
+    clusters, write_config, unique, tmp_path, capsys
+) -> None:
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
     topic, group = f"ts-{unique}", f"app-{unique}"
     create_topic(src, topic, 2)
@@ -280,11 +339,25 @@ def test_at_time_starts_each_partition_at_first_record_not_before(clusters, writ
         produce(src, topic, p, [b"early%d" % i for i in range(3)], timestamp=base)
         produce(src, topic, p, [b"same%d" % i for i in range(4 + p)], timestamp=base + 1000)  # share one ms
         produce(src, topic, p, [b"late%d" % i for i in range(3)], timestamp=base + 2000)
-    config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n"))
+    config = write_config(
+        topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n")
+    )
     assert main(["run", "-c", str(config), "--until-caught-up"]) == 0
     consume_and_commit(src, group, topic, {0: 1, 1: 1})
 
-    rc = cli("failover", "plan", "-c", str(config), "--flow", f"f-{unique}", "--group", group, "--at", str(base + 1000), "--json")
+    rc = cli(
+        "failover",
+        "plan",
+        "-c",
+        str(config),
+        "--flow",
+        f"f-{unique}",
+        "--group",
+        group,
+        "--at",
+        str(base + 1000),
+        "--json",
+    )
     plan = json.loads(capsys.readouterr().out)
     assert rc == 0 and plan["method"] == "timestamp" and plan["source_of_truth"] == "target-timestamps"
     by_part = {p["partition"]: p for p in plan["partitions"]}
@@ -298,8 +371,21 @@ def test_at_time_starts_each_partition_at_first_record_not_before(clusters, writ
     # Between two timestamps: the first record after; ISO 8601 works the same.
     from mirror.cli.times import format_ms
 
-    rc = cli("failover", "apply", "-c", str(config), "--flow", f"f-{unique}", "--group", group, "--at", format_ms(base + 1500), "--yes",
-             "--backup", str(tmp_path / "b.json"))
+    rc = cli(
+        "failover",
+        "apply",
+        "-c",
+        str(config),
+        "--flow",
+        f"f-{unique}",
+        "--group",
+        group,
+        "--at",
+        format_ms(base + 1500),
+        "--yes",
+        "--backup",
+        str(tmp_path / "b.json"),
+    )
     assert rc == 0
     offs = group_offsets(dst, group, f"src.{topic}", 2)
     for p in range(2):
@@ -315,12 +401,31 @@ def test_active_group_refused_then_backup_and_import_restore(clusters, write_con
     topic, group = f"act-{unique}", f"app-{unique}"
     create_topic(src, topic, 1)
     produce(src, topic, 0, [b"v%d" % i for i in range(30)])
-    config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n",
-                                   extra="    sync_group_offsets: true\n"))
+    config = write_config(
+        topology(
+            unique,
+            f"['{topic}']",
+            f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n",
+            extra="    sync_group_offsets: true\n",
+        )
+    )
     assert main(["run", "-c", str(config), "--until-caught-up"]) == 0
     consume_and_commit(src, group, topic, {0: 20})
     consume_and_commit(dst, group, f"src.{topic}", {0: 3})  # the group's own offsets on the target: 3
-    args = ["failover", "apply", "-c", str(config), "--flow", f"f-{unique}", "--group", group, "--translate", "--yes", "--backup", str(tmp_path / "b.json")]
+    args = [
+        "failover",
+        "apply",
+        "-c",
+        str(config),
+        "--flow",
+        f"f-{unique}",
+        "--group",
+        group,
+        "--translate",
+        "--yes",
+        "--backup",
+        str(tmp_path / "b.json"),
+    ]
 
     member = Consumer({"bootstrap.servers": dst, "group.id": group, "enable.auto.commit": False})
     member.subscribe([f"src.{topic}"])
@@ -355,7 +460,21 @@ def test_active_group_refused_then_backup_and_import_restore(clusters, write_con
     assert cli("failover", "import", "-c", str(config), "--cluster", "dst", str(tmp_path / "b.json"), "--yes") == 0
     assert group_offsets(dst, group, f"src.{topic}", 1)[0] == 3
     # export writes the same format import reads.
-    assert cli("failover", "export", "-c", str(config), "--cluster", "dst", "--group", group, "-o", str(tmp_path / "e.json")) == 0
+    assert (
+        cli(
+            "failover",
+            "export",
+            "-c",
+            str(config),
+            "--cluster",
+            "dst",
+            "--group",
+            group,
+            "-o",
+            str(tmp_path / "e.json"),
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "e.json").read_text())["offsets"] == backup["offsets"]
 
 
@@ -383,18 +502,31 @@ def test_bad_input_exit_codes_and_nothing_changed(clusters, write_config, unique
     create_topic(src, topic, 1)
     produce(src, topic, 0, [b"x"])
     second = f"  - name: nogroups-{unique}\n    source: dst\n    target: src\n    topics: {{include: ['{topic}']}}\n"
-    config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n", extra=second))
+    config = write_config(
+        topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n", extra=second)
+    )
     flow = f"f-{unique}"
     capsys.readouterr()
-    assert cli("failover", "plan", "-c", str(config), "--flow", flow, "--group", f"app-nobody-{unique}", "--translate") == 2
+    assert (
+        cli("failover", "plan", "-c", str(config), "--flow", flow, "--group", f"app-nobody-{unique}", "--translate")
+        == 2
+    )
     assert "no committed offsets" in capsys.readouterr().err
-    assert cli("failover", "plan", "-c", str(config), "--flow", f"nogroups-{unique}", "--group", "app-x", "--translate") == 2
+    assert (
+        cli("failover", "plan", "-c", str(config), "--flow", f"nogroups-{unique}", "--group", "app-x", "--translate")
+        == 2
+    )
     assert "groups" in capsys.readouterr().err
-    assert cli("failover", "plan", "-c", str(config), "--flow", flow, "--group", "app-x", "--at", "2999-01-01T00:00:00Z") == 2
+    assert (
+        cli("failover", "plan", "-c", str(config), "--flow", flow, "--group", "app-x", "--at", "2999-01-01T00:00:00Z")
+        == 2
+    )
     assert "--at" in capsys.readouterr().err
     assert cli("failover", "plan", "-c", str(config), "--flow", flow, "--group", "app-x", "--at", "tuesday") == 2
     assert "--at" in capsys.readouterr().err
-    assert cli("failover", "apply", "-c", str(config), "--flow", flow, "--group", "app-x", "--translate") == 2  # no --yes
+    assert (
+        cli("failover", "apply", "-c", str(config), "--flow", flow, "--group", "app-x", "--translate") == 2
+    )  # no --yes
     assert "--yes" in capsys.readouterr().err
     assert not list(tmp_path.glob("failover-backup-*"))
 
@@ -406,8 +538,13 @@ def test_bad_input_exit_codes_and_nothing_changed(clusters, write_config, unique
 
     # The store unreachable during plan: exit 1, one line.
     assert main(["run", "-c", str(config), "--until-caught-up"]) == 0
-    dead = write_config(topology(unique, f"['{topic}']",
-                                 "offset_store:\n  kind: cassandra\n  contact_points: ['127.0.0.1:9']\n  timeout: 2s\n"))
+    dead = write_config(
+        topology(
+            unique,
+            f"['{topic}']",
+            "offset_store:\n  kind: cassandra\n  contact_points: ['127.0.0.1:9']\n  timeout: 2s\n",
+        )
+    )
     assert cli("failover", "plan", "-c", str(dead), "--flow", flow, "--group", group, "--translate") == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("Error: offset store") and len(err.splitlines()) == 1
@@ -436,7 +573,10 @@ def test_unplanned_failover_uses_checkpoints(clusters, write_config, unique, tmp
         result = GroupCheckpointer(cfg, cfg.flows[0], store).tick()
     finally:
         store.close()
-    assert sorted((c.partition, c.source_offset, c.target_offset) for c in result.checkpoints) == [(0, 30, 30), (1, 30, 30)]
+    assert sorted((c.partition, c.source_offset, c.target_offset) for c in result.checkpoints) == [
+        (0, 30, 30),
+        (1, 30, 30),
+    ]
     assert result.synced_groups == [group]  # idle on the target: sync_group_offsets wrote it there
     assert group_offsets(dst, group, f"src.{topic}", 2) == {0: 30, 1: 30}
     since = {0: 20, 1: 5}
@@ -447,7 +587,9 @@ def test_unplanned_failover_uses_checkpoints(clusters, write_config, unique, tmp
     # restarting the session's broker cost ~25 s per run of this test). `unmirrored` is
     # what the target's last look at the source, the checkpoint, recorded.
     down = tmp_path / "source-down.yaml"
-    down.write_text(config.read_text().replace(f"bootstrap: {src}\n    timeout: 10s\n", "bootstrap: 127.0.0.1:9\n    timeout: 2s\n"))
+    down.write_text(
+        config.read_text().replace(f"bootstrap: {src}\n    timeout: 10s\n", "bootstrap: 127.0.0.1:9\n    timeout: 2s\n")
+    )
     assert "127.0.0.1:9" in down.read_text()
     rc = cli("failover", "plan", "-c", str(down), "--flow", f"f-{unique}", "--group", group, "--translate", "--json")
     plan = json.loads(capsys.readouterr().out)
@@ -455,8 +597,23 @@ def test_unplanned_failover_uses_checkpoints(clusters, write_config, unique, tmp
     for part in plan["partitions"]:
         assert part["source_offset"] == 30 and part["target_offset"] == 30
         assert part["unmirrored"] == 25  # 125 on the source, 100 reached the target
-    assert cli("failover", "apply", "-c", str(down), "--flow", f"f-{unique}", "--group", group, "--translate", "--yes",
-               "--backup", str(tmp_path / "b.json")) == 0
+    assert (
+        cli(
+            "failover",
+            "apply",
+            "-c",
+            str(down),
+            "--flow",
+            f"f-{unique}",
+            "--group",
+            group,
+            "--translate",
+            "--yes",
+            "--backup",
+            str(tmp_path / "b.json"),
+        )
+        == 0
+    )
     offs = group_offsets(dst, group, f"src.{topic}", 2)
     for p in range(2):
         resumed = values_from(dst, f"src.{topic}", p, offs[p])
@@ -476,8 +633,10 @@ def test_cassandra_stopped_while_mirroring_loses_nothing(clusters, write_config,
     topic, group = f"cas-{unique}", f"app-{unique}"
     create_topic(src, topic, 1)
     produce(src, topic, 0, [b"a%d" % i for i in range(50)])
-    store = (f"offset_store:\n  kind: cassandra\n  contact_points: ['{cassandra.contact_point}']\n"
-             f"  keyspace: mirror_{unique}\n  consistency: ONE\n  timeout: 3s\n")
+    store = (
+        f"offset_store:\n  kind: cassandra\n  contact_points: ['{cassandra.contact_point}']\n"
+        f"  keyspace: mirror_{unique}\n  consistency: ONE\n  timeout: 3s\n"
+    )
     config = write_config(topology(unique, f"['{topic}']", store))
     assert main(["run", "-c", str(config), "--until-caught-up"]) == 0
     assert group_offsets(src, f"mirror-{unique}", topic, 1)[0] == 50
@@ -487,12 +646,26 @@ def test_cassandra_stopped_while_mirroring_loses_nothing(clusters, write_config,
     try:
         # New data with a delta change (an aborted transaction leaves a gap): a row that
         # must be stored before the mirror may commit past it.
-        produce_transactions(src, topic, 0, [([b"x%d" % i for i in range(5)], False), ([b"b%d" % i for i in range(30)], True)], tid=f"tx-{unique}")
+        produce_transactions(
+            src,
+            topic,
+            0,
+            [([b"x%d" % i for i in range(5)], False), ([b"b%d" % i for i in range(30)], True)],
+            tid=f"tx-{unique}",
+        )
         port = free_port()
         flow_label = {"flow": f"f-{unique}"}
         with MirrorProcess(config, "--until-caught-up", "--metrics-port", str(port)) as mirror:
-            wait_for(lambda: len(read_partition(dst, f"src.{topic}", 0)) == 80, 60, "records mirrored while the store is down")
-            poll(lambda: _metric(port, "mirror_offset_store_healthy", flow_label) == 0, 60, what="the store-health metric to drop")
+            wait_for(
+                lambda: len(read_partition(dst, f"src.{topic}", 0)) == 80,
+                60,
+                "records mirrored while the store is down",
+            )
+            poll(
+                lambda: _metric(port, "mirror_offset_store_healthy", flow_label) == 0,
+                60,
+                what="the store-health metric to drop",
+            )
             assert group_offsets(src, f"mirror-{unique}", topic, 1)[0] == 50  # no commit past the unsaved delta
             assert mirror.alive()  # not caught up: it keeps trying, it does not give up
             errors = _metric(port, "mirror_offset_store_errors_total", flow_label)
@@ -501,8 +674,11 @@ def test_cassandra_stopped_while_mirroring_loses_nothing(clusters, write_config,
             cassandra.wait_ready()
             restarted = True
             # Recovers by itself: the metric goes back to 1 and the run finishes (caught up, committed).
-            poll(lambda: not mirror.alive() or _metric(port, "mirror_offset_store_healthy", flow_label) == 1, 120,
-                 what="the store-health metric to recover")
+            poll(
+                lambda: not mirror.alive() or _metric(port, "mirror_offset_store_healthy", flow_label) == 1,
+                120,
+                what="the store-health metric to recover",
+            )
             assert mirror.wait(180) == 0, mirror.output()[-3000:]
     finally:
         if not restarted:
@@ -516,8 +692,23 @@ def test_cassandra_stopped_while_mirroring_loses_nothing(clusters, write_config,
 
     # The row written after the outage translates exactly: a group that read a0..a49, b0..b9.
     consume_and_commit(src, group, topic, {0: 60})
-    assert cli("failover", "apply", "-c", str(config), "--flow", f"f-{unique}", "--group", group, "--translate", "--yes",
-               "--backup", str(config.parent / "b.json")) == 0
+    assert (
+        cli(
+            "failover",
+            "apply",
+            "-c",
+            str(config),
+            "--flow",
+            f"f-{unique}",
+            "--group",
+            group,
+            "--translate",
+            "--yes",
+            "--backup",
+            str(config.parent / "b.json"),
+        )
+        == 0
+    )
     off = group_offsets(dst, group, f"src.{topic}", 1)[0]
     assert values[off] == b"b10"
 
@@ -525,15 +716,23 @@ def test_cassandra_stopped_while_mirroring_loses_nothing(clusters, write_config,
 # ---------------------------------------------------------------------------- failback
 
 
-def test_failback_reports_stranded_records_scrapes_and_reverses(clusters, write_config, unique, tmp_path, capsys) -> None:
+def test_failback_reports_stranded_records_scrapes_and_reverses(
+    clusters, write_config, unique, tmp_path, capsys
+) -> None:
     src = clusters.bootstrap("src")
     topic, group = f"fb-{unique}", f"app-{unique}"
     create_topic(src, topic, 2)
     for p in range(2):
         produce(src, topic, p, [b"v%d" % i for i in range(40)])
     # Only this test's group: the scrape deletes every group the patterns match.
-    config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n",
-                                   groups=f"['{group}']"))
+    config = write_config(
+        topology(
+            unique,
+            f"['{topic}']",
+            f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n",
+            groups=f"['{group}']",
+        )
+    )
     assert main(["run", "-c", str(config), "--until-caught-up"]) == 0
     produce(src, topic, 1, [b"late%d" % i for i in range(7)])  # accepted by the old primary, never mirrored
     consume_and_commit(src, group, topic, {0: 10})
@@ -579,8 +778,14 @@ def test_mirror_run_stores_checkpoints_of_the_flow_groups(clusters, write_config
         produce(src, topic, p, [b"%d" % i for i in range(30)])
     consume_and_commit(src, group, topic, {0: 12, 1: 30})
     consume_and_commit(src, other, topic, {0: 5})
-    config = write_config(topology(unique, f"['{topic}']", f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n",
-                                   groups=f"['{group}']"))
+    config = write_config(
+        topology(
+            unique,
+            f"['{topic}']",
+            f"offset_store:\n  kind: sqlite\n  path: {tmp_path / 'o.db'}\n",
+            groups=f"['{group}']",
+        )
+    )
     before_ms = int(time.time() * 1000)
     assert main(["run", "-c", str(config), "--until-caught-up"]) == 0
     store = open_store(load(config).offset_store)

@@ -38,14 +38,20 @@ PARTS = 2
 
 class Site:
     def __init__(self, clusters, more) -> None:
-        self.bootstraps = {"src": clusters.bootstrap("src"), "dst": clusters.bootstrap("dst"), "b": more.bootstrap("b"), "c": more.bootstrap("c")}
+        self.bootstraps = {
+            "src": clusters.bootstrap("src"),
+            "dst": clusters.bootstrap("dst"),
+            "b": more.bootstrap("b"),
+            "c": more.bootstrap("c"),
+        }
 
     def bootstrap(self, name: str) -> str:
         return self.bootstraps[name]
 
 
 def _config(path: Path, site: Site, u: str, *, dead: str | None = None, timeout: str = "10s") -> Path:
-    flows = "".join(f"""\
+    flows = "".join(
+        f"""\
   - name: f{x}-{u}
     source: {SOURCE[x]}
     target: {TARGET[x]}
@@ -55,15 +61,19 @@ def _config(path: Path, site: Site, u: str, *, dead: str | None = None, timeout:
     checkpoint_interval: 1s
     topics: {{include: ["s-{u}-{x}"]}}
     groups: ["g-{u}-.*"]
-""" for x in FLOWS)
+"""
+        for x in FLOWS
+    )
     dc = {"src": f"east{u}", "b": f"east{u}", "dst": f"west{u}", "c": f"west{u}"}
     clusters = "".join(
-        f'  {n}: {{bootstrap: "{f"127.0.0.1:{free_port()}" if n == dead else site.bootstrap(n)}", timeout: {timeout}, datacenter: {dc[n]}}}\n' for n in dc
+        f'  {n}: {{bootstrap: "{f"127.0.0.1:{free_port()}" if n == dead else site.bootstrap(n)}", '
+        f"timeout: {timeout}, datacenter: {dc[n]}}}\n"
+        for n in dc
     )
     path.write_text(f"""\
 clusters:
 {clusters}flows:
-{flows}offset_store: {{kind: sqlite, path: {path.parent / 'offsets.db'}}}
+{flows}offset_store: {{kind: sqlite, path: {path.parent / "offsets.db"}}}
 canary: {{topic: canary-{u}}}
 """)
     return path
@@ -77,16 +87,27 @@ def _x(i: int) -> str:
     return FLOWS[i % len(FLOWS)]
 
 
-def _consume(bootstrap: str, group: str, topics: list[str], *, at_most: int, timeout: float = 5.0, to_end: bool = False) -> list[bytes]:
+def _consume(
+    bootstrap: str, group: str, topics: list[str], *, at_most: int, timeout: float = 5.0, to_end: bool = False
+) -> list[bytes]:
     """Read up to `at_most` records per partition as `group` from its committed offsets, one
     partition after the other (so every partition gets a commit); commit what was read."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
     out: list[bytes] = []
     try:
         for tp in [TopicPartition(t, p) for t in topics for p in range(PARTS)]:
             found: list[list[TopicPartition]] = []
 
-            def ask(tp: TopicPartition = tp, found: list = found) -> bool:  # a fresh cluster answers NOT_COORDINATOR until __consumer_offsets is up
+            def ask(
+                tp: TopicPartition = tp, found: list = found
+            ) -> bool:  # a fresh cluster answers NOT_COORDINATOR until __consumer_offsets is up
                 try:
                     found.append(c.committed([tp], timeout=30))
                     return True
@@ -113,7 +134,10 @@ def _consume(bootstrap: str, group: str, topics: list[str], *, at_most: int, tim
 
 
 def _produce(site: Site, u: str, stop: threading.Event, produced: dict[str, int]) -> None:
-    ps = {c: Producer({"bootstrap.servers": site.bootstrap(c), "linger.ms": 5, "enable.idempotence": True}) for c in {"src", "b"}}
+    ps = {
+        c: Producer({"bootstrap.servers": site.bootstrap(c), "linger.ms": 5, "enable.idempotence": True})
+        for c in {"src", "b"}
+    }
     n = 0
     while not stop.is_set() and n < 1500:  # bounded: ~1500 records per topic at most
         for x in FLOWS:
@@ -148,8 +172,16 @@ def _checkpointed(cfg: Path, site: Site, u: str) -> bool:
     try:
         for i in range(GROUPS):
             t = _topic(u, i)
-            cps = {(cp.topic, cp.partition): cp.source_offset for cp in store.checkpoints(f"f{_x(i)}-{u}", f"g-{u}-{i}")}
-            c = Consumer({"bootstrap.servers": site.bootstrap(SOURCE[_x(i)]), "group.id": f"g-{u}-{i}", "enable.auto.commit": False})
+            cps = {
+                (cp.topic, cp.partition): cp.source_offset for cp in store.checkpoints(f"f{_x(i)}-{u}", f"g-{u}-{i}")
+            }
+            c = Consumer(
+                {
+                    "bootstrap.servers": site.bootstrap(SOURCE[_x(i)]),
+                    "group.id": f"g-{u}-{i}",
+                    "enable.auto.commit": False,
+                }
+            )
             try:
                 committed = c.committed([TopicPartition(t, p) for p in range(PARTS)], timeout=10)
             finally:
@@ -180,28 +212,66 @@ def test_planned_then_unplanned_site_failover(clusters, more_clusters, tmp_path,
         producer.start()
         for round_ in range(2):  # the groups consume while records are produced and mirrored
             for i in range(GROUPS):
-                seen[i] += _consume(site.bootstrap(SOURCE[_x(i)]), f"g-{u}-{i}", [_topic(u, i)], at_most=20 + 8 * i + 50 * round_, timeout=1.0)
+                seen[i] += _consume(
+                    site.bootstrap(SOURCE[_x(i)]),
+                    f"g-{u}-{i}",
+                    [_topic(u, i)],
+                    at_most=20 + 8 * i + 50 * round_,
+                    timeout=1.0,
+                )
         stop.set()
         producer.join(60)
         for x in FLOWS:  # planned: producers stopped, the mirror caught up
             t, src, dst = f"s-{u}-{x}", site.bootstrap(SOURCE[x]), site.bootstrap(TARGET[x])
-            wait_for(lambda t=t, src=src, dst=dst, x=x: end_offsets(dst, f"{SOURCE[x]}.{t}", PARTS) == end_offsets(src, t, PARTS), 90, f"{t} mirrored",
-                     detail=mirror.output)
+            wait_for(
+                lambda t=t, src=src, dst=dst, x=x: (
+                    end_offsets(dst, f"{SOURCE[x]}.{t}", PARTS) == end_offsets(src, t, PARTS)
+                ),
+                90,
+                f"{t} mirrored",
+                detail=mirror.output,
+            )
         wait_for(lambda: _checkpointed(cfg, site, u), 60, "checkpoints of every group's last commit")
     finally:
         stop.set()
         mirror.stop()
 
     plan_path = tmp_path / "site-plan.json"
-    assert main(["failover", "plan", "-c", str(cfg), "--from", f"east{u}", "--to", f"west{u}", "--translate", "-v", "--out", str(plan_path)]) == 0
+    assert (
+        main(
+            [
+                "failover",
+                "plan",
+                "-c",
+                str(cfg),
+                "--from",
+                f"east{u}",
+                "--to",
+                f"west{u}",
+                "--translate",
+                "-v",
+                "--out",
+                str(plan_path),
+            ]
+        )
+        == 0
+    )
     doc = json.loads(plan_path.read_text())
     assert doc["totals"]["groups"] == GROUPS and doc["totals"]["refused"] == 0, doc["totals"]
     assert doc["totals"]["partitions"] == GROUPS * PARTS, doc["totals"]
-    assert any(n.startswith("1 group(s) the flows' patterns match read none of their topics (left out): g-") for n in doc["notes"]), doc["notes"]
+    assert any(
+        n.startswith("1 group(s) the flows' patterns match read none of their topics (left out): g-")
+        for n in doc["notes"]
+    ), doc["notes"]
     assert doc["totals"]["unmirrored"] == 0 and doc["totals"]["may_reread"] == 0, doc["totals"]
     assert sorted(f["flow"] for f in doc["flows"]) == [f"f{x}-{u}" for x in FLOWS]
-    assert {f["flow"]: f["groups"] for f in doc["flows"]} == {f"f{x}-{u}": sum(1 for i in range(GROUPS) if _x(i) == x) for x in FLOWS}
-    assert all(g["truth"] == "source-offsets" and g["target"] == TARGET[_x(int(g["group"].rsplit("-", 1)[1]))] for g in doc["groups"])
+    assert {f["flow"]: f["groups"] for f in doc["flows"]} == {
+        f"f{x}-{u}": sum(1 for i in range(GROUPS) if _x(i) == x) for x in FLOWS
+    }
+    assert all(
+        g["truth"] == "source-offsets" and g["target"] == TARGET[_x(int(g["group"].rsplit("-", 1)[1]))]
+        for g in doc["groups"]
+    )
 
     assert main(["failover", "apply", "--plan", str(plan_path), "--yes"]) == 0
     backup = tmp_path / "site-plan.backup.json"
@@ -211,7 +281,14 @@ def test_planned_then_unplanned_site_failover(clusters, more_clusters, tmp_path,
 
     for i in range(GROUPS):  # an independent consumer per group, on the target
         t = _topic(u, i)
-        after = _consume(site.bootstrap(TARGET[_x(i)]), f"g-{u}-{i}", [f"{SOURCE[_x(i)]}.{t}"], at_most=10**6, timeout=5.0, to_end=True)
+        after = _consume(
+            site.bootstrap(TARGET[_x(i)]),
+            f"g-{u}-{i}",
+            [f"{SOURCE[_x(i)]}.{t}"],
+            at_most=10**6,
+            timeout=5.0,
+            to_end=True,
+        )
         counts = Counter(seen[i] + after)
         want = {f"{t}:{n}".encode() for n in range(produced[t])}
         lost = want - set(counts)
@@ -226,7 +303,12 @@ def test_planned_then_unplanned_site_failover(clusters, more_clusters, tmp_path,
     assert len(extra) == 2 * 30
     dead = _config(tmp_path / "dead.yaml", site, u, dead="src", timeout="3s")
     out_path = tmp_path / "unplanned.json"
-    assert main(["failover", "plan", "-c", str(dead), "--from", f"east{u}", "--translate", "--json", "--out", str(out_path)]) == 0
+    assert (
+        main(
+            ["failover", "plan", "-c", str(dead), "--from", f"east{u}", "--translate", "--json", "--out", str(out_path)]
+        )
+        == 0
+    )
     unplanned = json.loads(out_path.read_text())
     assert unplanned["totals"]["groups"] == GROUPS
     assert any("'src' did not answer" in n for n in unplanned["notes"]), unplanned["notes"]
@@ -241,7 +323,9 @@ def test_planned_then_unplanned_site_failover(clusters, more_clusters, tmp_path,
     # The whole site back to where it was before apply: no offsets on the targets.
     assert main(["failover", "import", "--backup", str(backup), "--yes"]) == 0
     for i in (0, 1, 2):
-        c = Consumer({"bootstrap.servers": site.bootstrap(TARGET[_x(i)]), "group.id": f"g-{u}-{i}", "enable.auto.commit": False})
+        c = Consumer(
+            {"bootstrap.servers": site.bootstrap(TARGET[_x(i)]), "group.id": f"g-{u}-{i}", "enable.auto.commit": False}
+        )
         try:
             back = c.committed([TopicPartition(f"{SOURCE[_x(i)]}.{_topic(u, i)}", p) for p in range(PARTS)], timeout=10)
         finally:
@@ -257,17 +341,20 @@ def test_site_drill_planned(clusters, more_clusters, tmp_path, unique):
     u = unique
     site = Site(clusters, more_clusters)
     cfg = tmp_path / "drill.yaml"
-    flows = "".join(f"""\
-  - {{name: d{x}-{u}, source: {src}, target: dst, consumer_group: mirror-d{x}-{u}, refresh_interval: 1s, commit_interval: 300ms,
-     checkpoint_interval: 1s, topics: {{include: ["drill-{u}"]}}, groups: ["sd-{u}-.*"]}}
-""" for x, src in (("a", "src"), ("b", "b")))
+    flows = "".join(
+        f"""\
+  - {{name: d{x}-{u}, source: {src}, target: dst, consumer_group: mirror-d{x}-{u}, refresh_interval: 1s,
+     commit_interval: 300ms, checkpoint_interval: 1s, topics: {{include: ["drill-{u}"]}}, groups: ["sd-{u}-.*"]}}
+"""
+        for x, src in (("a", "src"), ("b", "b"))
+    )
     cfg.write_text(f"""\
 clusters:
-  src: {{bootstrap: "{site.bootstrap('src')}", timeout: 10s, datacenter: east{u}}}
-  b: {{bootstrap: "{site.bootstrap('b')}", timeout: 10s, datacenter: east{u}}}
-  dst: {{bootstrap: "{site.bootstrap('dst')}", timeout: 10s, datacenter: west{u}}}
+  src: {{bootstrap: "{site.bootstrap("src")}", timeout: 10s, datacenter: east{u}}}
+  b: {{bootstrap: "{site.bootstrap("b")}", timeout: 10s, datacenter: east{u}}}
+  dst: {{bootstrap: "{site.bootstrap("dst")}", timeout: 10s, datacenter: west{u}}}
 flows:
-{flows}offset_store: {{kind: sqlite, path: {tmp_path / 'drill.db'}}}
+{flows}offset_store: {{kind: sqlite, path: {tmp_path / "drill.db"}}}
 canary: {{topic: canary-{u}}}
 """)
     for c in ("src", "b"):
@@ -275,8 +362,27 @@ canary: {{topic: canary-{u}}}
     report = tmp_path / "report"
     mirror = MirrorProcess(cfg)
     try:
-        rc = main(["drill", str(RUNBOOKS / "datacenter-failover.md"), "-c", str(cfg), "--from", f"east{u}", "--to", f"west{u}",
-                   "--group", f"sd-{u}", "--groups", "2", "--topic", f"drill-{u}", "--yes", "--report", str(report)])
+        rc = main(
+            [
+                "drill",
+                str(RUNBOOKS / "datacenter-failover.md"),
+                "-c",
+                str(cfg),
+                "--from",
+                f"east{u}",
+                "--to",
+                f"west{u}",
+                "--group",
+                f"sd-{u}",
+                "--groups",
+                "2",
+                "--topic",
+                f"drill-{u}",
+                "--yes",
+                "--report",
+                str(report),
+            ]
+        )
     finally:
         mirror.stop()
     doc = json.loads((report / "report.json").read_text())

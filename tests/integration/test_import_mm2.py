@@ -38,14 +38,16 @@ PARTITIONS = 3
 def mm2_properties(src: str, dst: str, topic: str, group: str, flush_ms: int) -> str:
     """MM2 as the bench runs it, with its intervals short so the test stays quick (a later
     key wins in a properties file)."""
-    return mm2.properties("src", src, "dst", dst, topic, 2, {}, {}) + "\n".join([
-        f"src->dst.groups = {group}",
-        f"offset.flush.interval.ms = {flush_ms}",
-        "refresh.topics.interval.seconds = 1",
-        "refresh.groups.interval.seconds = 1",
-        "emit.checkpoints.interval.seconds = 1",
-        "",
-    ])
+    return mm2.properties("src", src, "dst", dst, topic, 2, {}, {}) + "\n".join(
+        [
+            f"src->dst.groups = {group}",
+            f"offset.flush.interval.ms = {flush_ms}",
+            "refresh.topics.interval.seconds = 1",
+            "refresh.groups.interval.seconds = 1",
+            "emit.checkpoints.interval.seconds = 1",
+            "",
+        ]
+    )
 
 
 class Mm2Process:
@@ -56,7 +58,9 @@ class Mm2Process:
         self.path = path
         self.log = (workdir / "mm2.log").open("wb")
         cmd = mm2.command(workdir, path, "dst", heap="-Xms128M -Xmx512M")
-        self.proc = subprocess.Popen([*spawn_prefix(), *cmd], stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir)
+        self.proc = subprocess.Popen(
+            [*spawn_prefix(), *cmd], stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir
+        )
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc.poll() is None:
@@ -73,8 +77,14 @@ def produce_plain(bootstrap: str, topic: str, start: int, count: int) -> None:
     """Keyed records with headers and explicit timestamps, round the partitions."""
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
     for i in range(start, start + count):
-        p.produce(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % PARTITIONS, timestamp=1_700_000_000_000 + i,
-                  headers=[("h", b"x%d" % i), ("dup", None)])
+        p.produce(
+            topic,
+            key=b"k%d" % i,
+            value=b"v%d" % i,
+            partition=i % PARTITIONS,
+            timestamp=1_700_000_000_000 + i,
+            headers=[("h", b"x%d" % i), ("dup", None)],
+        )
     assert p.flush(30) == 0
 
 
@@ -119,7 +129,13 @@ def test_takes_over_a_cleanly_stopped_mm2_exactly(clusters, tmp_path: Path, uniq
     create_topic(src, topic, PARTITIONS)
     produce_plain(src, topic, 0, 300)
     for p in range(PARTITIONS):  # markers between the plain records: offsets with no copy
-        produce_transactions(src, topic, p, [([b"t%d-%d-%d" % (p, b, i) for i in range(7)], True) for b in range(3)], tid=f"tx-{unique}-{p}")
+        produce_transactions(
+            src,
+            topic,
+            p,
+            [([b"t%d-%d-%d" % (p, b, i) for i in range(7)], True) for b in range(3)],
+            tid=f"tx-{unique}-{p}",
+        )
     produce_plain(src, topic, 300, 90)
     # The group read part of each partition before the switch; MM2 checkpoints it.
     consume_and_commit(src, group, topic, {0: 50, 1: 117, 2: 3})
@@ -136,7 +152,9 @@ def test_takes_over_a_cleanly_stopped_mm2_exactly(clusters, tmp_path: Path, uniq
     produce_transactions(src, topic, 1, [([b"late%d" % i for i in range(5)], True)], tid=f"tx-{unique}-late")
 
     out = tmp_path / "mirror.yaml"
-    rc, report = import_when_quiet(capsys, "import-mm2", "--mm2-config", str(proc.path), "--out", str(out), "--force", "--json")
+    rc, report = import_when_quiet(
+        capsys, "import-mm2", "--mm2-config", str(proc.path), "--out", str(out), "--force", "--json"
+    )
     assert rc == 0, report
     flow = report["took_over"][0]
     assert flow["partitions"] == PARTITIONS and flow["copied_twice"] == 0 and flow["checkpoints"] == PARTITIONS
@@ -151,7 +169,9 @@ def test_takes_over_a_cleanly_stopped_mm2_exactly(clusters, tmp_path: Path, uniq
 
     # The group MM2 checkpointed fails over exactly: the plan puts it on the copy of the
     # first record it had not read, on every partition.
-    rc, plan = cli_json(capsys, "failover", "plan", "-c", str(out), "--flow", "src-to-dst", "--group", group, "--translate", "--json")
+    rc, plan = cli_json(
+        capsys, "failover", "plan", "-c", str(out), "--flow", "src-to-dst", "--group", group, "--translate", "--json"
+    )
     assert rc == 0, plan
     committed = {p["partition"]: p["source_offset"] for p in plan["partitions"]}
     for part in plan["partitions"]:
@@ -235,12 +255,18 @@ def read_internal(bootstrap: str, topic: str) -> list:
     admin = Admin("dst", load_cluster(bootstrap))
     n = admin.topics().get(topic, 0)
     marks = admin.watermarks([(topic, p) for p in range(n)], committed_only=False)
-    return [r for (t, p), w in marks.items() for r in read_range("dst", load_cluster(bootstrap), t, p, w.low, w.high, 30)]
+    return [
+        r for (t, p), w in marks.items() for r in read_range("dst", load_cluster(bootstrap), t, p, w.low, w.high, 30)
+    ]
 
 
 def read_checkpoints(dst: str, group: str) -> list:
     recs = read_internal(dst, "src.checkpoints.internal")
-    return [c for c in latest_checkpoints(decode_checkpoint(r.key, r.value, r.timestamp_ms) for r in recs) if c.group == group]
+    return [
+        c
+        for c in latest_checkpoints(decode_checkpoint(r.key, r.value, r.timestamp_ms) for r in recs)
+        if c.group == group
+    ]
 
 
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
@@ -252,8 +278,17 @@ def test_ranges_read_at_once_are_the_records_read_one_range_at_a_time(clusters, 
     create_topic(src, topic, PARTITIONS)
     produce_plain(src, topic, 0, 60)
     for p in range(PARTITIONS):
-        produce_transactions(src, topic, p, [([b"c%d" % i for i in range(4)], True), ([b"a%d" % i for i in range(3)], False),
-                                             ([b"d%d" % i for i in range(2)], True)], tid=f"tr-{unique}-{p}")
+        produce_transactions(
+            src,
+            topic,
+            p,
+            [
+                ([b"c%d" % i for i in range(4)], True),
+                ([b"a%d" % i for i in range(3)], False),
+                ([b"d%d" % i for i in range(2)], True),
+            ],
+            tid=f"tr-{unique}-{p}",
+        )
     produce_plain(src, topic, 60, 30)
     cluster = load_cluster(src)
     ranges = {(topic, 0): (3, 40), (topic, 1): (0, 31), (topic, 2): (19, 25)}

@@ -39,7 +39,9 @@ flows:
 {extra}"""
 
 
-def produce_numbered(bootstrap: str, topic: str, count: int, partitions: int, *, start: int = 0, size: int = 64) -> None:
+def produce_numbered(
+    bootstrap: str, topic: str, count: int, partitions: int, *, start: int = 0, size: int = 64
+) -> None:
     p = producer(bootstrap, **{"compression.type": "lz4"})
     for i in range(start, start + count):
         while True:
@@ -135,7 +137,9 @@ def test_aborted_transactions_never_reach_the_target(clusters, write_config, uni
             p = Producer({"bootstrap.servers": src, "transactional.id": f"tx-{unique}"})
             p.init_transactions(30)
     expected = {part: [r.value for r in read_partition(src, t, part)] for part in (0, 1)}  # read_committed
-    assert any(v.startswith((b"b0-", b"b2-", b"b4-")) for v in expected[0]), "no committed transaction on the source; the test proves nothing"
+    assert any(v.startswith((b"b0-", b"b2-", b"b4-")) for v in expected[0]), (
+        "no committed transaction on the source; the test proves nothing"
+    )
     cfg = write_config(flow_yaml(unique, f'["{t}"]'))
     assert main(["run", "-c", str(cfg), "--until-caught-up"]) == 0
     for part in (0, 1):
@@ -155,10 +159,25 @@ def test_exclusions_and_topics_created_while_running(clusters, write_config, uni
         produce_numbered(src, t, 100, 1)
     cfg = write_config(flow_yaml(unique, f'["app-{unique}\\\\..*"]', exclude=f'["app-{unique}\\\\.tmp"]'))
     with MirrorProcess(cfg) as m:
-        wait_for(lambda: sum(end_offsets(dst, f"src.app-{unique}.orders", 2).values()) == 100 if f"src.app-{unique}.orders" in topics(dst) else False, 60, "the matching topic")
+        wait_for(
+            lambda: (
+                sum(end_offsets(dst, f"src.app-{unique}.orders", 2).values()) == 100
+                if f"src.app-{unique}.orders" in topics(dst)
+                else False
+            ),
+            60,
+            "the matching topic",
+        )
         create_topic(src, f"app-{unique}.late", 3)
         produce_numbered(src, f"app-{unique}.late", 300, 3)
-        wait_for(lambda: f"src.app-{unique}.late" in topics(dst) and sum(end_offsets(dst, f"src.app-{unique}.late", 3).values()) == 300, 60, "the topic created while running")
+        wait_for(
+            lambda: (
+                f"src.app-{unique}.late" in topics(dst)
+                and sum(end_offsets(dst, f"src.app-{unique}.late", 3).values()) == 300
+            ),
+            60,
+            "the topic created while running",
+        )
         m.signal(signal.SIGTERM)
         assert m.wait(60) == 0, m.output()
     names = topics(dst)
@@ -177,7 +196,11 @@ def test_sigkill_mid_stream_loses_nothing(clusters, write_config, unique):
     cfg = write_config(flow_yaml(unique, f'["{t}"]'))
     m = MirrorProcess(cfg)
     try:
-        wait_for(lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) > total // 5, 120, "the mirror to be part way")
+        wait_for(
+            lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) > total // 5,
+            120,
+            "the mirror to be part way",
+        )
         m.kill()
     finally:
         m.close()
@@ -204,7 +227,9 @@ def test_sigkill_mid_stream_loses_nothing(clusters, write_config, unique):
             if r.value not in seen_p:
                 seen_p.add(r.value)
                 firsts.append(r.value)
-        assert firsts == [r.value for r in source[p]], f"partition {p} out of order; at kill: committed={committed} heads={heads}"
+        assert firsts == [r.value for r in source[p]], (
+            f"partition {p} out of order; at kill: committed={committed} heads={heads}"
+        )
 
 
 def test_target_outage_of_20s_needs_no_manual_step(clusters, write_config, unique):
@@ -217,11 +242,19 @@ def test_target_outage_of_20s_needs_no_manual_step(clusters, write_config, uniqu
     flow = f"f-{unique}"
 
     def state() -> str | None:
-        on = [labels["state"] for labels, v in scrape(port).get("mirror_flow_state", []) if labels["flow"] == flow and v == 1]
+        on = [
+            labels["state"]
+            for labels, v in scrape(port).get("mirror_flow_state", [])
+            if labels["flow"] == flow and v == 1
+        ]
         return on[0] if on else None
 
     with MirrorProcess(cfg, "--metrics-port", str(port)) as m:
-        wait_for(lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) == 3000, 60, "the first records")
+        wait_for(
+            lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) == 3000,
+            60,
+            "the first records",
+        )
         assert state() == "running"
         clusters.stop("dst")
         try:
@@ -262,7 +295,11 @@ def test_two_processes_share_partitions_and_one_finishes_alone(clusters, write_c
             return admin.group_members(f"mirror-{unique}") == 2
 
         wait_for(both_in_group, 60, "both workers in the group", detail=logs)
-        wait_for(lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) == 600, 60, "the first records")
+        wait_for(
+            lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) == 600,
+            60,
+            "the first records",
+        )
         # Kill one before the bulk arrives: its partitions can only be finished by the other.
         a.kill()
         produce_numbered(src, t, total - 600, n, start=600, size=200)
@@ -287,7 +324,9 @@ def test_workers_with_an_eager_assignor_hand_partitions_over_without_loss_or_dup
     t, n, total = f"eager-{unique}", 4, 40_000
     create_topic(src, t, n)
     produce_numbered(src, t, 10_000, n)
-    cfg = write_config(flow_yaml(unique, f'["{t}"]', extra="    consumer: {partition.assignment.strategy: roundrobin}\n"))
+    cfg = write_config(
+        flow_yaml(unique, f'["{t}"]', extra="    consumer: {partition.assignment.strategy: roundrobin}\n")
+    )
     from mirror.config import ClusterConfig
     from mirror.kafka import Admin
 
@@ -295,15 +334,30 @@ def test_workers_with_an_eager_assignor_hand_partitions_over_without_loss_or_dup
     a, b = MirrorProcess(cfg), None
     try:
         logs = lambda: f"\n--- a:\n{a.output()}\n--- b:\n{b.output() if b else ''}"
-        wait_for(lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) > 0, 60, "the first records", detail=logs)
+        wait_for(
+            lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) > 0,
+            60,
+            "the first records",
+            detail=logs,
+        )
         b = MirrorProcess(cfg)
         # Two members are counted as soon as b asks to join; the eager rebalance that follows
         # is over once b has its share (a SIGTERM before that revoked a's partitions once).
-        wait_for(lambda: admin.group_members(f"mirror-{unique}") == 2 and "assigned" in b.output(), 60, "both workers in the group", detail=logs)
+        wait_for(
+            lambda: admin.group_members(f"mirror-{unique}") == 2 and "assigned" in b.output(),
+            60,
+            "both workers in the group",
+            detail=logs,
+        )
         produce_numbered(src, t, total - 10_000, n, start=10_000)
         a.signal(signal.SIGTERM)
         assert a.wait(60) == 0, logs()
-        wait_for(lambda: group_offsets(src, f"mirror-{unique}", t, n) == end_offsets(src, t, n), 120, "the remaining worker to commit everything", detail=logs)
+        wait_for(
+            lambda: group_offsets(src, f"mirror-{unique}", t, n) == end_offsets(src, t, n),
+            120,
+            "the remaining worker to commit everything",
+            detail=logs,
+        )
         b.signal(signal.SIGTERM)
         assert b.wait(60) == 0, logs()
         # The eager protocol at work: b's arrival took every partition from a, then gave some back.
@@ -406,10 +460,18 @@ def test_deleted_target_topic_is_recreated_and_refilled(clusters, write_config, 
     produce_numbered(src, t, 1000, n)
     cfg = write_config(flow_yaml(unique, f'["{t}"]'))
     with MirrorProcess(cfg) as m:
-        wait_for(lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) == 1000, 60, "the first records")
+        wait_for(
+            lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) == 1000,
+            60,
+            "the first records",
+        )
         delete_topic(dst, f"src.{t}")
         produce_numbered(src, t, 1000, n, start=1000)
-        wait_for(lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) >= 2000, 90, "the topic to be refilled")
+        wait_for(
+            lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) >= 2000,
+            90,
+            "the topic to be refilled",
+        )
         m.signal(signal.SIGTERM)
         assert m.wait(60) == 0, m.output()
     target = read_topic(dst, f"src.{t}", n)

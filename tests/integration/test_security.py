@@ -53,7 +53,12 @@ class Secured:
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     dev = DevClusters(tmp_path_factory.mktemp("secured"))
     # SASL_SSL clients on the main listener; SSL (mTLS) and SASL_PLAINTEXT ones on two more.
-    dev.up(list(NAMES), free_base_port(len(NAMES)), security=Security.SASL_SSL, extra_security=[Security.SSL, Security.SASL_PLAINTEXT])
+    dev.up(
+        list(NAMES),
+        free_base_port(len(NAMES)),
+        security=Security.SASL_SSL,
+        extra_security=[Security.SSL, Security.SASL_PLAINTEXT],
+    )
     sec = Secured(dev)
     saved = {k: os.environ.get(k) for k in map(password_var, sec.passwords)}
     # Configs name ${MIRROR_DEV_MIRROR_PASSWORD}: the children inherit it from here.
@@ -69,15 +74,27 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         dev.down()
 
 
-def _config(sec: Secured, tmp: Path, u: str, *, password_var_name: str | None = None, store: str | None = None, mode: str = "sasl_ssl", timeout: str = "10s",
-            commands: tuple[str, ...] | None = None) -> Path:
+def _config(
+    sec: Secured,
+    tmp: Path,
+    u: str,
+    *,
+    password_var_name: str | None = None,
+    store: str | None = None,
+    mode: str = "sasl_ssl",
+    timeout: str = "10s",
+    commands: tuple[str, ...] | None = None,
+) -> Path:
     """A config for the mirror user, with the password as ${VAR}; grants exactly `mirror acls`."""
     clusters = ""
     for name in NAMES:
         client = sec.nodes[name].client("mirror", mode=mode)  # sasl.password: ${MIRROR_DEV_MIRROR_PASSWORD}
         if password_var_name:
             client["sasl.password"] = f"${{{password_var_name}}}"
-        clusters += f"  {name}:\n    bootstrap: {sec.nodes[name].bootstrap(mode)}\n    timeout: {timeout}\n    client: {json.dumps(client)}\n"
+        clusters += (
+            f"  {name}:\n    bootstrap: {sec.nodes[name].bootstrap(mode)}\n    timeout: {timeout}\n    "
+            f"client: {json.dumps(client)}\n"
+        )
     path = tmp / f"secured-{u}.yaml"
     path.write_text(f"""\
 clusters:
@@ -128,7 +145,10 @@ def _ends(sec: Secured, cluster: str, topic: str, partitions: int) -> dict[int, 
 def _committed(sec: Secured, group: str, topic: str, partitions: int) -> dict[int, int]:
     c = Consumer({**sec.admin_settings("ssrc"), "group.id": group, "enable.auto.commit": False})
     try:
-        return {tp.partition: max(tp.offset, 0) for tp in c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)}
+        return {
+            tp.partition: max(tp.offset, 0)
+            for tp in c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        }
     finally:
         c.close()
 
@@ -162,7 +182,9 @@ def _values(sec: Secured, topic: str, partitions: int) -> list[int]:
 
 
 def _mirror(*args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mirror", *args], capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "mirror", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 @pytest.mark.parametrize("mode", ["sasl_ssl", "ssl", "sasl_plaintext"])
@@ -175,8 +197,12 @@ def test_sigkill_then_clean_stop(secured, tmp_path, mode):
     try:
         # Killed as soon as anything landed: on a quiet machine the mirror copies tens of
         # thousands of records between two looks (each look logs in anew).
-        wait_for(lambda: sum(_ends(secured, "sdst", f"ssrc.{t}", n).values()) > 0, 120, "the mirror to be part way",
-                 detail=m.output)
+        wait_for(
+            lambda: sum(_ends(secured, "sdst", f"ssrc.{t}", n).values()) > 0,
+            120,
+            "the mirror to be part way",
+            detail=m.output,
+        )
         m.kill()
     finally:
         m.close()
@@ -196,7 +222,12 @@ def test_sigkill_then_clean_stop(secured, tmp_path, mode):
     _produce(secured, t, 9_000, n, start=total)
     m = MirrorProcess(cfg)
     try:
-        wait_for(lambda: sum(_ends(secured, "sdst", f"ssrc.{t}", n).values()) >= len(seen) + 9_000, 120, "the new records to arrive", detail=m.output)
+        wait_for(
+            lambda: sum(_ends(secured, "sdst", f"ssrc.{t}", n).values()) >= len(seen) + 9_000,
+            120,
+            "the new records to arrive",
+            detail=m.output,
+        )
         m.stop()
         assert m.proc.returncode in (0, 130), m.output()
     finally:
@@ -230,7 +261,12 @@ def test_every_command_with_the_documented_grants_never_shows_a_password(secured
     port = free_port()
     m = MirrorProcess(cfg, "--metrics-port", str(port))
     try:
-        wait_for(lambda: sum(_ends(secured, "sdst", f"ssrc.{t}", n).values()) >= 2_000, 120, "the mirror to catch up", detail=m.output)
+        wait_for(
+            lambda: sum(_ends(secured, "sdst", f"ssrc.{t}", n).values()) >= 2_000,
+            120,
+            "the mirror to catch up",
+            detail=m.output,
+        )
         debug = ["--debug", "-vv"]
         for args in (
             ["validate", "-c", str(cfg)],
@@ -243,19 +279,74 @@ def test_every_command_with_the_documented_grants_never_shows_a_password(secured
             outputs += [res.stdout, res.stderr]
             assert res.returncode == 0, f"{args}: {res.stderr[-2000:]}"
         # The checkpointer has stored the group's position: a translated plan.
-        wait_for(lambda: _mirror("failover", "plan", "-c", str(cfg), "--flow", f"f-{u}", "--group", f"billing-{u}", "--translate", "--json").returncode == 0,
-                 60, "a failover plan")
-        res = _mirror(*debug, "failover", "plan", "-c", str(cfg), "--flow", f"f-{u}", "--group", f"billing-{u}", "--translate", "--json")
+        wait_for(
+            lambda: (
+                _mirror(
+                    "failover",
+                    "plan",
+                    "-c",
+                    str(cfg),
+                    "--flow",
+                    f"f-{u}",
+                    "--group",
+                    f"billing-{u}",
+                    "--translate",
+                    "--json",
+                ).returncode
+                == 0
+            ),
+            60,
+            "a failover plan",
+        )
+        res = _mirror(
+            *debug,
+            "failover",
+            "plan",
+            "-c",
+            str(cfg),
+            "--flow",
+            f"f-{u}",
+            "--group",
+            f"billing-{u}",
+            "--translate",
+            "--json",
+        )
         outputs += [res.stdout, res.stderr]
         plan = json.loads(res.stdout)
         assert {p["partition"]: p["target_offset"] for p in plan["partitions"]} == {0: 400, 1: 500}
         export = tmp_path / "export.json"
-        res = _mirror(*debug, "failover", "export", "-c", str(cfg), "--cluster", "ssrc", "--group", f"billing-{u}", "-o", str(export))
+        res = _mirror(
+            *debug,
+            "failover",
+            "export",
+            "-c",
+            str(cfg),
+            "--cluster",
+            "ssrc",
+            "--group",
+            f"billing-{u}",
+            "-o",
+            str(export),
+        )
         outputs += [res.stdout, res.stderr]
         assert res.returncode == 0, res.stderr[-2000:]
         files.append(export)
         backup = tmp_path / "backup.json"
-        res = _mirror(*debug, "failover", "apply", "-c", str(cfg), "--flow", f"f-{u}", "--group", f"billing-{u}", "--translate", "--yes", "--backup", str(backup))
+        res = _mirror(
+            *debug,
+            "failover",
+            "apply",
+            "-c",
+            str(cfg),
+            "--flow",
+            f"f-{u}",
+            "--group",
+            f"billing-{u}",
+            "--translate",
+            "--yes",
+            "--backup",
+            str(backup),
+        )
         outputs += [res.stdout, res.stderr]
         assert res.returncode == 0, res.stderr[-2000:]
         res = _mirror(*debug, "failover", "import", "-c", str(cfg), "--cluster", "ssrc", str(export), "--yes")
@@ -271,8 +362,24 @@ def test_every_command_with_the_documented_grants_never_shows_a_password(secured
         assert any(v > 0 for _, v in metrics.get("mirror_records_total", [])), "no records counted"
         # The lag exporter, scraped as Prometheus would.
         mport = free_port()
-        mon = subprocess.Popen([sys.executable, "-m", "mirror", *debug, "monitor", "-c", str(cfg), "--port", str(mport), "--host", "127.0.0.1"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        mon = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mirror",
+                *debug,
+                "monitor",
+                "-c",
+                str(cfg),
+                "--port",
+                str(mport),
+                "--host",
+                "127.0.0.1",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
             lag: dict = {}
 
@@ -357,7 +464,10 @@ def auth_cassandra(secured: Secured, tmp_path_factory: pytest.TempPathFactory):
 def test_cassandra_store_with_a_password_from_the_environment(secured, auth_cassandra, tmp_path, monkeypatch):
     u = uuid.uuid4().hex[:6]
     monkeypatch.setenv("SEC_TEST_CASSANDRA_PASSWORD", secured.passwords["mirror"])
-    store = f'{{kind: cassandra, contact_points: ["{auth_cassandra.contact_point}"], keyspace: sec_{u}, username: mirror, password: "${{SEC_TEST_CASSANDRA_PASSWORD}}"}}'
+    store = (
+        f'{{kind: cassandra, contact_points: ["{auth_cassandra.contact_point}"], keyspace: sec_{u}, username: '
+        f'mirror, password: "${{SEC_TEST_CASSANDRA_PASSWORD}}"}}'
+    )
     cfg = _config(secured, tmp_path, u, store=store)
     t, n = f"sec-{u}-c", 2
     _produce(secured, t, 500, n)
@@ -384,7 +494,9 @@ def test_dev_status_shows_client_settings_and_a_private_password_file(secured, t
     assert client["sasl.password"] == "${MIRROR_DEV_MIRROR_PASSWORD}"
     path = Path(status["passwords"])
     assert path.stat().st_mode & 0o777 == 0o600
-    assert {line.split("=", 1)[0] for line in path.read_text().splitlines()} == {password_var(u) for u in ("admin", "mirror", "nogrants")}
+    assert {line.split("=", 1)[0] for line in path.read_text().splitlines()} == {
+        password_var(u) for u in ("admin", "mirror", "nogrants")
+    }
     for password in secured.passwords.values():
         assert password not in res.stdout
     assert len(set(secured.passwords.values())) == 3, "passwords are generated, one per user"
@@ -392,12 +504,20 @@ def test_dev_status_shows_client_settings_and_a_private_password_file(secured, t
     # The user with no grants sees nothing and may do nothing: one line, exit 1.
     u = uuid.uuid4().hex[:6]
     cfg = _config(secured, tmp_path, u)
-    cfg.write_text(cfg.read_text().replace('"sasl.username": "mirror"', '"sasl.username": "nogrants"').replace(
-        "MIRROR_DEV_MIRROR_PASSWORD", "MIRROR_DEV_NOGRANTS_PASSWORD"))
+    cfg.write_text(
+        cfg.read_text()
+        .replace('"sasl.username": "mirror"', '"sasl.username": "nogrants"')
+        .replace("MIRROR_DEV_MIRROR_PASSWORD", "MIRROR_DEV_NOGRANTS_PASSWORD")
+    )
     res = _mirror("failover", "export", "-c", str(cfg), "--cluster", "ssrc", "--group", f"billing-{u}")
     assert res.returncode == 1, res.stderr
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and "User:nogrants" in lines[0] and f"group 'billing-{u}'" in lines[0] and "Describe" in lines[0], res.stderr
+    assert (
+        len(lines) == 1
+        and "User:nogrants" in lines[0]
+        and f"group 'billing-{u}'" in lines[0]
+        and "Describe" in lines[0]
+    ), res.stderr
     # Topics it may not Describe are not taken for missing ones: by a regex's prefix...
     res = _mirror("validate", "-c", str(cfg))
     assert res.returncode == 0 and f"sec-{u}-* (matching 'sec-{u}-.*')" in res.stdout, res.stdout
@@ -410,11 +530,15 @@ def test_dev_status_shows_client_settings_and_a_private_password_file(secured, t
     cfg.write_text(cfg.read_text().replace(f'"sec-{u}-.*"', f'"sec-{u}-lit"'))
     res = _mirror("validate", "-c", str(cfg))
     assert res.returncode == 0, res.stderr
-    assert f"not allowed to Describe on ssrc (not mirrored until granted; see `mirror acls`): sec-{u}-lit" in res.stdout, res.stdout
+    assert (
+        f"not allowed to Describe on ssrc (not mirrored until granted; see `mirror acls`): sec-{u}-lit" in res.stdout
+    ), res.stdout
     res = _mirror("run", "-c", str(cfg), "--until-caught-up")
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 1 and len(lines) == 1, res.stderr
-    assert "User:nogrants" in lines[0] and f"missing Read on topic 'sec-{u}-lit' (not even Describe" in lines[0], lines[0]
+    assert "User:nogrants" in lines[0] and f"missing Read on topic 'sec-{u}-lit' (not even Describe" in lines[0], lines[
+        0
+    ]
 
 
 # -- one grant removed at a time ---------------------------------------------------------
@@ -437,7 +561,13 @@ CONDITIONAL = {
     ("sdst", "canary", "Delete"): "as above",
 }
 # A request may need an operation the listed grant implies (Kafka's rule): the error names that one.
-IMPLIES = {"Read": {"Describe"}, "Write": {"Describe"}, "Alter": {"Describe"}, "Delete": {"Describe"}, "AlterConfigs": {"DescribeConfigs"}}
+IMPLIES = {
+    "Read": {"Describe"},
+    "Write": {"Describe"},
+    "Alter": {"Describe"},
+    "Delete": {"Describe"},
+    "AlterConfigs": {"DescribeConfigs"},
+}
 
 
 LAG_GRANTS = [
@@ -452,7 +582,9 @@ LAG_GRANTS = [
 
 def _role(kind: str, name: str, u: str) -> str:
     if kind == "group":
-        return {f"mirror-{u}": "mirror-group", "mirror-reader-": "reader", "mirror-failover-probe-": "probe"}.get(name, "groups")
+        return {f"mirror-{u}": "mirror-group", "mirror-reader-": "reader", "mirror-failover-probe-": "probe"}.get(
+            name, "groups"
+        )
     return "canary" if name.endswith(f"canary-{u}") else "topics"
 
 
@@ -464,7 +596,11 @@ def _bindings(cfg: Path, u: str, command: str = "run") -> dict[tuple[str, str, s
     for g in json.loads(res.stdout):
         if g["command"] == command:
             for op in g["operations"]:
-                out[(g["cluster"], _role(g["resource_type"], g["resource"], u), op)] = (g["resource_type"], g["resource"], g["pattern_type"])
+                out[(g["cluster"], _role(g["resource_type"], g["resource"], u), op)] = (
+                    g["resource_type"],
+                    g["resource"],
+                    g["pattern_type"],
+                )
     return out
 
 
@@ -503,7 +639,9 @@ def test_run_without_one_grant(secured, tmp_path, cluster, role, op):
     shown = name if kind != "cluster" else "the cluster"
     assert res.returncode == 1, res.stderr[-3000:]
     assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
-    assert "User:mirror" in errors[0] and any(f"missing {o} on" in errors[0] for o in {op, *IMPLIES.get(op, ())}), errors[0]
+    assert "User:mirror" in errors[0] and any(f"missing {o} on" in errors[0] for o in {op, *IMPLIES.get(op, ())}), (
+        errors[0]
+    )
     assert shown.rstrip("-") in errors[0], errors[0]
 
 
@@ -530,7 +668,11 @@ def test_lag_without_one_grant(secured, tmp_path, cluster, role, op):
     _commit_group(secured, f"billing-{u}", t, {0: 10, 1: 20})
     c = Consumer({**secured.admin_settings("sdst"), "group.id": f"billing-{u}", "enable.auto.commit": False})
     try:
-        wait_for(lambda: c.commit(offsets=[TopicPartition(f"ssrc.{t}", 0, 0)], asynchronous=False) or True, 60, "a target commit")
+        wait_for(
+            lambda: c.commit(offsets=[TopicPartition(f"ssrc.{t}", 0, 0)], asynchronous=False) or True,
+            60,
+            "a target commit",
+        )
     finally:
         c.close()
     ok = _mirror("lag", "-c", str(cfg), "--json")
@@ -586,7 +728,9 @@ def test_failover_plan_without_one_grant(secured, tmp_path, cluster, role, op):
     config = load(cfg)
     union = required_grants(config, ("run", "failover plan"))
     for c in NAMES:
-        secured.dev.admin(c).delete_acls("User:mirror", {(r.kind, r.name, r.pattern): ops for r, ops in cluster_bindings(union, c).items()})
+        secured.dev.admin(c).delete_acls(
+            "User:mirror", {(r.kind, r.name, r.pattern): ops for r, ops in cluster_bindings(union, c).items()}
+        )
     secured.dev.grant(config, commands=("failover plan",))
     plan = ["failover", "plan", "-c", str(cfg), "--flow", f"f-{u}", "--group", f"billing-{u}", "--translate", "--json"]
     ok = _mirror(*plan)
@@ -621,31 +765,60 @@ def test_spark_run_on_sasl_ssl_clusters_with_scram_and_a_pem_ca(secured, tmp_pat
         p.produce(topic, value=b"s%d" % i, key=b"%d" % i, partition=i % 2, headers=[("h", b"x")] if i % 2 else None)
     assert p.flush(30) == 0
     # The main (SASL_SSL) listener; the password as ${VAR}, which the fixture set.
-    clusters = "".join(f"  {name}:\n    bootstrap: {secured.bootstrap(name)}\n    client: {json.dumps(secured.nodes[name].client('admin'))}\n" for name in NAMES)
+    clusters = "".join(
+        f"  {name}:\n    bootstrap: {secured.bootstrap(name)}\n    client: "
+        f"{json.dumps(secured.nodes[name].client('admin'))}\n"
+        for name in NAMES
+    )
     path = tmp_path / "secured.yaml"
-    path.write_text(f"clusters:\n{clusters}flows:\n  - {{name: f-{u}, source: ssrc, target: sdst, consumer_group: mirror-{u}, topics: {{include: ['{topic}']}}}}\n"
-                    f"offset_store: {{kind: sqlite, path: {tmp_path / 'o.db'}}}\n")
+    path.write_text(
+        f"clusters:\n{clusters}flows:\n  - {{name: f-{u}, source: ssrc, target: sdst, consumer_group: "
+        f"mirror-{u}, topics: {{include: ['{topic}']}}}}\n"
+        f"offset_store: {{kind: sqlite, path: {tmp_path / 'o.db'}}}\n"
+    )
     assert "SASL_SSL" in path.read_text() and "${" in path.read_text()
     config = load(path)
     job = run_flow(config, config.flow(f"f-{u}"), until_caught_up=True, spark=spark_local)
     assert job.records == 200
     for part in range(2):
-        copies = read_back(secured.bootstrap("sdst"), f"ssrc.{topic}", part, settings=secured.nodes["sdst"].client("admin", with_password=True))
-        assert [r.content() for r in copies] == [r.content() for r in read_back(secured.bootstrap("ssrc"), topic, part, settings=secured.nodes["ssrc"].client("admin", with_password=True))]
+        copies = read_back(
+            secured.bootstrap("sdst"),
+            f"ssrc.{topic}",
+            part,
+            settings=secured.nodes["sdst"].client("admin", with_password=True),
+        )
+        assert [r.content() for r in copies] == [
+            r.content()
+            for r in read_back(
+                secured.bootstrap("ssrc"),
+                topic,
+                part,
+                settings=secured.nodes["ssrc"].client("admin", with_password=True),
+            )
+        ]
     out, err = capfd.readouterr()
     assert secured.passwords["admin"] not in out + err
 
 
 # ---------------------------------------------------------------------------- a whole site (issue 26)
 
-SITE_COMMANDS = ("failover plan --from", "failover apply --plan", "failover import --backup", "failover export", "failover import", "failback --from")
+SITE_COMMANDS = (
+    "failover plan --from",
+    "failover apply --plan",
+    "failover import --backup",
+    "failover export",
+    "failover import",
+    "failback --from",
+)
 
 
 def _only(sec: Secured, config, commands: tuple[str, ...], keep: tuple[str, ...]) -> None:
     """The mirror user holds exactly what `mirror acls` lists for `keep`."""
     union = required_grants(config, commands)
     for c in NAMES:
-        sec.dev.admin(c).delete_acls("User:mirror", {(r.kind, r.name, r.pattern): ops for r, ops in cluster_bindings(union, c).items()})
+        sec.dev.admin(c).delete_acls(
+            "User:mirror", {(r.kind, r.name, r.pattern): ops for r, ops in cluster_bindings(union, c).items()}
+        )
     sec.dev.grant(config, commands=keep)
 
 
@@ -680,11 +853,32 @@ def test_site_failover_commands_without_one_grant(secured, tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     plan_path, export, backup = tmp_path / "site.json", tmp_path / "export.json", tmp_path / "site.backup.json"
     argvs = {
-        "failover plan --from": ["failover", "plan", "-c", str(cfg), "--from", "ssrc", "--translate", "--out", str(plan_path)],
+        "failover plan --from": [
+            "failover",
+            "plan",
+            "-c",
+            str(cfg),
+            "--from",
+            "ssrc",
+            "--translate",
+            "--out",
+            str(plan_path),
+        ],
         "failover apply --plan": ["failover", "apply", "--plan", str(plan_path), "--yes"],
         "failover import --backup": ["failover", "import", "-c", str(cfg), "--backup", str(backup), "--yes"],
         "failback --from": ["failback", "-c", str(cfg), "--from", "ssrc", "--scrape", "--yes"],
-        "failover export": ["failover", "export", "-c", str(cfg), "--cluster", "CLUSTER", "--group", group, "-o", str(export)],
+        "failover export": [
+            "failover",
+            "export",
+            "-c",
+            str(cfg),
+            "--cluster",
+            "CLUSTER",
+            "--group",
+            group,
+            "-o",
+            str(export),
+        ],
         "failover import": ["failover", "import", "-c", str(cfg), "--cluster", "CLUSTER", str(export), "--yes"],
     }
 
@@ -693,7 +887,9 @@ def test_site_failover_commands_without_one_grant(secured, tmp_path):
         if command == "failover apply --plan":
             _set_group(secured, "sdst", group, topic_on["sdst"], {0: 0})  # as planned: the backup then holds p0 only
         elif command == "failover import --backup":
-            _set_group(secured, "sdst", group, topic_on["sdst"], {0: 5, 1: 5})  # p1 not in the backup: restoring deletes the group first
+            _set_group(
+                secured, "sdst", group, topic_on["sdst"], {0: 5, 1: 5}
+            )  # p1 not in the backup: restoring deletes the group first
         elif command == "failover import":
             _set_group(secured, cluster, group, topic_on[cluster], {0: 7, 1: 8})  # the export holds p0 only
         elif command == "failover export":
@@ -706,7 +902,7 @@ def test_site_failover_commands_without_one_grant(secured, tmp_path):
     for command in SITE_COMMANDS:
         _only(secured, config, ("run", *SITE_COMMANDS), (command,))
         per_cluster = command in ("failover export", "failover import")
-        for cluster in (["ssrc", "sdst"] if per_cluster else ["sdst"]):
+        for cluster in ["ssrc", "sdst"] if per_cluster else ["sdst"]:
             argv = [a if a != "CLUSTER" else cluster for a in argvs[command]]
             if command == "failover import":  # a file of the group's offsets on this cluster: p0 only
                 reset("failover export", cluster)
@@ -728,6 +924,10 @@ def test_site_failover_commands_without_one_grant(secured, tmp_path):
                         admin.create_acls("User:mirror", {resource: [op]})
                     where = f"{command} without {op} on {g.cluster} {resource}"
                     errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
-                    assert res.returncode == 1 and len(errors) == 1 and "Traceback" not in res.stderr, f"{where}: {res.returncode} {res.stderr[-2000:]}"
-                    assert "User:mirror" in errors[0] and any(f"missing {o} on" in errors[0] for o in {op, *IMPLIES.get(op, ())}), f"{where}: {errors[0]}"
+                    assert res.returncode == 1 and len(errors) == 1 and "Traceback" not in res.stderr, (
+                        f"{where}: {res.returncode} {res.stderr[-2000:]}"
+                    )
+                    assert "User:mirror" in errors[0] and any(
+                        f"missing {o} on" in errors[0] for o in {op, *IMPLIES.get(op, ())}
+                    ), f"{where}: {errors[0]}"
                     assert g.resource.name.rstrip("-.") in errors[0], f"{where}: {errors[0]}"

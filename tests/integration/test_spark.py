@@ -22,7 +22,16 @@ from mirror.cli import main
 from mirror.config import load
 from mirror.devenv.common import spawn_prefix
 from mirror.store import open_store
-from tests.support.kafkautil import Rec, create_topic, end_offsets, group_offsets, producer, read_partition, read_topic, wait_for
+from tests.support.kafkautil import (
+    Rec,
+    create_topic,
+    end_offsets,
+    group_offsets,
+    producer,
+    read_partition,
+    read_topic,
+    wait_for,
+)
 from tests.support.kafkautil import topics as kafka_topics
 from tests.support.mirrorproc import children
 
@@ -94,13 +103,17 @@ def assert_exact(src: str, dst: str, unique: str, topics: dict[str, int]) -> dic
         for p in range(parts):
             assert [r.content() for r in target[p]] == [r.content() for r in source[p]], f"{topic}[{p}]"
             assert [int(r.provenance()["offset"]) for r in target[p]] == [r.offset for r in source[p]]
-            assert not any(r.value and r.value.startswith(b"t") and int(r.value[1:].split(b"-")[0]) % 4 == 3 for r in target[p]), "an aborted record was mirrored"
+            assert not any(
+                r.value and r.value.startswith(b"t") and int(r.value[1:].split(b"-")[0]) % 4 == 3 for r in target[p]
+            ), "an aborted record was mirrored"
         assert group_offsets(src, f"mirror-{unique}", topic, parts) == end_offsets(src, topic, parts)
         mirrored[topic] = target
     return mirrored
 
 
-def assert_translation_exact(src: str, dst: str, config: Path, unique: str, topic: str, parts: int, capsys: pytest.CaptureFixture[str]) -> None:
+def assert_translation_exact(
+    src: str, dst: str, config: Path, unique: str, topic: str, parts: int, capsys: pytest.CaptureFixture[str]
+) -> None:
     """An app group part-way through `topic`: `failover plan --translate` gives, per partition,
     the copy of the first record it has not read (from the provenance headers)."""
     from confluent_kafka import Consumer, TopicPartition
@@ -116,13 +129,20 @@ def assert_translation_exact(src: str, dst: str, config: Path, unique: str, topi
         recs = read_partition(dst, f"src.{topic}", p)
         expected[p] = next(r.offset for r in recs if int(r.provenance()["offset"]) >= pos)
     capsys.readouterr()
-    assert main(["failover", "plan", "-c", str(config), "--flow", f"f-{unique}", "--group", group, "--translate", "--json"]) == 0
+    assert (
+        main(
+            ["failover", "plan", "-c", str(config), "--flow", f"f-{unique}", "--group", group, "--translate", "--json"]
+        )
+        == 0
+    )
     plan = json.loads(capsys.readouterr().out)
     got = {r["partition"]: r["target_offset"] for r in plan["partitions"] if r["source_topic"] == topic}
     assert got == expected
 
 
-def test_local_mode_mirrors_exactly_and_commits_the_group(clusters, write_config, unique, tmp_path, spark_local, capsys):
+def test_local_mode_mirrors_exactly_and_commits_the_group(
+    clusters, write_config, unique, tmp_path, spark_local, capsys
+):
     from mirror.spark.job import run_flow
 
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
@@ -130,7 +150,9 @@ def test_local_mode_mirrors_exactly_and_commits_the_group(clusters, write_config
     config_path = write_config(flow_yaml(unique, f"sp-{unique}-.*", tmp_path / "offsets.db"))
     config = load(config_path)
     t0 = time.monotonic()
-    job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, max_records_per_batch=8000)
+    job = run_flow(
+        config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, max_records_per_batch=8000
+    )
     took = time.monotonic() - t0
     total = sum(len(v) for t in topics for v in read_topic(src, t, topics[t]).values())
     with capsys.disabled():
@@ -158,7 +180,9 @@ def test_local_mode_mirrors_exactly_and_commits_the_group(clusters, write_config
 
     plain = f"sp-{unique}-plain"
     ends = end_offsets(src, plain, 3)
-    Admin("src", config.clusters["src"]).alter_group_offsets(f"mirror-{unique}", {(plain, p): ends[p] - 700 for p in range(3)})
+    Admin("src", config.clusters["src"]).alter_group_offsets(
+        f"mirror-{unique}", {(plain, p): ends[p] - 700 for p in range(3)}
+    )
     replay = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
     assert (replay.records, replay.skipped) == (0, 3 * 700)
     assert_exact(src, dst, unique, topics)
@@ -172,8 +196,23 @@ class SparkRun:
         self.log = config.with_suffix(f".spark.{time.monotonic_ns()}.log")
         self._logf = open(self.log, "wb")
         self.proc = subprocess.Popen(
-            [*spawn_prefix(), sys.executable, "-m", "mirror", "-v", "spark", "run", "-c", str(config), "--flow", flow, *args],
-            stdout=self._logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [
+                *spawn_prefix(),
+                sys.executable,
+                "-m",
+                "mirror",
+                "-v",
+                "spark",
+                "run",
+                "-c",
+                str(config),
+                "--flow",
+                flow,
+                *args,
+            ],
+            stdout=self._logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
 
     def wait(self, timeout: float = 300) -> int:
@@ -214,7 +253,9 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory):
         dev.down()
 
 
-def test_standalone_cluster_mirrors_exactly_with_tasks_on_its_worker(clusters, write_config, unique, tmp_path, spark_cluster, capsys):
+def test_standalone_cluster_mirrors_exactly_with_tasks_on_its_worker(
+    clusters, write_config, unique, tmp_path, spark_cluster, capsys
+):
     home, master = spark_cluster
     assert main(["dev", "status", "--home", str(home), "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
@@ -228,7 +269,11 @@ def test_standalone_cluster_mirrors_exactly_with_tasks_on_its_worker(clusters, w
         t0 = time.monotonic()
         assert run.wait() == 0, run.output()
         with capsys.disabled():
-            print(f"\nspark standalone (1 worker core): {sum(end_offsets(src, t, n)[p] for t, n in topics.items() for p in range(n))} source offsets in {time.monotonic() - t0:.1f}s including driver start")
+            print(
+                "\nspark standalone (1 worker core): "
+                f"{sum(end_offsets(src, t, n)[p] for t, n in topics.items() for p in range(n))} source "
+                f"offsets in {time.monotonic() - t0:.1f}s including driver start"
+            )
     finally:
         run.close()
     assert_exact(src, dst, unique, topics)
@@ -240,7 +285,9 @@ def test_standalone_cluster_mirrors_exactly_with_tasks_on_its_worker(clusters, w
 
 
 @pytest.mark.timeout(900)  # two driver starts; each took minutes at load average 40-50 on the shared machine
-def test_driver_killed_mid_run_and_restarted_loses_nothing_and_duplicates_nothing(clusters, write_config, unique, tmp_path):
+def test_driver_killed_mid_run_and_restarted_loses_nothing_and_duplicates_nothing(
+    clusters, write_config, unique, tmp_path
+):
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
     # Half the local-mode test's records (13,750 committed), as on the standalone cluster: the
     # kill lands after the first committed batches of 1,500 either way, and the restart then
@@ -257,7 +304,9 @@ def test_driver_killed_mid_run_and_restarted_loses_nothing_and_duplicates_nothin
         # Kill once batches are committing, preferably while a batch is on the target but not
         # yet committed (the replay case); past half the records, kill anyway.
         def state() -> tuple[int, int]:
-            return sum(max(0, o) for o in group_offsets(src, group, plain, 3).values()), sum(end_offsets(dst, f"src.{plain}", 3, committed=False).values())
+            return sum(max(0, o) for o in group_offsets(src, group, plain, 3).values()), sum(
+                end_offsets(dst, f"src.{plain}", 3, committed=False).values()
+            )
 
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
@@ -329,10 +378,14 @@ def test_bad_input_one_line_and_the_right_exit_code(clusters, write_config, uniq
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-java"))
     rc, line = err(["spark", "run", "-c", str(config), "--flow", flow])
     assert rc == 1 and "no Java found" in line
-    assert not any(t.startswith(f"src.sp-{unique}") for t in kafka_topics(clusters.bootstrap("dst")))  # nothing produced
+    assert not any(
+        t.startswith(f"src.sp-{unique}") for t in kafka_topics(clusters.bootstrap("dst"))
+    )  # nothing produced
 
 
-def test_audit_finds_no_difference_after_a_mirror_then_injected_altered_and_removed_records(clusters, write_config, unique, tmp_path, spark_local):
+def test_audit_finds_no_difference_after_a_mirror_then_injected_altered_and_removed_records(
+    clusters, write_config, unique, tmp_path, spark_local
+):
     from mirror.kafka import Admin
     from mirror.spark.audit import audit
     from mirror.spark.job import run_flow
@@ -344,8 +397,14 @@ def test_audit_finds_no_difference_after_a_mirror_then_injected_altered_and_remo
     p = producer(src)
     base = int(time.time() * 1000) - 3 * 3600_000  # 3 h ago to 30 min ago: within the target's default 7-day retention
     for i in range(900):
-        p.produce(topic, value=None if i % 9 == 0 else b"v%d" % i, key=b"k%d" % i, partition=i % 3, timestamp=base + i * 10_000,
-                  headers=[("h", b"%d" % i)] if i % 2 else None)
+        p.produce(
+            topic,
+            value=None if i % 9 == 0 else b"v%d" % i,
+            key=b"k%d" % i,
+            partition=i % 3,
+            timestamp=base + i * 10_000,
+            headers=[("h", b"%d" % i)] if i % 2 else None,
+        )
     assert p.flush(30) == 0
     config_path = write_config(flow_yaml(unique, topic, tmp_path / "offsets.db"))
     config = load(config_path)
@@ -356,11 +415,22 @@ def test_audit_finds_no_difference_after_a_mirror_then_injected_altered_and_remo
     # this test looks at its own topic.
     clean = audit(spark_local, config, flow)
     assert clean.equal, clean.to_json()
-    assert [(a.partition, a.source_count, a.target_count) for a in clean.partitions if a.source_topic == topic] == [(0, 300, 300), (1, 300, 300), (2, 300, 300)]
+    assert [(a.partition, a.source_count, a.target_count) for a in clean.partitions if a.source_topic == topic] == [
+        (0, 300, 300),
+        (1, 300, 300),
+        (2, 300, 300),
+    ]
 
     t = producer(dst)
     t.produce(target, value=b"injected", key=b"x", partition=0)  # no provenance: a record nobody mirrored
-    t.produce(target, value=b"tampered", key=b"k4", partition=1, timestamp=base + 40_000, headers=[("h", b"4"), ("mirror.origin", f"src/{topic}/1/1".encode())])
+    t.produce(
+        target,
+        value=b"tampered",
+        key=b"k4",
+        partition=1,
+        timestamp=base + 40_000,
+        headers=[("h", b"4"), ("mirror.origin", f"src/{topic}/1/1".encode())],
+    )
     assert t.flush(30) == 0
     Admin("dst", config.clusters["dst"]).delete_records({(target, 2): 3})  # the first 3 copies of partition 2
 
@@ -373,21 +443,35 @@ def test_audit_finds_no_difference_after_a_mirror_then_injected_altered_and_remo
     assert not by_part[2].checksum_equal
 
     # The command: exit 1 and the same report as JSON (its own driver JVM).
-    out = subprocess.run([sys.executable, "-m", "mirror", "audit", "-c", str(config_path), "--flow", flow.name, "--json"], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "mirror", "audit", "-c", str(config_path), "--flow", flow.name, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 1, out.stderr[-2000:]
     report = json.loads(out.stdout)
-    assert report["equal"] is False and {p["partition"]: p["missing"] for p in report["partitions"] if p["source_topic"] == topic} == {0: [], 1: [], 2: [0, 1, 2]}
+    assert report["equal"] is False and {
+        p["partition"]: p["missing"] for p in report["partitions"] if p["source_topic"] == topic
+    } == {0: [], 1: [], 2: [0, 1, 2]}
 
     # Review M4: the same 3 records, had the target's retention removed them (they are 3 h
     # old; a 2 h retention.ms), are trimmed: reported, but no difference.
     Admin("dst", config.clusters["dst"]).alter_topic_configs(target, {"retention.ms": str(2 * 3600_000)})
     trimmed = {a.partition: a for a in audit(spark_local, config, flow).partitions if a.source_topic == topic}
-    assert (trimmed[2].missing, trimmed[2].trimmed, trimmed[2].source_count, trimmed[2].target_count) == ([], 3, 297, 297)
+    assert (trimmed[2].missing, trimmed[2].trimmed, trimmed[2].source_count, trimmed[2].target_count) == (
+        [],
+        3,
+        297,
+        297,
+    )
     assert trimmed[2].equal and trimmed[2].checksum_equal and not trimmed[2].minutes_differing
     assert (trimmed[0].trimmed, trimmed[0].extra) == (0, [300])  # the other differences remain
 
 
-def test_audit_without_provenance_headers_compares_counts_and_checksums(clusters, write_config, unique, tmp_path, spark_local):
+def test_audit_without_provenance_headers_compares_counts_and_checksums(
+    clusters, write_config, unique, tmp_path, spark_local
+):
     """Review M3: with provenance headers off there is no origin offset to join on; a clean
     mirror must still audit equal (counts and checksums, per minute), and a difference show."""
     from mirror.kafka import Admin
@@ -400,7 +484,14 @@ def test_audit_without_provenance_headers_compares_counts_and_checksums(clusters
     p = producer(src)
     base = int(time.time() * 1000) - 3600_000
     for i in range(400):
-        p.produce(topic, value=b"v%d" % i, key=b"k%d" % i, partition=i % 2, timestamp=base + i * 1000, headers=[("h", b"%d" % i)] if i % 2 else None)
+        p.produce(
+            topic,
+            value=b"v%d" % i,
+            key=b"k%d" % i,
+            partition=i % 2,
+            timestamp=base + i * 1000,
+            headers=[("h", b"%d" % i)] if i % 2 else None,
+        )
     assert p.flush(30) == 0
     config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db", provenance=False)))
     flow = config.flow(f"f-{unique}")
@@ -408,7 +499,10 @@ def test_audit_without_provenance_headers_compares_counts_and_checksums(clusters
     clean = audit(spark_local, config, flow)
     mine = [a for a in clean.partitions if a.source_topic == topic]
     assert clean.equal, clean.to_json()
-    assert [(a.partition, a.source_count, a.target_count, a.checksum_equal) for a in mine] == [(0, 200, 200, True), (1, 200, 200, True)]
+    assert [(a.partition, a.source_count, a.target_count, a.checksum_equal) for a in mine] == [
+        (0, 200, 200, True),
+        (1, 200, 200, True),
+    ]
 
     Admin("dst", config.clusters["dst"]).delete_records({(f"src.{topic}", 0): 2})  # recent records, removed by hand
     found = {a.partition: a for a in audit(spark_local, config, flow).partitions if a.source_topic == topic}
@@ -416,7 +510,9 @@ def test_audit_without_provenance_headers_compares_counts_and_checksums(clusters
     assert found[1].equal
 
 
-def test_a_running_query_picks_up_a_new_topic_serves_metrics_and_stops_on_sigterm(clusters, write_config, unique, tmp_path):
+def test_a_running_query_picks_up_a_new_topic_serves_metrics_and_stops_on_sigterm(
+    clusters, write_config, unique, tmp_path
+):
     from tests.support.metrics import scrape, total
     from tests.support.prometheus import free_port
 
@@ -432,15 +528,27 @@ def test_a_running_query_picks_up_a_new_topic_serves_metrics_and_stops_on_sigter
     run = SparkRun(config, f"f-{unique}", "--metrics-port", str(port))
     try:
         group = f"mirror-{unique}"
-        wait_for(lambda: group_offsets(src, group, first, 2) == {0: 100, 1: 100}, 180, "the first topic mirrored and committed", detail=run.output)
+        wait_for(
+            lambda: group_offsets(src, group, first, 2) == {0: 100, 1: 100},
+            180,
+            "the first topic mirrored and committed",
+            detail=run.output,
+        )
         assert total(scrape(port), "mirror_records_total", flow=f"f-{unique}", topic=first) == 200
 
         create_topic(src, later, 1)  # matches the flow: the query restarts with it
         for i in range(50):
             p.produce(later, value=b"b%d" % i, key=b"%d" % i, partition=0)
         assert p.flush(30) == 0
-        wait_for(lambda: group_offsets(src, group, later, 1) == {0: 50}, 180, "the new topic mirrored and committed", detail=run.output)
-        assert [r.content() for r in read_partition(dst, f"src.{later}", 0)] == [r.content() for r in read_partition(src, later, 0)]
+        wait_for(
+            lambda: group_offsets(src, group, later, 1) == {0: 50},
+            180,
+            "the new topic mirrored and committed",
+            detail=run.output,
+        )
+        assert [r.content() for r in read_partition(dst, f"src.{later}", 0)] == [
+            r.content() for r in read_partition(src, later, 0)
+        ]
 
         run.proc.send_signal(signal.SIGTERM)
         assert run.wait(120) == 0, run.output()
@@ -464,7 +572,12 @@ def test_a_partition_added_to_a_source_topic_while_the_query_runs_is_mirrored(cl
     run = SparkRun(config, f"f-{unique}", "--checkpoint", str(tmp_path / "cp"))
     try:
         group = f"mirror-{unique}"
-        wait_for(lambda: group_offsets(src, group, topic, 1) == {0: 50}, 180, "the first partition mirrored and committed", detail=run.output)
+        wait_for(
+            lambda: group_offsets(src, group, topic, 1) == {0: 50},
+            180,
+            "the first partition mirrored and committed",
+            detail=run.output,
+        )
         admin = AdminClient({"bootstrap.servers": src})
         admin.create_partitions([NewPartitions(topic, 2)])[topic].result(30)
         p = producer(src)  # a new client: the old one's metadata has one partition
@@ -472,11 +585,17 @@ def test_a_partition_added_to_a_source_topic_while_the_query_runs_is_mirrored(cl
             p.produce(topic, value=b"b%d" % i, key=b"%d" % i, partition=1)
             p.produce(topic, value=b"c%d" % i, key=b"%d" % i, partition=0)
         assert p.flush(30) == 0
-        wait_for(lambda: run.proc.poll() is not None or group_offsets(src, group, topic, 2) == {0: 80, 1: 30}, 180,
-                 "the new partition mirrored and committed", detail=run.output)
+        wait_for(
+            lambda: run.proc.poll() is not None or group_offsets(src, group, topic, 2) == {0: 80, 1: 30},
+            180,
+            "the new partition mirrored and committed",
+            detail=run.output,
+        )
         assert run.proc.poll() is None, f"the run ended when the source topic grew:\n{run.output()}"
         for part in range(2):
-            assert [r.content() for r in read_partition(dst, f"src.{topic}", part)] == [r.content() for r in read_partition(src, topic, part)]
+            assert [r.content() for r in read_partition(dst, f"src.{topic}", part)] == [
+                r.content() for r in read_partition(src, topic, part)
+            ]
         run.proc.send_signal(signal.SIGTERM)
         assert run.wait(120) == 0, run.output()
     finally:
@@ -498,7 +617,9 @@ def test_a_task_that_fails_once_is_retried_in_local_mode(spark_local):
     assert spark_local.sparkContext.parallelize([1, 2], 2).map(fail_first_attempt).collect() == [1, 2]
 
 
-def test_a_target_topic_with_a_small_max_message_bytes_gets_batches_that_fit(clusters, write_config, unique, tmp_path, spark_local):
+def test_a_target_topic_with_a_small_max_message_bytes_gets_batches_that_fit(
+    clusters, write_config, unique, tmp_path, spark_local
+):
     """Review M6c: a target topic whose max.message.bytes (64 KiB) is below the producer's
     batch.size (1 MiB): librdkafka never splits a refused batch, so the task must produce with
     batches that fit, as `mirror run` does (the same sizing code)."""
@@ -515,7 +636,9 @@ def test_a_target_topic_with_a_small_max_message_bytes_gets_batches_that_fit(clu
     config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db")))
     job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
     assert job.records == 600
-    assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == [r.content() for r in read_partition(src, topic, 0)]
+    assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == [
+        r.content() for r in read_partition(src, topic, 0)
+    ]
 
 
 def test_audit_with_from_never_calls_a_gap_after_copies_the_target_still_holds_trimmed(spark_local, monkeypatch):
@@ -527,20 +650,32 @@ def test_audit_with_from_never_calls_a_gap_after_copies_the_target_still_holds_t
     reported as trimmed: equal, exit 0. Our own ports faked (Admin, the Kafka read); real Spark."""
     import datetime as dt
 
-    from pyspark.sql.types import ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
 
     import mirror.spark.audit as audit_mod
     from mirror.config import parse
     from mirror.domain.route import route
     from mirror.kafka.admin import Watermarks
 
-    config = parse("""\
+    config = parse(
+        """\
 clusters:
   src: {bootstrap: 127.0.0.1:9}
   dst: {bootstrap: 127.0.0.1:10}
 flows:
   - {name: f, source: src, target: dst, topics: {include: [orders]}}
-""", env={})
+""",
+        env={},
+    )
     flow = config.flow("f")
     r = route(flow, "orders", 0)
     day = 86_400_000
@@ -566,9 +701,19 @@ flows:
         def effective_configs(self, topics, _names):
             return {t: {"retention.ms": str(7 * day), "retention.bytes": "-1"} for t in topics}
 
-    schema = StructType([StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
-                         StructField("partition", IntegerType()), StructField("offset", LongType()), StructField("timestamp", TimestampType()),
-                         StructField("headers", ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])))])
+    schema = StructType(
+        [
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("timestamp", TimestampType()),
+            StructField(
+                "headers", ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+            ),
+        ]
+    )
 
     def when(ms: int) -> dt.datetime:
         return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
@@ -577,7 +722,10 @@ flows:
         if cluster == "src":
             data = [(b"k%d" % o, b"v%d" % o, "orders", 0, o, when(ts), None) for o, ts in source]
         else:
-            data = [(b"k%d" % o, b"v%d" % o, r.target_topic, 0, t, when(ts), [(h, v) for h, v in r.headers(o, None)]) for t, o, ts in target]
+            data = [
+                (b"k%d" % o, b"v%d" % o, r.target_topic, 0, t, when(ts), [(h, v) for h, v in r.headers(o, None)])
+                for t, o, ts in target
+            ]
         return spark.createDataFrame(data, schema)
 
     monkeypatch.setattr(audit_mod, "Admin", FakeAdmin)
@@ -590,8 +738,12 @@ flows:
     assert p.missing == list(range(10, 15)) and p.trimmed == 0, (p.missing, p.trimmed)
 
 
-@pytest.mark.timeout(1200)  # four stages on one query; ~2 min when the machine is not shared, its deadlines are for a loaded one
-def test_executors_on_two_workers_a_worker_added_while_running_and_an_executor_killed_mid_batch(clusters, write_config, unique, tmp_path, spark_cluster, capsys):
+@pytest.mark.timeout(
+    1200
+)  # four stages on one query; ~2 min when the machine is not shared, its deadlines are for a loaded one
+def test_executors_on_two_workers_a_worker_added_while_running_and_an_executor_killed_mid_batch(
+    clusters, write_config, unique, tmp_path, spark_cluster, capsys
+):
     """One continuous `mirror spark run` on the session's standalone cluster (issue 22):
     a second worker added while it runs gets an executor; then the first worker's executor
     JVM is SIGKILLed while a batch is on its way to the target (records landed, group not
@@ -612,50 +764,78 @@ def test_executors_on_two_workers_a_worker_added_while_running_and_an_executor_k
     group, plain, flow = f"mirror-{unique}", f"sp-{unique}-plain", f"f-{unique}"
     total_plain = sum(end_offsets(src, plain, 3).values())
     port, ui = free_port(), free_port()
-    run = SparkRun(config, flow, "--master", master, "--max-records-per-batch", "1000", "--metrics-port", str(port), "--ui-port", str(ui))
+    run = SparkRun(
+        config,
+        flow,
+        "--master",
+        master,
+        "--max-records-per-batch",
+        "1000",
+        "--metrics-port",
+        str(port),
+        "--ui-port",
+        str(ui),
+    )
     try:
+
         def committed() -> int:
             return sum(max(0, o) for o in group_offsets(src, group, plain, 3).values())
 
         wait_for(lambda: committed() > 0, 480, "a first batch committed", detail=run.output)
+
         def ui_apps() -> list[str]:  # the Spark UI's REST API (slow to answer on a loaded machine)
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{ui}/api/v1/applications", timeout=30) as resp:
                     return [a["name"] for a in json.loads(resp.read())]
             except OSError:
                 return []
+
         wait_for(lambda: ui_apps() == [f"mirror-{flow}"], 120, "the Spark UI on --ui-port", detail=run.output)
 
         # A worker added while the query runs: the running application gets an executor on it.
         DevClusters(home).up([], base, spark=True, spark_workers=2)
         added = SparkDev(home, base, 2)
-        wait_for(lambda: any(added.work_dir("worker-1").glob("app-*/*/stderr")), 240, "an executor on the added worker", detail=run.output)
+        wait_for(
+            lambda: any(added.work_dir("worker-1").glob("app-*/*/stderr")),
+            240,
+            "an executor on the added worker",
+            detail=run.output,
+        )
 
         # The first worker's executor killed while a batch is on its way.
         first = added.pid("worker")
         assert first is not None
         # A worker's executor JVMs are its children (it may run short-lived helpers too).
-        executors = [c for c in children(first) if b"CoarseGrainedExecutorBackend" in Path(f"/proc/{c}/cmdline").read_bytes()]
+        executors = [
+            c for c in children(first) if b"CoarseGrainedExecutorBackend" in Path(f"/proc/{c}/cmdline").read_bytes()
+        ]
         assert executors, "no executor JVM under the first worker"
 
         def in_flight() -> bool:
             landed = sum(end_offsets(dst, f"src.{plain}", 3, committed=False).values()) if committed() else 0
             return landed > committed() or committed() >= total_plain
+
         wait_for(in_flight, 300, "a batch on the target and not yet committed", interval=0.05, detail=run.output)
         assert committed() < total_plain, "the run finished before an executor could be killed mid-batch"
         os.kill(executors[0], signal.SIGKILL)
 
         def caught_up() -> bool:
             return all(group_offsets(src, group, t, n) == end_offsets(src, t, n) for t, n in topics.items())
+
         wait_for(caught_up, 400, "every record mirrored and committed after the executor was lost", detail=run.output)
-        assert "Lost executor" in run.log.read_text(errors="replace"), run.output()  # the driver saw it (logged at ERROR)
+        assert "Lost executor" in run.log.read_text(errors="replace"), (
+            run.output()
+        )  # the driver saw it (logged at ERROR)
         # The worker relaunched an executor for the application (a second executor directory).
         assert len(list(added.work_dir("worker").glob("app-*/*/stderr"))) >= 2
 
         # Metrics: `mirror run`'s records and state, and Spark's progress.
         def progress_seen() -> bool:
             m = scrape(port)
-            return (total(m, "mirror_spark_batch_duration_seconds_count", flow=flow) or 0) > 0 and total(m, "mirror_spark_offsets_behind_latest", flow=flow) == 0
+            return (total(m, "mirror_spark_batch_duration_seconds_count", flow=flow) or 0) > 0 and total(
+                m, "mirror_spark_offsets_behind_latest", flow=flow
+            ) == 0
+
         wait_for(progress_seen, 60, "Spark's progress on the metrics port", detail=run.output)
         m = scrape(port)
         assert total(m, "mirror_flow_state", flow=flow, state="running") == 1
@@ -674,7 +854,9 @@ def test_executors_on_two_workers_a_worker_added_while_running_and_an_executor_k
     assert fl["lag_records"] == 0 and {p["status"] for p in fl["partitions"]} == {"OK"}, fl
 
 
-def test_a_batch_bound_smaller_than_one_kafka_record_batch_mirrors_exactly(clusters, write_config, unique, tmp_path, spark_local):
+def test_a_batch_bound_smaller_than_one_kafka_record_batch_mirrors_exactly(
+    clusters, write_config, unique, tmp_path, spark_local
+):
     """`--max-records-per-batch 30` over records the producer wrote 250 to a record batch
     (and a transaction of 100): every micro-batch starts and ends inside a Kafka record batch,
     so each task's reader skips the part before its range and stops inside one."""
@@ -694,9 +876,17 @@ def test_a_batch_bound_smaller_than_one_kafka_record_batch_mirrors_exactly(clust
         t.produce(topic, value=b"t%d" % i, key=b"%d" % i, partition=0)
     t.commit_transaction(30)
     config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db")))
-    job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, max_records_per_batch=30)
+    job = run_flow(
+        config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, max_records_per_batch=30
+    )
     assert (job.records, job.skipped) == (350, 0)
-    assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == [r.content() for r in read_partition(src, topic, 0)]
+    assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == [
+        r.content() for r in read_partition(src, topic, 0)
+    ]
     assert group_offsets(src, f"mirror-{unique}", topic, 1) == end_offsets(src, topic, 1)
-    offsets = sorted(int(f.name) for f in (tmp_path / ".mirror" / "spark" / f"f-{unique}" / "query" / "offsets").iterdir() if f.name.isdigit())
+    offsets = sorted(
+        int(f.name)
+        for f in (tmp_path / ".mirror" / "spark" / f"f-{unique}" / "query" / "offsets").iterdir()
+        if f.name.isdigit()
+    )
     assert len(offsets) >= 350 // 30, offsets  # the bound held: one micro-batch per 30 offsets at most

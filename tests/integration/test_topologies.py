@@ -31,8 +31,17 @@ def four(clusters: TestClusters, more_clusters: TestClusters) -> Iterator[TestCl
     from tests.support.clusters import TestClusters as Four
 
     own = more_clusters
-    yield Four(own.dev, own.base_port, ["a", "b", "c", "hub"],
-               {"a": clusters.bootstrap("src"), "b": own.bootstrap("b"), "c": own.bootstrap("c"), "hub": clusters.bootstrap("dst")})
+    yield Four(
+        own.dev,
+        own.base_port,
+        ["a", "b", "c", "hub"],
+        {
+            "a": clusters.bootstrap("src"),
+            "b": own.bootstrap("b"),
+            "c": own.bootstrap("c"),
+            "hub": clusters.bootstrap("dst"),
+        },
+    )
 
 
 def _config(tmp_path: Path, tc: TestClusters, unique: str, flows: str) -> Path:
@@ -44,7 +53,10 @@ def _config(tmp_path: Path, tc: TestClusters, unique: str, flows: str) -> Path:
 
 
 def _flow(name: str, source: str, target: str, include: str, rename: str = "prefix") -> str:
-    return f"  - {{name: {name}, source: {source}, target: {target}, rename: {rename}, refresh_interval: 1s, topics: {{include: ['{include}']}}}}\n"
+    return (
+        f"  - {{name: {name}, source: {source}, target: {target}, rename: {rename}, refresh_interval: 1s, "
+        f"topics: {{include: ['{include}']}}}}\n"
+    )
 
 
 def _round(config: Path) -> None:
@@ -88,12 +100,21 @@ def test_active_active_with_prefixes_both_ways(four, tmp_path, unique):
     # Patterns wide enough to select the other side's copies: only the prefix keeps
     # `b.aa-….orders` on a from going back to b as `a.b.aa-….orders`.
     wide = f"(.*\\.)?aa-{unique}\\..*"
-    config = _config(tmp_path, four, unique, _flow(f"a-to-b-{unique}", "a", "b", wide) + _flow(f"b-to-a-{unique}", "b", "a", wide))
+    config = _config(
+        tmp_path, four, unique, _flow(f"a-to-b-{unique}", "a", "b", wide) + _flow(f"b-to-a-{unique}", "b", "a", wide)
+    )
 
     snapshots = []
     for _ in range(3):  # three processes, each with its own refreshes, over the same state
         _round(config)
-        snapshots.append((_mine(a, unique), _mine(b, unique), {t: _values(a, t) for t in _mine(a, unique)}, {t: _values(b, t) for t in _mine(b, unique)}))
+        snapshots.append(
+            (
+                _mine(a, unique),
+                _mine(b, unique),
+                {t: _values(a, t) for t in _mine(a, unique)},
+                {t: _values(b, t) for t in _mine(b, unique)},
+            )
+        )
     on_a, on_b, values_a, values_b = snapshots[0]
     assert on_a == {orders: PARTITIONS, f"b.{orders}": PARTITIONS}
     assert on_b == {orders: PARTITIONS, f"a.{orders}": PARTITIONS}
@@ -141,8 +162,11 @@ def test_chain_spoke_to_hub_to_dr(four, tmp_path, unique):
     topic = f"chain-{unique}.events"
     sent = _produce(a, topic, "a", 30)
     config = _config(
-        tmp_path, four, unique,
-        _flow(f"a-to-hub-{unique}", "a", "hub", f"chain-{unique}\\..*") + _flow(f"hub-to-dr-{unique}", "hub", "b", f"a\\.chain-{unique}\\..*", "identity"),
+        tmp_path,
+        four,
+        unique,
+        _flow(f"a-to-hub-{unique}", "a", "hub", f"chain-{unique}\\..*")
+        + _flow(f"hub-to-dr-{unique}", "hub", "b", f"a\\.chain-{unique}\\..*", "identity"),
     )
     # The hub's copy appears during the first round; the DR flow may have counted itself
     # caught up before it existed, so a second round carries it on (and must add nothing

@@ -18,7 +18,9 @@ class MirrorProcess:
         self.proc = subprocess.Popen(
             # dies with the test session even if it is SIGKILLed before its teardown
             [*spawn_prefix(), sys.executable, "-m", "mirror", "-v", "run", "-c", str(config), *args],
-            stdout=self._logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            stdout=self._logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
 
     def alive(self) -> bool:

@@ -42,8 +42,13 @@ class AppContext:
 pass_app = click.make_pass_decorator(AppContext)
 
 config_option = click.option(
-    "-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-    envvar="MIRROR_CONFIG", help="Topology YAML file (env MIRROR_CONFIG).",
+    "-c",
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="MIRROR_CONFIG",
+    help="Topology YAML file (env MIRROR_CONFIG).",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 

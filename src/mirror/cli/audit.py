@@ -14,13 +14,29 @@ from mirror.errors import ExitCode, UsageError
 @click.command()
 @config_option
 @click.option("--flow", "flow_name", required=True, help="The flow to audit.")
-@click.option("--topic", "topics", multiple=True, help="Only this source topic (repeatable); default all the flow mirrors.")
-@click.option("--from", "from_time", default=None, help="Only records with event time at or after TIME (ISO 8601, epoch ms, or -15m).")
+@click.option(
+    "--topic", "topics", multiple=True, help="Only this source topic (repeatable); default all the flow mirrors."
+)
+@click.option(
+    "--from",
+    "from_time",
+    default=None,
+    help="Only records with event time at or after TIME (ISO 8601, epoch ms, or -15m).",
+)
 @click.option("--to", "to_time", default=None, help="Only records with event time before TIME.")
 @click.option("--master", default=None, help="Spark master URL; default local[*].")
 @json_option
 @pass_app
-def audit(app: AppContext, config_path: Path, flow_name: str, topics: tuple[str, ...], from_time: str | None, to_time: str | None, master: str | None, as_json: bool) -> int:
+def audit(
+    app: AppContext,
+    config_path: Path,
+    flow_name: str,
+    topics: tuple[str, ...],
+    from_time: str | None,
+    to_time: str | None,
+    master: str | None,
+    as_json: bool,
+) -> int:
     """Counts, checksums and (with provenance headers) an exact join of source and target, per partition.
 
     The window ends at what the flow's group committed (records in flight are not missing).
@@ -60,7 +76,10 @@ def audit(app: AppContext, config_path: Path, flow_name: str, topics: tuple[str,
     else:
         for p in report.partitions:
             state = "equal" if p.equal else "DIFFERENT"
-            line = f"{p.source_topic}[{p.partition}] -> {p.target_topic}: {p.source_count} source, {p.target_count} target, {state}"
+            line = (
+                f"{p.source_topic}[{p.partition}] -> {p.target_topic}: {p.source_count} source, "
+                f"{p.target_count} target, {state}"
+            )
             details = [f"{k} {v}" for k, v in (("missing", p.missing), ("extra", p.extra), ("altered", p.altered)) if v]
             if not p.checksum_equal:
                 details.append("checksum differs")

@@ -14,7 +14,13 @@ from mirror.devenv.security import Material, Security, password_var
 from mirror.devenv.spark import MAX_WORKERS
 from mirror.errors import UsageError
 
-home_option = click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_HOME, show_default=True, help="Data, logs and pid files.")
+home_option = click.option(
+    "--home",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_HOME,
+    show_default=True,
+    help="Data, logs and pid files.",
+)
 
 
 @click.group()
@@ -23,32 +29,75 @@ def dev() -> None:
 
 
 @dev.command()
-@click.option("--clusters", default="nyc,sf", show_default=True, help="Comma-separated cluster names; cluster i listens on base-port + 100*i.")
-@click.option("--cassandra", is_flag=True, help="Also run one Cassandra node (on base-port - 50).")
-@click.option("--spark", is_flag=True, help="Also run a Spark standalone master and its workers (1 core each; master on base-port - 30).")
-@click.option("--spark-workers", type=click.IntRange(1, MAX_WORKERS), default=1, show_default=True,
-              help="Spark workers (one executor each); given again to a running cluster, the missing ones are added.")
-@click.option("--base-port", type=click.IntRange(1024, 65000), default=DEFAULT_BASE_PORT, show_default=True)
 @click.option(
-    "--broker-config", "broker_config", multiple=True, metavar="KEY=VALUE",
-    help="A server.properties line for every broker (repeatable), e.g. auto.create.topics.enable=false. Brokers otherwise run with Kafka's defaults.",
+    "--clusters",
+    default="nyc,sf",
+    show_default=True,
+    help="Comma-separated cluster names; cluster i listens on base-port + 100*i.",
+)
+@click.option("--cassandra", is_flag=True, help="Also run one Cassandra node (on base-port - 50).")
+@click.option(
+    "--spark",
+    is_flag=True,
+    help="Also run a Spark standalone master and its workers (1 core each; master on base-port - 30).",
 )
 @click.option(
-    "--security", type=click.Choice([s.value for s in Security]), default=Security.PLAINTEXT.value, show_default=True,
-    help="Client listener: TLS (dev CA, made at first start) and/or SASL/SCRAM-SHA-512 users admin, mirror and nogrants, "
+    "--spark-workers",
+    type=click.IntRange(1, MAX_WORKERS),
+    default=1,
+    show_default=True,
+    help="Spark workers (one executor each); given again to a running cluster, the missing ones are added.",
+)
+@click.option("--base-port", type=click.IntRange(1024, 65000), default=DEFAULT_BASE_PORT, show_default=True)
+@click.option(
+    "--broker-config",
+    "broker_config",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A server.properties line for every broker (repeatable), e.g. auto.create.topics.enable=false. "
+    "Brokers otherwise run with Kafka's defaults.",
+)
+@click.option(
+    "--security",
+    type=click.Choice([s.value for s in Security]),
+    default=Security.PLAINTEXT.value,
+    show_default=True,
+    help="Client listener: TLS (dev CA, made at first start) and/or SASL/SCRAM-SHA-512 users admin, mirror "
+    "and nogrants, "
     "with ACLs enforced. `dev status --json` shows the mirror user's client settings and the 0600 password file.",
 )
 @click.option(
-    "-c", "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
     help="With --security: grant the mirror user what `mirror acls -c CONFIG` lists (as `dev grant` does).",
 )
 @home_option
-def up(clusters: str, cassandra: bool, spark: bool, spark_workers: int, base_port: int, broker_config: tuple[str, ...], security: str, config_path: Path | None, home: Path) -> None:
+def up(
+    clusters: str,
+    cassandra: bool,
+    spark: bool,
+    spark_workers: int,
+    base_port: int,
+    broker_config: tuple[str, ...],
+    security: str,
+    config_path: Path | None,
+    home: Path,
+) -> None:
     """Start the clusters; return once each answers metadata and accepts a topic."""
     names = [n.strip() for n in clusters.split(",") if n.strip()]
     if not names or len(set(names)) != len(names):
         raise click.BadParameter("give distinct, comma-separated names, e.g. nyc,sf", param_hint="--clusters")
-    result = DevClusters(home).up(names, base_port, cassandra=cassandra, broker_config=parse_broker_config(broker_config), security=security, spark=spark, spark_workers=spark_workers)
+    result = DevClusters(home).up(
+        names,
+        base_port,
+        cassandra=cassandra,
+        broker_config=parse_broker_config(broker_config),
+        security=security,
+        spark=spark,
+        spark_workers=spark_workers,
+    )
     for name, c in result.status["clusters"].items():
         if name in names:
             what = "already running" if name in result.already_running else "started"
@@ -60,11 +109,16 @@ def up(clusters: str, cassandra: bool, spark: bool, spark_workers: int, base_por
     sp = result.status.get("spark")
     if spark and sp:
         what = "already running" if "spark" in result.already_running else "started"
-        click.echo(f"spark: {sp['master']}, {sp['workers']} worker{'s' if sp['workers'] > 1 else ''} ({what}; logs in {sp['log']})")
+        click.echo(
+            f"spark: {sp['master']}, {sp['workers']} worker{'s' if sp['workers'] > 1 else ''} ({what}; "
+            f"logs in {sp['log']})"
+        )
     if config_path is not None and security != Security.PLAINTEXT.value:
         _grant(home, config_path)
     if result.status.get("passwords"):
-        click.echo(f"passwords: {result.status['passwords']} (mode 0600; `mirror dev status --json` shows the client settings)")
+        click.echo(
+            f"passwords: {result.status['passwords']} (mode 0600; `mirror dev status --json` shows the client settings)"
+        )
     click.echo(f"Stop with: mirror dev down --home {home}")
 
 
@@ -75,7 +129,9 @@ def parse_broker_config(items: tuple[str, ...]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key or any(c.isspace() for c in key) or "\n" in value:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE (e.g. auto.create.topics.enable=false)", param_hint="--broker-config")
+            raise click.BadParameter(
+                f"{item!r} is not KEY=VALUE (e.g. auto.create.topics.enable=false)", param_hint="--broker-config"
+            )
         out[key] = value.strip()
     return out
 
@@ -89,10 +145,19 @@ def status(home: Path, as_json: bool) -> None:
     if as_json:
         out = {
             "clusters": {
-                n: {"bootstrap": c["bootstrap"], "running": c["running"], "security": c["security"], "client": c["client"]}
+                n: {
+                    "bootstrap": c["bootstrap"],
+                    "running": c["running"],
+                    "security": c["security"],
+                    "client": c["client"],
+                }
                 for n, c in st["clusters"].items()
             },
-            "cassandra": {k: v for k, v in st["cassandra"].items() if k in ("contact_point", "running", "username", "password")} if st["cassandra"] else None,
+            "cassandra": {
+                k: v for k, v in st["cassandra"].items() if k in ("contact_point", "running", "username", "password")
+            }
+            if st["cassandra"]
+            else None,
             "spark": {"master": st["spark"]["master"], "running": st["spark"]["running"]} if st["spark"] else None,
         }
         out["passwords"] = st["passwords"]
@@ -115,7 +180,10 @@ def _grant(home: Path, config_path: Path) -> None:
     env = {**os.environ, **{password_var(u): p for u, p in Material(dev_clusters.home).passwords().items()}}
     done = dev_clusters.grant(cfg.load(config_path, env=env))
     if not done:
-        raise UsageError(f"no cluster of {config_path} is a secured dev cluster under {home}", hint="check the bootstrap addresses against `mirror dev status`")
+        raise UsageError(
+            f"no cluster of {config_path} is a secured dev cluster under {home}",
+            hint="check the bootstrap addresses against `mirror dev status`",
+        )
     for name, count in done.items():
         click.echo(f"{name}: granted User:mirror {count} ACLs (see `mirror acls -c {config_path}`)")
 

@@ -77,7 +77,8 @@ class DevBrokers:
             if node.spec.bootstrap == want:
                 return node
         raise UnsafeOperation(
-            f"cluster {cluster!r} ({bootstrap}) is not a dev cluster started under {self.home}: a drill kills only brokers it can prove it started",
+            f"cluster {cluster!r} ({bootstrap}) is not a dev cluster started under {self.home}: a drill "
+            "kills only brokers it can prove it started",
             hint="drill unplanned failovers on `mirror dev up` clusters and pass their --dev-home",
         )
 
@@ -85,7 +86,9 @@ class DevBrokers:
         node = self._node(cluster, bootstrap)
         pid = node.pid()
         if pid is None:
-            raise UnsafeOperation(f"cluster {cluster!r}: no running broker under {self.home} whose pid file and command line are ours")
+            raise UnsafeOperation(
+                f"cluster {cluster!r}: no running broker under {self.home} whose pid file and command line are ours"
+            )
         node.stop(kill=True)
         return f"SIGKILL to the broker of {cluster} (pid {pid}, dev cluster under {self.home})"
 
@@ -99,13 +102,20 @@ class DevBrokers:
 
 def _measure_lag(config: Config, flows: list[FlowConfig]) -> Callable[[], tuple[int, float | None]]:
     """The flows' lag at the cutover: records summed, the oldest unmirrored record's age."""
+
     def measure() -> tuple[int, float | None]:
         records, seconds = 0, None
         for flow in flows:
             reader = PartitionReader(f"{flow.source}-drill-lag", config.cluster(flow.source))
             try:
-                lag = gather_flow(config, flow, source=Admin(flow.source, config.cluster(flow.source)),
-                                  target=Admin(flow.target, config.cluster(flow.target)), reader=reader, with_groups=False)
+                lag = gather_flow(
+                    config,
+                    flow,
+                    source=Admin(flow.source, config.cluster(flow.source)),
+                    target=Admin(flow.target, config.cluster(flow.target)),
+                    reader=reader,
+                    with_groups=False,
+                )
             finally:
                 reader.close()
             records += lag.lag_records
@@ -129,35 +139,113 @@ def _site_flows(config: Config, site: str, to: str | None) -> list[FlowConfig]:
 @click.argument("runbook", type=click.Path(dir_okay=False, path_type=Path))
 @config_option
 @click.option("--flow", help="Flow whose target is the DR cluster.")
-@click.option("--group", required=True, help="Consumer group to drill (must match the flow's `groups`); with --from the prefix of the drill's groups.")
-@click.option("--from", "site", metavar="NAME", help="Drill a whole site (cluster or datacenter): every flow from it, --groups groups each.")
-@click.option("--to", "dr_site", metavar="NAME", help="With --from: the DR site ($DR in the runbook; default the flows' target).")
-@click.option("--groups", "groups_per_flow", type=click.IntRange(1, 20), default=2, show_default=True, help="With --from: drill groups per flow (GROUP-FLOW-K).")
+@click.option(
+    "--group",
+    required=True,
+    help="Consumer group to drill (must match the flow's `groups`); with --from the prefix of the drill's groups.",
+)
+@click.option(
+    "--from",
+    "site",
+    metavar="NAME",
+    help="Drill a whole site (cluster or datacenter): every flow from it, --groups groups each.",
+)
+@click.option(
+    "--to", "dr_site", metavar="NAME", help="With --from: the DR site ($DR in the runbook; default the flows' target)."
+)
+@click.option(
+    "--groups",
+    "groups_per_flow",
+    type=click.IntRange(1, 20),
+    default=2,
+    show_default=True,
+    help="With --from: drill groups per flow (GROUP-FLOW-K).",
+)
 @click.option("--yes", is_flag=True, help="Confirm: the drill moves the group's offsets and may kill a dev broker.")
-@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path), help="Folder for report.md, report.json and the commands' files (default drill-FLOW-TIME).")
-@click.option("--from-step", type=click.IntRange(1), default=1, show_default=True, help="Resume a drill (same --report) at this step.")
-@click.option("--dry-run", is_flag=True, help="Check every command parses and every flow, cluster and group exists; change nothing.")
-@click.option("--topic", default="mirror-drill", show_default=True, help="The drill workload's topic on the primary (the flow must mirror it).")
-@click.option("--partitions", type=click.IntRange(1, 64), default=3, show_default=True, help="Partitions of the drill topic when the drill creates it.")
-@click.option("--dev-home", type=click.Path(file_okay=False, path_type=Path), default=Path(".mirror/dev"), envvar="MIRROR_DEV_HOME", show_default=True,
-              help="Where `mirror dev up` keeps its clusters: the only brokers `manual: kill-primary` may kill.")
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for report.md, report.json and the commands' files (default drill-FLOW-TIME).",
+)
+@click.option(
+    "--from-step",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Resume a drill (same --report) at this step.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Check every command parses and every flow, cluster and group exists; change nothing.",
+)
+@click.option(
+    "--topic",
+    default="mirror-drill",
+    show_default=True,
+    help="The drill workload's topic on the primary (the flow must mirror it).",
+)
+@click.option(
+    "--partitions",
+    type=click.IntRange(1, 64),
+    default=3,
+    show_default=True,
+    help="Partitions of the drill topic when the drill creates it.",
+)
+@click.option(
+    "--dev-home",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".mirror/dev"),
+    envvar="MIRROR_DEV_HOME",
+    show_default=True,
+    help="Where `mirror dev up` keeps its clusters: the only brokers `manual: kill-primary` may kill.",
+)
 @json_option
 @pass_app
-def drill(app: AppContext, runbook: Path, config_path: Path, flow: str | None, group: str, site: str | None, dr_site: str | None, groups_per_flow: int,
-          yes: bool, report_dir: Path | None, from_step: int, dry_run: bool, topic: str, partitions: int, dev_home: Path, as_json: bool) -> None:
+def drill(
+    app: AppContext,
+    runbook: Path,
+    config_path: Path,
+    flow: str | None,
+    group: str,
+    site: str | None,
+    dr_site: str | None,
+    groups_per_flow: int,
+    yes: bool,
+    report_dir: Path | None,
+    from_step: int,
+    dry_run: bool,
+    topic: str,
+    partitions: int,
+    dev_home: Path,
+    as_json: bool,
+) -> None:
     """Run RUNBOOK's steps against the clusters, check each expectation, report RTO, RPO, lost and duplicated."""
     try:
         text = runbook.read_text(encoding="utf-8")
     except OSError as exc:
-        raise UsageError(f"RUNBOOK: cannot read {str(runbook)!r}: {exc.strerror}", hint="pass the path of a runbook, e.g. runbooks/drill.md") from None
+        raise UsageError(
+            f"RUNBOOK: cannot read {str(runbook)!r}: {exc.strerror}",
+            hint="pass the path of a runbook, e.g. runbooks/drill.md",
+        ) from None
     book = parse_runbook(text, str(runbook))
     config = app.config(config_path)
     if (flow is None) == (site is None):
         raise UsageError("choose one of --flow NAME (one group) and --from NAME (a whole site)")
     flows = _site_flows(config, site, dr_site) if site is not None else [config.flow(flow or "")]
-    req = Request(runbook, config_path.resolve(), config, flows[0], group,
-                  (report_dir or Path(f"drill-{flow or site}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")).resolve(),
-                  from_step, topic, partitions, dev_home=dev_home.resolve())
+    req = Request(
+        runbook,
+        config_path.resolve(),
+        config,
+        flows[0],
+        group,
+        (report_dir or Path(f"drill-{flow or site}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")).resolve(),
+        from_step,
+        topic,
+        partitions,
+        dev_home=dev_home.resolve(),
+    )
     if site is not None:
         req.site, req.dr_site, req.site_flows, req.groups_per_flow = site, dr_site, flows, groups_per_flow
         req.site_groups = {f"{group}-{f.name}-{k}": f.name for f in flows for k in range(groups_per_flow)}
@@ -166,7 +254,10 @@ def drill(app: AppContext, runbook: Path, config_path: Path, flow: str | None, g
         click.echo(summary)
         return
     if not yes:
-        raise UsageError("--yes is required: a drill moves the group's offsets (and kill-primary kills a dev broker)", hint="check it first with --dry-run")
+        raise UsageError(
+            "--yes is required: a drill moves the group's offsets (and kill-primary kills a dev broker)",
+            hint="check it first with --dry-run",
+        )
     report = Drill(book, req, _invoke, DevBrokers(dev_home), _measure_lag(config, flows)).run()
     if as_json:
         click.echo(json.dumps(report, indent=2))

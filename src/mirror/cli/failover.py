@@ -40,11 +40,15 @@ def _flow_context(app: AppContext, config_path: Path, flow: str) -> Iterator[Flo
 
 def _method(translate: bool, at: str | None, to: str | None) -> tuple[Method, int | None]:
     if to is not None and to not in ("earliest", "latest"):
-        raise UsageError(f"--to: with --flow it is earliest or latest, not {to!r}", hint="--to NAME (a cluster or datacenter) goes with --from")
+        raise UsageError(
+            f"--to: with --flow it is earliest or latest, not {to!r}",
+            hint="--to NAME (a cluster or datacenter) goes with --from",
+        )
     chosen = [n for n, v in (("--translate", translate), ("--at", at), ("--to", to)) if v]
     if len(chosen) != 1:
         raise UsageError(
-            "choose exactly one of --translate, --at TIME, --to earliest|latest" + (f" (got {' and '.join(chosen)})" if chosen else ""),
+            "choose exactly one of --translate, --at TIME, --to earliest|latest"
+            + (f" (got {' and '.join(chosen)})" if chosen else ""),
             hint="--translate is the exact one when the offset map is in use",
         )
     if translate:
@@ -61,36 +65,65 @@ def _single(config_path: Path | None, flow: str | None, groups: tuple[str, ...])
     if not flow:
         raise UsageError("--flow is required (or --from NAME for a whole site, --plan PLAN for apply)")
     if len(groups) != 1:
-        raise UsageError(f"--group: with --flow, exactly one group ({len(groups)} given)", hint="use --from NAME to move many groups at once")
+        raise UsageError(
+            f"--group: with --flow, exactly one group ({len(groups)} given)",
+            hint="use --from NAME to move many groups at once",
+        )
     return config_path, flow, groups[0]
 
 
 def _site_method(translate: bool, at: str | None) -> tuple[Method, int | None]:
     if translate == (at is not None):
-        raise UsageError("with --from, choose exactly one of --translate, --at TIME", hint="--translate is the exact one when the offset map is in use")
+        raise UsageError(
+            "with --from, choose exactly one of --translate, --at TIME",
+            hint="--translate is the exact one when the offset map is in use",
+        )
     return (Method.TRANSLATE, None) if translate else (Method.TIMESTAMP, parse_time(at or "", _now_ms()))
 
 
 def _choice(f):  # type: ignore[no-untyped-def]
-    f = click.option("--to", metavar="NAME", help="With --flow: earliest|latest (the target's beginning or end). With --from: only flows to this cluster or datacenter.")(f)
-    f = click.option("--at", metavar="TIME", help="Start at the first record with timestamp >= TIME (ISO 8601, epoch ms, or -15m).")(f)
-    f = click.option("--translate", is_flag=True, help="Translate the group's source offsets (live, else newest checkpoints).")(f)
-    f = click.option("--group", "groups", multiple=True, help="The consumer group to move (with --from: patterns narrowing the groups; repeatable).")(f)
+    f = click.option(
+        "--to",
+        metavar="NAME",
+        help="With --flow: earliest|latest (the target's beginning or end). With --from: only flows to this "
+        "cluster or datacenter.",
+    )(f)
+    f = click.option(
+        "--at", metavar="TIME", help="Start at the first record with timestamp >= TIME (ISO 8601, epoch ms, or -15m)."
+    )(f)
+    f = click.option(
+        "--translate", is_flag=True, help="Translate the group's source offsets (live, else newest checkpoints)."
+    )(f)
+    f = click.option(
+        "--group",
+        "groups",
+        multiple=True,
+        help="The consumer group to move (with --from: patterns narrowing the groups; repeatable).",
+    )(f)
     f = click.option("--flow", help="Flow whose target the group moves to (one group).")(f)
     return f
 
 
 optional_config = click.option(
-    "-c", "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-    envvar="MIRROR_CONFIG", help="Topology YAML file (env MIRROR_CONFIG; default: the one the plan or backup names).",
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="MIRROR_CONFIG",
+    help="Topology YAML file (env MIRROR_CONFIG; default: the one the plan or backup names).",
 )
 
 
 def _render(plan: Plan) -> None:
-    click.echo(f"flow {plan.flow}, group {plan.group}: method {plan.method.value}, from {plan.truth.value}"
-               + (f" (at {format_ms(plan.at_ms)})" if plan.at_ms is not None else "")
-               + (f" (checkpoints from {format_ms(plan.checkpoint_time_ms)})" if plan.checkpoint_time_ms else ""))
-    click.echo(f"{'target topic':<32} {'part':>4} {'source':>12} {'target':>12} {'unmirrored':>10}" + (f" {'boundary':>8}" if plan.at_ms is not None else ""))
+    click.echo(
+        f"flow {plan.flow}, group {plan.group}: method {plan.method.value}, from {plan.truth.value}"
+        + (f" (at {format_ms(plan.at_ms)})" if plan.at_ms is not None else "")
+        + (f" (checkpoints from {format_ms(plan.checkpoint_time_ms)})" if plan.checkpoint_time_ms else "")
+    )
+    click.echo(
+        f"{'target topic':<32} {'part':>4} {'source':>12} {'target':>12} {'unmirrored':>10}"
+        + (f" {'boundary':>8}" if plan.at_ms is not None else "")
+    )
     for p in plan.partitions:
         src = "-" if p.source_offset is None else str(p.source_offset)
         line = f"{p.target_topic:<32} {p.partition:>4} {src:>12} {p.target_offset:>12} {p.unmirrored:>10}"
@@ -112,13 +145,33 @@ def failover() -> None:
 @failover.command()
 @config_option
 @_choice
-@click.option("--from", "site", metavar="NAME", help="A whole site: every flow from this cluster or datacenter, every group they checkpoint.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="With --from: also write the plan here, for `apply --plan`.")
+@click.option(
+    "--from",
+    "site",
+    metavar="NAME",
+    help="A whole site: every flow from this cluster or datacenter, every group they checkpoint.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --from: also write the plan here, for `apply --plan`.",
+)
 @click.option("-v", "--verbose", "details", is_flag=True, help="With --from: every partition under its group.")
 @json_option
 @pass_app
-def plan(app: AppContext, config_path: Path, flow: str | None, groups: tuple[str, ...], translate: bool, at: str | None, to: str | None,
-         site: str | None, out: Path | None, details: bool, as_json: bool) -> None:
+def plan(
+    app: AppContext,
+    config_path: Path,
+    flow: str | None,
+    groups: tuple[str, ...],
+    translate: bool,
+    at: str | None,
+    to: str | None,
+    site: str | None,
+    out: Path | None,
+    details: bool,
+    as_json: bool,
+) -> None:
     """Show where GROUP (or every group of a site) would start on the target; changes nothing."""
     if site is not None:
         if flow:
@@ -140,19 +193,45 @@ def plan(app: AppContext, config_path: Path, flow: str | None, groups: tuple[str
 @failover.command()
 @optional_config
 @_choice
-@click.option("--plan", "plan_path", type=click.Path(dir_okay=False, path_type=Path), help="A site plan written by `plan --from ... --out`: apply it as written.")
+@click.option(
+    "--plan",
+    "plan_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A site plan written by `plan --from ... --out`: apply it as written.",
+)
 @click.option("--yes", is_flag=True, help="Confirm: commit the plan's offsets on the target.")
-@click.option("--backup", type=click.Path(dir_okay=False, path_type=Path), help="Where to save the current target offsets (default failover-backup-CLUSTER-GROUP-MS.json; with --plan PLAN.backup.json).")
+@click.option(
+    "--backup",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to save the current target offsets (default failover-backup-CLUSTER-GROUP-MS.json; with "
+    "--plan PLAN.backup.json).",
+)
 @json_option
 @pass_app
-def apply(app: AppContext, config_path: Path | None, flow: str | None, groups: tuple[str, ...], translate: bool, at: str | None, to: str | None,
-          plan_path: Path | None, yes: bool, backup: Path | None, as_json: bool) -> None:
+def apply(
+    app: AppContext,
+    config_path: Path | None,
+    flow: str | None,
+    groups: tuple[str, ...],
+    translate: bool,
+    at: str | None,
+    to: str | None,
+    plan_path: Path | None,
+    yes: bool,
+    backup: Path | None,
+    as_json: bool,
+) -> None:
     """Commit the plan on the target (groups must have no active members)."""
     if not yes:
-        raise UsageError("--yes is required: apply changes the group's offsets on the target", hint="review `mirror failover plan` first, then add --yes")
+        raise UsageError(
+            "--yes is required: apply changes the group's offsets on the target",
+            hint="review `mirror failover plan` first, then add --yes",
+        )
     if plan_path is not None:
         if flow or groups or translate or at or to:
-            raise UsageError("--plan applies the plan as written: no --flow, --group, --translate, --at or --to with it")
+            raise UsageError(
+                "--plan applies the plan as written: no --flow, --group, --translate, --at or --to with it"
+            )
         site_cli.apply_plan_file(app, config_path, plan_path, backup, as_json)
         return
     config_path, flow, group = _single(config_path, flow, groups)
@@ -161,11 +240,24 @@ def apply(app: AppContext, config_path: Path | None, flow: str | None, groups: t
         result = build_plan(ctx, group, method, at_ms=at_ms)
         path, changes = apply_plan(ctx, result, backup)
     if as_json:
-        click.echo(json.dumps({"plan": result.to_json(), "backup": str(path), "changes": [
-            {"topic": c.topic, "partition": c.partition, "before": c.before, "after": c.after} for c in changes]}))
+        click.echo(
+            json.dumps(
+                {
+                    "plan": result.to_json(),
+                    "backup": str(path),
+                    "changes": [
+                        {"topic": c.topic, "partition": c.partition, "before": c.before, "after": c.after}
+                        for c in changes
+                    ],
+                }
+            )
+        )
         return
     _render(result)
-    click.echo(f"backup of the previous offsets: {path} (restore: mirror failover import -c {config_path} --cluster {ctx.flow.target} {path} --yes)")
+    click.echo(
+        f"backup of the previous offsets: {path} (restore: mirror failover import -c {config_path} "
+        f"--cluster {ctx.flow.target} {path} --yes)"
+    )
     for c in changes:
         before = "none" if c.before is None else str(c.before)
         click.echo(f"set {group} {c.topic}[{c.partition}]: {before} -> {c.after}")
@@ -175,7 +267,9 @@ def apply(app: AppContext, config_path: Path | None, flow: str | None, groups: t
 @config_option
 @click.option("--cluster", required=True, help="Cluster to read the group's offsets from.")
 @click.option("--group", required=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="File to write (default: stdout).")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="File to write (default: stdout)."
+)
 @pass_app
 def export(app: AppContext, config_path: Path, cluster: str, group: str, output: Path | None) -> None:
     """Save a group's committed offsets on one cluster as JSON."""
@@ -196,14 +290,23 @@ def export(app: AppContext, config_path: Path, cluster: str, group: str, output:
 @optional_config
 @click.option("--cluster", help="Cluster to write the offsets of FILE to.")
 @click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--backup", "backup", type=click.Path(dir_okay=False, path_type=Path), help="A site backup `apply --plan` wrote: every group back to where it was.")
+@click.option(
+    "--backup",
+    "backup",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A site backup `apply --plan` wrote: every group back to where it was.",
+)
 @click.option("--yes", is_flag=True, help="Confirm: replace the group's offsets on the cluster.")
 @pass_app
-def import_(app: AppContext, config_path: Path | None, cluster: str | None, file: Path | None, backup: Path | None, yes: bool) -> None:
+def import_(
+    app: AppContext, config_path: Path | None, cluster: str | None, file: Path | None, backup: Path | None, yes: bool
+) -> None:
     """Restore a group's offsets from FILE (an export, or the backup `apply` wrote), or a whole site's from --backup."""
     if backup is not None:
         if file is not None or cluster:
-            raise UsageError("--backup restores every group to the cluster it was backed up from: no FILE or --cluster with it")
+            raise UsageError(
+                "--backup restores every group to the cluster it was backed up from: no FILE or --cluster with it"
+            )
         if not yes:
             raise UsageError("--yes is required: import replaces the groups' offsets", hint="add --yes")
         site_cli.import_backup(app, config_path, backup)
@@ -218,10 +321,12 @@ def import_(app: AppContext, config_path: Path | None, cluster: str | None, file
     if doc.cluster != cluster:
         click.echo(f"note: {file} was exported from cluster {doc.cluster!r}; writing it to {cluster!r}", err=True)
     before = offsets_file.restore(admin, offsets_file.GroupOffsets(cluster, doc.group, doc.time_ms, doc.offsets))
-    for (t, p) in sorted(set(before) | set(doc.offsets)):
+    for t, p in sorted(set(before) | set(doc.offsets)):
         old, new = before.get((t, p)), doc.offsets.get((t, p))
         if old != new:
-            click.echo(f"set {doc.group} {t}[{p}]: {'none' if old is None else old} -> {'none' if new is None else new}")
+            click.echo(
+                f"set {doc.group} {t}[{p}]: {'none' if old is None else old} -> {'none' if new is None else new}"
+            )
     click.echo(f"restored {len(doc.offsets)} offsets of group {doc.group} on {cluster}")
 
 
@@ -229,16 +334,24 @@ def import_(app: AppContext, config_path: Path | None, cluster: str | None, file
 @config_option
 @click.option("--flow", help="The flow that was failed over (its source is the old primary).")
 @click.option("--from", "site", metavar="NAME", help="A whole site: every flow from this cluster or datacenter.")
-@click.option("--scrape", is_flag=True, help="Delete the mirrored topics' records and the flows' groups on the old primary.")
+@click.option(
+    "--scrape", is_flag=True, help="Delete the mirrored topics' records and the flows' groups on the old primary."
+)
 @click.option("--yes", is_flag=True, help="Confirm --scrape.")
 @json_option
 @pass_app
-def failback(app: AppContext, config_path: Path, flow: str | None, site: str | None, scrape: bool, yes: bool, as_json: bool) -> None:
+def failback(
+    app: AppContext, config_path: Path, flow: str | None, site: str | None, scrape: bool, yes: bool, as_json: bool
+) -> None:
     """Report what the old primary holds that never reached the new one; print the reversed flow(s)."""
     if scrape and not yes:
-        raise UsageError("--scrape deletes data on the old primary and needs --yes", hint="review the report without --scrape first")
+        raise UsageError(
+            "--scrape deletes data on the old primary and needs --yes", hint="review the report without --scrape first"
+        )
     if (flow is None) == (site is None):
-        raise UsageError("choose one of --flow NAME (one flow) and --from NAME (every flow from a cluster or datacenter)")
+        raise UsageError(
+            "choose one of --flow NAME (one flow) and --from NAME (every flow from a cluster or datacenter)"
+        )
     if site is not None:
         site_cli.failback_site(app.config(config_path), site, scrape, as_json)
         return
@@ -254,10 +367,16 @@ def failback(app: AppContext, config_path: Path, flow: str | None, site: str | N
     click.echo(f"old primary {rep.old_primary} -> new primary {rep.new_primary} (flow {rep.flow})")
     for p in rep.partitions:
         if p.records:
-            click.echo(f"  {p.topic}[{p.partition}]: {p.records} records never reached {rep.new_primary} (offsets {p.old_end - p.records}..{p.old_end - 1})")
+            click.echo(
+                f"  {p.topic}[{p.partition}]: {p.records} records never reached {rep.new_primary} "
+                f"(offsets {p.old_end - p.records}..{p.old_end - 1})"
+            )
     click.echo(f"records on {rep.old_primary} that never reached {rep.new_primary}: {rep.stranded}")
     if rep.scraped:
-        click.echo(f"scraped {rep.old_primary}: deleted the records of {len(rep.partitions)} partitions and groups {', '.join(rep.groups) or '(none)'}")
+        click.echo(
+            f"scraped {rep.old_primary}: deleted the records of {len(rep.partitions)} partitions and "
+            f"groups {', '.join(rep.groups) or '(none)'}"
+        )
     elif rep.groups:
         click.echo(f"groups on {rep.old_primary} that --scrape would delete: {', '.join(rep.groups)}")
     click.echo("\nAdd this flow to mirror back (and remove or stop the old one):\n")

@@ -44,11 +44,23 @@ def _admins(config: Config) -> Any:
     return admin
 
 
-def plan_site(config: Config, config_path: Path, site: str, to: str | None, patterns: Sequence[str], method: Method, at_ms: int | None,
-              as_json: bool, out: Path | None, details: bool) -> None:
+def plan_site(
+    config: Config,
+    config_path: Path,
+    site: str,
+    to: str | None,
+    patterns: Sequence[str],
+    method: Method,
+    at_ms: int | None,
+    as_json: bool,
+    out: Path | None,
+    details: bool,
+) -> None:
     store = open_store(config.offset_store)
     try:
-        plan = build_site_plan(config, store, SiteRequest(site, to, patterns, method, at_ms, _now_ms(), str(config_path.resolve())))
+        plan = build_site_plan(
+            config, store, SiteRequest(site, to, patterns, method, at_ms, _now_ms(), str(config_path.resolve()))
+        )
     finally:
         store.close()
     text = plan.to_text()
@@ -72,40 +84,72 @@ def _age(ms: int | None) -> str:
 
 def render_site(plan: SitePlan, doc: dict[str, Any], details: bool) -> None:
     """One line per group (partitions with -v), then totals per flow and for the site."""
-    click.echo(f"site {plan.site} ({', '.join(plan.clusters)})" + (f" -> {plan.to}" if plan.to else "") + f": method {plan.method.value}"
-               + (f" at {format_ms(plan.at_ms)}" if plan.at_ms is not None else "") + f", planned {format_ms(plan.created_ms)}")
-    click.echo(f"{'group':<28} {'target':<10} {'parts':>5} {'miss':>8} {'re-read':>8} {'ckpt age':>8}  {'from':<18} status")
+    click.echo(
+        f"site {plan.site} ({', '.join(plan.clusters)})"
+        + (f" -> {plan.to}" if plan.to else "")
+        + f": method {plan.method.value}"
+        + (f" at {format_ms(plan.at_ms)}" if plan.at_ms is not None else "")
+        + f", planned {format_ms(plan.created_ms)}"
+    )
+    click.echo(
+        f"{'group':<28} {'target':<10} {'parts':>5} {'miss':>8} {'re-read':>8} {'ckpt age':>8}  {'from':<18} status"
+    )
     for g in doc["groups"]:
         status = f"REFUSED: {g['refused']}" if g["refused"] else "ok"
-        click.echo(f"{g['group']:<28} {g['target']:<10} {g['partitions']:>5} {g['unmirrored']:>8} {g['may_reread']:>8} "
-                   f"{_age(g['checkpoint_age_ms']):>8}  {g['truth']:<18} {status}")
+        click.echo(
+            f"{g['group']:<28} {g['target']:<10} {g['partitions']:>5} {g['unmirrored']:>8} {g['may_reread']:>8} "
+            f"{_age(g['checkpoint_age_ms']):>8}  {g['truth']:<18} {status}"
+        )
         if details:
             for f in g["flows"]:
                 for p in f["partitions"]:
-                    click.echo(f"    {f['flow']}: {p['target_topic']}[{p['partition']}] source {p['source_offset']} -> target {p['target_offset']}"
-                               f" (miss {p['unmirrored']}, re-read <= {p['may_reread']})")
+                    click.echo(
+                        f"    {f['flow']}: {p['target_topic']}[{p['partition']}] source "
+                        f"{p['source_offset']} -> target {p['target_offset']}"
+                        f" (miss {p['unmirrored']}, re-read <= {p['may_reread']})"
+                    )
         for e in g["errors"]:
             click.echo(f"    error: {e}")
     for f in doc["flows"]:
-        click.echo(f"flow {f['flow']} ({f['source']} -> {f['target']}): {f['groups']} groups, {f['partitions']} partitions, "
-                   f"miss {f['unmirrored']}, re-read <= {f['may_reread']}" + (f", {f['refused']} refused" if f["refused"] else ""))
+        click.echo(
+            f"flow {f['flow']} ({f['source']} -> {f['target']}): {f['groups']} groups, {f['partitions']} partitions, "
+            f"miss {f['unmirrored']}, re-read <= {f['may_reread']}"
+            + (f", {f['refused']} refused" if f["refused"] else "")
+        )
     t = doc["totals"]
-    click.echo(f"site: {t['groups']} groups, {t['partitions']} partitions, miss {t['unmirrored']} (never mirrored), "
-               f"re-read <= {t['may_reread']}, {t['refused']} refused")
+    click.echo(
+        f"site: {t['groups']} groups, {t['partitions']} partitions, miss {t['unmirrored']} (never mirrored), "
+        f"re-read <= {t['may_reread']}, {t['refused']} refused"
+    )
     for note in plan.notes:
         click.echo(f"note: {note}")
 
 
-def apply_plan_file(app: AppContext, config_path: Path | None, plan_path: Path, backup: Path | None, as_json: bool) -> None:
+def apply_plan_file(
+    app: AppContext, config_path: Path | None, plan_path: Path, backup: Path | None, as_json: bool
+) -> None:
     plan = read_plan(read_json(plan_path, "--plan"), str(plan_path))
     config = app.config(config_path or plan.config)
     backup = backup or default_backup(plan_path)
     result = apply_site(plan, _admins(config), backup, lambda line: None if as_json else click.echo(line), _now_ms())
     if as_json:
-        click.echo(json.dumps({"plan": plan.id, "backup": str(result.backup), "resumed": result.resumed, "moved": result.moved, "already_moved": result.already}))
+        click.echo(
+            json.dumps(
+                {
+                    "plan": plan.id,
+                    "backup": str(result.backup),
+                    "resumed": result.resumed,
+                    "moved": result.moved,
+                    "already_moved": result.already,
+                }
+            )
+        )
         return
-    click.echo(f"moved {len(result.moved)} group(s)" + (f", {len(result.already)} already moved by an earlier run" if result.already else "")
-               + f"; backup of every group's previous offsets: {result.backup}")
+    click.echo(
+        f"moved {len(result.moved)} group(s)"
+        + (f", {len(result.already)} already moved by an earlier run" if result.already else "")
+        + f"; backup of every group's previous offsets: {result.backup}"
+    )
     click.echo(f"undo: mirror failover import --backup {result.backup} --yes")
 
 
@@ -131,21 +175,39 @@ def failback_site(config: Config, site: str, do_scrape: bool, as_json: bool) -> 
         ctxs = [FlowContext(config, f, lambda: store, _admins=admins) for f in flows]
         reports = [report(ctx) for ctx in ctxs]
         if do_scrape:
-            busy = [f"{r.flow}: {', '.join(r.groups)}" for ctx, r in zip(ctxs, reports) if any(ctx.source.group_members(g) for g in r.groups)]
+            busy = [
+                f"{r.flow}: {', '.join(r.groups)}"
+                for ctx, r in zip(ctxs, reports)
+                if any(ctx.source.group_members(g) for g in r.groups)
+            ]
             if busy:
-                raise UnsafeOperation(f"groups still active on the old primary ({'; '.join(busy)}); nothing was deleted", hint="stop them (and the mirror) first")
+                raise UnsafeOperation(
+                    f"groups still active on the old primary ({'; '.join(busy)}); nothing was deleted",
+                    hint="stop them (and the mirror) first",
+                )
             for ctx, r in zip(ctxs, reports):
                 scrape(ctx, r)
         reverse = [reversed_flow(ctx) for ctx in ctxs]
     finally:
         store.close()
     if as_json:
-        click.echo(json.dumps({"site": site, "flows": [r.to_json() for r in reports], "never_mirrored": sum(r.stranded for r in reports),
-                               "reversed_flows": reverse}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "site": site,
+                    "flows": [r.to_json() for r in reports],
+                    "never_mirrored": sum(r.stranded for r in reports),
+                    "reversed_flows": reverse,
+                },
+                indent=2,
+            )
+        )
         return
     for r in reports:
-        click.echo(f"flow {r.flow}: {r.stranded} records on {r.old_primary} never reached {r.new_primary}"
-                   + (f"; scraped (groups {', '.join(r.groups) or 'none'})" if r.scraped else ""))
+        click.echo(
+            f"flow {r.flow}: {r.stranded} records on {r.old_primary} never reached {r.new_primary}"
+            + (f"; scraped (groups {', '.join(r.groups) or 'none'})" if r.scraped else "")
+        )
     click.echo(f"site {site}: {sum(r.stranded for r in reports)} records never mirrored")
     click.echo("\nAdd these flows to mirror back (and remove or stop the old ones):\n")
     for text in reverse:

@@ -21,17 +21,58 @@ def spark() -> None:
 @config_option
 @click.option("--flow", "flow_name", required=True, help="The flow to mirror (one per Spark application).")
 @click.option("--master", default=None, help="Spark master URL, e.g. spark://127.0.0.1:7077; default local[*].")
-@click.option("--until-caught-up", is_flag=True, help="Mirror what the source holds at start (Trigger.AvailableNow), commit, exit 0.")
-@click.option("--checkpoint", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Spark checkpoint directory of this flow (default: <spark.checkpoint_dir>/<flow>, kept across restarts; the flow's group says where to resume).")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, help="Serve Prometheus metrics on this port (the mirror's and Spark's progress).")
-@click.option("--max-records-per-batch", type=click.IntRange(1), default=None, help="Cap a micro-batch (Spark's maxOffsetsPerTrigger).")
-@click.option("--ui-port", type=click.IntRange(0, 65535), default=None, help="Port of the Spark UI (default 4040; the next free one if taken; 0: any).")
+@click.option(
+    "--until-caught-up",
+    is_flag=True,
+    help="Mirror what the source holds at start (Trigger.AvailableNow), commit, exit 0.",
+)
+@click.option(
+    "--checkpoint",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Spark checkpoint directory of this flow (default: <spark.checkpoint_dir>/<flow>, kept across "
+    "restarts; the flow's group says where to resume).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (the mirror's and Spark's progress).",
+)
+@click.option(
+    "--max-records-per-batch",
+    type=click.IntRange(1),
+    default=None,
+    help="Cap a micro-batch (Spark's maxOffsetsPerTrigger).",
+)
+@click.option(
+    "--ui-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Port of the Spark UI (default 4040; the next free one if taken; 0: any).",
+)
 @click.option("--no-ui", is_flag=True, help="Do not start the Spark UI.")
-@click.option("--conf", "spark_conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting (repeatable), as spark-submit's --conf, e.g. spark.cores.max=2.")
+@click.option(
+    "--conf",
+    "spark_conf",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Spark setting (repeatable), as spark-submit's --conf, e.g. spark.cores.max=2.",
+)
 @pass_app
-def run(app: AppContext, config_path: Path, flow_name: str, master: str | None, until_caught_up: bool, checkpoint: Path | None, metrics_port: int | None,
-        max_records_per_batch: int | None, ui_port: int | None, no_ui: bool, spark_conf: tuple[str, ...]) -> int:
+def run(
+    app: AppContext,
+    config_path: Path,
+    flow_name: str,
+    master: str | None,
+    until_caught_up: bool,
+    checkpoint: Path | None,
+    metrics_port: int | None,
+    max_records_per_batch: int | None,
+    ui_port: int | None,
+    no_ui: bool,
+    spark_conf: tuple[str, ...],
+) -> int:
     """Mirror one flow with Spark until stopped (or caught up); SIGTERM/Ctrl-C stop after the current batch."""
     from mirror.spark.job import UI_PORT, run_flow
     from mirror.spark.submit import parse_conf
@@ -40,10 +81,22 @@ def run(app: AppContext, config_path: Path, flow_name: str, master: str | None, 
     config = app.config(config_path)
     (flow,) = config.select_flows((flow_name,))
     with stop_on_signals() as signals:
-        job = run_flow(config, flow, master=master, checkpoint=checkpoint, until_caught_up=until_caught_up,
-                       max_records_per_batch=max_records_per_batch, metrics_port=metrics_port, stop=signals.stop, quiet=not app.debug,
-                       ui_port=None if no_ui else UI_PORT if ui_port is None else ui_port, conf=conf)
-    click.echo(f"flow {flow.name}: {job.records} records mirrored on Spark ({job.skipped} already on the target)", err=True)
+        job = run_flow(
+            config,
+            flow,
+            master=master,
+            checkpoint=checkpoint,
+            until_caught_up=until_caught_up,
+            max_records_per_batch=max_records_per_batch,
+            metrics_port=metrics_port,
+            stop=signals.stop,
+            quiet=not app.debug,
+            ui_port=None if no_ui else UI_PORT if ui_port is None else ui_port,
+            conf=conf,
+        )
+    click.echo(
+        f"flow {flow.name}: {job.records} records mirrored on Spark ({job.skipped} already on the target)", err=True
+    )
     if signals.interrupted:
         return ExitCode.INTERRUPTED
     return ExitCode.OK
@@ -52,20 +105,69 @@ def run(app: AppContext, config_path: Path, flow_name: str, master: str | None, 
 @spark.command("submit")
 @config_option
 @click.option("--flow", "flow_name", required=True, help="The flow to mirror (one per Spark application).")
-@click.option("--master", required=True, help="Spark master URL: spark://HOST:PORT, yarn, k8s://https://HOST:PORT or local[N].")
-@click.option("--deploy-mode", type=click.Choice(DEPLOY_MODES), default="client", show_default=True,
-              help="Where the driver runs: here (client) or on the cluster (cluster: YARN and Kubernetes only).")
+@click.option(
+    "--master", required=True, help="Spark master URL: spark://HOST:PORT, yarn, k8s://https://HOST:PORT or local[N]."
+)
+@click.option(
+    "--deploy-mode",
+    type=click.Choice(DEPLOY_MODES),
+    default="client",
+    show_default=True,
+    help="Where the driver runs: here (client) or on the cluster (cluster: YARN and Kubernetes only).",
+)
 @click.option("--until-caught-up", is_flag=True, help="Mirror what the source holds at start, commit, exit 0.")
-@click.option("--checkpoint", type=click.Path(file_okay=False, path_type=Path), default=None, help="Spark checkpoint directory of this flow (as for `spark run`).")
-@click.option("--max-records-per-batch", type=click.IntRange(1), default=None, help="Cap a micro-batch (Spark's maxOffsetsPerTrigger).")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, help="The driver serves Prometheus metrics on this port.")
-@click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="A Spark setting for spark-submit (repeatable), e.g. spark.executor.memory=2g.")
-@click.option("--package-dir", type=click.Path(file_okay=False, path_type=Path), default=None, envvar="MIRROR_SPARK_PACKAGE_DIR",
-              help="Where the executors' package is built and kept (default ~/.cache/mirror/spark-submit).")
-@click.option("--dry-run", is_flag=True, help="Build (or reuse) the package and print the spark-submit line instead of running it.")
+@click.option(
+    "--checkpoint",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Spark checkpoint directory of this flow (as for `spark run`).",
+)
+@click.option(
+    "--max-records-per-batch",
+    type=click.IntRange(1),
+    default=None,
+    help="Cap a micro-batch (Spark's maxOffsetsPerTrigger).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="The driver serves Prometheus metrics on this port.",
+)
+@click.option(
+    "--conf",
+    "confs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Spark setting for spark-submit (repeatable), e.g. spark.executor.memory=2g.",
+)
+@click.option(
+    "--package-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    envvar="MIRROR_SPARK_PACKAGE_DIR",
+    help="Where the executors' package is built and kept (default ~/.cache/mirror/spark-submit).",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Build (or reuse) the package and print the spark-submit line instead of running it.",
+)
 @pass_app
-def submit(app: AppContext, config_path: Path, flow_name: str, master: str, deploy_mode: str, until_caught_up: bool, checkpoint: Path | None,
-           max_records_per_batch: int | None, metrics_port: int | None, confs: tuple[str, ...], package_dir: Path | None, dry_run: bool) -> int:
+def submit(
+    app: AppContext,
+    config_path: Path,
+    flow_name: str,
+    master: str,
+    deploy_mode: str,
+    until_caught_up: bool,
+    checkpoint: Path | None,
+    max_records_per_batch: int | None,
+    metrics_port: int | None,
+    confs: tuple[str, ...],
+    package_dir: Path | None,
+    dry_run: bool,
+) -> int:
     """Run one flow as a Spark application through spark-submit; SIGTERM/Ctrl-C stop it after the current batch."""
     from mirror.spark.job import CACHE, check_java, check_master
     from mirror.spark.submit import SubmitRequest, check_deploy_mode, loopback_master, parse_conf, prepare, render
@@ -74,8 +176,18 @@ def submit(app: AppContext, config_path: Path, flow_name: str, master: str, depl
     config = app.config(config_path)
     (flow,) = config.select_flows((flow_name,))
     flags = (("--debug",) if app.debug else ()) + (("-" + "v" * app.verbose,) if app.verbose else ())
-    req = SubmitRequest(config_path, flow.name, master, deploy_mode, until_caught_up, checkpoint, max_records_per_batch, metrics_port,
-                        parse_conf(confs), flags)
+    req = SubmitRequest(
+        config_path,
+        flow.name,
+        master,
+        deploy_mode,
+        until_caught_up,
+        checkpoint,
+        max_records_per_batch,
+        metrics_port,
+        parse_conf(confs),
+        flags,
+    )
     if not dry_run:  # before building anything; a usage error before a runtime one
         check_deploy_mode(master, deploy_mode)
         check_java()

@@ -35,7 +35,9 @@ def parse_time(value: str, now_ms: int) -> int:
             dt = dt.replace(tzinfo=UTC)
         ms = int(dt.timestamp() * 1000)
     if ms > now_ms:
-        raise UsageError(f"--at: {value!r} is in the future", hint="a failover can only start from a time that has passed")
+        raise UsageError(
+            f"--at: {value!r} is in the future", hint="a failover can only start from a time that has passed"
+        )
     return ms
 
 

@@ -60,14 +60,21 @@ def workload(config: cfg.Config) -> None:
         for i in range(count):
             while True:
                 try:
-                    producer.produce(topic, key=b"customer-%d" % (i % 997), value=b'{"n": %d, "topic": "%s"}' % (i, topic.encode()), headers=[("source", b"demo")])
+                    producer.produce(
+                        topic,
+                        key=b"customer-%d" % (i % 997),
+                        value=b'{"n": %d, "topic": "%s"}' % (i, topic.encode()),
+                        headers=[("source", b"demo")],
+                    )
                     break
                 except BufferError:
                     producer.poll(0.1)
         say(f"   {topic}: {count} records over {partitions} partitions")
     producer.flush(60)
     # A consumer group that read part of `orders`: the mirror checkpoints it (groups in the config).
-    consumer = make_consumer("nyc-demo", nyc, {"group.id": "billing", "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer = make_consumer(
+        "nyc-demo", nyc, {"group.id": "billing", "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    )
     consumer.subscribe(["orders"])
     read = 0
     deadline = time.monotonic() + 30
@@ -88,7 +95,10 @@ def start_mirror() -> int:
     log = open(DEMO / "mirror.log", "ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "mirror", "-v", "run", "-c", str(CONFIG), "--metrics-port", "9308"],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
     )
     pid_file.write_text(str(proc.pid))
     say(f"\n== 3. mirror run started in the background (pid {proc.pid}, log {DEMO / 'mirror.log'})")
@@ -120,28 +130,57 @@ def spark_config(config: cfg.Config) -> Path:
     its own consumer group, offset map and checkpoint (one engine per flow at a time)."""
     flow = config.flows[0]
     doc = {
-        "clusters": {SPARK_SOURCE: {"bootstrap": config.clusters[flow.source].bootstrap}, flow.target: {"bootstrap": config.clusters[flow.target].bootstrap}},
-        "flows": [{"name": SPARK_FLOW, "source": SPARK_SOURCE, "target": flow.target, "rename": "prefix",
-                   "topics": {"include": list(flow.topics.include), "exclude": list(flow.topics.exclude)}}],
+        "clusters": {
+            SPARK_SOURCE: {"bootstrap": config.clusters[flow.source].bootstrap},
+            flow.target: {"bootstrap": config.clusters[flow.target].bootstrap},
+        },
+        "flows": [
+            {
+                "name": SPARK_FLOW,
+                "source": SPARK_SOURCE,
+                "target": flow.target,
+                "rename": "prefix",
+                "topics": {"include": list(flow.topics.include), "exclude": list(flow.topics.exclude)},
+            }
+        ],
         "offset_store": {"kind": "sqlite", "path": "spark-offsets.db"},
         "spark": {"checkpoint_dir": "spark-checkpoints"},
     }
     DEMO.mkdir(parents=True, exist_ok=True)
     path = DEMO / "spark.yaml"
-    path.write_text("# Written by `make demo`: the demo flow for `mirror spark run`.\n" + yaml.safe_dump(doc, sort_keys=False))
+    path.write_text(
+        "# Written by `make demo`: the demo flow for `mirror spark run`.\n" + yaml.safe_dump(doc, sort_keys=False)
+    )
     return path
 
 
 def run_spark(config: cfg.Config) -> None:
     path = spark_config(config)
     say("\n== 4. The same flow through the Spark pipeline (mirror spark run, local mode)")
-    argv = [sys.executable, "-m", "mirror", "spark", "run", "-c", str(path), "--flow", SPARK_FLOW, "--master", "local[2]", "--until-caught-up", "--no-ui"]
+    argv = [
+        sys.executable,
+        "-m",
+        "mirror",
+        "spark",
+        "run",
+        "-c",
+        str(path),
+        "--flow",
+        SPARK_FLOW,
+        "--master",
+        "local[2]",
+        "--until-caught-up",
+        "--no-ui",
+    ]
     say(f"   mirror spark run -c {path} --flow {SPARK_FLOW} --master local[2] --until-caught-up --no-ui")
     started = time.monotonic()
     out = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
     if out.returncode != 0:
-        raise MirrorError(f"mirror spark run failed: {lines[-1] if lines else f'exit {out.returncode}'}", hint=f"run it by hand: {' '.join(argv[1:])}")
+        raise MirrorError(
+            f"mirror spark run failed: {lines[-1] if lines else f'exit {out.returncode}'}",
+            hint=f"run it by hand: {' '.join(argv[1:])}",
+        )
     say(f"   {lines[-1] if lines else 'done'} in {time.monotonic() - started:.0f}s (Spark start-up included)")
 
 
@@ -153,17 +192,31 @@ def report(config: cfg.Config) -> None:
     def count(admin: Admin, topic: str, partitions: int) -> int:
         return sum(w.high - w.low for w in admin.watermarks([(topic, p) for p in range(partitions)]).values())
 
-    say(f"   {'source topic':<12} {'records':>8}   {'mirror run copy':<16} {'records':>8}   {'Spark copy':<22} {'records':>8}")
+    say(
+        f"   {'source topic':<12} {'records':>8}   {'mirror run copy':<16} {'records':>8}   "
+        f"{'Spark copy':<22} {'records':>8}"
+    )
     for topic, (n, _) in WORKLOAD.items():
         native, spark = f"nyc.{topic}", f"{SPARK_SOURCE}.{topic}"
         if native in names or spark in names:
-            cells = [f"{t:<{w}} {count(target, t, names[t]) if t in names else '-':>8}" for t, w in ((native, 16), (spark, 22))]
+            cells = [
+                f"{t:<{w}} {count(target, t, names[t]) if t in names else '-':>8}"
+                for t, w in ((native, 16), (spark, 22))
+            ]
             say(f"   {topic:<12} {count(source, topic, n):>8}   {cells[0]}   {cells[1]}")
         else:
-            say(f"   {topic:<12} {count(source, topic, n):>8}   {'(excluded)':<16} {'-':>8}   {'(excluded)':<22} {'-':>8}")
-    for title, args in (("6. Lag (mirror lag)", ["lag"]), ("7. One canary round (mirror canary once)", ["canary", "once"])):
+            say(
+                f"   {topic:<12} {count(source, topic, n):>8}   {'(excluded)':<16} {'-':>8}   "
+                f"{'(excluded)':<22} {'-':>8}"
+            )
+    for title, args in (
+        ("6. Lag (mirror lag)", ["lag"]),
+        ("7. One canary round (mirror canary once)", ["canary", "once"]),
+    ):
         say(f"\n== {title}")
-        out = subprocess.run([sys.executable, "-m", "mirror", *args, "-c", str(CONFIG)], capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-m", "mirror", *args, "-c", str(CONFIG)], capture_output=True, text=True, timeout=120
+        )
         say("   " + (out.stdout or out.stderr).strip().replace("\n", "\n   "))
 
 
@@ -186,8 +239,8 @@ def main() -> int:
    .venv/bin/mirror lag -c {CONFIG} --watch    lag per partition, refreshed
    curl -s 127.0.0.1:9308/metrics | grep ^mirror_    the mirror's own metrics
    .venv/bin/mirror failover plan -c {CONFIG} --flow nyc-to-sf --group billing --translate
-   tail -f {DEMO / 'mirror.log'}
-   .venv/bin/mirror spark run -c {DEMO / 'spark.yaml'} --flow {SPARK_FLOW} --master local[2]   the Spark pipeline, UI on :4040
+   tail -f {DEMO / "mirror.log"}
+   .venv/bin/mirror spark run -c {DEMO / "spark.yaml"} --flow {SPARK_FLOW} --master local[2]   Spark pipeline, UI :4040
 
 == Stop
    make demo-down      (stops the mirror, then `mirror dev down`; data stays in .mirror/)"""

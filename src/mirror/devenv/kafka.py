@@ -46,6 +46,8 @@ KAFKA_VERSION = "4.1.1"
 DEFAULT_HOME = Path(".mirror/dev")
 DEFAULT_BASE_PORT = 19092
 PORT_STEP = 100  # cluster i listens on base + 100*i; its controller on base + 100*i + 1
+
+
 def default_heap() -> str:
     """A shared 2-core machine runs several brokers next to the mirror: keep the heap small
     (MIRROR_DEV_HEAP overrides; read at start, not at import)."""
@@ -55,7 +57,10 @@ def default_heap() -> str:
 def kafka_libs() -> Path:
     libs = Path(os.environ.get("MIRROR_KAFKA_LIBS", CACHE / f"kafka-{KAFKA_VERSION}" / "libs"))
     if not (libs / f"kafka_2.13-{KAFKA_VERSION}.jar").exists():
-        raise DevClusterError(f"Apache Kafka {KAFKA_VERSION} jars not found in {libs}", hint="run `make setup` to fetch them from Maven Central")
+        raise DevClusterError(
+            f"Apache Kafka {KAFKA_VERSION} jars not found in {libs}",
+            hint="run `make setup` to fetch them from Maven Central",
+        )
     return libs
 
 
@@ -115,19 +120,22 @@ def server_properties(spec: ClusterSpec, broker_config: Mapping[str, str] | None
     except what one loopback node needs; `broker_config` lines come last and win.
     `security`: the listener lines of a secured broker (`Material.server_properties`)."""
     extra = "".join(f"{k}={v}\n" for k, v in (broker_config or {}).items())
-    listeners = security or f"""\
+    listeners = (
+        security
+        or f"""\
 listeners=PLAINTEXT://127.0.0.1:{spec.port},CONTROLLER://127.0.0.1:{spec.controller_port}
 advertised.listeners=PLAINTEXT://127.0.0.1:{spec.port}
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 """
+    )
     return f"""\
 # Written by `mirror dev`: one combined KRaft broker+controller on loopback.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{spec.controller_port}
-{listeners}log.dirs={spec.dir / 'data'}
+{listeners}log.dirs={spec.dir / "data"}
 # Single node: internal topics cannot have more than one replica.
 offsets.topic.replication.factor=1
 offsets.topic.num.partitions=8
@@ -152,8 +160,12 @@ class KafkaNode:
     """One dev Kafka cluster: format, start, stop, readiness."""
 
     def __init__(
-        self, spec: ClusterSpec, heap: str | None = None, broker_config: Mapping[str, str] | None = None,
-        security: Security | str = Security.PLAINTEXT, extra_security: Sequence[Security | str] = (),
+        self,
+        spec: ClusterSpec,
+        heap: str | None = None,
+        broker_config: Mapping[str, str] | None = None,
+        security: Security | str = Security.PLAINTEXT,
+        extra_security: Sequence[Security | str] = (),
     ) -> None:
         self.spec = spec
         self.heap = heap or default_heap()
@@ -169,7 +181,9 @@ class KafkaNode:
         m = self.security if mode is None else Security(mode)
         return self.spec.bootstrap if m is self.security else f"127.0.0.1:{self.extra_ports[m]}"
 
-    def client(self, user: str = "admin", *, with_password: bool = False, mode: Security | str | None = None) -> dict[str, str | int | float | bool]:
+    def client(
+        self, user: str = "admin", *, with_password: bool = False, mode: Security | str | None = None
+    ) -> dict[str, str | int | float | bool]:
         """librdkafka settings for a dev user on this cluster (none for plaintext)."""
         m = self.security if mode is None else Security(mode)
         if m is Security.PLAINTEXT:
@@ -186,7 +200,9 @@ class KafkaNode:
         secured = ""
         if self.security is not Security.PLAINTEXT:
             self.material.ensure()
-            secured = self.material.server_properties(self.security, self.spec.port, self.spec.controller_port, self.extra_ports)
+            secured = self.material.server_properties(
+                self.security, self.spec.port, self.spec.controller_port, self.extra_ports
+            )
         # 0600: a secured broker's file holds the admin password.
         fd = os.open(self.spec.props, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -197,9 +213,22 @@ class KafkaNode:
             # itself and the admin before any API is up.
             scram = self.material.scram_args() if self.security.sasl else []
             out = subprocess.run(
-                [java(), "-Xmx256m", "-cp", f"{kafka_libs()}/*", f"-Dlog4j2.configurationFile={d / 'log4j2.properties'}",
-                 "kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id(self.spec.name)}", "-c", str(self.spec.props), *scram],
-                capture_output=True, text=True, timeout=120,
+                [
+                    java(),
+                    "-Xmx256m",
+                    "-cp",
+                    f"{kafka_libs()}/*",
+                    f"-Dlog4j2.configurationFile={d / 'log4j2.properties'}",
+                    "kafka.tools.StorageTool",
+                    "format",
+                    f"--cluster-id={_cluster_id(self.spec.name)}",
+                    "-c",
+                    str(self.spec.props),
+                    *scram,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
             )
             if out.returncode != 0:
                 # The output may quote the arguments (passwords): show only the last line of it.
@@ -209,20 +238,34 @@ class KafkaNode:
 
     def start(self) -> int:
         """Start the JVM (detached) and return its pid; readiness is `wait_ready`'s job."""
-        require_free_ports((self.spec.port, self.spec.controller_port, *self.extra_ports.values()), f"cluster {self.spec.name!r}")
+        require_free_ports(
+            (self.spec.port, self.spec.controller_port, *self.extra_ports.values()), f"cluster {self.spec.name!r}"
+        )
         self._prepare()
         d = self.spec.dir
         cmd = [
-            java(), f"-Xms{self.heap}", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-            "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={d / 'log4j2.properties'}",
-            f"-Dkafka.logs.dir={d}", "-cp", f"{kafka_libs()}/*", "kafka.Kafka", str(self.spec.props),
+            java(),
+            f"-Xms{self.heap}",
+            f"-Xmx{self.heap}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={d / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={d}",
+            "-cp",
+            f"{kafka_libs()}/*",
+            "kafka.Kafka",
+            str(self.spec.props),
         ]
         proc = spawn_detached(cmd, log_file=self.spec.log_file, pid_file=self.spec.pid_file, cwd=d)
         log.info("started kafka %s pid=%d on %s", self.spec.name, proc.pid, self.spec.bootstrap)
         return proc.pid
 
     def _admin(self) -> Admin:
-        return Admin(f"dev-{self.spec.name}", ClusterConfig(bootstrap=self.spec.bootstrap, client=self.client(with_password=True), timeout=2.0))
+        return Admin(
+            f"dev-{self.spec.name}",
+            ClusterConfig(bootstrap=self.spec.bootstrap, client=self.client(with_password=True), timeout=2.0),
+        )
 
     def ready(self) -> bool:
         """The broker answers metadata and has a live broker registered."""
@@ -232,12 +275,21 @@ class KafkaNode:
             return False
 
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
-        wait_started(f"kafka cluster {self.spec.name!r}", pid_file=self.spec.pid_file, log_file=self.spec.log_file,
-                     ready=lambda: self.ready() and self._probe_topic(), timeout=timeout, interval=0.3)
+        wait_started(
+            f"kafka cluster {self.spec.name!r}",
+            pid_file=self.spec.pid_file,
+            log_file=self.spec.log_file,
+            ready=lambda: self.ready() and self._probe_topic(),
+            timeout=timeout,
+            interval=0.3,
+        )
 
     def _probe_topic(self) -> bool:
         """Create and delete a topic: the controller is elected and accepts metadata writes."""
-        admin = Admin(f"dev-{self.spec.name}", ClusterConfig(bootstrap=self.spec.bootstrap, client=self.client(with_password=True), timeout=15.0))
+        admin = Admin(
+            f"dev-{self.spec.name}",
+            ClusterConfig(bootstrap=self.spec.bootstrap, client=self.client(with_password=True), timeout=15.0),
+        )
         try:
             admin.create_topic("__mirror_dev_probe", 1, 1)
             admin.delete_topics(["__mirror_dev_probe"])
@@ -251,7 +303,6 @@ class KafkaNode:
             return False
         log.info("stopped kafka %s (pid %d)", self.spec.name, pid)
         return True
-
 
 
 # ---------------------------------------------------------------------------- the set
@@ -286,8 +337,12 @@ class DevClusters:
     def nodes(self) -> list[KafkaNode]:
         st = self._state()
         return [
-            KafkaNode(ClusterSpec(n, c["port"], self.home), broker_config=c.get("broker_config"), security=c.get("security", "plaintext"),
-                      extra_security=c.get("extra_security", ()))
+            KafkaNode(
+                ClusterSpec(n, c["port"], self.home),
+                broker_config=c.get("broker_config"),
+                security=c.get("security", "plaintext"),
+                extra_security=c.get("extra_security", ()),
+            )
             for n, c in st["clusters"].items()
         ]
 
@@ -298,21 +353,35 @@ class DevClusters:
         raise DevClusterError(f"no dev cluster named {name!r} under {self.home}")
 
     def up(
-        self, names: Sequence[str], base_port: int = DEFAULT_BASE_PORT, *, cassandra: bool = False, heap: str | None = None,
-        broker_config: Mapping[str, str] | None = None, security: Security | str = Security.PLAINTEXT,
+        self,
+        names: Sequence[str],
+        base_port: int = DEFAULT_BASE_PORT,
+        *,
+        cassandra: bool = False,
+        heap: str | None = None,
+        broker_config: Mapping[str, str] | None = None,
+        security: Security | str = Security.PLAINTEXT,
         extra_security: Sequence[Security | str] = (),
-        spark: bool = False, spark_workers: int = 1,
+        spark: bool = False,
+        spark_workers: int = 1,
     ) -> UpResult:
         """Start the named clusters; `broker_config` lines are added to every broker's
         server.properties (and remembered, so a restart of the node keeps them)."""
         state = self._state()
         started, running = [], []
-        nodes = [KafkaNode(s, heap, broker_config, security, extra_security) for s in specs(names, base_port, self.home)]
+        nodes = [
+            KafkaNode(s, heap, broker_config, security, extra_security) for s in specs(names, base_port, self.home)
+        ]
         for node in nodes:
             prior = state["clusters"].get(node.spec.name)
-            if prior and prior.get("security", "plaintext") != node.security.value and (node.spec.dir / "data").exists():
+            if (
+                prior
+                and prior.get("security", "plaintext") != node.security.value
+                and (node.spec.dir / "data").exists()
+            ):
                 raise DevClusterError(
-                    f"cluster {node.spec.name!r} was formatted with --security {prior.get('security', 'plaintext')}, not {node.security.value}",
+                    f"cluster {node.spec.name!r} was formatted with --security "
+                    f"{prior.get('security', 'plaintext')}, not {node.security.value}",
                     hint="use another --home, or remove its data with `mirror dev down` and deleting the home",
                 )
             if prior and prior["port"] != node.spec.port:
@@ -330,14 +399,16 @@ class DevClusters:
                 node.start()
                 started.append(node.spec.name)
                 state["clusters"][node.spec.name] = {
-                    "port": node.spec.port, "bootstrap": node.spec.bootstrap, "broker_config": node.broker_config,
-                    "security": node.security.value, "extra_security": [m.value for m in node.extra_ports],
+                    "port": node.spec.port,
+                    "bootstrap": node.spec.bootstrap,
+                    "broker_config": node.broker_config,
+                    "security": node.security.value,
+                    "extra_security": [m.value for m in node.extra_ports],
                 }
                 self._save(state)
             for node in nodes:
                 node.wait_ready()
             if cassandra:
-
                 # With --security the store is secured too: PasswordAuthenticator, and a
                 # `mirror` role with the mirror user's password.
                 auth = Security(security) is not Security.PLAINTEXT
@@ -358,7 +429,11 @@ class DevClusters:
                 started += new
                 if not new:
                     running.append("spark")
-                state["spark"] = {"base_port": base_port, "master": sp.master_url, "workers": max(spark_workers, (state.get("spark") or {}).get("workers", 1))}
+                state["spark"] = {
+                    "base_port": base_port,
+                    "master": sp.master_url,
+                    "workers": max(spark_workers, (state.get("spark") or {}).get("workers", 1)),
+                }
                 self._save(state)
                 sp.wait_ready()
         except BaseException:
@@ -390,7 +465,12 @@ class DevClusters:
         cas = None
         if state.get("cassandra"):
             cnode = CassandraNode(self.home, state["cassandra"]["port"])
-            cas = {"contact_point": cnode.contact_point, "running": cnode.pid() is not None, "pid": cnode.pid(), "log": str(cnode.log_file)}
+            cas = {
+                "contact_point": cnode.contact_point,
+                "running": cnode.pid() is not None,
+                "pid": cnode.pid(),
+                "log": str(cnode.log_file),
+            }
             if state["cassandra"].get("auth"):
                 cas.update(username="mirror", password=f"${{{password_var('mirror')}}}")
         secured = any(n.security is not Security.PLAINTEXT for n in self.nodes())
@@ -398,13 +478,22 @@ class DevClusters:
         sp = None
         if state.get("spark"):
             dev = SparkDev(self.home, state["spark"]["base_port"], state["spark"].get("workers", 1))
-            sp = {"master": dev.master_url, "running": dev.running(), "pid": dev.pid("master"), "log": str(dev.dir), "workers": dev.workers}
+            sp = {
+                "master": dev.master_url,
+                "running": dev.running(),
+                "pid": dev.pid("master"),
+                "log": str(dev.dir),
+                "workers": dev.workers,
+            }
         return {"clusters": clusters, "cassandra": cas, "spark": sp, "passwords": passwords}
 
     def admin(self, name: str) -> Admin:
         """An admin client logged in as the dev admin (a super user) on one cluster."""
         node = self.node(name)
-        return Admin(f"dev-{name}", ClusterConfig(bootstrap=node.spec.bootstrap, client=node.client("admin", with_password=True), timeout=15.0))
+        return Admin(
+            f"dev-{name}",
+            ClusterConfig(bootstrap=node.spec.bootstrap, client=node.client("admin", with_password=True), timeout=15.0),
+        )
 
     def grant(self, config: Config, user: str = "mirror", commands: Sequence[str] = COMMANDS) -> dict[str, int]:
         """Grant `user` what `mirror acls` lists for `config` (all commands unless narrowed),
@@ -424,7 +513,6 @@ class DevClusters:
         stopped = [n.spec.name for n in self.nodes() if n.stop()]
         state = self._state()
         if state.get("cassandra"):
-
             if CassandraNode(self.home, state["cassandra"]["port"]).stop():
                 stopped.append("cassandra")
         if state.get("spark"):

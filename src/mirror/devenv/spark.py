@@ -19,7 +19,15 @@ import time
 import urllib.request
 from pathlib import Path
 
-from mirror.devenv.common import START_TIMEOUT, log_tail, owned_pid, require_free_ports, spawn_detached, started_alive, stop_owned
+from mirror.devenv.common import (
+    START_TIMEOUT,
+    log_tail,
+    owned_pid,
+    require_free_ports,
+    spawn_detached,
+    started_alive,
+    stop_owned,
+)
 from mirror.errors import DevClusterError
 
 log = logging.getLogger(__name__)
@@ -93,9 +101,31 @@ class SparkDev:
     def _command(self, role: str) -> list[str]:
         port, ui = self._ports(role)
         if role == "master":
-            return ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)]
-        return ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui),
-                "--cores", "1", "--memory", WORKER_MEMORY, "--work-dir", str(self.work_dir(role)), self.master_url]
+            return [
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(ui),
+            ]
+        return [
+            "org.apache.spark.deploy.worker.Worker",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(ui),
+            "--cores",
+            "1",
+            "--memory",
+            WORKER_MEMORY,
+            "--work-dir",
+            str(self.work_dir(role)),
+            self.master_url,
+        ]
 
     def start(self) -> list[str]:
         """Start what is not running; return the roles started (wait with `wait_ready`)."""
@@ -106,16 +136,27 @@ class SparkDev:
             if self.pid(role) is not None:
                 continue
             require_free_ports(self._ports(role), f"the Spark {role}", hint="pick other ports with --base-port")
-            proc = spawn_detached([str(home / "bin" / "spark-class"), *self._command(role)], log_file=self._log_file(role), pid_file=self._pid_file(role),
-                                  cwd=self.dir, env=self.env(role, home))
+            proc = spawn_detached(
+                [str(home / "bin" / "spark-class"), *self._command(role)],
+                log_file=self._log_file(role),
+                pid_file=self._pid_file(role),
+                cwd=self.dir,
+                env=self.env(role, home),
+            )
             started.append(f"spark-{role}")
             log.info("started spark %s pid=%d", role, proc.pid)
         return started
 
     def env(self, role: str, home: Path) -> dict[str, str]:
         """The environment of the `role` daemon (its executors inherit the worker's)."""
-        return {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
-                "SPARK_LOG_DIR": str(self.dir), "SPARK_WORKER_DIR": str(self.dir / "work")}
+        return {
+            **os.environ,
+            "SPARK_HOME": str(home),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
+            "SPARK_LOG_DIR": str(self.dir),
+            "SPARK_WORKER_DIR": str(self.dir / "work"),
+        }
 
     def alive_workers(self) -> int:
         try:
@@ -129,11 +170,17 @@ class SparkDev:
         while time.monotonic() < deadline:
             for role in self._roles():
                 if not started_alive(self._pid_file(role)):
-                    raise DevClusterError(f"the Spark {role} exited during start; last lines of {self._log_file(role)}:\n{log_tail(self._log_file(role))}")
+                    raise DevClusterError(
+                        f"the Spark {role} exited during start; last lines of "
+                        f"{self._log_file(role)}:\n{log_tail(self._log_file(role))}"
+                    )
             if self.alive_workers() >= self.workers:
                 return
             time.sleep(0.3)
-        raise DevClusterError(f"the Spark master has fewer than {self.workers} workers after {timeout:g}s; last lines of {self._log_file('worker')}:\n{log_tail(self._log_file('worker'))}")
+        raise DevClusterError(
+            f"the Spark master has fewer than {self.workers} workers after {timeout:g}s; last lines of "
+            f"{self._log_file('worker')}:\n{log_tail(self._log_file('worker'))}"
+        )
 
     def stop(self, *, kill: bool = False) -> list[str]:
         stopped = []

@@ -33,8 +33,22 @@ from mirror.domain.naming import SEPARATOR, RenamePolicy
 # Groups whose names the project makes up itself (assign-only consumers, nothing committed).
 READER_GROUP_PREFIX = "mirror-reader-"  # mirror.kafka.reader.PartitionReader
 
-COMMANDS = ("validate", "topics", "run", "lag", "canary", "failover plan", "failover apply", "failover export", "failover import", "failback",
-            "failover plan --from", "failover apply --plan", "failover import --backup", "failback --from")
+COMMANDS = (
+    "validate",
+    "topics",
+    "run",
+    "lag",
+    "canary",
+    "failover plan",
+    "failover apply",
+    "failover export",
+    "failover import",
+    "failback",
+    "failover plan --from",
+    "failover apply --plan",
+    "failover import --backup",
+    "failback --from",
+)
 
 _REGEX_CHARS = set(".^$*+?{}[]\\|()")
 
@@ -180,7 +194,14 @@ def flow_grants(config: Topology, flow: Flow) -> list[Grant]:
     def add(command: str, cluster: str, resource: Resource, ops: Iterable[str], why: str) -> None:
         out.append(Grant(command, cluster, resource, minimal_operations(ops), why))
 
-    for commands in (_listing_grants, _run_grants, _monitoring_grants, _failover_grants, _site_grants, _failback_grants):
+    for commands in (
+        _listing_grants,
+        _run_grants,
+        _monitoring_grants,
+        _failover_grants,
+        _site_grants,
+        _failback_grants,
+    ):
         commands(flow, res, add)
     return out
 
@@ -198,7 +219,13 @@ def _run_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
     """run: read the source, write the target, checkpoint the groups."""
     s, t = fr.s, fr.t
     for r, exact in [*fr.src_topics, (fr.canary_src, True)]:
-        add("run", s, r, ["Describe", "Read", "DescribeConfigs"], _note(exact, "read the source topics, their offsets and max.message.bytes"))
+        add(
+            "run",
+            s,
+            r,
+            ["Describe", "Read", "DescribeConfigs"],
+            _note(exact, "read the source topics, their offsets and max.message.bytes"),
+        )
     # No Create on the canary topic: `mirror canary` makes it; run only tries to, to route it sooner.
     add("run", s, fr.mirror_group, ["Read"], "the mirror's consumer group: join, commit, read back")
     for r, exact in fr.groups:
@@ -207,7 +234,13 @@ def _run_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
     if flow.sync_topic_configs:
         tgt_ops.insert(4, "AlterConfigs")
     for r, exact in [*fr.dst_topics, (fr.canary_dst, True)]:
-        add("run", t, r, tgt_ops, _note(exact, "create, grow, configure and write the target topics; empty a recreated one"))
+        add(
+            "run",
+            t,
+            r,
+            tgt_ops,
+            _note(exact, "create, grow, configure and write the target topics; empty a recreated one"),
+        )
     if flow.sync_group_offsets:
         for r, exact in fr.groups:
             add("run", t, r, ["Read"], _note(exact, "sync_group_offsets: commit translated offsets for idle groups"))
@@ -247,16 +280,34 @@ def _failover_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
             if command == "failover apply":  # plan never asks the target about the group
                 add(command, t, r, ["Read"], _note(exact, "set the group's offsets on the target"))
         for r, exact in fr.dst_topics:
-            add(command, t, r, ["Describe", "Read"], _note(exact, "target offsets; --at counts records at the boundary millisecond"))
+            add(
+                command,
+                t,
+                r,
+                ["Describe", "Read"],
+                _note(exact, "target offsets; --at counts records at the boundary millisecond"),
+            )
         # --at's boundary reader (failover.gather.count_boundary) assigns explicit offsets
         # and commits nothing: no group ACL (test_failover_plan_without_one_grant).
     for cluster, topics in ((s, fr.src_topics), (t, fr.dst_topics)):
         for r, exact in fr.groups:
             add("failover export", cluster, r, ["Describe"], _note(exact, "the group's committed offsets"))
-            add("failover import", cluster, r, ["Describe", "Read", "Delete"], _note(exact, "replace the group's offsets"))
+            add(
+                "failover import",
+                cluster,
+                r,
+                ["Describe", "Read", "Delete"],
+                _note(exact, "replace the group's offsets"),
+            )
         for r, exact in topics:
             add("failover export", cluster, r, ["Describe"], _note(exact, "offsets of the group's topics"))
-            add("failover import", cluster, r, ["Describe", "Read"], _note(exact, "an offset commit needs Read on the topic"))
+            add(
+                "failover import",
+                cluster,
+                r,
+                ["Describe", "Read"],
+                _note(exact, "an offset commit needs Read on the topic"),
+            )
 
 
 def _site_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
@@ -266,17 +317,59 @@ def _site_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
     add("failover plan --from", s, fr.mirror_group, ["Describe"], "how far the mirror got")
     for r, exact in fr.src_topics:
         add("failover plan --from", s, r, ["Describe"], _note(exact, "source offsets"))
-        add("failover apply --plan", s, r, ["Describe"], _note(exact, "the groups' source offsets again: moved since the plan?"))
+        add(
+            "failover apply --plan",
+            s,
+            r,
+            ["Describe"],
+            _note(exact, "the groups' source offsets again: moved since the plan?"),
+        )
     for r, exact in fr.groups:
-        add("failover plan --from", s, r, ["Describe"], _note(exact, "list the groups, their positions and states on the source"))
+        add(
+            "failover plan --from",
+            s,
+            r,
+            ["Describe"],
+            _note(exact, "list the groups, their positions and states on the source"),
+        )
         add("failover plan --from", t, r, ["Describe"], _note(exact, "the groups' states and commits on the target"))
-        add("failover apply --plan", s, r, ["Describe"], _note(exact, "the groups' states and offsets on the source again"))
-        add("failover apply --plan", t, r, ["Read"], _note(exact, "back the groups up and set their offsets on the target"))
-        add("failover import --backup", t, r, ["Describe", "Read", "Delete"], _note(exact, "replace the groups' offsets"))
+        add(
+            "failover apply --plan",
+            s,
+            r,
+            ["Describe"],
+            _note(exact, "the groups' states and offsets on the source again"),
+        )
+        add(
+            "failover apply --plan",
+            t,
+            r,
+            ["Read"],
+            _note(exact, "back the groups up and set their offsets on the target"),
+        )
+        add(
+            "failover import --backup",
+            t,
+            r,
+            ["Describe", "Read", "Delete"],
+            _note(exact, "replace the groups' offsets"),
+        )
     for r, exact in fr.dst_topics:
-        add("failover plan --from", t, r, ["Describe", "Read"], _note(exact, "target offsets; --at counts records at the boundary millisecond"))
+        add(
+            "failover plan --from",
+            t,
+            r,
+            ["Describe", "Read"],
+            _note(exact, "target offsets; --at counts records at the boundary millisecond"),
+        )
         add("failover apply --plan", t, r, ["Read"], _note(exact, "an offset commit needs Read on the topic"))
-        add("failover import --backup", t, r, ["Describe", "Read"], _note(exact, "an offset commit needs Read on the topic"))
+        add(
+            "failover import --backup",
+            t,
+            r,
+            ["Describe", "Read"],
+            _note(exact, "an offset commit needs Read on the topic"),
+        )
 
 
 def _failback_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:

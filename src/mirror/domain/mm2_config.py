@@ -32,13 +32,27 @@ _FLOW_INTERVALS = {
     "emit.checkpoints.interval.seconds": "checkpoint_interval",
     "sync.topic.configs.interval.seconds": "sync_topic_configs_interval",
 }
-_FLOW_SWITCHES = {"sync.group.offsets.enabled": "sync_group_offsets", "sync.topic.configs.enabled": "sync_topic_configs"}
+_FLOW_SWITCHES = {
+    "sync.group.offsets.enabled": "sync_group_offsets",
+    "sync.topic.configs.enabled": "sync_topic_configs",
+}
 # Keys read to build a flow (or that only steer MM2's own machinery) and need no line of their own.
 _FLOW_CONSUMED = {
-    "enabled", "topics", "topics.exclude", "topics.blacklist", "groups", "groups.exclude", "groups.blacklist",
-    "replication.policy.class", "replication.policy.separator", "emit.checkpoints.enabled",
-    "offset-syncs.topic.location", "source.cluster.alias", "target.cluster.alias",
-    *_FLOW_INTERVALS, *_FLOW_SWITCHES,
+    "enabled",
+    "topics",
+    "topics.exclude",
+    "topics.blacklist",
+    "groups",
+    "groups.exclude",
+    "groups.blacklist",
+    "replication.policy.class",
+    "replication.policy.separator",
+    "emit.checkpoints.enabled",
+    "offset-syncs.topic.location",
+    "source.cluster.alias",
+    "target.cluster.alias",
+    *_FLOW_INTERVALS,
+    *_FLOW_SWITCHES,
 }
 # Client settings whose librdkafka name is the same and whose meaning carries over.
 _SAME_NAME_CLIENT = {"security.protocol", "ssl.endpoint.identification.algorithm", "sasl.kerberos.service.name"}
@@ -46,17 +60,21 @@ _SAME_NAME_CLIENT = {"security.protocol", "ssl.endpoint.identification.algorithm
 # say nothing about the mirror's workers (and its defaults would be refused by the flow's rules).
 _SAME_NAME_CONSUMER = {"fetch.min.bytes", "fetch.max.bytes", "max.partition.fetch.bytes"}
 _SAME_NAME_PRODUCER = {"linger.ms", "compression.type", "batch.size", "batch.num.messages"}
+_NO_HEARTBEATS = "no heartbeats topic: the canary (`mirror canary run`) measures the route end to end"
 # Why some well-known MM2 keys are not carried over.
 _REASONS = {
     "tasks.max": "no counterpart in the file: run `mirror run --workers N` (or more containers) for parallelism",
     "replication.factor": "target topics are created with the target broker's default replication factor",
     "offset.flush.interval.ms": "the mirror commits source offsets every flow commit_interval (1s by default)",
-    "emit.heartbeats.enabled": "no heartbeats topic: the canary (`mirror canary run`) measures the route end to end",
-    "emit.heartbeats.interval.seconds": "no heartbeats topic: the canary (`mirror canary run`) measures the route end to end",
+    "emit.heartbeats.enabled": _NO_HEARTBEATS,
+    "emit.heartbeats.interval.seconds": _NO_HEARTBEATS,
     "sync.topic.acls.enabled": "ACLs are not synced: `mirror acls` prints what each cluster needs",
     "refresh.groups.interval.seconds": "groups are listed again at every checkpoint",
     "sync.group.offsets.interval.seconds": "group offsets are synced at every checkpoint (checkpoint_interval)",
-    "exactly.once.source.support": "the mirror is idempotent and commits only after the target acknowledged (duplicates only after a crash, never loss)",
+    "exactly.once.source.support": (
+        "the mirror is idempotent and commits only after the target acknowledged "
+        "(duplicates only after a crash, never loss)"
+    ),
 }
 _CONNECT_INTERNAL = re.compile(
     r"^(offset|config|status)\.storage\..*|^(key|value|header)\.converter.*|^plugin\.(path|discovery)$|.*replication\.factor$"
@@ -88,13 +106,26 @@ class Mm2Flow:
     heartbeat_interval: float | None = 1.0  # seconds between MM2's heartbeats on the target; None: it emits none
 
     @classmethod
-    def of(cls, source: str, target: str, read_committed: bool, syncs_on_target: bool, separator: str = ".",
-           heartbeat_interval: float | None = 1.0) -> Mm2Flow:
+    def of(
+        cls,
+        source: str,
+        target: str,
+        read_committed: bool,
+        syncs_on_target: bool,
+        separator: str = ".",
+        heartbeat_interval: float | None = 1.0,
+    ) -> Mm2Flow:
         return cls(
-            name=f"{source}-to-{target}", source=source, target=target, read_committed=read_committed,
-            offsets_topic=f"mm2-offsets.{source}.internal", offset_syncs_topic=f"mm2-offset-syncs{separator}{target}{separator}internal",
-            offset_syncs_on_target=syncs_on_target, checkpoints_topic=f"{source}{separator}checkpoints{separator}internal",
-            connect_group=f"{source}-mm2", heartbeat_interval=heartbeat_interval,
+            name=f"{source}-to-{target}",
+            source=source,
+            target=target,
+            read_committed=read_committed,
+            offsets_topic=f"mm2-offsets.{source}.internal",
+            offset_syncs_topic=f"mm2-offset-syncs{separator}{target}{separator}internal",
+            offset_syncs_on_target=syncs_on_target,
+            checkpoints_topic=f"{source}{separator}checkpoints{separator}internal",
+            connect_group=f"{source}-mm2",
+            heartbeat_interval=heartbeat_interval,
         )
 
 
@@ -161,8 +192,8 @@ def _unescape(text: str) -> str:
             j += 1
             continue
         n = text[j + 1]
-        if n == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[j + 2:j + 6]):
-            out.append(chr(int(text[j + 2:j + 6], 16)))
+        if n == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[j + 2 : j + 6]):
+            out.append(chr(int(text[j + 2 : j + 6], 16)))
             j += 6
             continue
         out.append({"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(n, n))
@@ -185,13 +216,21 @@ def translate(props: dict[str, str]) -> Translation:
     """The topology an MM2 properties file describes; ConfigError names the key that cannot be carried over."""
     aliases = _list(props.get("clusters", ""))
     if len(aliases) < 2:
-        raise ConfigError("clusters", "an MM2 file names at least two clusters (`clusters = A, B`)", hint="pass the properties file MirrorMaker 2 runs with")
+        raise ConfigError(
+            "clusters",
+            "an MM2 file names at least two clusters (`clusters = A, B`)",
+            hint="pass the properties file MirrorMaker 2 runs with",
+        )
     used: set[str] = {"clusters"}
     out = Translation(config={}, flows=[])
     clusters: dict[str, Any] = {}
     for alias in aliases:
         if not re.fullmatch(r"[A-Za-z0-9_-]+", alias):
-            raise ConfigError("clusters", f"cluster alias {alias!r} cannot be a cluster name here", hint="use letters, digits, '_' and '-' only (rename the alias in the MM2 file first)")
+            raise ConfigError(
+                "clusters",
+                f"cluster alias {alias!r} cannot be a cluster name here",
+                hint="use letters, digits, '_' and '-' only (rename the alias in the MM2 file first)",
+            )
         clusters[alias] = _cluster(props, alias, used, out)
     flows = []
     for source in aliases:
@@ -203,7 +242,11 @@ def translate(props: dict[str, str]) -> Translation:
                 continue
             flows.append(_flow(props, source, target, used, out))
     if not flows:
-        raise ConfigError("A->B.enabled", "no pair is enabled (`A->B.enabled = true`): nothing to take over", hint="check that this is the file MirrorMaker 2 runs with")
+        raise ConfigError(
+            "A->B.enabled",
+            "no pair is enabled (`A->B.enabled = true`): nothing to take over",
+            hint="check that this is the file MirrorMaker 2 runs with",
+        )
     out.config = {"clusters": clusters, "flows": flows}
     for key in sorted(set(props) - used):
         out.untranslated.append(Untranslated(key, _reason(key, aliases)))
@@ -247,7 +290,9 @@ def _secret(value: str, var: str, what: str, out: Translation) -> str:
 def _cluster(props: dict[str, str], alias: str, used: set[str], out: Translation) -> dict[str, Any]:
     bootstrap = _setting(props, used, f"{alias}.bootstrap.servers")
     if not bootstrap:
-        raise ConfigError(f"{alias}.bootstrap.servers", "missing", hint="every cluster in `clusters` needs its bootstrap servers")
+        raise ConfigError(
+            f"{alias}.bootstrap.servers", "missing", hint="every cluster in `clusters` needs its bootstrap servers"
+        )
     client: dict[str, Any] = {}
 
     def get(name: str) -> str | None:
@@ -267,28 +312,55 @@ def _cluster(props: dict[str, str], alias: str, used: set[str], out: Translation
             user = fields["username"]
             ref = _ENV_REF.match(user)
             client["sasl.username"] = "${" + ref.group(1) + "}" if ref else user
-            client["sasl.password"] = _secret(fields.get("password", ""), _env_name(alias, "sasl.password"), f"the SASL password of {fields['username']!r} on {alias}", out)
+            client["sasl.password"] = _secret(
+                fields.get("password", ""),
+                _env_name(alias, "sasl.password"),
+                f"the SASL password of {fields['username']!r} on {alias}",
+                out,
+            )
         else:
-            out.untranslated.append(Untranslated(f"{alias}.sasl.jaas.config", "only PLAIN and SCRAM logins (username/password) are carried over; set the librdkafka sasl.* settings under clusters." + alias + ".client"))
+            out.untranslated.append(
+                Untranslated(
+                    f"{alias}.sasl.jaas.config",
+                    "only PLAIN and SCRAM logins (username/password) are carried over; set the "
+                    "librdkafka sasl.* settings under clusters." + alias + ".client",
+                )
+            )
     trust, trust_type = get("ssl.truststore.location"), (get("ssl.truststore.type") or "JKS").upper()
     get("ssl.truststore.password")
     if trust:
         if trust_type == "PEM":
             client["ssl.ca.location"] = trust
         else:
-            out.untranslated.append(Untranslated(f"{alias}.ssl.truststore.location", f"librdkafka reads CA certificates as PEM, not {trust_type}: export them (keytool -exportcert -rfc) and set ssl.ca.location"))
+            out.untranslated.append(
+                Untranslated(
+                    f"{alias}.ssl.truststore.location",
+                    f"librdkafka reads CA certificates as PEM, not {trust_type}: export them (keytool "
+                    "-exportcert -rfc) and set ssl.ca.location",
+                )
+            )
     keystore, key_type = get("ssl.keystore.location"), (get("ssl.keystore.type") or "JKS").upper()
     key_password = get("ssl.keystore.password")
     if keystore:
         if key_type == "PKCS12":
             client["ssl.keystore.location"] = keystore
             if key_password is not None:
-                client["ssl.keystore.password"] = _secret(key_password, _env_name(alias, "ssl.keystore.password"), f"the keystore password of {alias}", out)
+                client["ssl.keystore.password"] = _secret(
+                    key_password, _env_name(alias, "ssl.keystore.password"), f"the keystore password of {alias}", out
+                )
         else:
-            out.untranslated.append(Untranslated(f"{alias}.ssl.keystore.location", f"librdkafka reads a PKCS12 keystore or PEM files, not {key_type}: convert it (keytool -importkeystore -deststoretype PKCS12)"))
+            out.untranslated.append(
+                Untranslated(
+                    f"{alias}.ssl.keystore.location",
+                    f"librdkafka reads a PKCS12 keystore or PEM files, not {key_type}: convert it "
+                    "(keytool -importkeystore -deststoretype PKCS12)",
+                )
+            )
     key_pw = get("ssl.key.password")
     if key_pw is not None and keystore and key_type == "PKCS12":
-        client["ssl.key.password"] = _secret(key_pw, _env_name(alias, "ssl.key.password"), f"the private key password of {alias}", out)
+        client["ssl.key.password"] = _secret(
+            key_pw, _env_name(alias, "ssl.key.password"), f"the private key password of {alias}", out
+        )
     cluster: dict[str, Any] = {"bootstrap": bootstrap.strip()}
     if client:
         cluster["client"] = client
@@ -305,7 +377,14 @@ def _flow(props: dict[str, str], source: str, target: str, used: set[str], out: 
     include = _list(get("topics") or ".*")
     exclude = get("topics.exclude")
     legacy = get("topics.blacklist")
-    flow["topics"] = {"include": include, "exclude": _list(exclude) if exclude is not None else _list(legacy) if legacy is not None else list(DEFAULT_TOPICS_EXCLUDE)}
+    flow["topics"] = {
+        "include": include,
+        "exclude": _list(exclude)
+        if exclude is not None
+        else _list(legacy)
+        if legacy is not None
+        else list(DEFAULT_TOPICS_EXCLUDE),
+    }
     policy = (get("replication.policy.class") or DEFAULT_POLICY).strip()
     separator = get("replication.policy.separator")
     separator = "." if separator is None else separator
@@ -313,16 +392,27 @@ def _flow(props: dict[str, str], source: str, target: str, used: set[str], out: 
         flow["rename"] = "identity"
     elif policy == DEFAULT_POLICY:
         if separator != ".":
-            raise ConfigError("replication.policy.separator", f"separator {separator!r} is not supported: the mirror names remote topics SOURCE.TOPIC", hint="only the default separator '.' maps to rename: prefix")
+            raise ConfigError(
+                "replication.policy.separator",
+                f"separator {separator!r} is not supported: the mirror names remote topics SOURCE.TOPIC",
+                hint="only the default separator '.' maps to rename: prefix",
+            )
         flow["rename"] = "prefix"
     else:
-        raise ConfigError("replication.policy.class", f"{policy} has no counterpart", hint="the mirror supports DefaultReplicationPolicy (rename: prefix) and IdentityReplicationPolicy (rename: identity)")
+        raise ConfigError(
+            "replication.policy.class",
+            f"{policy} has no counterpart",
+            hint="the mirror supports DefaultReplicationPolicy (rename: prefix) and IdentityReplicationPolicy "
+            "(rename: identity)",
+        )
     checkpoints = get("emit.checkpoints.enabled")
     if checkpoints is None or _true(checkpoints):
         groups = _list(get("groups") or ".*")
         gex = get("groups.exclude")
         glegacy = get("groups.blacklist")
-        gexclude = _list(gex) if gex is not None else _list(glegacy) if glegacy is not None else list(DEFAULT_GROUPS_EXCLUDE)
+        gexclude = (
+            _list(gex) if gex is not None else _list(glegacy) if glegacy is not None else list(DEFAULT_GROUPS_EXCLUDE)
+        )
         flow["groups"] = [group_pattern(groups, gexclude)]
     for key, name in _FLOW_INTERVALS.items():
         v = get(key)
@@ -342,7 +432,9 @@ def _flow(props: dict[str, str], source: str, target: str, used: set[str], out: 
     # `consumer.*` becomes); which wins differs between its versions. Read_committed if any of
     # them says so: counting aborted records MM2 did not copy would place later ones past
     # their copies, counting too few only re-reads.
-    isolation_keys = [f"{pre}{mid}consumer.isolation.level" for pre in (pair, f"{source}.", "") for mid in ("", "source.")]
+    isolation_keys = [
+        f"{pre}{mid}consumer.isolation.level" for pre in (pair, f"{source}.", "") for mid in ("", "source.")
+    ]
     used.update(k for k in isolation_keys if k in props)
     committed = any(props[k].strip() == "read_committed" for k in isolation_keys if k in props)
     location = (get("offset-syncs.topic.location") or "source").strip().lower()
@@ -362,8 +454,8 @@ def _overrides(props: dict[str, str], used: set[str], prefixes: list[str], allow
     out: dict[str, str] = {}
     for prefix in prefixes:
         for key, value in props.items():
-            if key.startswith(prefix) and key[len(prefix):] in allowed:
-                out.setdefault(key[len(prefix):], value.strip())
+            if key.startswith(prefix) and key[len(prefix) :] in allowed:
+                out.setdefault(key[len(prefix) :], value.strip())
                 used.add(key)
     return out
 

@@ -83,7 +83,7 @@ def decode_source_offset(key: bytes | None, value: bytes | None, source: str) ->
         body = json.loads(value)
         return tp, int(body["offset"]) + 1
     except (ValueError, TypeError, KeyError) as exc:
-        raise Mm2FormatError(f"offset value {value[:80]!r} of {tp[0]}[{tp[1]}] is not {{\"offset\": N}}") from exc
+        raise Mm2FormatError(f'offset value {value[:80]!r} of {tp[0]}[{tp[1]}] is not {{"offset": N}}') from exc
 
 
 def resume_positions(records: Iterable[tuple[bytes | None, bytes | None]], source: str) -> dict[Partition, int]:
@@ -129,7 +129,7 @@ class _Struct:
         n = self.int16()
         if n < 0 or self.pos + n > len(self.data):
             raise Mm2FormatError(f"{self.what}: bad string length {n}")
-        s = self.data[self.pos:self.pos + n].decode("utf-8")
+        s = self.data[self.pos : self.pos + n].decode("utf-8")
         self.pos += n
         return s
 
@@ -213,7 +213,9 @@ class PartitionMap:
 ReadOffsets = Callable[[int, int], list[int]]  # source record offsets in [start, end), as MM2 read them
 
 
-def partition_map(topic: str, partition: int, syncs: Sequence[tuple[int, int]], resume: int, read_offsets: ReadOffsets) -> PartitionMap:
+def partition_map(
+    topic: str, partition: int, syncs: Sequence[tuple[int, int]], resume: int, read_offsets: ReadOffsets
+) -> PartitionMap:
     """The offset-map rows and tip of one partition for what MM2 copied below `resume`."""
     points = [(u, d) for u, d in syncs if u < resume]
     out = PartitionMap([], None)

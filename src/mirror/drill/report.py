@@ -21,21 +21,42 @@ def render_markdown(r: dict[str, Any]) -> str:
     if r.get("failed_step") is not None:
         out.append(f"- stopped at step {r['failed_step']}; resume with `{r.get('resume')}`")
     rpo = r.get("rpo") or {}
-    out += ["", "## Numbers", "", "| measure | value |", "|---|---|",
-            f"| RTO ({'every group' if r.get('site') else 'group'} stopped on {r['primary']} -> {'the last group' + chr(39) + 's' if r.get('site') else ''} first record read on {r['dr']}) | {_num(r.get('rto_seconds'), ' s')} |",
-            f"| RPO records (flow lag at the cutover) | {_num(rpo.get('records'))} |",
-            f"| RPO seconds (age of the oldest unmirrored record at the cutover) | {_num(rpo.get('seconds'), ' s')} |"]
+    out += [
+        "",
+        "## Numbers",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| RTO ({'every group' if r.get('site') else 'group'} stopped on {r['primary']} -> "
+        f"{'the last group' + chr(39) + 's' if r.get('site') else ''} first record read on {r['dr']}) | "
+        f"{_num(r.get('rto_seconds'), ' s')} |",
+        f"| RPO records (flow lag at the cutover) | {_num(rpo.get('records'))} |",
+        f"| RPO seconds (age of the oldest unmirrored record at the cutover) | {_num(rpo.get('seconds'), ' s')} |",
+    ]
     w = r.get("workload")
     if w:
-        out += [f"| records produced by the drill workload | {w['produced']} |",
-                f"| read by the group on {r['primary']} before / on {r['dr']} after | {w['read_before']} / {w['read_after']} |",
-                f"| records lost | {w['lost']} |", f"| records duplicated | {w['duplicated']} |"]
+        out += [
+            f"| records produced by the drill workload | {w['produced']} |",
+            f"| read by the group on {r['primary']} before / on {r['dr']} after | {w['read_before']} / "
+            f"{w['read_after']} |",
+            f"| records lost | {w['lost']} |",
+            f"| records duplicated | {w['duplicated']} |",
+        ]
         if not w.get("final"):
             out.append("| (the drill did not finish: counts so far) | |")
         if w.get("groups"):
-            out += ["", "## Per group", "", "| group | flow | produced | read before / after | lost | duplicated |", "|---|---|---|---|---|---|"]
+            out += [
+                "",
+                "## Per group",
+                "",
+                "| group | flow | produced | read before / after | lost | duplicated |",
+                "|---|---|---|---|---|---|",
+            ]
             for g, v in sorted(w["groups"].items()):
-                out.append(f"| `{g}` | {v['flow']} | {v['produced']} | {v['read_before']} / {v['read_after']} | {v['lost']} | {v['duplicated']} |")
+                out.append(
+                    f"| `{g}` | {v['flow']} | {v['produced']} | {v['read_before']} / {v['read_after']} | "
+                    f"{v['lost']} | {v['duplicated']} |"
+                )
     out += ["", "## Steps", "", "| step | outcome | seconds |", "|---|---|---|"]
     for s in r.get("steps", []):
         out.append(f"| {s['number']}. {s['title']} | {s['outcome']} | {s['duration_seconds']:g} |")

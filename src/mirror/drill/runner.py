@@ -77,10 +77,20 @@ class Request:
     @property
     def variables(self) -> dict[str, str]:
         if self.site is not None:
-            return {"CONFIG": str(self.config_path), "FLOW": self.flow.name, "GROUP": self.group,
-                    "PRIMARY": self.site, "DR": self.dr_site or self.flow.target}
-        return {"CONFIG": str(self.config_path), "FLOW": self.flow.name, "GROUP": self.group,
-                "PRIMARY": self.flow.source, "DR": self.flow.target}
+            return {
+                "CONFIG": str(self.config_path),
+                "FLOW": self.flow.name,
+                "GROUP": self.group,
+                "PRIMARY": self.site,
+                "DR": self.dr_site or self.flow.target,
+            }
+        return {
+            "CONFIG": str(self.config_path),
+            "FLOW": self.flow.name,
+            "GROUP": self.group,
+            "PRIMARY": self.flow.source,
+            "DR": self.flow.target,
+        }
 
     @property
     def primaries(self) -> list[str]:
@@ -88,15 +98,39 @@ class Request:
         return sorted({f.source for f in self.site_flows}) if self.site is not None else [self.flow.source]
 
     def resume_command(self, step: int) -> str:
-        args = ["mirror", "drill", str(self.runbook), "-c", str(self.config_path), "--flow", self.flow.name, "--group", self.group]
+        args = [
+            "mirror",
+            "drill",
+            str(self.runbook),
+            "-c",
+            str(self.config_path),
+            "--flow",
+            self.flow.name,
+            "--group",
+            self.group,
+        ]
         if self.site is not None:
-            args = ["mirror", "drill", str(self.runbook), "-c", str(self.config_path), "--from", self.site, "--group", self.group,
-                    "--groups", str(self.groups_per_flow), *(["--to", self.dr_site] if self.dr_site else [])]
+            args = [
+                "mirror",
+                "drill",
+                str(self.runbook),
+                "-c",
+                str(self.config_path),
+                "--from",
+                self.site,
+                "--group",
+                self.group,
+                "--groups",
+                str(self.groups_per_flow),
+                *(["--to", self.dr_site] if self.dr_site else []),
+            ]
         if self.topic != "mirror-drill":
             args += ["--topic", self.topic]
         if self.dev_home is not None:
             args += ["--dev-home", str(self.dev_home)]
-        return " ".join(shlex.quote(a) for a in [*args, "--yes", "--report", str(self.report_dir), "--from-step", str(step)])
+        return " ".join(
+            shlex.quote(a) for a in [*args, "--yes", "--report", str(self.report_dir), "--from-step", str(step)]
+        )
 
 
 # ---------------------------------------------------------------------------- checks (dry run)
@@ -116,12 +150,20 @@ def check_references(book: Runbook, req: Request, parse_argv: ParseArgv) -> int:
     if req.site is not None:
         _check_site(book, req)
     elif book.executable and not _group_matches(req.flow, req.group):
-        raise RunbookError(book.source, first_group_line,
-                           f"group {req.group!r} (--group) does not match flows[{idx}].groups of flow {req.flow.name!r} ({', '.join(req.flow.groups) or 'none'})",
-                           hint=f"drill a group the flow checkpoints, or add a pattern to flows[{idx}].groups")
+        raise RunbookError(
+            book.source,
+            first_group_line,
+            f"group {req.group!r} (--group) does not match flows[{idx}].groups of flow {req.flow.name!r} "
+            f"({', '.join(req.flow.groups) or 'none'})",
+            hint=f"drill a group the flow checkpoints, or add a pattern to flows[{idx}].groups",
+        )
     if req.site is None and book.executable and not req.flow.topic_filter(config.canary.topic).matches(req.topic):
-        raise RunbookError(book.source, 1, f"flow {req.flow.name!r} does not mirror the drill topic {req.topic!r}",
-                           hint=f"add {req.topic!r} to flows[{idx}].topics.include (or pass --topic)")
+        raise RunbookError(
+            book.source,
+            1,
+            f"flow {req.flow.name!r} does not mirror the drill topic {req.topic!r}",
+            hint=f"add {req.topic!r} to flows[{idx}].topics.include (or pass --topic)",
+        )
     count = 0
     for cmd in book.commands():
         argv, _ = cmd.resolved(variables)
@@ -133,7 +175,9 @@ def check_references(book: Runbook, req: Request, parse_argv: ParseArgv) -> int:
         names = params.get("flows") or ([params["flow"]] if params.get("flow") else [])
         for name in names:
             if name not in flows:
-                raise RunbookError(book.source, cmd.line, f"no flow {name!r} in {req.config_path} (flows: {', '.join(flows)})")
+                raise RunbookError(
+                    book.source, cmd.line, f"no flow {name!r} in {req.config_path} (flows: {', '.join(flows)})"
+                )
         for flag, name in (("--from", params.get("site")), ("--to", params.get("to"))):
             if name and name not in ("earliest", "latest"):
                 try:
@@ -142,11 +186,17 @@ def check_references(book: Runbook, req: Request, parse_argv: ParseArgv) -> int:
                     raise RunbookError(book.source, cmd.line, f"`{cmd.text}`: {exc}") from None
         cluster = params.get("cluster")
         if cluster and cluster not in config.clusters:
-            raise RunbookError(book.source, cmd.line, f"no cluster {cluster!r} in {req.config_path} (clusters: {', '.join(config.clusters)})")
+            raise RunbookError(
+                book.source,
+                cmd.line,
+                f"no cluster {cluster!r} in {req.config_path} (clusters: {', '.join(config.clusters)})",
+            )
         group = params.get("group")
         if group and names and not _group_matches(flows[names[0]], group):
             fi = config.flows.index(flows[names[0]])
-            raise RunbookError(book.source, cmd.line, f"group {group!r} does not match flows[{fi}].groups of flow {names[0]!r}")
+            raise RunbookError(
+                book.source, cmd.line, f"group {group!r} does not match flows[{fi}].groups of flow {names[0]!r}"
+            )
     return count
 
 
@@ -157,12 +207,21 @@ def _check_site(book: Runbook, req: Request) -> None:
     flows = {f.name: f for f in req.site_flows}
     for flow in req.site_flows:
         if not flow.topic_filter(req.config.canary.topic).matches(req.topic):
-            raise RunbookError(book.source, 1, f"flow {flow.name!r} does not mirror the drill topic {req.topic!r}",
-                               hint=f"add {req.topic!r} to flows[{req.config.flows.index(flow)}].topics.include (or pass --topic)")
+            raise RunbookError(
+                book.source,
+                1,
+                f"flow {flow.name!r} does not mirror the drill topic {req.topic!r}",
+                hint=f"add {req.topic!r} to flows[{req.config.flows.index(flow)}].topics.include (or pass --topic)",
+            )
     for group, name in req.site_groups.items():
         if not _group_matches(flows[name], group):
-            raise RunbookError(book.source, 1, f"drill group {group!r} does not match flows[{req.config.flows.index(flows[name])}].groups of flow {name!r}",
-                               hint="pass a --group prefix the flows' `groups` patterns match")
+            raise RunbookError(
+                book.source,
+                1,
+                f"drill group {group!r} does not match "
+                f"flows[{req.config.flows.index(flows[name])}].groups of flow {name!r}",
+                hint="pass a --group prefix the flows' `groups` patterns match",
+            )
 
 
 # ---------------------------------------------------------------------------- running
@@ -193,9 +252,24 @@ def _cwd(path: Path) -> Iterator[None]:
 
 
 class Drill:
-    def __init__(self, book: Runbook, req: Request, invoke: Invoke, brokers: Brokers | None,
-                 measure_lag: Callable[[], tuple[int, float | None]], *, now: Callable[[], float] = time.time) -> None:
-        self.book, self.req, self.invoke, self.brokers, self.measure_lag, self.now = book, req, invoke, brokers, measure_lag, now
+    def __init__(
+        self,
+        book: Runbook,
+        req: Request,
+        invoke: Invoke,
+        brokers: Brokers | None,
+        measure_lag: Callable[[], tuple[int, float | None]],
+        *,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.book, self.req, self.invoke, self.brokers, self.measure_lag, self.now = (
+            book,
+            req,
+            invoke,
+            brokers,
+            measure_lag,
+            now,
+        )
         self.report: dict[str, Any] = {}
         self.workload: Workload | SiteWorkload | None = None
 
@@ -206,7 +280,10 @@ class Drill:
             try:
                 self.report = json.loads((rd / REPORT_JSON).read_text())
             except (OSError, ValueError):
-                raise UsageError(f"--from-step: no earlier drill report in {rd}", hint="pass the --report folder of the drill to resume") from None
+                raise UsageError(
+                    f"--from-step: no earlier drill report in {rd}",
+                    hint="pass the --report folder of the drill to resume",
+                ) from None
             if Path(self.report["runbook"]).name != self.req.runbook.name:
                 raise UsageError(f"--from-step: {rd} holds a drill of {self.report['runbook']}, not {self.req.runbook}")
             state_file = rd / STATE_JSON
@@ -216,13 +293,29 @@ class Drill:
             return load_snapshot(text) or WorkloadState.from_json(json.loads(text))
         req = self.req
         self.report = {
-            "runbook": str(req.runbook), "title": self.book.title, "config": str(req.config_path),
-            "flow": req.flow.name, "group": req.group, "primary": req.flow.source, "dr": req.flow.target,
-            "started": _iso(self.now()), "steps": [], "rto_seconds": None, "rpo": None, "workload": None,
+            "runbook": str(req.runbook),
+            "title": self.book.title,
+            "config": str(req.config_path),
+            "flow": req.flow.name,
+            "group": req.group,
+            "primary": req.flow.source,
+            "dr": req.flow.target,
+            "started": _iso(self.now()),
+            "steps": [],
+            "rto_seconds": None,
+            "rpo": None,
+            "workload": None,
         }
         if req.site is not None:
-            self.report.update({"site": req.site, "flow": ", ".join(f.name for f in req.site_flows), "group": ", ".join(req.site_groups),
-                                "primary": req.site, "dr": req.variables["DR"]})
+            self.report.update(
+                {
+                    "site": req.site,
+                    "flow": ", ".join(f.name for f in req.site_flows),
+                    "group": ", ".join(req.site_groups),
+                    "primary": req.site,
+                    "dr": req.variables["DR"],
+                }
+            )
         return None
 
     def _save(self) -> None:
@@ -237,7 +330,10 @@ class Drill:
         assert self.workload is not None
         if isinstance(self.workload, SiteWorkload):
             site = self.workload.numbers()
-            self.report["rto_seconds"], self.report["rto_basis"] = site.pop("rto_seconds"), "the last group's first record on its DR cluster"
+            self.report["rto_seconds"], self.report["rto_basis"] = (
+                site.pop("rto_seconds"),
+                "the last group's first record on its DR cluster",
+            )
             self.report["workload"] = {"topic": self.req.topic, "dr_topic": self.workload.dr_topic, **site}
             return
         st = self.workload.snapshot()
@@ -247,9 +343,15 @@ class Drill:
         to_int = lambda d: {int(p): s for p, s in d.items()}  # noqa: E731
         c = cost(to_int(st["produced"]), to_int(st["reads"][PRIMARY]), to_int(st["reads"][DR]))
         self.report["workload"] = {
-            "topic": st["topic"], "dr_topic": self.workload.dr_topic, "run": st["run"], "partitions": st["partitions"],
-            "produced": c.produced, "read_before": c.read_before, "read_after": c.read_after,
-            "lost": c.lost, "duplicated": c.duplicated,
+            "topic": st["topic"],
+            "dr_topic": self.workload.dr_topic,
+            "run": st["run"],
+            "partitions": st["partitions"],
+            "produced": c.produced,
+            "read_before": c.read_before,
+            "read_after": c.read_after,
+            "lost": c.lost,
+            "duplicated": c.duplicated,
             "per_partition": {str(p): v for p, v in c.per_partition.items()},
             "final": st["consuming_on"] is None and not st["producing"],
         }
@@ -261,13 +363,17 @@ class Drill:
         state = self._load()
         numbers = [s.number for s in self.book.steps]
         if req.from_step not in numbers:
-            raise UsageError(f"--from-step {req.from_step}: {self.book.source} has steps {', '.join(map(str, numbers))}")
+            raise UsageError(
+                f"--from-step {req.from_step}: {self.book.source} has steps {', '.join(map(str, numbers))}"
+            )
         plays = {i.action for s in self.book.steps for i in s.items if isinstance(i, Manual)}
         fresh = state is None and bool(plays & {"stop-group", "kill-primary", "start-group"})
         if req.site is not None:
             if fresh or state is not None:
                 saved = state if isinstance(state, dict) else None
-                self.workload = SiteWorkload.build(req.config, req.site_flows, req.site_groups, req.topic, req.partitions, saved)
+                self.workload = SiteWorkload.build(
+                    req.config, req.site_flows, req.site_groups, req.topic, req.partitions, saved
+                )
         else:
             if fresh:
                 state = WorkloadState(topic=req.topic, partitions=req.partitions)
@@ -291,10 +397,13 @@ class Drill:
                     self.report["resume"] = req.resume_command(step.number)
                     failed = DrillFailed(
                         f"{self.book.source}:{step.line}: step {step.number} ({step.title}) failed: {result.failure}",
-                        hint=f"the report so far is in {req.report_dir}; fix the cause, then resume with: {self.report['resume']}",
+                        hint=f"the report so far is in {req.report_dir}; fix the cause, then resume with: "
+                        f"{self.report['resume']}",
                     )
                     if result.exit_code == ExitCode.UNSAFE:
-                        failed.exit_code = ExitCode.UNSAFE  # refused (a broker it did not start): say so in the status too
+                        failed.exit_code = (
+                            ExitCode.UNSAFE
+                        )  # refused (a broker it did not start): say so in the status too
                     raise failed
             if self.workload is not None:
                 self._finish_workload()
@@ -367,9 +476,15 @@ class Drill:
                 break
             time.sleep(self.req.retry_interval)
         entry = {
-            "line": cmd.line, "command": "mirror " + " ".join(shlex.quote(a) for a in argv) + (f" > {redirect}" if redirect else ""),
-            "exit": code, "expect": block.expect.text, "attempts": attempts, "seconds": round(time.monotonic() - started, 3),
-            "stdout": out[-_OUTPUT_KEEP:], "stderr": err[-_OUTPUT_KEEP:], "failures": failures,
+            "line": cmd.line,
+            "command": "mirror " + " ".join(shlex.quote(a) for a in argv) + (f" > {redirect}" if redirect else ""),
+            "exit": code,
+            "expect": block.expect.text,
+            "attempts": attempts,
+            "seconds": round(time.monotonic() - started, 3),
+            "stdout": out[-_OUTPUT_KEEP:],
+            "stderr": err[-_OUTPUT_KEEP:],
+            "failures": failures,
         }
         result.commands.append(entry)
         if failures:
@@ -395,23 +510,31 @@ class Drill:
             # for 0 would wait forever. What it wrote after the group stopped is read on DR.
             w.stop_producer()
             self._rpo(entry)
-            entry["played"] = f"the drill group stopped consuming on {self.req.flow.source} (its producer pauses until start-group)"
+            entry["played"] = (
+                f"the drill group stopped consuming on {self.req.flow.source} (its producer pauses until start-group)"
+            )
         elif item.action == "kill-primary":
             w = self._need(w, item)
             if self.brokers is None:
-                raise MirrorError("kill-primary: no broker control", hint="a drill kills only dev brokers it can prove it started")
+                raise MirrorError(
+                    "kill-primary: no broker control", hint="a drill kills only dev brokers it can prove it started"
+                )
             # The lag first, while the application still runs: then it stops (its last
             # commit done, every write acknowledged) and the broker dies right after.
             self._rpo(entry)
             w.stop_consumer()
             w.stop_producer()  # what it wrote after the group's last read is the group's to lose
             self._cutover(w)
-            entry["played"] = "; ".join(self.brokers.kill(c, self.req.config.cluster(c).bootstrap) for c in self.req.primaries)
+            entry["played"] = "; ".join(
+                self.brokers.kill(c, self.req.config.cluster(c).bootstrap) for c in self.req.primaries
+            )
             w.state.primary_killed = True
         elif item.action == "start-primary":
             if self.brokers is None:
                 raise MirrorError("start-primary: no broker control")
-            entry["played"] = "; ".join(self.brokers.start(c, self.req.config.cluster(c).bootstrap) for c in self.req.primaries)
+            entry["played"] = "; ".join(
+                self.brokers.start(c, self.req.config.cluster(c).bootstrap) for c in self.req.primaries
+            )
             if w is not None:
                 w.state.primary_killed = False
         elif item.action == "start-group":
@@ -434,7 +557,9 @@ class Drill:
         w.stop_producer()
         w.drain()
         w.stop_consumer()
-        entry["played"] = f"the drill stopped producing; the group read what reached {self.req.flow.target}, then stopped"
+        entry["played"] = (
+            f"the drill stopped producing; the group read what reached {self.req.flow.target}, then stopped"
+        )
 
     def _cutover(self, w: Workload | SiteWorkload) -> None:
         ms = int(self.now() * 1000)
@@ -464,7 +589,10 @@ def _iso(t: float) -> str:
 def dry_run(book: Runbook, req: Request, parse_argv: ParseArgv) -> str:
     n = check_references(book, req, parse_argv)
     kind = f"{len(book.steps)} steps" if book.executable else "not a drill (no `expect:`/`manual:` lines)"
-    return f"{book.source}: {kind}; {n} mirror commands parse; flow {req.flow.name!r}, group {req.group!r} and every referenced cluster exist"
+    return (
+        f"{book.source}: {kind}; {n} mirror commands parse; flow {req.flow.name!r}, group {req.group!r} and "
+        "every referenced cluster exist"
+    )
 
 
 __all__ = ["Brokers", "Drill", "DrillFailed", "Request", "check_references", "dry_run"]

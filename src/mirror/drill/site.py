@@ -35,15 +35,30 @@ class SiteWorkload:
     state: SiteState = field(default_factory=SiteState)
 
     @classmethod
-    def build(cls, config: Config, flows: list[FlowConfig], groups: dict[str, str], topic: str, partitions: int,
-              saved: dict[str, Any] | None = None) -> SiteWorkload:
+    def build(
+        cls,
+        config: Config,
+        flows: list[FlowConfig],
+        groups: dict[str, str],
+        topic: str,
+        partitions: int,
+        saved: dict[str, Any] | None = None,
+    ) -> SiteWorkload:
         """`groups`: group -> its flow's name; `saved`: a snapshot to resume from."""
         by_name = {f.name: f for f in flows}
         states = {g: WorkloadState.from_json(doc) for g, doc in (saved or {}).get("groups", {}).items()}
-        workloads = {g: Workload(config, by_name[f], g, states.get(g) or WorkloadState(topic=topic, partitions=partitions)) for g, f in groups.items()}
+        workloads = {
+            g: Workload(config, by_name[f], g, states.get(g) or WorkloadState(topic=topic, partitions=partitions))
+            for g, f in groups.items()
+        }
         site = cls(workloads)
         if saved:
-            site.state = SiteState(saved.get("cutover_ms"), saved.get("primary_killed", False), saved.get("producing", False), saved.get("consuming_on"))
+            site.state = SiteState(
+                saved.get("cutover_ms"),
+                saved.get("primary_killed", False),
+                saved.get("producing", False),
+                saved.get("consuming_on"),
+            )
         return site
 
     @property
@@ -55,9 +70,14 @@ class SiteWorkload:
         return ", ".join(sorted({w.dr_topic for w in self.workloads.values()}))
 
     def snapshot(self) -> dict[str, Any]:
-        return {"site": True, "cutover_ms": self.state.cutover_ms, "primary_killed": self.state.primary_killed,
-                "producing": self.state.producing, "consuming_on": self.state.consuming_on,
-                "groups": {g: w.snapshot() for g, w in self.workloads.items()}}
+        return {
+            "site": True,
+            "cutover_ms": self.state.cutover_ms,
+            "primary_killed": self.state.primary_killed,
+            "producing": self.state.producing,
+            "consuming_on": self.state.consuming_on,
+            "groups": {g: w.snapshot() for g, w in self.workloads.items()},
+        }
 
     def ensure_topic(self) -> None:
         done = set()
@@ -66,7 +86,9 @@ class SiteWorkload:
                 w.ensure_topic()
                 done.add(w.flow.source)
             else:
-                w.state.partitions = next(o.state.partitions for o in self.workloads.values() if o.flow.source == w.flow.source)
+                w.state.partitions = next(
+                    o.state.partitions for o in self.workloads.values() if o.flow.source == w.flow.source
+                )
 
     def start_producer(self) -> None:
         self.state.producing = True
@@ -113,8 +135,16 @@ class SiteWorkload:
             st = w.snapshot()
             to_int = lambda d: {int(p): s for p, s in d.items()}  # noqa: E731
             c = cost(to_int(st["produced"]), to_int(st["reads"][PRIMARY]), to_int(st["reads"][DR]))
-            groups[g] = {"flow": w.flow.name, "dr_topic": w.dr_topic, "produced": c.produced, "read_before": c.read_before,
-                         "read_after": c.read_after, "lost": c.lost, "duplicated": c.duplicated, "first_dr_read_ms": st["first_dr_read_ms"]}
+            groups[g] = {
+                "flow": w.flow.name,
+                "dr_topic": w.dr_topic,
+                "produced": c.produced,
+                "read_before": c.read_before,
+                "read_after": c.read_after,
+                "lost": c.lost,
+                "duplicated": c.duplicated,
+                "first_dr_read_ms": st["first_dr_read_ms"],
+            }
             firsts.append(st["first_dr_read_ms"])
         rto = None
         if self.state.cutover_ms is not None and firsts and all(f is not None for f in firsts):

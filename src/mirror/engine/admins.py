@@ -18,7 +18,9 @@ class AdminPair:
     calls `renew`, and everyone reads `source`/`target` anew at each use (never keeps one).
     """
 
-    def __init__(self, flow: FlowConfig, source: ClusterConfig, target: ClusterConfig, make_admin: AdminFactory) -> None:
+    def __init__(
+        self, flow: FlowConfig, source: ClusterConfig, target: ClusterConfig, make_admin: AdminFactory
+    ) -> None:
         self._flow, self._source_cfg, self._target_cfg, self._make = flow, source, target, make_admin
         self.source: Any = None
         self.target: Any = None

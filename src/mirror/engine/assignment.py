@@ -17,7 +17,15 @@ from mirror.domain.acks import AckListener, SourcePartition
 from mirror.domain.ledger import Ledger, PartitionLedger
 from mirror.domain.route import Route, route
 from mirror.errors import MirrorError
-from mirror.kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition, commit_offsets, committed_offsets, raise_for
+from mirror.kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    KafkaException,
+    TopicPartition,
+    commit_offsets,
+    committed_offsets,
+    raise_for,
+)
 
 if TYPE_CHECKING:
     from mirror.engine.admins import AdminPair
@@ -67,7 +75,13 @@ class CommitTags:
         return TopicPartition(tp[0], tp[1], offset, f"{TID}{tid}") if tid else TopicPartition(tp[0], tp[1], offset)
 
 
-def read_committed(consumer: Any, flow: FlowConfig, source: ClusterConfig, partitions: list[TopicPartition], timeout: float | None = None) -> dict[SourcePartition, int | None]:
+def read_committed(
+    consumer: Any,
+    flow: FlowConfig,
+    source: ClusterConfig,
+    partitions: list[TopicPartition],
+    timeout: float | None = None,
+) -> dict[SourcePartition, int | None]:
     """The group's committed offsets (None: nothing committed); `MirrorError` if unreadable."""
     timeout = timeout or source.timeout
     try:
@@ -88,9 +102,21 @@ class Assignment:
     """
 
     def __init__(
-        self, flow: FlowConfig, source: ClusterConfig, consumer: Any, *, ledger: Ledger[AssignedPartition], listeners: Sequence[AckListener],
-        eager: bool, tags: CommitTags, admins: AdminPair, pool: ProducerPool, gate: ReadGate, fence: Fence,
-        committer: Committer, reports: DeliveryReports,
+        self,
+        flow: FlowConfig,
+        source: ClusterConfig,
+        consumer: Any,
+        *,
+        ledger: Ledger[AssignedPartition],
+        listeners: Sequence[AckListener],
+        eager: bool,
+        tags: CommitTags,
+        admins: AdminPair,
+        pool: ProducerPool,
+        gate: ReadGate,
+        fence: Fence,
+        committer: Committer,
+        reports: DeliveryReports,
     ) -> None:
         self.flow, self._source, self._consumer = flow, source, consumer
         self._ledger, self._listeners, self._tags, self._admins = ledger, listeners, tags, admins
@@ -110,7 +136,13 @@ class Assignment:
             # A brand-new group's coordinator may not answer yet. The topic is new and
             # empty either way: fill it from the source's beginning (a group whose old
             # target topic was deleted must not resume at offsets of the old one).
-            log.warning("flow %s: could not read the group's offsets when creating %s (%s); mirroring them from the source's beginning", self.flow.name, ", ".join(targets), exc)
+            log.warning(
+                "flow %s: could not read the group's offsets when creating %s (%s); mirroring them from "
+                "the source's beginning",
+                self.flow.name,
+                ", ".join(targets),
+                exc,
+            )
             self.created.update({(tp.topic, tp.partition): UNREAD for tp in partitions})
 
     def subscribe(self, topics: list[str]) -> None:
@@ -122,7 +154,9 @@ class Assignment:
     def new_partition(self, r: Route) -> AssignedPartition:
         return self._pool.fit(AssignedPartition(r))
 
-    def committed(self, partitions: list[TopicPartition], timeout: float | None = None) -> dict[SourcePartition, int | None]:
+    def committed(
+        self, partitions: list[TopicPartition], timeout: float | None = None
+    ) -> dict[SourcePartition, int | None]:
         return read_committed(self._consumer, self.flow, self._source, partitions, timeout)
 
     def rewind_group(self, partitions: Sequence[SourcePartition]) -> None:
@@ -137,7 +171,12 @@ class Assignment:
                 if tp in self._ledger.parts:
                     self._ledger.parts[tp].committed = 0
         except KafkaException as exc:
-            log.warning("flow %s: could not rewind the group's offsets of %d partitions (%s); they move at the next commit", self.flow.name, len(partitions), exc.args[0].str())
+            log.warning(
+                "flow %s: could not rewind the group's offsets of %d partitions (%s); they move at the next commit",
+                self.flow.name,
+                len(partitions),
+                exc.args[0].str(),
+            )
 
     def on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
@@ -149,7 +188,12 @@ class Assignment:
             # records the new topic never received.
             for listener in self._listeners:
                 listener.on_reset(self.flow.name, sorted(start))
-        chosen = [TopicPartition(tp.topic, tp.partition, start[(tp.topic, tp.partition)]) if (tp.topic, tp.partition) in start else tp for tp in partitions]
+        chosen = [
+            TopicPartition(tp.topic, tp.partition, start[(tp.topic, tp.partition)])
+            if (tp.topic, tp.partition) in start
+            else tp
+            for tp in partitions
+        ]
         # An eager assignor hands over the whole assignment each time (all was revoked first).
         if self.eager:
             consumer.assign(chosen)
@@ -167,7 +211,9 @@ class Assignment:
         self._fence.awake()  # the offset reads above may block: not a freeze
         log.info("flow %s: assigned %d partitions (now %d)", self.flow.name, len(partitions), len(self._ledger.parts))
 
-    def _starts(self, partitions: list[TopicPartition]) -> tuple[dict[SourcePartition, int], dict[SourcePartition, int | None] | None]:
+    def _starts(
+        self, partitions: list[TopicPartition]
+    ) -> tuple[dict[SourcePartition, int], dict[SourcePartition, int | None] | None]:
         """Where newly assigned partitions must start other than at the group's offset, and
         the group's committed offsets as read (None if they could not be read).
 
@@ -193,7 +239,9 @@ class Assignment:
                     start[key] = OFFSET_BEGINNING
         return start, read
 
-    def _stale_commits(self, partitions: list[TopicPartition]) -> tuple[dict[SourcePartition, int], set[SourcePartition], dict[SourcePartition, int | None] | None]:
+    def _stale_commits(
+        self, partitions: list[TopicPartition]
+    ) -> tuple[dict[SourcePartition, int], set[SourcePartition], dict[SourcePartition, int | None] | None]:
         """Partitions whose committed offset was mirrored into an earlier incarnation of their
         target topic (deleted and created again since, maybe while the mirror was stopped, or
         by another worker): they start again from the source's beginning. Also returned: the
@@ -205,16 +253,28 @@ class Assignment:
         twice with, the records mirrored now.
         """
         try:
-            got = committed_offsets(self._consumer, [TopicPartition(tp.topic, tp.partition) for tp in partitions], min(5.0, self._source.timeout))
+            got = committed_offsets(
+                self._consumer,
+                [TopicPartition(tp.topic, tp.partition) for tp in partitions],
+                min(5.0, self._source.timeout),
+            )
         except KafkaException as exc:
-            log.warning("flow %s: could not read the group's offsets of the assigned partitions (%s); trusting them", self.flow.name, exc.args[0].str())
+            log.warning(
+                "flow %s: could not read the group's offsets of the assigned partitions (%s); trusting them",
+                self.flow.name,
+                exc.args[0].str(),
+            )
             return {}, set(), None
         read = {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in got}
         tagged = [tp for tp in got if tp.offset >= 0 and (tp.metadata or "").startswith(TID)]
         try:  # the ids as they are now, not as this worker last saw them
-            ids = self._admins.target.topic_ids(sorted({self._ledger.parts[(tp.topic, tp.partition)].route.target_topic for tp in got}))
+            ids = self._admins.target.topic_ids(
+                sorted({self._ledger.parts[(tp.topic, tp.partition)].route.target_topic for tp in got})
+            )
         except MirrorError as exc:
-            log.warning("flow %s: could not read the target topics' ids (%s); trusting the group's offsets", self.flow.name, exc)
+            log.warning(
+                "flow %s: could not read the target topics' ids (%s); trusting the group's offsets", self.flow.name, exc
+            )
             return {}, set(), read
         # What this worker writes from now on goes to the topic as it is now: a later id
         # change is a re-creation under it (`TargetWatch`), an earlier one is not.
@@ -224,14 +284,19 @@ class Assignment:
         stale: dict[SourcePartition, int] = {}
         current: set[SourcePartition] = set()
         for tp in tagged:
-            tagged_id = (tp.metadata or "")[len(TID):]
+            tagged_id = (tp.metadata or "")[len(TID) :]
             now = ids.get(self._ledger.parts[(tp.topic, tp.partition)].route.target_topic)
             if now is not None and tagged_id != now:
                 stale[(tp.topic, tp.partition)] = OFFSET_BEGINNING
             elif now is not None:
                 current.add((tp.topic, tp.partition))
         if stale:
-            log.warning("flow %s: %d partitions were committed into an earlier incarnation of their target topic; re-mirroring them from the source's beginning", self.flow.name, len(stale))
+            log.warning(
+                "flow %s: %d partitions were committed into an earlier incarnation of their target "
+                "topic; re-mirroring them from the source's beginning",
+                self.flow.name,
+                len(stale),
+            )
             ends = {(self._ledger.parts[k].route.target_topic, k[1]): OFFSET_END for k in stale}
             try:
                 self._admins.target.delete_records(ends)
@@ -258,7 +323,13 @@ class Assignment:
             # they would land after the new owner's copies of the same records. Nothing of
             # this worker's stays assigned (an eager revoke takes every partition), so the
             # whole queue can go.
-            log.warning("flow %s: %d records of the revoked partitions not acknowledged after %.0fs; dropped (their new owners mirror them from the committed offsets)", self.flow.name, left, DRAIN_TIMEOUT)
+            log.warning(
+                "flow %s: %d records of the revoked partitions not acknowledged after %.0fs; dropped "
+                "(their new owners mirror them from the committed offsets)",
+                self.flow.name,
+                left,
+                DRAIN_TIMEOUT,
+            )
             self._drop_queued()
         self._ledger.forget(keys)
         # Fenced after a freeze: the commit that asks the group must not name these any more.
@@ -281,7 +352,11 @@ class Assignment:
         if len(lost) == len(self._ledger.parts) and any(part.inflight for part in lost):
             # Nothing of this worker's stays assigned: drop what is queued rather than let it
             # land among the new owners' copies (see `on_revoke`).
-            log.warning("flow %s: %d records of the lost partitions not acknowledged; dropped", self.flow.name, sum(part.inflight_records() for part in lost))
+            log.warning(
+                "flow %s: %d records of the lost partitions not acknowledged; dropped",
+                self.flow.name,
+                sum(part.inflight_records() for part in lost),
+            )
             self._drop_queued()
         self._ledger.forget(keys)
         if self.eager:
@@ -306,4 +381,3 @@ class Assignment:
             return  # a failed producer sends nothing more anyway
         self._pool.purge(self._reports.serve)
         self._pool.renew()
-

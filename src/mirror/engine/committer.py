@@ -33,8 +33,19 @@ class Committer:
     """
 
     def __init__(
-        self, flow: FlowConfig, consumer: Any, *, until_caught_up: bool, ledger: Ledger[AssignedPartition], listeners: Sequence[AckListener],
-        tags: CommitTags, gate: ReadGate, pool: ProducerPool, failures: Failures, status: FlowStatus, admins: AdminPair,
+        self,
+        flow: FlowConfig,
+        consumer: Any,
+        *,
+        until_caught_up: bool,
+        ledger: Ledger[AssignedPartition],
+        listeners: Sequence[AckListener],
+        tags: CommitTags,
+        gate: ReadGate,
+        pool: ProducerPool,
+        failures: Failures,
+        status: FlowStatus,
+        admins: AdminPair,
     ) -> None:
         self.flow, self._consumer, self._until_caught_up = flow, consumer, until_caught_up
         self._ledger, self._listeners, self._tags, self._gate = ledger, listeners, tags, gate
@@ -83,7 +94,12 @@ class Committer:
         try:
             commit_offsets(self._consumer, [self._tags.offset(tp, o) for tp, o in positions.items()])
         except KafkaException as exc:
-            log.warning("flow %s: commit of %d partitions failed, retrying next interval: %s", self.flow.name, len(positions), exc.args[0].str())
+            log.warning(
+                "flow %s: commit of %d partitions failed, retrying next interval: %s",
+                self.flow.name,
+                len(positions),
+                exc.args[0].str(),
+            )
             return
         Ledger.committed(parts, positions)
 

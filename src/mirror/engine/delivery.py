@@ -54,11 +54,25 @@ class DeliveryReports:
     """
 
     def __init__(
-        self, flow: FlowConfig, *, ledger: Ledger[AssignedPartition], pool: ProducerPool, failures: Failures,
-        status: FlowStatus, fence: Fence, refresh: RefreshRequests,
+        self,
+        flow: FlowConfig,
+        *,
+        ledger: Ledger[AssignedPartition],
+        pool: ProducerPool,
+        failures: Failures,
+        status: FlowStatus,
+        fence: Fence,
+        refresh: RefreshRequests,
     ) -> None:
         self.flow = flow
-        self._ledger, self._pool, self._failures, self._status, self._fence, self._refresh = ledger, pool, failures, status, fence, refresh
+        self._ledger, self._pool, self._failures, self._status, self._fence, self._refresh = (
+            ledger,
+            pool,
+            failures,
+            status,
+            fence,
+            refresh,
+        )
 
     def serve(self, timeout: float) -> None:
         """Serve delivery reports (a freeze first fences: nothing from before it may count)."""
@@ -89,7 +103,16 @@ class DeliveryReports:
         if t_last >= 0 and part.failed_at is None and part.unplaced(seg):
             # The first record's report must precede this one; without it the segment's
             # placement is unknown, and a guessed offset could translate too far.
-            log.warning("flow %s: %s[%d]: no offset reported for source offset %d; offsets %d-%d are placed at a lower bound in the offset map", self.flow.name, part.route.source_topic, part.route.partition, seg.first, seg.first, seg.last)
+            log.warning(
+                "flow %s: %s[%d]: no offset reported for source offset %d; offsets %d-%d are placed at a "
+                "lower bound in the offset map",
+                self.flow.name,
+                part.route.source_topic,
+                part.route.partition,
+                seg.first,
+                seg.first,
+                seg.last,
+            )
         part.acked(seg, t_last)
 
     def _failed(self, part: AssignedPartition, seg: Segment, err: KafkaError) -> None:
@@ -105,7 +128,9 @@ class DeliveryReports:
             part.fail_at(seg.first)
             if self._failures.failure is None:
                 topic = part.route.target_topic
-                self._failures.fail(authorization_error(self.flow.target, err, f"write topic {topic!r}", ("Write", "topic", topic)))
+                self._failures.fail(
+                    authorization_error(self.flow.target, err, f"write topic {topic!r}", ("Write", "topic", topic))
+                )
             return
         if code in PURGED_ERRORS:
             part.purged(seg)  # uncommitted, so re-read by the next owner
@@ -120,12 +145,23 @@ class DeliveryReports:
         part.refused(seg)
         failed = self._failures.failure
         sized = code in SIZE_ERRORS
-        if failed is None or (sized and seg.big_size > ((failed.size or 0) if isinstance(failed, FatalProduceError) else 0)):
+        if failed is None or (
+            sized and seg.big_size > ((failed.size or 0) if isinstance(failed, FatalProduceError) else 0)
+        ):
             # A refused batch fails every record in it; for size errors name the largest,
             # the one that does not fit.
             r = part.route
             src, size = (seg.big_offset, seg.big_size) if sized else (seg.first, seg.big_size)
-            self._failures.fail(FatalProduceError(r.source_topic, r.partition, src, f"{err.str()} ({size} bytes, target {r.target_topic})", hint=HINT_TARGET_SIZE if sized else HINT_REFUSED, size=size))
+            self._failures.fail(
+                FatalProduceError(
+                    r.source_topic,
+                    r.partition,
+                    src,
+                    f"{err.str()} ({size} bytes, target {r.target_topic})",
+                    hint=HINT_TARGET_SIZE if sized else HINT_REFUSED,
+                    size=size,
+                )
+            )
 
     def producer_fatal(self, err: KafkaError) -> None:
         """The producer is unusable (the gapless guarantee could not be kept).
@@ -143,7 +179,14 @@ class DeliveryReports:
             return
         denied = denied_in_fatal(err)
         if denied is not None:
-            self._failures.fail(authorization_error(self.flow.target, err, f"write {denied[2]!r}" if denied[1] == "topic" else "write with the idempotent producer", denied))
+            self._failures.fail(
+                authorization_error(
+                    self.flow.target,
+                    err,
+                    f"write {denied[2]!r}" if denied[1] == "topic" else "write with the idempotent producer",
+                    denied,
+                )
+            )
             return
         where = fatal_partition(err)
         part = self._ledger.by_target.get(where) if where else None
@@ -156,9 +199,19 @@ class DeliveryReports:
                 src, size = part.inflight[0].first, part.inflight[0].big_size
             part.failed_at = part.inflight[0].first
             r = part.route
-            self._failures.fail(FatalProduceError(r.source_topic, r.partition, src, f"{err.str()} ({size} bytes, target {r.target_topic})", hint=HINT_TARGET_SIZE if sized else HINT_REFUSED))
+            self._failures.fail(
+                FatalProduceError(
+                    r.source_topic,
+                    r.partition,
+                    src,
+                    f"{err.str()} ({size} bytes, target {r.target_topic})",
+                    hint=HINT_TARGET_SIZE if sized else HINT_REFUSED,
+                )
+            )
         else:
-            self._failures.fail(MirrorError(f"flow {self.flow.name}: the producer to {self.flow.target} failed: {err.str()}"))
+            self._failures.fail(
+                MirrorError(f"flow {self.flow.name}: the producer to {self.flow.target} failed: {err.str()}")
+            )
 
     def on_producer_error(self, err: KafkaError) -> None:
         if err.code() in AUTHENTICATION:
@@ -192,5 +245,7 @@ class DeliveryReports:
 
     def _consumer_denied(self, err: KafkaError, topic: str | None) -> MirrorError:
         if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED or topic is None:
-            return authorization_error(self.flow.source, err, f"consume as group {self.flow.group_id!r}", ("Read", "group", self.flow.group_id))
+            return authorization_error(
+                self.flow.source, err, f"consume as group {self.flow.group_id!r}", ("Read", "group", self.flow.group_id)
+            )
         return authorization_error(self.flow.source, err, f"read topic {topic!r}", ("Read", "topic", topic))

@@ -51,7 +51,12 @@ class Failures:
         if self.poisoned is None:
             self.poisoned = failure
             self._poison_deadline = self._clock() + POISON_GRACE
-            log.info("flow %s: %s; the other partitions carry on until caught up (at most %.0fs), then the flow stops", self._flow, failure, POISON_GRACE)
+            log.info(
+                "flow %s: %s; the other partitions carry on until caught up (at most %.0fs), then the flow stops",
+                self._flow,
+                failure,
+                POISON_GRACE,
+            )
             self._status.set(FlowState.FAILED, str(failure))
 
     def due(self, idle: bool) -> None:

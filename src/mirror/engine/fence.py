@@ -35,8 +35,18 @@ class Fence:
     """
 
     def __init__(
-        self, flow: FlowConfig, source: ClusterConfig, consumer: Any, *, fence_after: float, clock: Callable[[], float],
-        ledger: Ledger[AssignedPartition], pool: ProducerPool, gate: ReadGate, tags: CommitTags, on_unfenced: Callable[[], None],
+        self,
+        flow: FlowConfig,
+        source: ClusterConfig,
+        consumer: Any,
+        *,
+        fence_after: float,
+        clock: Callable[[], float],
+        ledger: Ledger[AssignedPartition],
+        pool: ProducerPool,
+        gate: ReadGate,
+        tags: CommitTags,
+        on_unfenced: Callable[[], None],
     ) -> None:
         self.flow, self._source, self._consumer = flow, source, consumer
         # Frozen for longer than this, the group may have given this worker's partitions to another.
@@ -67,7 +77,13 @@ class Fence:
         gap, self.running_at = now - self.running_at, now
         if gap <= self.fence_after or not self._ledger.by_target:
             return False
-        log.warning("flow %s: this worker did not run for %.1fs (longer than the session timeout allows): its partitions may have another owner now; dropping everything in flight and re-reading from the committed offsets", self.flow.name, gap)
+        log.warning(
+            "flow %s: this worker did not run for %.1fs (longer than the session timeout allows): its "
+            "partitions may have another owner now; dropping everything in flight and re-reading from "
+            "the committed offsets",
+            self.flow.name,
+            gap,
+        )
         for part in self._ledger:
             part.drop_inflight()
             part.batch = None
@@ -95,7 +111,13 @@ class Fence:
         nothing is committed: where a restart would start) and note what to commit to ask the
         group. False while the committed offsets cannot be read: the fence holds."""
         try:
-            committed = read_committed(self._consumer, self.flow, self._source, [TopicPartition(t, p) for t, p in self._ledger.parts], timeout=min(5.0, self._source.timeout))
+            committed = read_committed(
+                self._consumer,
+                self.flow,
+                self._source,
+                [TopicPartition(t, p) for t, p in self._ledger.parts],
+                timeout=min(5.0, self._source.timeout),
+            )
         except MirrorError as exc:
             log.info("flow %s: still fenced: the group's committed offsets cannot be read (%s)", self.flow.name, exc)
             return False

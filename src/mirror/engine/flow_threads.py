@@ -32,7 +32,10 @@ class FlowThreads:
         self.errors: list[BaseException] = []
 
     def run(self) -> None:
-        threads = [threading.Thread(target=self._run_one, args=(w,), name=f"flow-{w.flow.name}", daemon=True) for w in self.workers]
+        threads = [
+            threading.Thread(target=self._run_one, args=(w,), name=f"flow-{w.flow.name}", daemon=True)
+            for w in self.workers
+        ]
         for t in threads:
             t.start()
         try:

@@ -46,9 +46,21 @@ class Forwarder:
     """
 
     def __init__(
-        self, flow: FlowConfig, consumer: Any, *, stop: threading.Event, queue_kbytes: Any, compressed: bool,
-        ledger: Ledger[AssignedPartition], gate: ReadGate, pool: ProducerPool, reports: DeliveryReports,
-        failures: Failures, fence: Fence, refresh: RefreshRequests, target_timeout: float,
+        self,
+        flow: FlowConfig,
+        consumer: Any,
+        *,
+        stop: threading.Event,
+        queue_kbytes: Any,
+        compressed: bool,
+        ledger: Ledger[AssignedPartition],
+        gate: ReadGate,
+        pool: ProducerPool,
+        reports: DeliveryReports,
+        failures: Failures,
+        fence: Fence,
+        refresh: RefreshRequests,
+        target_timeout: float,
     ) -> None:
         self.flow, self._consumer, self._stop = flow, consumer, stop
         self._queue_kbytes, self._compressed, self._target_timeout = queue_kbytes, compressed, target_timeout
@@ -119,7 +131,14 @@ class Forwarder:
             seg = Segment(msgs[i].offset())  # type: ignore[arg-type]  # a record has an offset
             last, count, nbytes, max_ts, big_size, big_offset = seg.first - 1, 0, 0, -1, -1, -1
         else:
-            last, count, nbytes, max_ts, big_size, big_offset = seg.last, seg.count, seg.bytes, seg.max_ts, seg.big_size, seg.big_offset
+            last, count, nbytes, max_ts, big_size, big_offset = (
+                seg.last,
+                seg.count,
+                seg.bytes,
+                seg.max_ts,
+                seg.big_size,
+                seg.big_offset,
+            )
         gaps = seg.gaps
         end = j - 1
         for k in range(i, j):
@@ -137,7 +156,14 @@ class Forwarder:
             # Reports for a segment's first record (unless it is also its last) and its last.
             cb = partial(on_end, part, seg) if k == end else partial(on_start, part, seg) if count == 0 else None
             if size > room:
-                seg.last, seg.count, seg.bytes, seg.max_ts, seg.big_size, seg.big_offset = last, count, nbytes, max_ts, big_size, big_offset
+                seg.last, seg.count, seg.bytes, seg.max_ts, seg.big_size, seg.big_offset = (
+                    last,
+                    count,
+                    nbytes,
+                    max_ts,
+                    big_size,
+                    big_offset,
+                )
                 if self._never_fits(part, offset, key, value, headers):
                     return True  # this partition stops here; the others carry on
             try:
@@ -145,8 +171,17 @@ class Forwarder:
                 # timestamp, headers): keyword parsing costs measurably per record.
                 produce(target, value, key, partition, cb, None, ts, headers)
             except (BufferError, KafkaException) as exc:
-                seg.last, seg.count, seg.bytes, seg.max_ts, seg.big_size, seg.big_offset = last, count, nbytes, max_ts, big_size, big_offset
-                outcome = self._produce_hard(part, msgs, k, exc, (target, value, key, partition, cb, None, ts, headers), offset, size)
+                seg.last, seg.count, seg.bytes, seg.max_ts, seg.big_size, seg.big_offset = (
+                    last,
+                    count,
+                    nbytes,
+                    max_ts,
+                    big_size,
+                    big_offset,
+                )
+                outcome = self._produce_hard(
+                    part, msgs, k, exc, (target, value, key, partition, cb, None, ts, headers), offset, size
+                )
                 if outcome is not _PRODUCED:
                     return outcome is _PARTITION_STOPPED
                 if part.failed_at is not None:
@@ -163,11 +198,27 @@ class Forwarder:
             if size > big_size:
                 big_size = size
                 big_offset = offset
-        seg.last, seg.count, seg.bytes, seg.max_ts, seg.big_size, seg.big_offset = last, count, nbytes, max_ts, big_size, big_offset
+        seg.last, seg.count, seg.bytes, seg.max_ts, seg.big_size, seg.big_offset = (
+            last,
+            count,
+            nbytes,
+            max_ts,
+            big_size,
+            big_offset,
+        )
         part.open = None  # the run's last record carries the segment's closing report
         return True
 
-    def _produce_hard(self, part: AssignedPartition, msgs: list[Message], k: int, exc: Exception, args: tuple[Any, ...], offset: int, size: int) -> object:
+    def _produce_hard(
+        self,
+        part: AssignedPartition,
+        msgs: list[Message],
+        k: int,
+        exc: Exception,
+        args: tuple[Any, ...],
+        offset: int,
+        size: int,
+    ) -> object:
         """produce(*args) of msgs[k] raised `exc`: wait for queue room and produce it, or deal
         with the refusal. Returns _PRODUCED, _PARTITION_STOPPED (the others carry on) or
         _BATCH_STOPPED (the rest of the batch is pending, or the producer failed)."""
@@ -219,7 +270,9 @@ class Forwarder:
             except (BufferError, KafkaException) as again:
                 exc = again
 
-    def _never_fits(self, part: AssignedPartition, offset: int, key: bytes | None, value: bytes | None, headers: Any) -> bool:
+    def _never_fits(
+        self, part: AssignedPartition, offset: int, key: bytes | None, value: bytes | None, headers: Any
+    ) -> bool:
         """Refuse, before producing it, a record the target topic can never take.
 
         Sent, the broker would refuse its batch and the producer would fail as a whole (the
@@ -237,11 +290,19 @@ class Forwarder:
         if len(payload) + extra <= part.limit:
             return False
         r = part.route
-        self._poison(part, offset, FatalProduceError(
-            r.source_topic, r.partition, offset,
-            f"record of {(len(key) if key else 0) + (len(value) if value else 0)} bytes (with headers and framing, compressed at best, {len(payload) + extra}) is larger than max.message.bytes={part.limit} of the target topic {r.target_topic}",
-            hint=HINT_TARGET_SIZE,
-        ))
+        self._poison(
+            part,
+            offset,
+            FatalProduceError(
+                r.source_topic,
+                r.partition,
+                offset,
+                f"record of {(len(key) if key else 0) + (len(value) if value else 0)} bytes (with headers "
+                f"and framing, compressed at best, {len(payload) + extra}) is larger than "
+                f"max.message.bytes={part.limit} of the target topic {r.target_topic}",
+                hint=HINT_TARGET_SIZE,
+            ),
+        )
         return True
 
     def _poison(self, part: AssignedPartition, offset: int, failure: FatalProduceError) -> None:
@@ -281,7 +342,12 @@ class Forwarder:
 
     def _unknown_partition(self, part: AssignedPartition) -> None:
         r = part.route
-        log.warning("flow %s: %s[%d] is not known to the producer yet; refreshing its metadata and retrying", self.flow.name, r.target_topic, r.partition)
+        log.warning(
+            "flow %s: %s[%d] is not known to the producer yet; refreshing its metadata and retrying",
+            self.flow.name,
+            r.target_topic,
+            r.partition,
+        )
         self._refresh.soon()
         try:
             # Bounded: a metadata request for one topic updates the producer's partition count.
@@ -291,14 +357,31 @@ class Forwarder:
 
     def _too_big_for_queue(self, part: AssignedPartition, offset: int, size: int) -> None:
         r = part.route
-        self._poison(part, offset, FatalProduceError(
-            r.source_topic, r.partition, offset, f"the record ({size} bytes, target {r.target_topic}) is larger than the producer's whole queue (queue.buffering.max.kbytes={self._queue_kbytes})",
-            hint="raise queue.buffering.max.kbytes in the flow's producer settings, then restart",
-        ))
+        self._poison(
+            part,
+            offset,
+            FatalProduceError(
+                r.source_topic,
+                r.partition,
+                offset,
+                f"the record ({size} bytes, target {r.target_topic}) is larger than the producer's whole "
+                f"queue (queue.buffering.max.kbytes={self._queue_kbytes})",
+                hint="raise queue.buffering.max.kbytes in the flow's producer settings, then restart",
+            ),
+        )
 
     def _produce_refused(self, part: AssignedPartition, offset: int, size: int, err: KafkaError) -> None:
         """produce() itself refused the record (too large for the producer, unknown partition)."""
         r = part.route
-        hint = "raise message.max.bytes in the flow's producer settings and on the target" if err.code() in SIZE_ERRORS else None
-        self._poison(part, offset, FatalProduceError(r.source_topic, r.partition, offset, f"{err.str()} ({size} bytes, target {r.target_topic})", hint=hint))
-
+        hint = (
+            "raise message.max.bytes in the flow's producer settings and on the target"
+            if err.code() in SIZE_ERRORS
+            else None
+        )
+        self._poison(
+            part,
+            offset,
+            FatalProduceError(
+                r.source_topic, r.partition, offset, f"{err.str()} ({size} bytes, target {r.target_topic})", hint=hint
+            ),
+        )

@@ -28,7 +28,9 @@ class ReadGate:
     record stays paused whatever else resumes.
     """
 
-    def __init__(self, flow: str, target: str, consumer: Any, ledger: Ledger[AssignedPartition], status: FlowStatus) -> None:
+    def __init__(
+        self, flow: str, target: str, consumer: Any, ledger: Ledger[AssignedPartition], status: FlowStatus
+    ) -> None:
         self._flow, self._target, self._consumer, self._ledger, self._status = flow, target, consumer, ledger, status
         self.pending: deque[Message] = deque()  # consumed, not yet accepted by a full producer queue
         self.paused = False
@@ -76,7 +78,9 @@ class ReadGate:
             return
         self._held = held
         if held:
-            log.warning("flow %s: offset store behind (its buffer is full); reading paused until it answers", self._flow)
+            log.warning(
+                "flow %s: offset store behind (its buffer is full); reading paused until it answers", self._flow
+            )
             self.pause("offset store unreachable; reading paused")
         elif not self.pending:
             self.resume()

@@ -36,7 +36,9 @@ class ProducerPool:
     a producer's fatal error and its reports are the purge's, not a record's.
     """
 
-    def __init__(self, flow: FlowConfig, target: ClusterConfig, settings: Mapping[str, Any], make_producer: ClientFactory) -> None:
+    def __init__(
+        self, flow: FlowConfig, target: ClusterConfig, settings: Mapping[str, Any], make_producer: ClientFactory
+    ) -> None:
         self.flow = flow
         self._target = target
         self.settings = dict(settings)
@@ -61,9 +63,18 @@ class ProducerPool:
         size = batch_size_for(self._default_size, limit)
         producer = self._producers.get(size)
         if producer is None:
-            producer = self._producers[size] = self._make(self.flow.target, self._target, {**self.settings, "batch.size": size})
+            producer = self._producers[size] = self._make(
+                self.flow.target, self._target, {**self.settings, "batch.size": size}
+            )
             if size != self._default_size:
-                log.info("flow %s: target %s takes batches of at most %s bytes (max.message.bytes): a producer with batch.size %d for it", self.flow.name, target_topic, limit, size)
+                log.info(
+                    "flow %s: target %s takes batches of at most %s bytes (max.message.bytes): a "
+                    "producer with batch.size %d for it",
+                    self.flow.name,
+                    target_topic,
+                    limit,
+                    size,
+                )
         return producer
 
     def set_limits(self, limits: dict[str, int]) -> None:

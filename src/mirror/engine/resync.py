@@ -36,11 +36,32 @@ class Resync:
     """
 
     def __init__(
-        self, flow: FlowConfig, source: ClusterConfig, target: ClusterConfig, consumer: Any, *, stop: threading.Event, clock: Callable[[], float],
-        ledger: Ledger[AssignedPartition], listeners: Sequence[AckListener], admins: AdminPair, pool: ProducerPool, gate: ReadGate,
-        fence: Fence, committer: Committer, reports: DeliveryReports, assignment: Assignment,
+        self,
+        flow: FlowConfig,
+        source: ClusterConfig,
+        target: ClusterConfig,
+        consumer: Any,
+        *,
+        stop: threading.Event,
+        clock: Callable[[], float],
+        ledger: Ledger[AssignedPartition],
+        listeners: Sequence[AckListener],
+        admins: AdminPair,
+        pool: ProducerPool,
+        gate: ReadGate,
+        fence: Fence,
+        committer: Committer,
+        reports: DeliveryReports,
+        assignment: Assignment,
     ) -> None:
-        self.flow, self._source, self._target, self._consumer, self._stop, self._clock = flow, source, target, consumer, stop, clock
+        self.flow, self._source, self._target, self._consumer, self._stop, self._clock = (
+            flow,
+            source,
+            target,
+            consumer,
+            stop,
+            clock,
+        )
         self._ledger, self._listeners, self._admins, self._pool, self._gate = ledger, listeners, admins, pool, gate
         self._fence, self._committer, self._reports, self._assignment = fence, committer, reports, assignment
         self.count = 0  # resyncs so far
@@ -51,9 +72,19 @@ class Resync:
         partition it does have (its metadata lagged a partition increase)."""
         topics = sorted({self._ledger.parts[tp].route.target_topic for tp in reset})
         if topics:
-            log.warning("flow %s: target topic(s) %s disappeared (or were recreated); recreating them and re-mirroring this worker's %d partition(s) of them from the source's beginning", self.flow.name, ", ".join(topics), len(reset))
+            log.warning(
+                "flow %s: target topic(s) %s disappeared (or were recreated); recreating them and "
+                "re-mirroring this worker's %d partition(s) of them from the source's beginning",
+                self.flow.name,
+                ", ".join(topics),
+                len(reset),
+            )
         else:
-            log.warning("flow %s: the target refused records of a partition it does have; re-mirroring every partition from its last acknowledged record", self.flow.name)
+            log.warning(
+                "flow %s: the target refused records of a partition it does have; re-mirroring every "
+                "partition from its last acknowledged record",
+                self.flow.name,
+            )
         self.count += 1
         self._committer.emit_acks()
         self._pool.purge(self._reports.serve)
@@ -62,7 +93,12 @@ class Resync:
         if recreated and self._fence.fenced:
             # Fenced by the poll above (the refresh's own admin calls outlasted the session):
             # whose partitions these are is unknown, so delete nothing.
-            log.warning("flow %s: fenced during the resync; this worker's partitions of the recreated %s are not emptied (whoever owns them re-mirrors them)", self.flow.name, ", ".join(sorted(recreated)))
+            log.warning(
+                "flow %s: fenced during the resync; this worker's partitions of the recreated %s are not "
+                "emptied (whoever owns them re-mirrors them)",
+                self.flow.name,
+                ", ".join(sorted(recreated)),
+            )
         elif recreated:
             self._empty(emptied, recreated)
         self._gate.drop_pending()
@@ -92,18 +128,34 @@ class Resync:
                 return
             except MirrorError as exc:
                 if isinstance(exc, AuthorizationFailed) or self._clock() >= deadline or self._stop.is_set():
-                    log.warning("flow %s: could not empty this worker's partitions of the recreated %s (records landed there before this worker saw the new topic stay, ahead of their re-mirrored copies): %s", self.flow.name, ", ".join(recreated), exc)
+                    log.warning(
+                        "flow %s: could not empty this worker's partitions of the recreated %s (records "
+                        "landed there before this worker saw the new topic stay, ahead of their "
+                        "re-mirrored copies): %s",
+                        self.flow.name,
+                        ", ".join(recreated),
+                        exc,
+                    )
                     return
                 self._stop.wait(0.2)
 
-    def _rewind(self, reset: Collection[SourcePartition], keep: dict[SourcePartition, AssignedPartition]) -> list[SourcePartition]:
+    def _rewind(
+        self, reset: Collection[SourcePartition], keep: dict[SourcePartition, AssignedPartition]
+    ) -> list[SourcePartition]:
         """Seek every partition: the reset ones (new books) to the source's beginning, the
         others to their last acknowledged record, or to the group's committed offset where
         nothing was acknowledged. Returns the reset ones."""
         # One request for all the partitions with nothing acknowledged (one each blocked the
         # loop for a round trip per partition).
         idle = [TopicPartition(t, p) for (t, p), part in keep.items() if part.acked_next is None]
-        committed = {(tp.topic, tp.partition): tp.offset for tp in committed_offsets(self._consumer, idle, self._source.timeout)} if idle else {}
+        committed = (
+            {
+                (tp.topic, tp.partition): tp.offset
+                for tp in committed_offsets(self._consumer, idle, self._source.timeout)
+            }
+            if idle
+            else {}
+        )
         restarted: list[SourcePartition] = []
         for tp, part in list(self._ledger.parts.items()):
             if tp in reset:

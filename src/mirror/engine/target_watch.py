@@ -76,9 +76,23 @@ class TargetWatch:
     """
 
     def __init__(
-        self, config: Config, flow: FlowConfig, target: ClusterConfig, *, stop: threading.Event, clock: Callable[[], float],
-        ledger: Ledger[AssignedPartition], admins: AdminPair, tags: CommitTags, pool: ProducerPool, fence: Fence,
-        committer: Committer, assignment: Assignment, failures: Failures, status: FlowStatus, resync: Resync,
+        self,
+        config: Config,
+        flow: FlowConfig,
+        target: ClusterConfig,
+        *,
+        stop: threading.Event,
+        clock: Callable[[], float],
+        ledger: Ledger[AssignedPartition],
+        admins: AdminPair,
+        tags: CommitTags,
+        pool: ProducerPool,
+        fence: Fence,
+        committer: Committer,
+        assignment: Assignment,
+        failures: Failures,
+        status: FlowStatus,
+        resync: Resync,
         requests: RefreshRequests,
     ) -> None:
         self.config, self.flow, self._target, self._stop, self._clock = config, flow, target, stop, clock
@@ -109,7 +123,9 @@ class TargetWatch:
             # nothing is written to it before its id is known.
             limits = admins.source.max_message_bytes(sorted({m.source for m in mappings}))
             self._pool.set_limits({m.target: limits[m.source] for m in mappings if m.source in limits})
-            targets = admins.target.max_message_bytes(sorted({m.target for m in mappings if m.target in self._tags.ids}))
+            targets = admins.target.max_message_bytes(
+                sorted({m.target for m in mappings if m.target in self._tags.ids})
+            )
             self._pool.set_limits({**self._pool.limits, **targets})
         except ClusterUnavailable as exc:
             self._status.set(FlowState.RETRYING, str(exc))
@@ -118,13 +134,24 @@ class TargetWatch:
             admins.renew()
             return False
         if result.created:
-            created = [TopicPartition(m.source, p) for m in mappings if m.target in result.created for p in range(m.partitions)]
+            created = [
+                TopicPartition(m.source, p) for m in mappings if m.target in result.created for p in range(m.partitions)
+            ]
             self._assignment.note_created(created, result.created)
         self._mappings = {m.source: m for m in mappings}
         total = sum(m.partitions for m in mappings)
         if not self._assignment.eager and total > COOPERATIVE_MAX and not self._told_assignor:
             self._told_assignor = True
-            log.warning("flow %s: %d partitions with the cooperative-sticky assignor, which takes tens of seconds per rebalance above ~%d in librdkafka (members time out of the group and rebalance again); set the flow's consumer partition.assignment.strategy: roundrobin (and session.timeout.ms: 45000: a broker busy with that many partitions answers heartbeats late)", self.flow.name, total, COOPERATIVE_MAX)
+            log.warning(
+                "flow %s: %d partitions with the cooperative-sticky assignor, which takes tens of "
+                "seconds per rebalance above ~%d in librdkafka (members time out of the group and "
+                "rebalance again); set the flow's consumer partition.assignment.strategy: roundrobin "
+                "(and session.timeout.ms: 45000: a broker busy with that many partitions answers "
+                "heartbeats late)",
+                self.flow.name,
+                total,
+                COOPERATIVE_MAX,
+            )
         self._committer.note_ends(mappings)
         self._subscribe(mappings)
         return True
@@ -164,7 +191,11 @@ class TargetWatch:
             # (the fence's end asks for it); if not, their new owner empties them
             # (`Assignment._stale_commits`).
             recreated = {self._ledger.parts[tp].route.target_topic for tp in emptied}
-            log.info("flow %s: %s recreated while this worker is fenced; resynced once the group confirms its partitions", self.flow.name, ", ".join(sorted(recreated)))
+            log.info(
+                "flow %s: %s recreated while this worker is fenced; resynced once the group confirms its partitions",
+                self.flow.name,
+                ", ".join(sorted(recreated)),
+            )
             ids = {t: i for t, i in ids.items() if t not in recreated}
             reset -= emptied
             emptied = set()
@@ -220,20 +251,34 @@ class TargetWatch:
             if len(ids) == len(topics) or self._clock() >= deadline or self._stop.wait(0.1):
                 break
         if len(ids) < len(topics):
-            log.warning("flow %s: could not read the id of target topic(s) %s; a deletion and re-creation of them before the next refresh would go unnoticed", self.flow.name, some([t for t in topics if t not in ids]))
+            log.warning(
+                "flow %s: could not read the id of target topic(s) %s; a deletion and re-creation of "
+                "them before the next refresh would go unnoticed",
+                self.flow.name,
+                some([t for t in topics if t not in ids]),
+            )
         return ids
 
     def _subscribe(self, mappings: Sequence[TopicMapping]) -> None:
         """Subscribe to the matched sources whose targets are ready (their ids known)."""
         waiting = {m.source for m in mappings if m.target not in self._tags.ids and m.source not in self._subscribed}
         if waiting and waiting != self.waiting:
-            log.info("flow %s: %d source topic(s) wait for their target topics to be ready: %s", self.flow.name, len(waiting), some(sorted(waiting)))
+            log.info(
+                "flow %s: %d source topic(s) wait for their target topics to be ready: %s",
+                self.flow.name,
+                len(waiting),
+                some(sorted(waiting)),
+            )
         self.waiting = waiting
         topics = tuple(sorted(set(self._mappings) - waiting))
         if topics != self._subscribed:
             added = set(topics) - set(self._subscribed)
             if added:
-                log.info("flow %s: mirroring %s", self.flow.name, ", ".join(f"{t} -> {self._mappings[t].target}" for t in sorted(added)))
+                log.info(
+                    "flow %s: mirroring %s",
+                    self.flow.name,
+                    ", ".join(f"{t} -> {self._mappings[t].target}" for t in sorted(added)),
+                )
             if topics:
                 self._assignment.subscribe(list(topics))
             else:
@@ -252,7 +297,11 @@ class TargetWatch:
         before = self._resync.count
         if not self.refresh() or self._resync.count == before:
             return False
-        log.warning("flow %s: %s came from a recreated target topic; resynced and carrying on", self.flow.name, self._failures.failure)
+        log.warning(
+            "flow %s: %s came from a recreated target topic; resynced and carrying on",
+            self.flow.name,
+            self._failures.failure,
+        )
         self._failures.clear()
         self._status.set(FlowState.RUNNING, "target topic recreated; resynced")
         return True

@@ -45,7 +45,12 @@ LIMIT_HEADROOM = 1024
 
 
 def ensure_targets(
-    source: Admin, target: Admin, mappings: Iterable[TopicMapping], *, existing: Mapping[str, int] | None = None, headroom: int = 0,
+    source: Admin,
+    target: Admin,
+    mappings: Iterable[TopicMapping],
+    *,
+    existing: Mapping[str, int] | None = None,
+    headroom: int = 0,
 ) -> SyncResult:
     """Create missing target topics and grow ones with fewer partitions than their source.
 
@@ -83,7 +88,13 @@ def ensure_targets(
             if m.target in done:
                 partitions, rf, cfg = wanted[m.target]
                 created.append(m.target)
-                log.info("created target topic %s (%d partitions, rf %d, %s)", m.target, partitions, rf, cfg or "default configs")
+                log.info(
+                    "created target topic %s (%d partitions, rf %d, %s)",
+                    m.target,
+                    partitions,
+                    rf,
+                    cfg or "default configs",
+                )
     for m in mappings:
         have = existing.get(m.target)
         if have is not None and have < m.partitions:
@@ -91,7 +102,9 @@ def ensure_targets(
             # per-key order; growing is safe for an empty or append-only mirror topic.
             target.create_partitions(m.target, m.partitions)
             grown.append(m.target)
-            log.warning("grew target topic %s from %d to %d partitions to match its source", m.target, have, m.partitions)
+            log.warning(
+                "grew target topic %s from %d to %d partitions to match its source", m.target, have, m.partitions
+            )
     return SyncResult(tuple(created), tuple(grown))
 
 
@@ -109,7 +122,9 @@ class TopicReport:
 
     @property
     def ok(self) -> bool:
-        return self.target_partitions is not None and self.target_partitions >= self.source_partitions and not self.drift
+        return (
+            self.target_partitions is not None and self.target_partitions >= self.source_partitions and not self.drift
+        )
 
 
 def compare_topics(source: Admin, target: Admin, mappings: Iterable[TopicMapping]) -> list[TopicReport]:
@@ -127,9 +142,19 @@ def compare_topics(source: Admin, target: Admin, mappings: Iterable[TopicMapping
         if tp is not None:
             a, b = scfg.get(m.source, {}), tcfg.get(m.target, {})
             for key in COPIED_CONFIGS:
-                if key == "min.insync.replicas" and trf is not None and b.get(key) == str(trf) and int(a.get(key, trf)) > trf:
+                if (
+                    key == "min.insync.replicas"
+                    and trf is not None
+                    and b.get(key) == str(trf)
+                    and int(a.get(key, trf)) > trf
+                ):
                     continue  # capped on purpose at creation
-                if key == "max.message.bytes" and a.get(key) and b.get(key) and 0 <= int(b[key]) - int(a[key]) <= LIMIT_HEADROOM:
+                if (
+                    key == "max.message.bytes"
+                    and a.get(key)
+                    and b.get(key)
+                    and 0 <= int(b[key]) - int(a[key]) <= LIMIT_HEADROOM
+                ):
                     continue  # raised on purpose at creation: room for the provenance header
                 if a.get(key) != b.get(key):
                     drift[key] = (a.get(key), b.get(key))
@@ -189,10 +214,16 @@ def sync_topics(source: Admin, target: Admin, mappings: Iterable[TopicMapping]) 
                 reset = [k for k, (v, _) in r.drift.items() if v is None]
                 target.alter_topic_configs(r.target, set_configs, reset)
                 applied = {**set_configs, **dict.fromkeys(reset)}
-                log.info("target topic %s follows its source: %s", r.target, ", ".join(f"{k}={v or 'default'}" for k, v in applied.items()))
+                log.info(
+                    "target topic %s follows its source: %s",
+                    r.target,
+                    ", ".join(f"{k}={v or 'default'}" for k, v in applied.items()),
+                )
         except KafkaOperationError as exc:
             log.warning("target topic %s differs from its source %s and cannot be changed: %s", r.target, r.source, exc)
-            out.append(TopicSync(r.source, r.target, applied, grown, str(exc), denied=isinstance(exc, AuthorizationFailed)))
+            out.append(
+                TopicSync(r.source, r.target, applied, grown, str(exc), denied=isinstance(exc, AuthorizationFailed))
+            )
             continue
         out.append(TopicSync(r.source, r.target, applied, grown))
     return out

@@ -179,7 +179,9 @@ class FlowWorker:
         self.admins.source.topics()
         self.admins.target.topics()
         consumer_cfg, producer_cfg = self._settings()
-        eager = str(consumer_cfg["partition.assignment.strategy"]).strip() != "cooperative-sticky"  # librdkafka trims it too
+        eager = (
+            str(consumer_cfg["partition.assignment.strategy"]).strip() != "cooperative-sticky"
+        )  # librdkafka trims it too
         self._consumer = consumer = self._make_consumer(f.source, self._source, consumer_cfg)
         self.pool = pool = ProducerPool(f, self._target, producer_cfg, self._make_producer)
         self._wire(consumer, pool, consumer_cfg, eager)
@@ -195,28 +197,99 @@ class FlowWorker:
         # Frozen (SIGSTOP, a VM pause, a stalled host) for longer than this, the group may
         # have given this worker's partitions to another: see `Fence`.
         fence_after = (int(consumer_cfg["session.timeout.ms"]) - int(consumer_cfg["heartbeat.interval.ms"])) / 1000
-        self.fence = fence = Fence(f, self._source, consumer, fence_after=fence_after, clock=self.clock, ledger=ledger, pool=pool, gate=gate, tags=tags, on_unfenced=requests.soon)
-        self.committer = committer = Committer(
-            f, consumer, until_caught_up=self.until_caught_up, ledger=ledger, listeners=listeners, tags=tags, gate=gate, pool=pool,
-            failures=failures, status=status, admins=self.admins,
+        self.fence = fence = Fence(
+            f,
+            self._source,
+            consumer,
+            fence_after=fence_after,
+            clock=self.clock,
+            ledger=ledger,
+            pool=pool,
+            gate=gate,
+            tags=tags,
+            on_unfenced=requests.soon,
         )
-        self.reports = reports = DeliveryReports(f, ledger=ledger, pool=pool, failures=failures, status=status, fence=fence, refresh=requests)
+        self.committer = committer = Committer(
+            f,
+            consumer,
+            until_caught_up=self.until_caught_up,
+            ledger=ledger,
+            listeners=listeners,
+            tags=tags,
+            gate=gate,
+            pool=pool,
+            failures=failures,
+            status=status,
+            admins=self.admins,
+        )
+        self.reports = reports = DeliveryReports(
+            f, ledger=ledger, pool=pool, failures=failures, status=status, fence=fence, refresh=requests
+        )
         compressed = pool.settings.get("compression.type", "none") not in ("none", None)
         self.forwarder = Forwarder(
-            f, consumer, stop=self.stop, queue_kbytes=pool.settings.get("queue.buffering.max.kbytes"), compressed=compressed, ledger=ledger,
-            gate=gate, pool=pool, reports=reports, failures=failures, fence=fence, refresh=requests, target_timeout=self._target.timeout,
+            f,
+            consumer,
+            stop=self.stop,
+            queue_kbytes=pool.settings.get("queue.buffering.max.kbytes"),
+            compressed=compressed,
+            ledger=ledger,
+            gate=gate,
+            pool=pool,
+            reports=reports,
+            failures=failures,
+            fence=fence,
+            refresh=requests,
+            target_timeout=self._target.timeout,
         )
         self.assignment = assignment = Assignment(
-            f, self._source, consumer, ledger=ledger, listeners=listeners, eager=eager, tags=tags, admins=self.admins, pool=pool, gate=gate,
-            fence=fence, committer=committer, reports=reports,
+            f,
+            self._source,
+            consumer,
+            ledger=ledger,
+            listeners=listeners,
+            eager=eager,
+            tags=tags,
+            admins=self.admins,
+            pool=pool,
+            gate=gate,
+            fence=fence,
+            committer=committer,
+            reports=reports,
         )
         resync = Resync(
-            f, self._source, self._target, consumer, stop=self.stop, clock=self.clock, ledger=ledger, listeners=listeners, admins=self.admins,
-            pool=pool, gate=gate, fence=fence, committer=committer, reports=reports, assignment=assignment,
+            f,
+            self._source,
+            self._target,
+            consumer,
+            stop=self.stop,
+            clock=self.clock,
+            ledger=ledger,
+            listeners=listeners,
+            admins=self.admins,
+            pool=pool,
+            gate=gate,
+            fence=fence,
+            committer=committer,
+            reports=reports,
+            assignment=assignment,
         )
         self.watch = TargetWatch(
-            self.config, f, self._target, stop=self.stop, clock=self.clock, ledger=ledger, admins=self.admins, tags=tags, pool=pool,
-            fence=fence, committer=committer, assignment=assignment, failures=failures, status=status, resync=resync, requests=requests,
+            self.config,
+            f,
+            self._target,
+            stop=self.stop,
+            clock=self.clock,
+            ledger=ledger,
+            admins=self.admins,
+            tags=tags,
+            pool=pool,
+            fence=fence,
+            committer=committer,
+            assignment=assignment,
+            failures=failures,
+            status=status,
+            resync=resync,
+            requests=requests,
         )
 
     def close(self) -> None:
@@ -232,7 +305,13 @@ class FlowWorker:
             self.reports.serve(0.1)
         left = self.ledger.inflight_records()
         if left and not self.pool.dead:
-            log.warning("flow %s: %d records not acknowledged by %s after %.0fs; their source offsets stay uncommitted", self.flow.name, left, self.flow.target, DRAIN_TIMEOUT)
+            log.warning(
+                "flow %s: %d records not acknowledged by %s after %.0fs; their source offsets stay uncommitted",
+                self.flow.name,
+                left,
+                self.flow.target,
+                DRAIN_TIMEOUT,
+            )
             # The idempotent producer's fatal error that follows is the purge's: a stop that
             # gave up on records is still a stop, not a failure.
             self.pool.purge(self.reports.serve)
@@ -309,7 +388,13 @@ class FlowWorker:
         if stalled != self._stalled:
             if stalled:
                 names = some([f"{t}[{p}]" for t, p in stalled])
-                log.warning("flow %s: %d partition(s) had records in flight and none acknowledged for %.0f s: %s", self.flow.name, len(stalled), STALL_LOOK, names)
+                log.warning(
+                    "flow %s: %d partition(s) had records in flight and none acknowledged for %.0f s: %s",
+                    self.flow.name,
+                    len(stalled),
+                    STALL_LOOK,
+                    names,
+                )
             else:
                 log.info("flow %s: acknowledgements flow again on every partition", self.flow.name)
             self._stalled = stalled

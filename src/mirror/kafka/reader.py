@@ -84,7 +84,13 @@ class PartitionReader:
         """
         try:
             first = self._consumer.poll(timeout)
-            msgs = [first, *self._consumer.consume(max_records - 1, timeout=0)] if first is not None and max_records > 1 else [first] if first is not None else []
+            msgs = (
+                [first, *self._consumer.consume(max_records - 1, timeout=0)]
+                if first is not None and max_records > 1
+                else [first]
+                if first is not None
+                else []
+            )
         except KafkaException as exc:
             raise_for(self.name, "read records", exc)
         out = []
@@ -95,8 +101,18 @@ class PartitionReader:
                     log.debug("reader %s: %s", self.name, err.str())
                     continue
                 if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:  # the group.id librdkafka requires
-                    raise_for(self.name, f"read as group {self._group!r}", KafkaException(err), acl=("Read", "group", self._group))
-                raise_for(self.name, f"read {m.topic()}[{m.partition()}]", KafkaException(err), acl=("Read", "topic", str(m.topic())))
+                    raise_for(
+                        self.name,
+                        f"read as group {self._group!r}",
+                        KafkaException(err),
+                        acl=("Read", "group", self._group),
+                    )
+                raise_for(
+                    self.name,
+                    f"read {m.topic()}[{m.partition()}]",
+                    KafkaException(err),
+                    acl=("Read", "topic", str(m.topic())),
+                )
             topic, partition, offset = m.topic(), m.partition(), m.offset()
             if topic is None or partition is None or offset is None:
                 continue  # only error events lack them, and those are handled above
@@ -144,13 +160,25 @@ class TailRecord:
     log_append_time: bool = False  # the broker set the timestamp (the topic's message.timestamp.type)
 
 
-def read_headers(name: str, cluster: ClusterConfig, topic: str, partition: int, start: int, end: int, timeout: float) -> list[tuple[int, list[tuple[str, bytes | None]]]]:
+def read_headers(
+    name: str, cluster: ClusterConfig, topic: str, partition: int, start: int, end: int, timeout: float
+) -> list[tuple[int, list[tuple[str, bytes | None]]]]:
     """Offsets and headers of the records of one partition in [start, end), in order."""
     return [(r.offset, r.headers) for r in read_range(name, cluster, topic, partition, start, end, timeout=timeout)]
 
 
-def read_range(name: str, cluster: ClusterConfig, topic: str, partition: int, start: int, end: int, timeout: float,
-               until: Callable[[TailRecord], bool] | None = None, *, isolation: str | None = None) -> list[TailRecord]:
+def read_range(
+    name: str,
+    cluster: ClusterConfig,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    timeout: float,
+    until: Callable[[TailRecord], bool] | None = None,
+    *,
+    isolation: str | None = None,
+) -> list[TailRecord]:
     """The records of one partition in [start, end), in order (stopping after the first one
     `until` accepts, when given).
 
@@ -172,7 +200,9 @@ def read_range(name: str, cluster: ClusterConfig, topic: str, partition: int, st
         deadline = time.monotonic() + timeout
         while True:
             if time.monotonic() > deadline:
-                raise_for(name, f"read {topic}[{partition}] {start}..{end}", KafkaException(KafkaError(KafkaError._TIMED_OUT)))
+                raise_for(
+                    name, f"read {topic}[{partition}] {start}..{end}", KafkaException(KafkaError(KafkaError._TIMED_OUT))
+                )
             for m in consumer.consume(1000, timeout=0.5):
                 err = m.error()
                 if err is not None:
@@ -184,9 +214,14 @@ def read_range(name: str, cluster: ClusterConfig, topic: str, partition: int, st
                     continue
                 raw: Any = m.headers() or []
                 kind, ts = m.timestamp()
-                rec = TailRecord(offset, ts if ts is not None else -1, m.key(), m.value(),
-                                 [(k, v if isinstance(v, bytes) or v is None else str(v).encode()) for k, v in raw],
-                                 log_append_time=kind == TIMESTAMP_LOG_APPEND_TIME)
+                rec = TailRecord(
+                    offset,
+                    ts if ts is not None else -1,
+                    m.key(),
+                    m.value(),
+                    [(k, v if isinstance(v, bytes) or v is None else str(v).encode()) for k, v in raw],
+                    log_append_time=kind == TIMESTAMP_LOG_APPEND_TIME,
+                )
                 out.append(rec)
                 if until is not None and until(rec):
                     return out
@@ -200,8 +235,14 @@ def read_range(name: str, cluster: ClusterConfig, topic: str, partition: int, st
     return out
 
 
-def read_offsets(name: str, cluster: ClusterConfig, ranges: Mapping[tuple[str, int], tuple[int, int]], timeout: float,
-                 *, isolation: str | None = None) -> dict[tuple[str, int], list[int]]:
+def read_offsets(
+    name: str,
+    cluster: ClusterConfig,
+    ranges: Mapping[tuple[str, int], tuple[int, int]],
+    timeout: float,
+    *,
+    isolation: str | None = None,
+) -> dict[tuple[str, int], list[int]]:
     """The offsets of the records in [start, end) of many partitions, read by one consumer.
 
     `read_range` per partition opens a consumer each time: at thousands of partitions
@@ -220,7 +261,11 @@ def read_offsets(name: str, cluster: ClusterConfig, ranges: Mapping[tuple[str, i
         while todo:
             if time.monotonic() > deadline:
                 (t, p), (start, end) = next(iter(todo.items()))
-                raise_for(name, f"read {len(todo)} partition ranges (e.g. {t}[{p}] {start}..{end})", KafkaException(KafkaError(KafkaError._TIMED_OUT)))
+                raise_for(
+                    name,
+                    f"read {len(todo)} partition ranges (e.g. {t}[{p}] {start}..{end})",
+                    KafkaException(KafkaError(KafkaError._TIMED_OUT)),
+                )
             for m in consumer.consume(1000, timeout=0.5):
                 err = m.error()
                 if err is not None:
@@ -230,8 +275,11 @@ def read_offsets(name: str, cluster: ClusterConfig, ranges: Mapping[tuple[str, i
                 tp, offset = (str(m.topic()), int(m.partition() or 0)), m.offset()
                 if tp in todo and offset is not None and todo[tp][0] <= offset < todo[tp][1]:
                     out[tp].append(offset)
-            done = [(pos.topic, pos.partition) for pos in consumer.position([TopicPartition(t, p) for t, p in todo])
-                    if pos.offset >= todo[(pos.topic, pos.partition)][1]]
+            done = [
+                (pos.topic, pos.partition)
+                for pos in consumer.position([TopicPartition(t, p) for t, p in todo])
+                if pos.offset >= todo[(pos.topic, pos.partition)][1]
+            ]
             if done:
                 consumer.pause([TopicPartition(t, p) for t, p in done])
                 for key in done:

@@ -96,7 +96,10 @@ class FlowReport:
 
 def render(translation: Translation, source_name: str) -> str:
     """The topology as YAML, with what the operator must export and what was left behind."""
-    head = [f"# Written by `mirror import-mm2` from {source_name}.", "# Check it with `mirror validate -c FILE` before `mirror run`."]
+    head = [
+        f"# Written by `mirror import-mm2` from {source_name}.",
+        "# Check it with `mirror validate -c FILE` before `mirror run`.",
+    ]
     if translation.env:
         head.append("# Secrets are not copied; export these before running:")
         head += [f"#   {var}: {what}" for var, what in sorted(translation.env.items())]
@@ -117,11 +120,17 @@ class _Sides:
     flow: FlowConfig
     mm2: Mm2Flow
 
-    def read(self, admin: Admin, topic: str, partition: int, start: int, end: int, isolation: str | None = None) -> list[TailRecord]:
+    def read(
+        self, admin: Admin, topic: str, partition: int, start: int, end: int, isolation: str | None = None
+    ) -> list[TailRecord]:
         name = admin.name
-        return read_range(name, self.config.cluster(name), topic, partition, start, end, READ_TIMEOUT, isolation=isolation)
+        return read_range(
+            name, self.config.cluster(name), topic, partition, start, end, READ_TIMEOUT, isolation=isolation
+        )
 
-    def read_topic(self, admin: Admin, topic: str, partitions: int) -> tuple[list[TailRecord], dict[tuple[str, int], int]]:
+    def read_topic(
+        self, admin: Admin, topic: str, partitions: int
+    ) -> tuple[list[TailRecord], dict[tuple[str, int], int]]:
         """Every record of a small internal topic, and the ends it was read up to."""
         marks = admin.watermarks([(topic, p) for p in range(partitions)], committed_only=False)
         out: list[TailRecord] = []
@@ -130,9 +139,16 @@ class _Sides:
         return out, {k: w.high for k, w in marks.items()}
 
 
-def take_over(config: Config, flows: Sequence[Mm2Flow], store: FullOffsetStore, *, copy_new_topics: bool = False,
-              admin: Callable[[str], Admin] | None = None, clock: Callable[[], float] = time.time,
-              sleep: Callable[[float], None] = time.sleep) -> list[FlowReport]:
+def take_over(
+    config: Config,
+    flows: Sequence[Mm2Flow],
+    store: FullOffsetStore,
+    *,
+    copy_new_topics: bool = False,
+    admin: Callable[[str], Admin] | None = None,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[FlowReport]:
     """Import MM2's progress for each flow (see the module docstring); returns what was done."""
     make = admin or (lambda name: Admin(name, config.cluster(name)))
     reports = []
@@ -142,7 +158,9 @@ def take_over(config: Config, flows: Sequence[Mm2Flow], store: FullOffsetStore, 
     return reports
 
 
-def _flow(s: _Sides, store: FullOffsetStore, copy_new_topics: bool, now_ms: int, sleep: Callable[[float], None]) -> FlowReport:
+def _flow(
+    s: _Sides, store: FullOffsetStore, copy_new_topics: bool, now_ms: int, sleep: Callable[[float], None]
+) -> FlowReport:
     report = FlowReport(s.flow.name)
     target_topics = s.target.topics()
     started = time.monotonic()
@@ -150,7 +168,8 @@ def _flow(s: _Sides, store: FullOffsetStore, copy_new_topics: bool, now_ms: int,
     if s.mm2.offsets_topic not in target_topics:
         raise NotFound(
             f"MirrorMaker 2's offsets topic {s.mm2.offsets_topic!r} is not on {s.mm2.target!r}",
-            hint="import-mm2 reads dedicated-mode MM2 (connect-mirror-maker.sh) progress; check that this is the file it ran with",
+            hint="import-mm2 reads dedicated-mode MM2 (connect-mirror-maker.sh) progress; check that this is "
+            "the file it ran with",
         )
     records, ends_before = s.read_topic(s.target, s.mm2.offsets_topic, target_topics[s.mm2.offsets_topic])
     try:
@@ -161,14 +180,20 @@ def _flow(s: _Sides, store: FullOffsetStore, copy_new_topics: bool, now_ms: int,
     source_marks = s.source.watermarks([(m.source, p) for m in mappings for p in range(m.partitions)])
     _refuse_unstarted(s, mappings, resume, source_marks, target_topics, copy_new_topics, report)
     present = [m for m in mappings if m.target in target_topics]
-    target_marks = s.target.watermarks([(m.target, p) for m in present for p in range(m.partitions)], committed_only=False)
+    target_marks = s.target.watermarks(
+        [(m.target, p) for m in present for p in range(m.partitions)], committed_only=False
+    )
     maps = _partition_maps(s, present, resume, source_marks, target_marks, report)
     checkpoints = _checkpoints(s, maps, target_topics, target_marks, present)
     _refuse_moving(s, ends_before, beat, started, sleep)
     offsets = {tp: resume[tp] for tp in maps}
     _refuse_committed(s, offsets)
     # Rows first, group offsets second: the mirror never commits past rows the store lacks.
-    store.write_syncs(s.flow.name, [r for pm in maps.values() for r in pm.rows], [pm.tip for pm in maps.values() if pm.tip is not None])
+    store.write_syncs(
+        s.flow.name,
+        [r for pm in maps.values() for r in pm.rows],
+        [pm.tip for pm in maps.values() if pm.tip is not None],
+    )
     store.write_checkpoints(s.flow.name, checkpoints)
     # What the source held, as the checkpointer stores it: a plan from these checkpoints (the
     # source gone right after the switch) can say how much never reached the target.
@@ -181,13 +206,28 @@ def _flow(s: _Sides, store: FullOffsetStore, copy_new_topics: bool, now_ms: int,
         meta = {tp: f"{TID}{ids[names[tp[0]]]}" for tp in offsets if names[tp[0]] in ids}
         s.source.alter_group_offsets(s.flow.group_id, offsets, metadata=meta)
     if not s.mm2.read_committed:
-        report.notes.append("MM2 read the source read_uncommitted: records of aborted transactions it copied stay on the target; the mirror copies committed records only")
-    log.info("flow %s: took over %d partitions from MirrorMaker 2 (%d rows, %d checkpoints)", s.flow.name, report.partitions, report.rows, report.checkpoints)
+        report.notes.append(
+            "MM2 read the source read_uncommitted: records of aborted transactions it copied stay on the "
+            "target; the mirror copies committed records only"
+        )
+    log.info(
+        "flow %s: took over %d partitions from MirrorMaker 2 (%d rows, %d checkpoints)",
+        s.flow.name,
+        report.partitions,
+        report.rows,
+        report.checkpoints,
+    )
     return report
 
 
-def _partition_maps(s: _Sides, present: list[TopicMapping], resume: dict[tuple[str, int], int], source_marks: dict[tuple[str, int], Watermarks],
-                    target_marks: dict[tuple[str, int], Watermarks], report: FlowReport) -> dict[tuple[str, int], PartitionMap]:
+def _partition_maps(
+    s: _Sides,
+    present: list[TopicMapping],
+    resume: dict[tuple[str, int], int],
+    source_marks: dict[tuple[str, int], Watermarks],
+    target_marks: dict[tuple[str, int], Watermarks],
+    report: FlowReport,
+) -> dict[tuple[str, int], PartitionMap]:
     """The offset map of every partition MM2 committed, and the report's counts."""
     syncs = _syncs(s)
     maps: dict[tuple[str, int], PartitionMap] = {}
@@ -200,22 +240,31 @@ def _partition_maps(s: _Sides, present: list[TopicMapping], resume: dict[tuple[s
             last[tp] = (below[-1], resume[tp])
     timeout = READ_TIMEOUT + 0.05 * len(last)
     short: list[str] = []  # target partitions without the copies MM2 committed
-    prefetched = read_offsets(s.source.name, s.config.cluster(s.source.name), last, timeout, isolation=isolation) if last else {}
+    prefetched = (
+        read_offsets(s.source.name, s.config.cluster(s.source.name), last, timeout, isolation=isolation) if last else {}
+    )
     for m in present:
         for p in range(m.partitions):
             tp, w = (m.source, p), target_marks[(m.target, p)]
             if tp not in resume:
                 if w.high > w.low:
                     report.copied_twice += w.high - w.low
-                    report.note("MM2 wrote records but committed none (copied again)", f"{m.source}[{p}] ({w.high - w.low})")
+                    report.note(
+                        "MM2 wrote records but committed none (copied again)", f"{m.source}[{p}] ({w.high - w.low})"
+                    )
                 continue
+
             def read(start: int, end: int, m: TopicMapping = m, p: int = p) -> list[int]:
                 if last.get((m.source, p)) == (start, end):
                     return prefetched[(m.source, p)]
                 return [r.offset for r in s.read(s.source, m.source, p, start, end, isolation)]
+
             pm = partition_map(m.source, p, syncs.get(tp, []), resume[tp], read)
             if pm.tip is not None and w.high <= pm.tip.target_offset:
-                short.append(f"{m.target}[{p}] ends at {w.high}, MM2's copy of {m.source}[{p}] offset {pm.tip.source_offset} was at {pm.tip.target_offset}")
+                short.append(
+                    f"{m.target}[{p}] ends at {w.high}, MM2's copy of {m.source}[{p}] offset "
+                    f"{pm.tip.source_offset} was at {pm.tip.target_offset}"
+                )
             maps[tp] = pm
             report.partitions += 1
             report.rows += len(pm.rows)
@@ -226,15 +275,24 @@ def _partition_maps(s: _Sides, present: list[TopicMapping], resume: dict[tuple[s
             if pm.tip is not None and w.high > pm.tip.target_offset + 1:
                 report.copied_twice += w.high - pm.tip.target_offset - 1
             if resume[tp] < source_marks[tp].low:
-                report.note("records expired on the source before MM2 copied them", f"{m.source}[{p}] {resume[tp]}..{source_marks[tp].low - 1}")
+                report.note(
+                    "records expired on the source before MM2 copied them",
+                    f"{m.source}[{p}] {resume[tp]}..{source_marks[tp].low - 1}",
+                )
             if not pm.rows:
-                report.note("no MM2 offset syncs (failover plans for positions before the switch start at the target's beginning)", f"{m.source}[{p}]")
+                report.note(
+                    "no MM2 offset syncs (failover plans for positions before the switch start at the "
+                    "target's beginning)",
+                    f"{m.source}[{p}]",
+                )
     if short:
         # Re-created or truncated since MM2 copied into it: resuming after MM2's commit would
         # leave what MM2 had copied out of the target.
         raise UnsafeOperation(
-            f"a target partition of flow {s.flow.name!r} holds less than MirrorMaker 2 committed ({len(short)} in all; e.g. {short[0]})",
-            hint="the target topic was re-created or truncated since; delete MM2's offsets for it (or the topic from the flow) and let the mirror copy it whole",
+            f"a target partition of flow {s.flow.name!r} holds less than MirrorMaker 2 committed "
+            f"({len(short)} in all; e.g. {short[0]})",
+            hint="the target topic was re-created or truncated since; delete MM2's offsets for it (or the "
+            "topic from the flow) and let the mirror copy it whole",
         )
     return maps
 
@@ -249,16 +307,25 @@ def _refuse_running(s: _Sides, target_topics: dict[str, int], now_ms: int, repor
     session timeout, after which a killed worker's tasks could move) means stopped.
     """
     if s.source.group_members(s.flow.group_id):
-        raise UnsafeOperation(f"flow {s.flow.name!r} is already running: its group {s.flow.group_id!r} has members on {s.mm2.source!r}", hint="stop `mirror run` first")
+        raise UnsafeOperation(
+            f"flow {s.flow.name!r} is already running: its group {s.flow.group_id!r} has members on {s.mm2.source!r}",
+            hint="stop `mirror run` first",
+        )
     if s.mm2.heartbeat_interval is None:
-        report.notes.append("MM2 emits no heartbeats here: that it is stopped was judged only by its offsets not moving during the import")
+        report.notes.append(
+            "MM2 emits no heartbeats here: that it is stopped was judged only by its offsets not moving "
+            "during the import"
+        )
         return None
     quiet_ms = int(max(HEARTBEAT_QUIET_S, 3 * s.mm2.heartbeat_interval) * 1000)
     newest = _newest_heartbeat(s, target_topics)
     if newest is not None and now_ms - newest < quiet_ms:
         raise UnsafeOperation(
-            f"MirrorMaker 2 still runs for {s.mm2.source}->{s.mm2.target}: its last heartbeat on {s.mm2.target!r} is {max(0, now_ms - newest) / 1000:.1f}s old",
-            hint=f"stop every MirrorMaker 2 process of this pair first (its worker group is {s.mm2.connect_group!r}); a stopped one is quiet for {quiet_ms // 1000}s, then run import-mm2 again",
+            f"MirrorMaker 2 still runs for {s.mm2.source}->{s.mm2.target}: its last heartbeat on "
+            f"{s.mm2.target!r} is {max(0, now_ms - newest) / 1000:.1f}s old",
+            hint="stop every MirrorMaker 2 process of this pair first (its worker group is "
+            f"{s.mm2.connect_group!r}); a stopped one is quiet for {quiet_ms // 1000}s, then run "
+            "import-mm2 again",
         )
     return newest
 
@@ -267,19 +334,27 @@ def _newest_heartbeat(s: _Sides, target_topics: dict[str, int]) -> int | None:
     if HEARTBEATS not in target_topics:
         return None
     marks = s.target.watermarks([(HEARTBEATS, p) for p in range(target_topics[HEARTBEATS])], committed_only=False)
-    records = [r for (t, p), w in sorted(marks.items()) for r in s.read(s.target, t, p, max(w.low, w.high - HEARTBEAT_TAIL), w.high)]
+    records = [
+        r
+        for (t, p), w in sorted(marks.items())
+        for r in s.read(s.target, t, p, max(w.low, w.high - HEARTBEAT_TAIL), w.high)
+    ]
     return newest_heartbeat(((r.key, r.value) for r in records), s.mm2.source, s.mm2.target)
 
 
-def _refuse_moving(s: _Sides, before: dict[tuple[str, int], int], beat: int | None, started: float, sleep: Callable[[float], None]) -> None:
+def _refuse_moving(
+    s: _Sides, before: dict[tuple[str, int], int], beat: int | None, started: float, sleep: Callable[[float], None]
+) -> None:
     """MM2's committed offsets moved, or a heartbeat came, since the import began reading.
     The heartbeat check does not trust clocks (MM2's host may be behind): at least three
     heartbeat intervals are let pass between the two reads."""
     after = s.target.end_offsets(list(before), committed_only=False)
     if after != before:
         raise UnsafeOperation(
-            f"MirrorMaker 2's committed offsets for {s.mm2.source}->{s.mm2.target} moved while they were read ({s.mm2.offsets_topic} grew)",
-            hint="some MM2 process still runs for this pair (maybe one with other --clusters): stop it, then import again",
+            f"MirrorMaker 2's committed offsets for {s.mm2.source}->{s.mm2.target} moved while they were "
+            f"read ({s.mm2.offsets_topic} grew)",
+            hint="some MM2 process still runs for this pair (maybe one with other --clusters): stop it, then "
+            "import again",
         )
     if s.mm2.heartbeat_interval is None:
         return
@@ -287,29 +362,46 @@ def _refuse_moving(s: _Sides, before: dict[tuple[str, int], int], beat: int | No
     again = _newest_heartbeat(s, s.target.topics())
     if again is not None and again != beat:
         raise UnsafeOperation(
-            f"MirrorMaker 2 still runs for {s.mm2.source}->{s.mm2.target}: it emitted a heartbeat on {s.mm2.target!r} during the import",
-            hint=f"stop every MirrorMaker 2 process of this pair first (its worker group is {s.mm2.connect_group!r}), then run import-mm2 again",
+            f"MirrorMaker 2 still runs for {s.mm2.source}->{s.mm2.target}: it emitted a heartbeat on "
+            f"{s.mm2.target!r} during the import",
+            hint="stop every MirrorMaker 2 process of this pair first (its worker group is "
+            f"{s.mm2.connect_group!r}), then run import-mm2 again",
         )
 
 
-def _refuse_unstarted(s: _Sides, mappings: list[TopicMapping], resume: dict[tuple[str, int], int], marks: dict[tuple[str, int], Watermarks],
-                      target_topics: dict[str, int], copy_new_topics: bool, report: FlowReport) -> None:
+def _refuse_unstarted(
+    s: _Sides,
+    mappings: list[TopicMapping],
+    resume: dict[tuple[str, int], int],
+    marks: dict[tuple[str, int], Watermarks],
+    target_topics: dict[str, int],
+    copy_new_topics: bool,
+    report: FlowReport,
+) -> None:
     """A matched topic with records MM2 never started is not MM2's to hand over: the mirror
     would copy all of it, which is what the operator meant to avoid."""
     started = {t for t, _ in resume}
-    unstarted = [m for m in mappings if m.source not in started and any(marks[(m.source, p)].high > marks[(m.source, p)].low for p in range(m.partitions))]
+    unstarted = [
+        m
+        for m in mappings
+        if m.source not in started
+        and any(marks[(m.source, p)].high > marks[(m.source, p)].low for p in range(m.partitions))
+    ]
     unstarted = [m for m in unstarted if m.target not in target_topics]
     gone = sorted({m.target for m in mappings if m.source in started and m.target not in target_topics})
     if gone:
         raise UnsafeOperation(
-            f"MirrorMaker 2 committed offsets of topics whose copies are gone from {s.mm2.target!r}: {', '.join(gone[:10])}",
-            hint="resuming would leave out everything MM2 had copied; delete MM2's offsets for them (or the topics from the flow) and let the mirror copy them whole",
+            f"MirrorMaker 2 committed offsets of topics whose copies are gone from {s.mm2.target!r}: "
+            f"{', '.join(gone[:10])}",
+            hint="resuming would leave out everything MM2 had copied; delete MM2's offsets for them (or the "
+            "topics from the flow) and let the mirror copy them whole",
         )
     if unstarted and not copy_new_topics:
         names = ", ".join(m.source for m in unstarted[:10])
         raise UnsafeOperation(
             f"flow {s.flow.name!r} matches {len(unstarted)} topic(s) MirrorMaker 2 never started: {names}",
-            hint="exclude them in the MM2 file and import again, let MM2 copy them first, or pass --copy-new-topics to mirror them from the beginning",
+            hint="exclude them in the MM2 file and import again, let MM2 copy them first, or pass "
+            "--copy-new-topics to mirror them from the beginning",
         )
     for m in unstarted:
         report.note("never started by MM2, mirrored from the beginning", m.source)
@@ -325,8 +417,10 @@ def _refuse_committed(s: _Sides, offsets: dict[tuple[str, int], int]) -> None:
     if moved:
         (t, p), o = next(iter(sorted(moved.items())))
         raise UnsafeOperation(
-            f"group {s.flow.group_id!r} already committed {len(moved)} partition(s) of flow {s.flow.name!r} elsewhere (e.g. {t}[{p}] at {o}, MM2 stopped at {offsets[(t, p)]})",
-            hint="the flow has run or taken over already; to import again, delete the group and the flow's offset-map rows first",
+            f"group {s.flow.group_id!r} already committed {len(moved)} partition(s) of flow "
+            f"{s.flow.name!r} elsewhere (e.g. {t}[{p}] at {o}, MM2 stopped at {offsets[(t, p)]})",
+            hint="the flow has run or taken over already; to import again, delete the group and the flow's "
+            "offset-map rows first",
         )
 
 
@@ -342,8 +436,13 @@ def _syncs(s: _Sides) -> dict[tuple[str, int], list[tuple[int, int]]]:
         raise MirrorError(f"{s.mm2.offset_syncs_topic}: {exc}") from None
 
 
-def _checkpoints(s: _Sides, maps: dict[tuple[str, int], PartitionMap], target_topics: dict[str, int],
-                 marks: dict[tuple[str, int], Watermarks], present: list[TopicMapping]) -> list[Checkpoint]:
+def _checkpoints(
+    s: _Sides,
+    maps: dict[tuple[str, int], PartitionMap],
+    target_topics: dict[str, int],
+    marks: dict[tuple[str, int], Watermarks],
+    present: list[TopicMapping],
+) -> list[Checkpoint]:
     if s.mm2.checkpoints_topic not in target_topics or not s.flow.groups:
         return []
     records, _ = s.read_topic(s.target, s.mm2.checkpoints_topic, target_topics[s.mm2.checkpoints_topic])
@@ -360,7 +459,16 @@ def _checkpoints(s: _Sides, maps: dict[tuple[str, int], PartitionMap], target_to
         if c.group not in wanted or source is None:
             continue
         end = marks[(c.topic, c.partition)].high
-        out.append(Checkpoint(c.group, source, c.partition, c.upstream, checkpoint_target(c, maps.get((source, c.partition)), end), c.time_ms))
+        out.append(
+            Checkpoint(
+                c.group,
+                source,
+                c.partition,
+                c.upstream,
+                checkpoint_target(c, maps.get((source, c.partition)), end),
+                c.time_ms,
+            )
+        )
     return out
 
 
@@ -368,4 +476,3 @@ def write_file(text: str, out: Path, *, force: bool) -> None:
     if out.exists() and not force:
         raise UsageError(f"--out: {out} exists", hint="pass --force to overwrite it, or --out another path")
     out.write_text(text, encoding="utf-8")
-

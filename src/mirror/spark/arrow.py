@@ -64,8 +64,10 @@ def _headers(array: Any, n: int) -> list[Any]:
     keys, values = _values(pairs.field("key")), _values(pairs.field("value"))
     base = bounds[0]
     valid = _values(array.is_valid())
-    return [list(zip(keys[a - base:b - base], values[a - base:b - base], strict=True)) or None if ok else None
-            for a, b, ok in zip(bounds, bounds[1:], valid, strict=False)]
+    return [
+        list(zip(keys[a - base : b - base], values[a - base : b - base], strict=True)) or None if ok else None
+        for a, b, ok in zip(bounds, bounds[1:], valid, strict=False)
+    ]
 
 
 def results_of(rows: Iterable[Any]) -> list[TaskResult]:

@@ -59,14 +59,20 @@ def resume_problem(location: Path, starting: Mapping[str, Mapping[str, int]]) ->
         return "it covers other partitions than the flow's"
     if (location / "commits" / str(newest)).exists():
         low = end
-    elif newest - 1 in batches and (older := _read_offsets(location / "offsets" / str(newest - 1))) is not None and set(older) == set(end):
+    elif (
+        newest - 1 in batches
+        and (older := _read_offsets(location / "offsets" / str(newest - 1))) is not None
+        and set(older) == set(end)
+    ):
         low = older
     else:
         return f"its first batch ({newest}) never completed"
     behind = sorted(tp for tp, o in group.items() if not low[tp] <= o <= end[tp])
     if behind:
         t, p = behind[0]
-        return f"the group's offset of {t}[{p}] ({group[(t, p)]}) is outside the checkpoint's {low[(t, p)]}..{end[(t, p)]}"
+        return (
+            f"the group's offset of {t}[{p}] ({group[(t, p)]}) is outside the checkpoint's {low[(t, p)]}..{end[(t, p)]}"
+        )
     return None
 
 

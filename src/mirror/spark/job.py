@@ -72,21 +72,25 @@ def check_java() -> None:
     java_home = os.environ.get("JAVA_HOME")
     java = Path(java_home) / "bin" / "java" if java_home else shutil.which("java")
     if not java or not Path(java).exists():
-        raise MirrorError("no Java found (JAVA_HOME unset and no `java` on PATH)", hint="Spark needs a Java 17 or 21 runtime")
+        raise MirrorError(
+            "no Java found (JAVA_HOME unset and no `java` on PATH)", hint="Spark needs a Java 17 or 21 runtime"
+        )
 
 
 def check_master(master: str, timeout: float = 5.0) -> None:
     """A standalone master that does not accept connections fails here, not after Spark's minute of retries."""
     if not master.startswith("spark://"):
         return
-    for hostport in master[len("spark://"):].split(","):
+    for hostport in master[len("spark://") :].split(","):
         u = urlparse(f"//{hostport}")
         try:
             with socket.create_connection((u.hostname or "", u.port or 7077), timeout=timeout):
                 return
         except OSError:
             continue
-    raise MirrorError(f"Spark master {master} does not answer", hint="check --master and that the master runs (mirror dev up --spark)")
+    raise MirrorError(
+        f"Spark master {master} does not answer", hint="check --master and that the master runs (mirror dev up --spark)"
+    )
 
 
 def claim_checkpoint(directory: Path, flow: FlowConfig) -> Path:
@@ -100,7 +104,11 @@ def claim_checkpoint(directory: Path, flow: FlowConfig) -> Path:
         except (OSError, ValueError):
             theirs = None
         if theirs != mine:
-            raise UsageError(f"--checkpoint {directory} belongs to {theirs!r}, not flow {flow.name!r}", hint="give each flow its own checkpoint directory (--checkpoint, or spark.checkpoint_dir in the config)")
+            raise UsageError(
+                f"--checkpoint {directory} belongs to {theirs!r}, not flow {flow.name!r}",
+                hint="give each flow its own checkpoint directory (--checkpoint, or spark.checkpoint_dir in "
+                "the config)",
+            )
     else:
         marker.write_text(json.dumps(mine))
     return directory / "query"
@@ -109,9 +117,18 @@ def claim_checkpoint(directory: Path, flow: FlowConfig) -> Path:
 class SparkFlow:
     """Runs one flow's streaming query until caught up or stopped."""
 
-    def __init__(self, config: Config, flow: FlowConfig, *, master: str | None = None, checkpoint: Path | None = None,
-                 until_caught_up: bool = False, max_records_per_batch: int | None = None, metrics: Any = None,
-                 stop: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        flow: FlowConfig,
+        *,
+        master: str | None = None,
+        checkpoint: Path | None = None,
+        until_caught_up: bool = False,
+        max_records_per_batch: int | None = None,
+        metrics: Any = None,
+        stop: threading.Event | None = None,
+    ) -> None:
         self.config = config
         self.flow = flow
         self.master = master or "local[*]"
@@ -128,7 +145,9 @@ class SparkFlow:
         self._source_ids: dict[str, str] = {}  # source topic -> id, as the last query started
         self._limits: dict[str, int] = {}  # target topic -> max.message.bytes
         self._restarted = False  # partitions with a commit start again from the beginning
-        self._settled: set[tuple[str, int]] = set()  # partitions with a batch completed in this query (`TaskPlan.settled`)
+        self._settled: set[tuple[str, int]] = (
+            set()
+        )  # partitions with a batch completed in this query (`TaskPlan.settled`)
         self.store_backoff = STORE_BACKOFF  # first wait after an offset-store failure
         self.records = 0
         self.skipped = 0
@@ -139,13 +158,16 @@ class SparkFlow:
         """Everything that must hold before Spark starts; nothing is produced before it."""
         check_java()
         check_master(self.master)
-        java_kafka_options(self.flow.source, self.config.clusters[self.flow.source].client)  # a setting Spark's source cannot take: refused now
+        java_kafka_options(
+            self.flow.source, self.config.clusters[self.flow.source].client
+        )  # a setting Spark's source cannot take: refused now
         self._source = Admin(self.flow.source, self.config.clusters[self.flow.source])
         self._target = Admin(self.flow.target, self.config.clusters[self.flow.target])
         members = self._source.group_members(self.flow.group_id)
         if members:
             raise UnsafeOperation(
-                f"flow {self.flow.name}: group {self.flow.group_id!r} has {members} live members on {self.flow.source} (is `mirror run` mirroring it?)",
+                f"flow {self.flow.name}: group {self.flow.group_id!r} has {members} live members on "
+                f"{self.flow.source} (is `mirror run` mirroring it?)",
                 hint="stop the other run first: one engine per flow at a time",
             )
         self._target.topics()
@@ -197,7 +219,9 @@ class SparkFlow:
         # offsets start again, so the group's commit and the rows are an old incarnation's.
         source_ids = self._source.topic_ids(sorted({m.source for m in mappings}))
         recreated = {t for t, i in source_ids.items() if self._source_ids.get(t, i) != i}
-        self._source_ids.update(source_ids)  # a topic deleted meanwhile keeps its old id: recreated later, it is noticed
+        self._source_ids.update(
+            source_ids
+        )  # a topic deleted meanwhile keeps its old id: recreated later, it is noticed
         parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
         marks = self._source.watermarks([tp for tp in parts if tp in committed], committed_only=False)
         out: dict[str, dict[str, int]] = {}
@@ -210,13 +234,28 @@ class SparkFlow:
             for p in range(m.partitions):
                 offset, meta = committed.get((m.source, p), (None, None))
                 if m.source in recreated:
-                    log.warning("flow %s: %s[%d]: source topic %s was deleted and created again; mirroring it from the earliest offset", self.flow.name, m.source, p, m.source)
+                    log.warning(
+                        "flow %s: %s[%d]: source topic %s was deleted and created again; mirroring it "
+                        "from the earliest offset",
+                        self.flow.name,
+                        m.source,
+                        p,
+                        m.source,
+                    )
                     out[m.source][str(p)] = -2
                     reset.append((m.source, p))
                     continue
                 if new_target(m.target in self._created, meta, tid):
-                    log.warning("flow %s: %s[%d]: target topic %s is new (%s); mirroring from the earliest offset", self.flow.name, m.source, p, m.target,
-                                "created by this run" if m.target in self._created else f"the group's offset was committed into an earlier {m.target}")
+                    log.warning(
+                        "flow %s: %s[%d]: target topic %s is new (%s); mirroring from the earliest offset",
+                        self.flow.name,
+                        m.source,
+                        p,
+                        m.target,
+                        "created by this run"
+                        if m.target in self._created
+                        else f"the group's offset was committed into an earlier {m.target}",
+                    )
                     out[m.source][str(p)] = -2
                     reset.append((m.source, p))
                     if m.target not in self._created:
@@ -227,7 +266,9 @@ class SparkFlow:
                 w = marks.get((m.source, p))
                 start, why = starting_offset(offset, w.low if w else None, w.high if w else None)
                 if why:
-                    log.warning("flow %s: %s[%d]: %s; mirroring from the earliest offset", self.flow.name, m.source, p, why)
+                    log.warning(
+                        "flow %s: %s[%d]: %s; mirroring from the earliest offset", self.flow.name, m.source, p, why
+                    )
                 out[m.source][str(p)] = start
                 if start >= 0:
                     self._committed[(m.source, p)] = start
@@ -264,7 +305,11 @@ class SparkFlow:
                 self._target_ids.update(self._target.topic_ids(missing))
             except MirrorError as exc:
                 log.debug("flow %s: target topic ids: %s", self.flow.name, exc)
-        return {tp: f"{TARGET_TOPIC_ID}{self._target_ids[target[tp[0]]]}" for tp in partitions if self._target_ids.get(target.get(tp[0], ""))}
+        return {
+            tp: f"{TARGET_TOPIC_ID}{self._target_ids[target[tp[0]]]}"
+            for tp in partitions
+            if self._target_ids.get(target.get(tp[0], ""))
+        }
 
     def _run_query(self, spark: Any, mappings: list[TopicMapping]) -> bool:
         """Run one query over `mappings`; True when it stopped because the matched topics changed."""
@@ -289,7 +334,9 @@ class SparkFlow:
         )
         for k, v in java_kafka_options(self.flow.source, source.client).items():
             reader = reader.option(f"kafka.{k}", v)
-        reader = reader.option("maxOffsetsPerTrigger", str(self.max_records_per_batch or self.flow.spark.max_records_per_batch))
+        reader = reader.option(
+            "maxOffsetsPerTrigger", str(self.max_records_per_batch or self.flow.spark.max_records_per_batch)
+        )
         # What a task's Python worker takes in at once (`mirror.spark.arrow`); the query's
         # session copies these when it starts.
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(CHUNK))
@@ -303,12 +350,21 @@ class SparkFlow:
                 if self._query_topics_changed(mappings) or self._restarted:
                     shutil.rmtree(location, ignore_errors=True)
                 elif why := resume_problem(self.checkpoint, starting):
-                    log.info("flow %s: not resuming the Spark checkpoint %s: %s; starting from the group's offsets", self.flow.name, location, why)
+                    log.info(
+                        "flow %s: not resuming the Spark checkpoint %s: %s; starting from the group's offsets",
+                        self.flow.name,
+                        location,
+                        why,
+                    )
                     shutil.rmtree(location, ignore_errors=True)
             else:
                 location = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"mirror-spark-{self.flow.name}-"))
             writer = reader.load().writeStream.foreachBatch(self._on_batch).option("checkpointLocation", location)
-            writer = writer.trigger(availableNow=True) if self.until_caught_up else writer.trigger(processingTime=f"{max(0.1, self.flow.commit_interval):g} seconds")
+            writer = (
+                writer.trigger(availableNow=True)
+                if self.until_caught_up
+                else writer.trigger(processingTime=f"{max(0.1, self.flow.commit_interval):g} seconds")
+            )
             query = writer.queryName(f"mirror-{self.flow.name}").start()
             try:
                 next_refresh = time.monotonic() + self.flow.refresh_interval
@@ -316,7 +372,9 @@ class SparkFlow:
                     try:
                         query.awaitTermination(min(self.flow.refresh_interval, 1.0))
                     except Exception as failed:  # pyspark's StreamingQueryException: one line, not a JVM trace
-                        raise MirrorError(f"flow {self.flow.name}: the Spark query failed: {_first_line(str(failed))}") from None
+                        raise MirrorError(
+                            f"flow {self.flow.name}: the Spark query failed: {_first_line(str(failed))}"
+                        ) from None
                     self._commit_progress(query)
                     if self.stop.is_set():
                         return False
@@ -324,8 +382,14 @@ class SparkFlow:
                         continue
                     next_refresh = time.monotonic() + self.flow.refresh_interval
                     self._read_limits(mappings)  # a limit changed meanwhile: the next batch's tasks see it
-                    if self._topics_changed(mappings) or self._targets_recreated(mappings) or self._sources_recreated(mappings):
-                        log.info("flow %s: matched topics or their partitions changed; restarting the query", self.flow.name)
+                    if (
+                        self._topics_changed(mappings)
+                        or self._targets_recreated(mappings)
+                        or self._sources_recreated(mappings)
+                    ):
+                        log.info(
+                            "flow %s: matched topics or their partitions changed; restarting the query", self.flow.name
+                        )
                         return True
                 exc = query.exception()
                 if exc is not None:
@@ -356,12 +420,22 @@ class SparkFlow:
         """A source topic was deleted and created again (a new id) while the query ran:
         restarted, the query mirrors its partitions from the beginning (`_starting_offsets`).
         A deleted one is `_topics_changed`'s."""
-        return self._ids_changed("source", self._source, {m.source: self._source_ids[m.source] for m in mappings if m.source in self._source_ids}, deleted_too=False)
+        return self._ids_changed(
+            "source",
+            self._source,
+            {m.source: self._source_ids[m.source] for m in mappings if m.source in self._source_ids},
+            deleted_too=False,
+        )
 
     def _targets_recreated(self, mappings: list[TopicMapping]) -> bool:
         """A target topic was deleted, or deleted and created again (a new id), while the query
         ran: restarted, the query starts its partitions from the beginning (`new_target`)."""
-        return self._ids_changed("target", self._target, {m.target: self._target_ids[m.target] for m in mappings if m.target in self._target_ids}, deleted_too=True)
+        return self._ids_changed(
+            "target",
+            self._target,
+            {m.target: self._target_ids[m.target] for m in mappings if m.target in self._target_ids},
+            deleted_too=True,
+        )
 
     def _ids_changed(self, side: str, admin: Any, known: dict[str, str], *, deleted_too: bool) -> bool:
         if not known:
@@ -373,7 +447,13 @@ class SparkFlow:
             return False
         changed = sorted(t for t, i in known.items() if now.get(t) != i and (deleted_too or t in now))
         if changed:
-            log.warning("flow %s: %s topics %s were deleted%s created again", self.flow.name, side, ", ".join(changed), " or" if deleted_too else " and")
+            log.warning(
+                "flow %s: %s topics %s were deleted%s created again",
+                self.flow.name,
+                side,
+                ", ".join(changed),
+                " or" if deleted_too else " and",
+            )
         return bool(changed)
 
     # ------------------------------------------------------------------ per batch
@@ -391,17 +471,36 @@ class SparkFlow:
         self._finish_batch(batch_id, results)
         # Their next batch starts where this one ended, and the target holds nothing past it.
         self._settled.update((r.topic, r.partition) for r in results)
-        log.debug("flow %s: batch %d: %d tasks, %d records; tasks %.0f ms, driver %.0f ms (source ends %.0f ms, rows stored and committed %.0f ms)",
-                  self.flow.name, batch_id, len(results), sum(r.produced for r in results), (t2 - t1) * 1000,
-                  (time.monotonic() - t2 + t1 - t0) * 1000, (t1 - t0) * 1000, (time.monotonic() - t2) * 1000)
+        log.debug(
+            "flow %s: batch %d: %d tasks, %d records; tasks %.0f ms, driver %.0f ms (source ends %.0f "
+            "ms, rows stored and committed %.0f ms)",
+            self.flow.name,
+            batch_id,
+            len(results),
+            sum(r.produced for r in results),
+            (t2 - t1) * 1000,
+            (time.monotonic() - t2 + t1 - t0) * 1000,
+            (t1 - t0) * 1000,
+            (time.monotonic() - t2) * 1000,
+        )
 
     def _finish_batch(self, batch_id: int, results: list[TaskResult]) -> None:
         """The driver's part of a batch once the tasks produced it: rows stored, then the commit."""
         batches = [
-            AckBatch(self.flow.name, r.topic, r.partition, r.target_topic, r.first_offset, r.next_offset,
-                     # Unplaced (part of the batch's target offsets unknown): no rows and no
-                     # tip, so translation resumes before these records, never past them.
-                     count=r.produced + r.skipped if r.placed else 0, bytes=r.bytes, max_timestamp_ms=r.max_timestamp_ms, syncs=r.syncs)
+            AckBatch(
+                self.flow.name,
+                r.topic,
+                r.partition,
+                r.target_topic,
+                r.first_offset,
+                r.next_offset,
+                # Unplaced (part of the batch's target offsets unknown): no rows and no
+                # tip, so translation resumes before these records, never past them.
+                count=r.produced + r.skipped if r.placed else 0,
+                bytes=r.bytes,
+                max_timestamp_ms=r.max_timestamp_ms,
+                syncs=r.syncs,
+            )
             for r in results
         ]
         for r in results:
@@ -409,13 +508,32 @@ class SparkFlow:
                 log.warning("flow %s: batch %d: %s", self.flow.name, batch_id, r.warning)
         self._recorder.on_acked(batches)
         if self.metrics is not None:
-            self.metrics.on_acked([AckBatch(b.flow, b.source_topic, b.partition, b.target_topic, b.first_offset, b.next_offset,
-                                            count=r.produced, bytes=r.bytes, max_timestamp_ms=b.max_timestamp_ms) for b, r in zip(batches, results)])
+            self.metrics.on_acked(
+                [
+                    AckBatch(
+                        b.flow,
+                        b.source_topic,
+                        b.partition,
+                        b.target_topic,
+                        b.first_offset,
+                        b.next_offset,
+                        count=r.produced,
+                        bytes=r.bytes,
+                        max_timestamp_ms=b.max_timestamp_ms,
+                    )
+                    for b, r in zip(batches, results)
+                ]
+            )
         self._store_rows(batch_id)  # invariant 1: rows durable before the group moves past them
         self.records += sum(r.produced for r in results)
         self.skipped += sum(r.skipped for r in results)
         if any(r.skipped for r in results):
-            log.warning("flow %s: batch %d: %d records were already on the target (a replayed batch); not produced again", self.flow.name, batch_id, sum(r.skipped for r in results))
+            log.warning(
+                "flow %s: batch %d: %d records were already on the target (a replayed batch); not produced again",
+                self.flow.name,
+                batch_id,
+                sum(r.skipped for r in results),
+            )
         self._commit({(r.topic, r.partition): r.next_offset for r in results})
 
     def _store_rows(self, batch_id: int) -> None:
@@ -433,7 +551,13 @@ class SparkFlow:
                 if self.stop.is_set():
                     raise
                 delay = restart_delay(failures, base=self.store_backoff, cap=STORE_BACKOFF_MAX)
-                log.debug("flow %s: batch %d: offset store failure %d, retrying in %.1fs", self.flow.name, batch_id, failures, delay)
+                log.debug(
+                    "flow %s: batch %d: offset store failure %d, retrying in %.1fs",
+                    self.flow.name,
+                    batch_id,
+                    failures,
+                    delay,
+                )
                 self.stop.wait(delay)  # a stop meanwhile: one last attempt, then raise above
 
     def _commit_progress(self, query: Any) -> None:
@@ -472,7 +596,7 @@ def new_target(created: bool, metadata: str | None, topic_id: str | None) -> boo
         return True
     if not metadata or not metadata.startswith(TARGET_TOPIC_ID) or topic_id is None:
         return False
-    return metadata[len(TARGET_TOPIC_ID):] != topic_id
+    return metadata[len(TARGET_TOPIC_ID) :] != topic_id
 
 
 def starting_offset(committed: int | None, low: int | None, high: int | None) -> tuple[int, str | None]:
@@ -519,8 +643,15 @@ def with_task_retries(master: str, attempts: int = TASK_ATTEMPTS) -> str:
 UI_PORT = 4040  # Spark's own default; a busy port makes Spark try the next ones (spark.port.maxRetries)
 
 
-def spark_session(master: str, app: str, conf: Mapping[str, str] | None = None, *, quiet: bool = True, submitted: bool = False,
-                  ui_port: int | None = UI_PORT) -> Any:
+def spark_session(
+    master: str,
+    app: str,
+    conf: Mapping[str, str] | None = None,
+    *,
+    quiet: bool = True,
+    submitted: bool = False,
+    ui_port: int | None = UI_PORT,
+) -> Any:
     """A SparkSession with the Kafka connector from the cache; executors run this Python.
 
     `submitted`: spark-submit started this driver and its command line already says the
@@ -567,7 +698,11 @@ def _direct(builder: Any, master: str, jars: list[str]) -> Any:
         .config("spark.jars", ",".join(jars))
         .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
     )
-    host = urlparse(master.replace("spark://", "//").split(",")[0]).hostname if master.startswith("spark://") else "127.0.0.1"
+    host = (
+        urlparse(master.replace("spark://", "//").split(",")[0]).hostname
+        if master.startswith("spark://")
+        else "127.0.0.1"
+    )
     if host in ("127.0.0.1", "localhost"):
         # Local mode, or a cluster on this host: the driver listens on loopback only (the
         # host name may resolve to an address nothing routes to).
@@ -584,10 +719,22 @@ def submitted_master() -> str:
     return str(SparkConf().get("spark.master", "local[*]"))
 
 
-def run_flow(config: Config, flow: FlowConfig, *, master: str | None = None, checkpoint: Path | None = None,
-             until_caught_up: bool = False, max_records_per_batch: int | None = None, metrics_port: int | None = None,
-             stop: threading.Event | None = None, spark: Any = None, quiet: bool = True, submitted: bool = False,
-             ui_port: int | None = UI_PORT, conf: Mapping[str, str] | None = None) -> SparkFlow:
+def run_flow(
+    config: Config,
+    flow: FlowConfig,
+    *,
+    master: str | None = None,
+    checkpoint: Path | None = None,
+    until_caught_up: bool = False,
+    max_records_per_batch: int | None = None,
+    metrics_port: int | None = None,
+    stop: threading.Event | None = None,
+    spark: Any = None,
+    quiet: bool = True,
+    submitted: bool = False,
+    ui_port: int | None = UI_PORT,
+    conf: Mapping[str, str] | None = None,
+) -> SparkFlow:
     """`mirror spark run`'s core: checks, a session (unless given), the query; returns the finished run.
     `submitted`: under spark-submit (`mirror.cli.spark_app`), which set the master and the package.
 
@@ -602,15 +749,27 @@ def run_flow(config: Config, flow: FlowConfig, *, master: str | None = None, che
             server = serve(metrics_port, config.metrics.host, run_metrics.registry)
             stack.callback(server.shutdown)
             metrics = run_metrics.listener
-        job = SparkFlow(config, flow, master=master, checkpoint=location, until_caught_up=until_caught_up,
-                        max_records_per_batch=max_records_per_batch, metrics=metrics, stop=stop)
+        job = SparkFlow(
+            config,
+            flow,
+            master=master,
+            checkpoint=location,
+            until_caught_up=until_caught_up,
+            max_records_per_batch=max_records_per_batch,
+            metrics=metrics,
+            stop=stop,
+        )
         job.preflight()
         if spark is None:
-            spark = spark_session(job.master, f"mirror-{flow.name}", conf, quiet=quiet, submitted=submitted, ui_port=ui_port)
+            spark = spark_session(
+                job.master, f"mirror-{flow.name}", conf, quiet=quiet, submitted=submitted, ui_port=ui_port
+            )
             stack.callback(spark.stop)
         if run_metrics is not None:
             from mirror.spark.progress import listen
 
-            stack.callback(spark.streams.removeListener, listen(spark, flow.name, f"mirror-{flow.name}", run_metrics.registry))
+            stack.callback(
+                spark.streams.removeListener, listen(spark, flow.name, f"mirror-{flow.name}", run_metrics.registry)
+            )
         job.run(spark)
         return job

@@ -71,7 +71,10 @@ class TaskPlan:
     def producer_settings_for(self, target_topic: str) -> dict[str, Any]:
         """The producer settings for one target topic: batches sized as `mirror run` sizes them."""
         settings = self.producer_settings
-        return {**settings, "batch.size": batch_size_for(int(settings.get("batch.size", BATCH_SIZE)), self.limits.get(target_topic))}
+        return {
+            **settings,
+            "batch.size": batch_size_for(int(settings.get("batch.size", BATCH_SIZE)), self.limits.get(target_topic)),
+        }
 
 
 @dataclass
@@ -100,7 +103,7 @@ def origin_offset(r: Route, headers: Sequence[tuple[str, bytes | None]] | None) 
     if not values or not values[-1].startswith(r.origin):
         return None
     try:
-        return int(values[-1][len(r.origin):])
+        return int(values[-1][len(r.origin) :])
     except ValueError:
         return None
 
@@ -120,11 +123,22 @@ class Replay:
 def _same(copy: TailRecord, row: SourceRow) -> bool:
     """A copy of this source record: same key and value, and same timestamp unless the target
     topic stamps its own (LogAppendTime; then the key and value must do)."""
-    return (copy.log_append_time or copy.timestamp_ms == row[3]) and copy.key == _bytes(row[4]) and copy.value == _bytes(row[5])
+    return (
+        (copy.log_append_time or copy.timestamp_ms == row[3])
+        and copy.key == _bytes(row[4])
+        and copy.value == _bytes(row[5])
+    )
 
 
-def replay_check(r: Route, batch: Sequence[SourceRow], low: int, high: int,
-                 read: Callable[..., list[TailRecord]], source_end: int | None = None, tail: list[TailRecord] | None = None) -> Replay:
+def replay_check(
+    r: Route,
+    batch: Sequence[SourceRow],
+    low: int,
+    high: int,
+    read: Callable[..., list[TailRecord]],
+    source_end: int | None = None,
+    tail: list[TailRecord] | None = None,
+) -> Replay:
     """Decide which of `batch` the target partition [low, high) already holds.
 
     `read(start, end, until=None)` reads target records back (`tail`: the last one, when
@@ -143,8 +157,11 @@ def replay_check(r: Route, batch: Sequence[SourceRow], low: int, high: int,
         return Replay()
     where = f"{r.target_topic}[{r.partition}]"
     if source_end is not None and newest >= source_end:
-        return Replay(warning=f"{where}: the target's last copy names source offset {newest}, but {r.source_topic}[{r.partition}] ends at "
-                              f"{source_end} (a recreated source topic?): producing offsets {first}..{last}, nothing skipped")
+        return Replay(
+            warning=f"{where}: the target's last copy names source offset {newest}, but "
+            f"{r.source_topic}[{r.partition}] ends at "
+            f"{source_end} (a recreated source topic?): producing offsets {first}..{last}, nothing skipped"
+        )
     upto = min(newest, last)
     anchor = max((row for row in batch if row[2] <= upto), key=lambda row: row[2])
     # The copies of source offsets [first, newest] are among the target's last
@@ -163,9 +180,16 @@ def replay_check(r: Route, batch: Sequence[SourceRow], low: int, high: int,
             by_origin[o] = rec
     copy = by_origin.get(anchor[2])
     if copy is None or not _same(copy, anchor):
-        what = "is not among the records read back" if copy is None else f"at {where} offset {copy.offset} differs from the source record"
-        return Replay(warning=f"{where}: the target's last copy names source offset {newest}, but the copy of {r.source_topic}[{r.partition}] "
-                              f"offset {anchor[2]} {what} (a recreated source topic?): producing offsets {first}..{last}, nothing skipped")
+        what = (
+            "is not among the records read back"
+            if copy is None
+            else f"at {where} offset {copy.offset} differs from the source record"
+        )
+        return Replay(
+            warning=f"{where}: the target's last copy names source offset {newest}, but the copy of "
+            f"{r.source_topic}[{r.partition}] "
+            f"offset {anchor[2]} {what} (a recreated source topic?): producing offsets {first}..{last}, nothing skipped"
+        )
     # The pairs: the run of copies that ends at the matched copy, back to the copy of `first`.
     pairs: list[tuple[int, int]] = []
     before: int | None = None  # the origin of the copy right before the run, when it is of another record
@@ -188,9 +212,13 @@ def replay_check(r: Route, batch: Sequence[SourceRow], low: int, high: int,
         # The copy right before the run is of a record before this batch: the copies of
         # offsets first..(run start - 1) are provably not on the target (never produced),
         # so nothing of the batch may be skipped on the anchor's word.
-        return Replay(warning=f"{where}: the copies on the target run back from source offset {anchor[2]} to {pairs[0][0]} only, and the copy before "
-                              f"them is of offset {before} (another record's): {r.source_topic}[{r.partition}] offsets {first}..{pairs[0][0] - 1} never reached the target; "
-                              f"producing offsets {first}..{last}, nothing skipped")
+        return Replay(
+            warning=f"{where}: the copies on the target run back from source offset {anchor[2]} to {pairs[0][0]} "
+            "only, and the copy before "
+            f"them is of offset {before} (another record's): {r.source_topic}[{r.partition}] offsets "
+            f"{first}..{pairs[0][0] - 1} never reached the target; "
+            f"producing offsets {first}..{last}, nothing skipped"
+        )
     if pairs[0][0] != first:
         # The copies of this batch's first records are gone (target retention) or were never
         # read: no pairs, so no row can translate a position before them past their copies.
@@ -225,7 +253,9 @@ def mirror_partition(plan: TaskPlan, rows: Iterable[SourceRow], *, retried: bool
     yield from mirror_chunks(plan, iter(lambda: list(islice(rows, CHUNK)), []), retried=retried)
 
 
-def mirror_chunks(plan: TaskPlan, chunks: Iterable[Sequence[SourceRow]], *, retried: bool = False) -> Iterator[TaskResult]:
+def mirror_chunks(
+    plan: TaskPlan, chunks: Iterable[Sequence[SourceRow]], *, retried: bool = False
+) -> Iterator[TaskResult]:
     """Mirror one source partition's rows, arriving in chunks (Arrow record batches), as they
     arrive: a chunk is produced before the next is read, so a task holds one chunk, not its
     slice of the batch. Yields one result (none when there are no rows).
@@ -284,11 +314,16 @@ def _one_partition(chunks: Iterable[Sequence[SourceRow]], topic: str, partition:
             if row[1] != partition or row[0] != topic:
                 # One Kafka partition per Spark partition is what keeps order; a job that broke
                 # it (minPartitions, a repartition) must fail loudly, not mirror out of order.
-                raise MirrorError(f"a Spark task got records of {topic}[{partition}] and {row[0]}[{row[1]}]: one Kafka partition per task is required")
+                raise MirrorError(
+                    f"a Spark task got records of {topic}[{partition}] and {row[0]}[{row[1]}]: one Kafka "
+                    "partition per task is required"
+                )
         yield chunk
 
 
-def _replayed(plan: TaskPlan, r: Route, stream: Iterator[Sequence[SourceRow]]) -> tuple[Replay, Iterator[Sequence[SourceRow]]]:
+def _replayed(
+    plan: TaskPlan, r: Route, stream: Iterator[Sequence[SourceRow]]
+) -> tuple[Replay, Iterator[Sequence[SourceRow]]]:
     """What the target already holds of this slice (`replay_check`), and the chunks left to produce.
 
     Only the rows the target's last copy may cover (source offsets up to the one it names)
@@ -312,7 +347,9 @@ def _replayed(plan: TaskPlan, r: Route, stream: Iterator[Sequence[SourceRow]]) -
         held.extend(chunk[:cut])
         rest = list(chunk[cut:])
         break
-    replay = replay_check(r, held, marks.low, marks.high, read, plan.source_ends.get((r.source_topic, r.partition)), tail=tail)
+    replay = replay_check(
+        r, held, marks.low, marks.high, read, plan.source_ends.get((r.source_topic, r.partition)), tail=tail
+    )
     todo = [row for row in held if row[2] > replay.held]
     replay.skipped, replay.last = len(held) - len(todo), held[-1][2]
     return replay, chain([todo + rest] if todo or rest else [], stream)
@@ -329,7 +366,14 @@ class Sent:
     last_offset: int = -1
 
 
-def _produce(plan: TaskPlan, r: Route, chunks: Iterable[Sequence[SourceRow]], key: tuple[str, ...], settings: dict[str, Any], sent: Sent) -> list[tuple[int, int]]:
+def _produce(
+    plan: TaskPlan,
+    r: Route,
+    chunks: Iterable[Sequence[SourceRow]],
+    key: tuple[str, ...],
+    settings: dict[str, Any],
+    sent: Sent,
+) -> list[tuple[int, int]]:
     """Produce the rows in order as their chunks arrive, flush, and return the (source,
     target) offsets where target - source changes (none when the target acknowledged the
     records without offsets).
@@ -347,6 +391,7 @@ def _produce(plan: TaskPlan, r: Route, chunks: Iterable[Sequence[SourceRow]], ke
                 errors.append(f"{err.str() if hasattr(err, 'str') else err}")
             else:
                 reports[index] = msg.offset()
+
         return cb
 
     # One producer per batch size (as `mirror run`): a small-limit topic keeps the others' large batches.
@@ -365,7 +410,15 @@ def _produce(plan: TaskPlan, r: Route, chunks: Iterable[Sequence[SourceRow]], ke
                 changes.append((offset, n))
             while True:
                 try:
-                    produce(target, value, k, partition=partition, timestamp=ts, headers=headers_for(offset, _headers(headers)), **kwargs)
+                    produce(
+                        target,
+                        value,
+                        k,
+                        partition=partition,
+                        timestamp=ts,
+                        headers=headers_for(offset, _headers(headers)),
+                        **kwargs,
+                    )
                     break
                 except BufferError:
                     producer.poll(0.05)  # acknowledgements free queue room
@@ -382,9 +435,16 @@ def _produce(plan: TaskPlan, r: Route, chunks: Iterable[Sequence[SourceRow]], ke
     deadline = time.monotonic() + FLUSH_TIMEOUT
     while producer.flush(1.0) > 0:
         if time.monotonic() > deadline:
-            raise FatalProduceError(r.source_topic, r.partition, first, f"the target did not acknowledge {r.target_topic}[{r.partition}] within {FLUSH_TIMEOUT:.0f}s")
+            raise FatalProduceError(
+                r.source_topic,
+                r.partition,
+                first,
+                f"the target did not acknowledge {r.target_topic}[{r.partition}] within {FLUSH_TIMEOUT:.0f}s",
+            )
     if errors:
-        raise FatalProduceError(r.source_topic, r.partition, first, f"producing to {r.target_topic} failed: {errors[0]}")
+        raise FatalProduceError(
+            r.source_topic, r.partition, first, f"producing to {r.target_topic} failed: {errors[0]}"
+        )
     if any(o < 0 for o in reports.values()):
         # A DUPLICATE_SEQUENCE_NUMBER "success" (a retried batch the broker already had)
         # carries offset -1: the records are on the target, their offsets unknown. No pair
@@ -392,7 +452,14 @@ def _produce(plan: TaskPlan, r: Route, chunks: Iterable[Sequence[SourceRow]], ke
         return []
     t0, t1 = reports.get(0), reports.get(n - 1)
     if t0 is None or t1 is None or any(o - t0 != i for i, o in reports.items()):
-        raise FatalProduceError(r.source_topic, r.partition, first, f"{r.target_topic}[{r.partition}] did not receive the batch contiguously (offsets {t0}..{t1} for {n} records)", hint="is another producer writing the target topic?")
+        raise FatalProduceError(
+            r.source_topic,
+            r.partition,
+            first,
+            f"{r.target_topic}[{r.partition}] did not receive the batch contiguously (offsets {t0}..{t1} "
+            f"for {n} records)",
+            hint="is another producer writing the target topic?",
+        )
     return [(src, t0 + i) for src, i in changes]
 
 
@@ -420,4 +487,5 @@ def _both(a: Any, b: Any) -> Any:
     def cb(err: Any, msg: Any) -> None:
         a(err, msg)
         b(err, msg)
+
     return cb

@@ -12,10 +12,31 @@ from pathlib import Path
 
 from mirror.config import CassandraStoreConfig, Config, SqliteStoreConfig
 from mirror.errors import MirrorError
-from mirror.store.base import NEWEST, FullOffsetStore, SourceEnds, SyncWindow, checkpointed_groups, sync_tips, sync_window, sync_windows
+from mirror.store.base import (
+    NEWEST,
+    FullOffsetStore,
+    SourceEnds,
+    SyncWindow,
+    checkpointed_groups,
+    sync_tips,
+    sync_window,
+    sync_windows,
+)
 from mirror.store.sqlite import SqliteStore
 
-__all__ = ["NEWEST", "FullOffsetStore", "SourceEnds", "SqliteStore", "SyncWindow", "checkpointed_groups", "open_optional", "open_store", "sync_tips", "sync_window", "sync_windows"]
+__all__ = [
+    "NEWEST",
+    "FullOffsetStore",
+    "SourceEnds",
+    "SqliteStore",
+    "SyncWindow",
+    "checkpointed_groups",
+    "open_optional",
+    "open_store",
+    "sync_tips",
+    "sync_window",
+    "sync_windows",
+]
 
 log = logging.getLogger(__name__)
 

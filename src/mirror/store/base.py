@@ -68,7 +68,9 @@ class SyncWindow:
         return [r for r in (self.floor, self.next) if r is not None]
 
 
-def sync_tips(store: FullOffsetStore, flow: str, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], OffsetSync | None]:
+def sync_tips(
+    store: FullOffsetStore, flow: str, partitions: Iterable[tuple[str, int]]
+) -> dict[tuple[str, int], OffsetSync | None]:
     """`tip` of many partitions: in bulk where the backend can (`tips()`), else one by one
     (one query per partition, per checkpoint tick and failover plan)."""
     bulk = getattr(store, "tips", None)
@@ -77,17 +79,22 @@ def sync_tips(store: FullOffsetStore, flow: str, partitions: Iterable[tuple[str,
     return {(t, p): store.tip(flow, t, p) for t, p in partitions}
 
 
-def sync_windows(store: FullOffsetStore, flow: str, positions: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], SyncWindow]:
+def sync_windows(
+    store: FullOffsetStore, flow: str, positions: Mapping[tuple[str, int], int]
+) -> dict[tuple[str, int], SyncWindow]:
     """`SyncWindow` of many partitions at once.
 
     A checkpoint or a failover plan covers every partition of a group: one request per
-    partition and row kind would be three round trips per partition. A backend with `windows()` answers them in bulk; others one by one.
+    partition and row kind would be three round trips per partition. A backend with
+    `windows()` answers them in bulk; others one by one.
     """
     bulk = getattr(store, "windows", None)
     if bulk is not None:
         return bulk(flow, positions)  # type: ignore[no-any-return]
     return {
-        (t, p): SyncWindow(store.floor_sync(flow, t, p, pos), store.next_sync(flow, t, p, pos), store.floor_sync(flow, t, p, NEWEST))
+        (t, p): SyncWindow(
+            store.floor_sync(flow, t, p, pos), store.next_sync(flow, t, p, pos), store.floor_sync(flow, t, p, NEWEST)
+        )
         for (t, p), pos in positions.items()
     }
 

@@ -127,9 +127,15 @@ class CassandraStore:
                 # forked JVMs; the store's few batched writes do not need libev's speed.
                 "connection_class": _connection_class(),
             }
-            policy = DCAwareRoundRobinPolicy(local_dc=self.config.local_dc) if self.config.local_dc else RoundRobinPolicy()
+            policy = (
+                DCAwareRoundRobinPolicy(local_dc=self.config.local_dc) if self.config.local_dc else RoundRobinPolicy()
+            )
             kwargs["execution_profiles"] = {
-                EXEC_PROFILE_DEFAULT: ExecutionProfile(load_balancing_policy=policy, consistency_level=self.consistency, request_timeout=self.config.timeout)
+                EXEC_PROFILE_DEFAULT: ExecutionProfile(
+                    load_balancing_policy=policy,
+                    consistency_level=self.consistency,
+                    request_timeout=self.config.timeout,
+                )
             }
             if self.config.username:
                 kwargs["auth_provider"] = PlainTextAuthProvider(self.config.username, self.config.password or "")
@@ -142,7 +148,8 @@ class CassandraStore:
                 keyspace = cluster.metadata.keyspaces.get(self.ks)
                 if keyspace is None:
                     session.execute(
-                        f"CREATE KEYSPACE IF NOT EXISTS {self.ks} WITH replication = {_replication_cql(self.config.replication)}",
+                        f"CREATE KEYSPACE IF NOT EXISTS {self.ks} WITH replication = "
+                        f"{_replication_cql(self.config.replication)}",
                         timeout=max(self.config.timeout, 30.0),
                     )
                 have = set(keyspace.tables) if keyspace is not None else set()
@@ -160,21 +167,30 @@ class CassandraStore:
     def _prepare(self, s: Session) -> dict[str, PreparedStatement]:
         ks = self.ks
         stmts = {
-            "put_sync": f"INSERT INTO {ks}.offset_syncs (flow, topic, partition, source_offset, target_offset) VALUES (?, ?, ?, ?, ?)",
+            "put_sync": f"INSERT INTO {ks}.offset_syncs (flow, topic, partition, source_offset, target_offset) VALUES "
+            "(?, ?, ?, ?, ?)",
             "del_syncs": f"DELETE FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND partition=?",
             "del_after": f"DELETE FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND partition=? AND source_offset>?",
-            "syncs": f"SELECT source_offset, target_offset FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND partition=?",
-            "floor": f"SELECT source_offset, target_offset FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND partition=? AND source_offset<=? LIMIT 1",
-            "next": f"SELECT source_offset, target_offset FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND partition=? AND source_offset>? "
+            "syncs": f"SELECT source_offset, target_offset FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND "
+            "partition=?",
+            "floor": f"SELECT source_offset, target_offset FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND "
+            "partition=? AND source_offset<=? LIMIT 1",
+            "next": f"SELECT source_offset, target_offset FROM {ks}.offset_syncs WHERE flow=? AND topic=? AND "
+            "partition=? AND source_offset>? "
             "ORDER BY source_offset ASC LIMIT 1",
-            "put_tip": f"INSERT INTO {ks}.offset_tips (flow, topic, partition, source_offset, target_offset) VALUES (?, ?, ?, ?, ?)",
-            "tip": f"SELECT source_offset, target_offset FROM {ks}.offset_tips WHERE flow=? AND topic=? AND partition=?",
+            "put_tip": f"INSERT INTO {ks}.offset_tips (flow, topic, partition, source_offset, target_offset) VALUES "
+            "(?, ?, ?, ?, ?)",
+            "tip": f"SELECT source_offset, target_offset FROM {ks}.offset_tips WHERE flow=? AND topic=? AND "
+            "partition=?",
             "del_tip": f"DELETE FROM {ks}.offset_tips WHERE flow=? AND topic=? AND partition=?",
             "cp_groups": f"SELECT DISTINCT flow, grp FROM {ks}.checkpoints",
             "del_cp": f"DELETE FROM {ks}.checkpoints WHERE flow=? AND grp=? AND topic=? AND partition=?",
-            "put_cp": f"INSERT INTO {ks}.checkpoints (flow, grp, topic, partition, source_offset, target_offset, time_ms) VALUES (?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?",
-            "cps": f"SELECT topic, partition, source_offset, target_offset, time_ms FROM {ks}.checkpoints WHERE flow=? AND grp=?",
-            "put_end": f"INSERT INTO {ks}.source_ends (flow, topic, partition, source_end, time_ms) VALUES (?, ?, ?, ?, ?)",
+            "put_cp": f"INSERT INTO {ks}.checkpoints (flow, grp, topic, partition, source_offset, target_offset, "
+            "time_ms) VALUES (?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?",
+            "cps": f"SELECT topic, partition, source_offset, target_offset, time_ms FROM {ks}.checkpoints WHERE "
+            "flow=? AND grp=?",
+            "put_end": f"INSERT INTO {ks}.source_ends (flow, topic, partition, source_end, time_ms) VALUES (?, ?, ?, "
+            "?, ?)",
             "ends": f"SELECT topic, partition, source_end, time_ms FROM {ks}.source_ends WHERE flow=?",
         }
         out = {}
@@ -191,7 +207,8 @@ class CassandraStore:
             if any(isinstance(e, AuthenticationFailed) for e in exc.errors.values()):
                 # The server's text names the user, never the password; ours does the same.
                 return OffsetStoreError(
-                    f"offset store {self.describe()}: user {self.config.username or '(none)'!r} cannot log in: credentials refused",
+                    f"offset store {self.describe()}: user {self.config.username or '(none)'!r} cannot "
+                    "log in: credentials refused",
                     hint="check offset_store.username and offset_store.password (from the environment)",
                 )
             reason = f"no Cassandra node answered at {', '.join(self.config.contact_points)}"
@@ -214,7 +231,9 @@ class CassandraStore:
         def go(s: Session) -> None:
             # Concurrent single-partition writes: each is durable at the configured
             # consistency level when its future resolves; the call returns after all of them.
-            for ok, result in execute_concurrent_with_args(s, self._stmts[stmt], args, concurrency=32, raise_on_first_error=False):
+            for ok, result in execute_concurrent_with_args(
+                s, self._stmts[stmt], args, concurrency=32, raise_on_first_error=False
+            ):
                 if not ok:
                     raise result
 
@@ -222,10 +241,18 @@ class CassandraStore:
 
     # -- offset map
     def write_syncs(self, flow: str, rows: Sequence[OffsetSync], tips: Sequence[OffsetSync] = ()) -> None:
-        self._write_many("write offset syncs", "put_sync", [(flow, r.topic, r.partition, r.source_offset, r.target_offset) for r in rows])
+        self._write_many(
+            "write offset syncs",
+            "put_sync",
+            [(flow, r.topic, r.partition, r.source_offset, r.target_offset) for r in rows],
+        )
         # After the rows: a tip must never claim rows that are not stored yet. An overwrite
         # of one cell per partition, so no tombstones pile up.
-        self._write_many("write offset-map tips", "put_tip", [(flow, r.topic, r.partition, r.source_offset, r.target_offset) for r in tips])
+        self._write_many(
+            "write offset-map tips",
+            "put_tip",
+            [(flow, r.topic, r.partition, r.source_offset, r.target_offset) for r in tips],
+        )
 
     def tip(self, flow: str, topic: str, partition: int) -> OffsetSync | None:
         row = self._run("read offset-map tip", lambda s: s.execute(self._stmts["tip"], (flow, topic, partition)).one())
@@ -237,7 +264,11 @@ class CassandraStore:
         # Checkpoints translated into the old topic would start a group at an offset of the
         # new one that means something else. Rare (a recreated target topic): a scan of the
         # checkpoint partitions is fine here.
-        groups = [r.grp for r in self._run("list checkpointed groups", lambda s: list(s.execute(self._stmts["cp_groups"]))) if r.flow == flow]
+        groups = [
+            r.grp
+            for r in self._run("list checkpointed groups", lambda s: list(s.execute(self._stmts["cp_groups"])))
+            if r.flow == flow
+        ]
         self._write_many("delete checkpoints", "del_cp", [(flow, g, t, p) for g in groups for t, p in partitions])
 
     def delete_syncs_after(self, flow: str, topic: str, partition: int, source_offset: int) -> None:
@@ -246,23 +277,38 @@ class CassandraStore:
         # that are gone. With no row kept, the rows go first (a partition without rows is
         # translated without its tip).
         tip = self.tip(flow, topic, partition)
-        kept = self.floor_sync(flow, topic, partition, source_offset) if tip is not None and tip.source_offset > source_offset else None
+        kept = (
+            self.floor_sync(flow, topic, partition, source_offset)
+            if tip is not None and tip.source_offset > source_offset
+            else None
+        )
         if kept is not None:
-            self._write_many("lower the offset-map tip", "put_tip", [(flow, topic, partition, kept.source_offset, kept.target_offset)])
+            self._write_many(
+                "lower the offset-map tip",
+                "put_tip",
+                [(flow, topic, partition, kept.source_offset, kept.target_offset)],
+            )
         self._write_many("delete offset syncs", "del_after", [(flow, topic, partition, source_offset)])
         if tip is not None and tip.source_offset > source_offset and kept is None:
             self._write_many("delete offset-map tips", "del_tip", [(flow, topic, partition)])
 
     def syncs(self, flow: str, topic: str, partition: int) -> list[OffsetSync]:
         rows = self._run("read offset syncs", lambda s: list(s.execute(self._stmts["syncs"], (flow, topic, partition))))
-        return sorted((OffsetSync(topic, partition, r.source_offset, r.target_offset) for r in rows), key=lambda r: r.source_offset)
+        return sorted(
+            (OffsetSync(topic, partition, r.source_offset, r.target_offset) for r in rows),
+            key=lambda r: r.source_offset,
+        )
 
     def floor_sync(self, flow: str, topic: str, partition: int, position: int) -> OffsetSync | None:
-        row = self._run("read offset syncs", lambda s: s.execute(self._stmts["floor"], (flow, topic, partition, position)).one())
+        row = self._run(
+            "read offset syncs", lambda s: s.execute(self._stmts["floor"], (flow, topic, partition, position)).one()
+        )
         return OffsetSync(topic, partition, row.source_offset, row.target_offset) if row else None
 
     def next_sync(self, flow: str, topic: str, partition: int, position: int) -> OffsetSync | None:
-        row = self._run("read offset syncs", lambda s: s.execute(self._stmts["next"], (flow, topic, partition, position)).one())
+        row = self._run(
+            "read offset syncs", lambda s: s.execute(self._stmts["next"], (flow, topic, partition, position)).one()
+        )
         return OffsetSync(topic, partition, row.source_offset, row.target_offset) if row else None
 
     def windows(self, flow: str, positions: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], SyncWindow]:
@@ -283,7 +329,9 @@ class CassandraStore:
                 ("floor", [(flow, t, p, NEWEST) for t, p in keys]),
             ):
                 rows = []
-                for ok, result in execute_concurrent_with_args(s, self._stmts[stmt], args, concurrency=32, raise_on_first_error=False):
+                for ok, result in execute_concurrent_with_args(
+                    s, self._stmts[stmt], args, concurrency=32, raise_on_first_error=False
+                ):
                     if not ok:
                         raise result
                     rows.append(result.one())
@@ -305,21 +353,34 @@ class CassandraStore:
     # -- checkpoints
     def write_checkpoints(self, flow: str, rows: Sequence[Checkpoint]) -> None:
         self._write_many(
-            "write checkpoints", "put_cp",
-            [(flow, c.group, c.topic, c.partition, c.source_offset, c.target_offset, c.time_ms, c.time_ms * 1000) for c in rows],
+            "write checkpoints",
+            "put_cp",
+            [
+                (flow, c.group, c.topic, c.partition, c.source_offset, c.target_offset, c.time_ms, c.time_ms * 1000)
+                for c in rows
+            ],
         )
 
     def checkpointed_groups(self, flow: str) -> list[str]:
         # DISTINCT over the partition key reads one row per (flow, group) partition, not the checkpoints.
-        return [r.grp for r in self._run("list checkpointed groups", lambda s: list(s.execute(self._stmts["cp_groups"]))) if r.flow == flow]
+        return [
+            r.grp
+            for r in self._run("list checkpointed groups", lambda s: list(s.execute(self._stmts["cp_groups"])))
+            if r.flow == flow
+        ]
 
     def checkpoints(self, flow: str, group: str) -> list[Checkpoint]:
         rows = self._run("read checkpoints", lambda s: list(s.execute(self._stmts["cps"], (flow, group))))
-        return sorted((Checkpoint(group, r.topic, r.partition, r.source_offset, r.target_offset, r.time_ms) for r in rows), key=lambda c: (c.topic, c.partition))
+        return sorted(
+            (Checkpoint(group, r.topic, r.partition, r.source_offset, r.target_offset, r.time_ms) for r in rows),
+            key=lambda c: (c.topic, c.partition),
+        )
 
     # -- source ends
     def write_source_ends(self, flow: str, ends: SourceEnds, time_ms: int) -> None:
-        self._write_many("write source end offsets", "put_end", [(flow, t, p, e, time_ms) for (t, p), e in ends.items()])
+        self._write_many(
+            "write source end offsets", "put_end", [(flow, t, p, e, time_ms) for (t, p), e in ends.items()]
+        )
 
     def source_ends(self, flow: str) -> dict[tuple[str, int], tuple[int, int]]:
         rows = self._run("read source end offsets", lambda s: list(s.execute(self._stmts["ends"], (flow,))))
@@ -337,14 +398,25 @@ def ensure_role(contact_point: str, admin: tuple[str, str], role: str, password:
     nodes. The password is a driver-quoted parameter, never part of a message or log line."""
     host, _, port = contact_point.rpartition(":")
     profile = ExecutionProfile(load_balancing_policy=RoundRobinPolicy())
-    cluster = Cluster([host], port=int(port), auth_provider=PlainTextAuthProvider(*admin), protocol_version=5,
-                      execution_profiles={EXEC_PROFILE_DEFAULT: profile},
-                      connect_timeout=timeout, control_connection_timeout=timeout, connection_class=_connection_class())
+    cluster = Cluster(
+        [host],
+        port=int(port),
+        auth_provider=PlainTextAuthProvider(*admin),
+        protocol_version=5,
+        execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+        connect_timeout=timeout,
+        control_connection_timeout=timeout,
+        connection_class=_connection_class(),
+    )
     try:
         session = cluster.connect()
-        session.execute(f"CREATE ROLE IF NOT EXISTS {role} WITH LOGIN = true AND PASSWORD = %s", [password], timeout=timeout)
+        session.execute(
+            f"CREATE ROLE IF NOT EXISTS {role} WITH LOGIN = true AND PASSWORD = %s", [password], timeout=timeout
+        )
         session.execute(f"ALTER ROLE {role} WITH PASSWORD = %s", [password], timeout=timeout)
     except Exception as exc:
-        raise OffsetStoreError(f"cannot create the Cassandra role {role!r} at {contact_point}: {type(exc).__name__}") from None
+        raise OffsetStoreError(
+            f"cannot create the Cassandra role {role!r} at {contact_point}: {type(exc).__name__}"
+        ) from None
     finally:
         cluster.shutdown()

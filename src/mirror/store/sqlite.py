@@ -6,7 +6,8 @@ needs (the engine commits source offsets right after `write_syncs` returns). Cas
 lives in `mirror.store.cassandra`, imported only when a config asks for it.
 
 Each partition's tip (its newest acknowledged record, up to which the rows are complete) is
-one row, replaced at every write. Beyond the `OffsetStore` protocol both backends answer `floor_sync` (the newest row with
+one row, replaced at every write. Beyond the `OffsetStore` protocol both backends answer
+`floor_sync` (the newest row with
 `source_offset <= C`, one indexed query) and `next_sync` (the row after it: translating a
 position inside a source gap needs it), keep the newest known source end offset per
 partition (what the checkpointer saw last; an unplanned failover's estimate of what never
@@ -64,7 +65,10 @@ class SqliteStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = self._connect()
         except (OSError, sqlite3.Error) as exc:
-            raise OffsetStoreError(f"cannot open the SQLite offset store {str(self.path)!r}: {exc}", hint="check offset_store.path and its directory's permissions") from exc
+            raise OffsetStoreError(
+                f"cannot open the SQLite offset store {str(self.path)!r}: {exc}",
+                hint="check offset_store.path and its directory's permissions",
+            ) from exc
         self._lock = threading.Lock()
 
     def _connect(self, budget: float = OPEN_BUDGET) -> sqlite3.Connection:
@@ -141,7 +145,11 @@ class SqliteStore:
     def tips(self, flow: str, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], OffsetSync | None]:
         """`tip` of many partitions in one statement (the flow's tips, one row per partition)."""
         want = set(partitions)
-        rows = self._query("read offset-map tips", "SELECT topic, partition, source_offset, target_offset FROM offset_tips WHERE flow=?", (flow,))
+        rows = self._query(
+            "read offset-map tips",
+            "SELECT topic, partition, source_offset, target_offset FROM offset_tips WHERE flow=?",
+            (flow,),
+        )
         found = {(t, p): OffsetSync(t, p, so, to) for t, p, so, to in rows if (t, p) in want}
         return {k: found.get(k) for k in want}
 
@@ -149,10 +157,19 @@ class SqliteStore:
         if not partitions:
             return
         with self._tx("delete offset syncs") as db:
-            db.executemany("DELETE FROM offset_syncs WHERE flow=? AND topic=? AND partition=?", [(flow, t, p) for t, p in partitions])
-            db.executemany("DELETE FROM offset_tips WHERE flow=? AND topic=? AND partition=?", [(flow, t, p) for t, p in partitions])
+            db.executemany(
+                "DELETE FROM offset_syncs WHERE flow=? AND topic=? AND partition=?",
+                [(flow, t, p) for t, p in partitions],
+            )
+            db.executemany(
+                "DELETE FROM offset_tips WHERE flow=? AND topic=? AND partition=?",
+                [(flow, t, p) for t, p in partitions],
+            )
             # Checkpoints translated into the old topic mean something else in the new one.
-            db.executemany("DELETE FROM checkpoints WHERE flow=? AND topic=? AND partition=?", [(flow, t, p) for t, p in partitions])
+            db.executemany(
+                "DELETE FROM checkpoints WHERE flow=? AND topic=? AND partition=?",
+                [(flow, t, p) for t, p in partitions],
+            )
 
     def delete_syncs_after(self, flow: str, topic: str, partition: int, source_offset: int) -> None:
         self.delete_syncs_after_many(flow, {(topic, partition): source_offset})
@@ -167,15 +184,21 @@ class SqliteStore:
 
     @staticmethod
     def _delete_after(db: sqlite3.Connection, flow: str, topic: str, partition: int, source_offset: int) -> None:
-        db.execute("DELETE FROM offset_syncs WHERE flow=? AND topic=? AND partition=? AND source_offset>?", (flow, topic, partition, source_offset))
+        db.execute(
+            "DELETE FROM offset_syncs WHERE flow=? AND topic=? AND partition=? AND source_offset>?",
+            (flow, topic, partition, source_offset),
+        )
         # A tip past the cut vouches for rows just deleted: lower it to the newest row
         # kept (an acknowledged record the remaining rows are complete for). Deleting it
         # would leave the rows unbounded until the writer's next store write succeeds,
         # and translations made meanwhile (checkpoints, the offset sync) could skip.
-        tip = db.execute("SELECT source_offset FROM offset_tips WHERE flow=? AND topic=? AND partition=?", (flow, topic, partition)).fetchone()
+        tip = db.execute(
+            "SELECT source_offset FROM offset_tips WHERE flow=? AND topic=? AND partition=?", (flow, topic, partition)
+        ).fetchone()
         if tip is not None and tip[0] > source_offset:
             kept = db.execute(
-                "SELECT source_offset, target_offset FROM offset_syncs WHERE flow=? AND topic=? AND partition=? ORDER BY source_offset DESC LIMIT 1",
+                "SELECT source_offset, target_offset FROM offset_syncs WHERE flow=? AND topic=? AND "
+                "partition=? ORDER BY source_offset DESC LIMIT 1",
                 (flow, topic, partition),
             ).fetchone()
             if kept is None:
@@ -186,7 +209,8 @@ class SqliteStore:
     def syncs(self, flow: str, topic: str, partition: int) -> list[OffsetSync]:
         rows = self._query(
             "read offset syncs",
-            "SELECT source_offset, target_offset FROM offset_syncs WHERE flow=? AND topic=? AND partition=? ORDER BY source_offset",
+            "SELECT source_offset, target_offset FROM offset_syncs WHERE flow=? AND topic=? AND "
+            "partition=? ORDER BY source_offset",
             (flow, topic, partition),
         )
         return [OffsetSync(topic, partition, s, t) for s, t in rows]
@@ -194,7 +218,8 @@ class SqliteStore:
     def floor_sync(self, flow: str, topic: str, partition: int, position: int) -> OffsetSync | None:
         rows = self._query(
             "read offset syncs",
-            "SELECT source_offset, target_offset FROM offset_syncs WHERE flow=? AND topic=? AND partition=? AND source_offset<=? "
+            "SELECT source_offset, target_offset FROM offset_syncs WHERE flow=? AND topic=? AND "
+            "partition=? AND source_offset<=? "
             "ORDER BY source_offset DESC LIMIT 1",
             (flow, topic, partition, position),
         )
@@ -203,7 +228,8 @@ class SqliteStore:
     def next_sync(self, flow: str, topic: str, partition: int, position: int) -> OffsetSync | None:
         rows = self._query(
             "read offset syncs",
-            "SELECT source_offset, target_offset FROM offset_syncs WHERE flow=? AND topic=? AND partition=? AND source_offset>? "
+            "SELECT source_offset, target_offset FROM offset_syncs WHERE flow=? AND topic=? AND "
+            "partition=? AND source_offset>? "
             "ORDER BY source_offset LIMIT 1",
             (flow, topic, partition, position),
         )
@@ -219,23 +245,33 @@ class SqliteStore:
         if not positions:
             return {}
         picks = {
-            "floor": "MAX(x.source_offset) FROM offset_syncs x WHERE x.flow=? AND x.topic=w.topic AND x.partition=w.partition AND x.source_offset<=w.position",
-            "next": "MIN(x.source_offset) FROM offset_syncs x WHERE x.flow=? AND x.topic=w.topic AND x.partition=w.partition AND x.source_offset>w.position",
-            "newest": "MAX(x.source_offset) FROM offset_syncs x WHERE x.flow=? AND x.topic=w.topic AND x.partition=w.partition",
+            "floor": "MAX(x.source_offset) FROM offset_syncs x WHERE x.flow=? AND x.topic=w.topic AND "
+            "x.partition=w.partition AND x.source_offset<=w.position",
+            "next": "MIN(x.source_offset) FROM offset_syncs x WHERE x.flow=? AND x.topic=w.topic AND "
+            "x.partition=w.partition AND x.source_offset>w.position",
+            "newest": "MAX(x.source_offset) FROM offset_syncs x WHERE x.flow=? AND x.topic=w.topic AND "
+            "x.partition=w.partition",
         }
         found: dict[str, dict[tuple[str, int], OffsetSync]] = {}
         with self._lock:
             try:
                 db = self._db
-                db.execute("CREATE TEMP TABLE IF NOT EXISTS want (topic TEXT NOT NULL, partition INTEGER NOT NULL, position INTEGER NOT NULL)")
+                db.execute(
+                    "CREATE TEMP TABLE IF NOT EXISTS want (topic TEXT NOT NULL, partition INTEGER NOT "
+                    "NULL, position INTEGER NOT NULL)"
+                )
                 db.execute("BEGIN")  # one transaction for the inserts (temp tables only: no lock on the file)
                 db.execute("DELETE FROM temp.want")
-                db.executemany("INSERT INTO temp.want VALUES (?, ?, ?)", [(t, p, pos) for (t, p), pos in positions.items()])
+                db.executemany(
+                    "INSERT INTO temp.want VALUES (?, ?, ?)", [(t, p, pos) for (t, p), pos in positions.items()]
+                )
                 db.execute("COMMIT")
                 for kind, pick in picks.items():
                     rows = db.execute(
-                        f"SELECT s.topic, s.partition, s.source_offset, s.target_offset FROM temp.want w JOIN offset_syncs s "
-                        f"ON s.flow=? AND s.topic=w.topic AND s.partition=w.partition AND s.source_offset=(SELECT {pick})",
+                        "SELECT s.topic, s.partition, s.source_offset, s.target_offset FROM temp.want w "
+                        "JOIN offset_syncs s "
+                        "ON s.flow=? AND s.topic=w.topic AND s.partition=w.partition AND "
+                        f"s.source_offset=(SELECT {pick})",
                         (flow, flow),
                     ).fetchall()
                     found[kind] = {(t, p): OffsetSync(t, p, so, to) for t, p, so, to in rows}
@@ -256,19 +292,26 @@ class SqliteStore:
         with self._tx("write checkpoints") as db:
             # An older checkpoint never replaces a newer one (two checkpointers, clock order).
             db.executemany(
-                "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (flow, grp, topic, partition) DO UPDATE SET "
+                "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (flow, grp, topic, "
+                "partition) DO UPDATE SET "
                 "source_offset=excluded.source_offset, target_offset=excluded.target_offset, time_ms=excluded.time_ms "
                 "WHERE excluded.time_ms >= checkpoints.time_ms",
                 [(flow, c.group, c.topic, c.partition, c.source_offset, c.target_offset, c.time_ms) for c in rows],
             )
 
     def checkpointed_groups(self, flow: str) -> list[str]:
-        return [g for (g,) in self._query("list checkpointed groups", "SELECT DISTINCT grp FROM checkpoints WHERE flow=?", (flow,))]
+        return [
+            g
+            for (g,) in self._query(
+                "list checkpointed groups", "SELECT DISTINCT grp FROM checkpoints WHERE flow=?", (flow,)
+            )
+        ]
 
     def checkpoints(self, flow: str, group: str) -> list[Checkpoint]:
         rows = self._query(
             "read checkpoints",
-            "SELECT topic, partition, source_offset, target_offset, time_ms FROM checkpoints WHERE flow=? AND grp=? ORDER BY topic, partition",
+            "SELECT topic, partition, source_offset, target_offset, time_ms FROM checkpoints WHERE "
+            "flow=? AND grp=? ORDER BY topic, partition",
             (flow, group),
         )
         return [Checkpoint(group, t, p, s, o, ms) for t, p, s, o, ms in rows]
@@ -284,7 +327,11 @@ class SqliteStore:
             )
 
     def source_ends(self, flow: str) -> dict[tuple[str, int], tuple[int, int]]:
-        rows = self._query("read source end offsets", "SELECT topic, partition, source_end, time_ms FROM source_ends WHERE flow=?", (flow,))
+        rows = self._query(
+            "read source end offsets",
+            "SELECT topic, partition, source_end, time_ms FROM source_ends WHERE flow=?",
+            (flow,),
+        )
         return {(t, p): (e, ms) for t, p, e, ms in rows}
 
     def close(self) -> None:

@@ -17,7 +17,10 @@ def test_table_one_line_per_group_then_totals(capsys: pytest.CaptureFixture[str]
     rows = [ln for ln in lines if ln.startswith(("billing ", "payroll "))]
     assert len(rows) == 2
     assert rows[0].split()[:7] == ["billing", "sf", "2", "2", "0", "-", "source-offsets"] and rows[0].endswith(" ok")
-    assert rows[1].split()[:7] == ["payroll", "sf", "1", "1", "4", "60s", "checkpoints"] and "REFUSED: still active" in rows[1]
+    assert (
+        rows[1].split()[:7] == ["payroll", "sf", "1", "1", "4", "60s", "checkpoints"]
+        and "REFUSED: still active" in rows[1]
+    )
     assert "flow f1 (nyc -> sf): 2 groups, 3 partitions, miss 3, re-read <= 4, 1 refused" in lines
     assert "site: 2 groups, 3 partitions, miss 3 (never mirrored), re-read <= 4, 1 refused" in lines
     assert not any("nyc.orders[" in ln for ln in lines)

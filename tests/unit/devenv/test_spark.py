@@ -11,8 +11,15 @@ from mirror.errors import DevClusterError
 def test_workers_get_ports_below_the_base_and_worker_zero_keeps_the_one_worker_names(tmp_path):
     dev = SparkDev(tmp_path, 20000, workers=3)
     assert dev.master_url == "spark://127.0.0.1:19970"
-    assert [dev._command(r)[dev._command(r).index("--port") + 1] for r in ("worker", "worker-1", "worker-2")] == ["19972", "19974", "19976"]
-    assert dev.work_dir("worker") == tmp_path / "spark" / "work" and dev.work_dir("worker-2") == tmp_path / "spark" / "work-2"
+    assert [dev._command(r)[dev._command(r).index("--port") + 1] for r in ("worker", "worker-1", "worker-2")] == [
+        "19972",
+        "19974",
+        "19976",
+    ]
+    assert (
+        dev.work_dir("worker") == tmp_path / "spark" / "work"
+        and dev.work_dir("worker-2") == tmp_path / "spark" / "work-2"
+    )
     last = SparkDev(tmp_path, 20000, workers=MAX_WORKERS)
     assert max(last._ports(f"worker-{MAX_WORKERS - 1}")) < 20000  # every port below the base (Kafka's)
 

@@ -33,7 +33,9 @@ def sync_record(topic: str, partition: int, upstream: int, downstream: int) -> t
     return _s(topic) + struct.pack(">i", partition), struct.pack(">qq", upstream, downstream)
 
 
-def offset_record(cluster: str, topic: str, partition: int, offset: int | None, connector: str = "MirrorSourceConnector") -> tuple[bytes, bytes | None]:
+def offset_record(
+    cluster: str, topic: str, partition: int, offset: int | None, connector: str = "MirrorSourceConnector"
+) -> tuple[bytes, bytes | None]:
     key = json.dumps([connector, {"cluster": cluster, "partition": partition, "topic": topic}]).encode()
     return key, None if offset is None else json.dumps({"offset": offset}).encode()
 
@@ -72,7 +74,13 @@ def test_offset_syncs_and_checkpoints_decode_as_mm2_writes_them() -> None:
 
 
 def test_a_restarted_task_supersedes_the_syncs_it_copies_again() -> None:
-    syncs = [Mm2Sync("t", 0, 0, 0), Mm2Sync("t", 0, 100, 100), Mm2Sync("t", 0, 200, 200), Mm2Sync("t", 0, 150, 230), Mm2Sync("t", 0, 250, 330)]
+    syncs = [
+        Mm2Sync("t", 0, 0, 0),
+        Mm2Sync("t", 0, 100, 100),
+        Mm2Sync("t", 0, 200, 200),
+        Mm2Sync("t", 0, 150, 230),
+        Mm2Sync("t", 0, 250, 330),
+    ]
     assert anchors(syncs) == {("t", 0): [(0, 0), (100, 100), (150, 230), (250, 330)]}
 
 

@@ -20,7 +20,14 @@ from mirror.domain.runbook import (
 
 ROOT = Path(__file__).resolve().parents[3]
 RUNBOOKS = sorted((ROOT / "runbooks").glob("*.md"))
-DRILLS = ["drill.md", "planned-failover.md", "unplanned-failover.md", "failback.md", "datacenter-failover.md", "datacenter-failover-unplanned.md"]
+DRILLS = [
+    "drill.md",
+    "planned-failover.md",
+    "unplanned-failover.md",
+    "failback.md",
+    "datacenter-failover.md",
+    "datacenter-failover-unplanned.md",
+]
 
 GOOD = """\
 # Runbook: t
@@ -78,19 +85,22 @@ def test_parse_steps_blocks_expectations_manual_and_other_commands() -> None:
     assert [c.argv[0] for c in book.other_commands] == ["lag", "failover"]
 
 
-@pytest.mark.parametrize("text, line, what", [
-    ("# t\n\n## 1. A\n\nmanual: note\n\n## 2. B\n\nprose only\n", 7, "no ```sh command block"),
-    ("# t\n\n## 1. A\n\n```sh\nmirror lag -c x --json\n```\nexpect: exit zero\n", 8, "expectation does not parse"),
-    ("# t\n\n## 1. A\n\n```sh\nmirror lag -c x --json\n```\nexpect: .a = 1\n", 8, "expectation does not parse"),
-    ("# t\n\n## 1. A\n\n```sh\nmirror lag -c x --json\n```\nexpect: .a == nope\n", 8, "not a JSON value"),
-    ("# t\n\n## 1. A\n\n```sh\nmirror lag -c x\n```\nexpect: .a == 1\n", 8, "without --json"),
-    ("# t\n\n## 1. A\n\n```sh\nkubectl get pods\n```\nexpect: exit 0\n", 6, "only `mirror` commands"),
-    ("# t\n\n## 1. A\n\n```sh\nmirror lag -c x || true\n```\nexpect: exit 0\n", 6, "no shell operators"),
-    ("# t\n\n## 1. A\n\nmanual: dance\n", 5, "unknown manual action"),
-    ("# t\n\nexpect: exit 0\n", 3, "must follow"),
-    ("# t\n\n## 2. A\n\nmanual: note\n\n## 1. B\n\nmanual: note\n", 7, "must increase"),
-    ("# t\n\n## 1. A\n\nmanual: note\n```sh\nmirror lag\n", 6, "never closed"),
-])
+@pytest.mark.parametrize(
+    "text, line, what",
+    [
+        ("# t\n\n## 1. A\n\nmanual: note\n\n## 2. B\n\nprose only\n", 7, "no ```sh command block"),
+        ("# t\n\n## 1. A\n\n```sh\nmirror lag -c x --json\n```\nexpect: exit zero\n", 8, "expectation does not parse"),
+        ("# t\n\n## 1. A\n\n```sh\nmirror lag -c x --json\n```\nexpect: .a = 1\n", 8, "expectation does not parse"),
+        ("# t\n\n## 1. A\n\n```sh\nmirror lag -c x --json\n```\nexpect: .a == nope\n", 8, "not a JSON value"),
+        ("# t\n\n## 1. A\n\n```sh\nmirror lag -c x\n```\nexpect: .a == 1\n", 8, "without --json"),
+        ("# t\n\n## 1. A\n\n```sh\nkubectl get pods\n```\nexpect: exit 0\n", 6, "only `mirror` commands"),
+        ("# t\n\n## 1. A\n\n```sh\nmirror lag -c x || true\n```\nexpect: exit 0\n", 6, "no shell operators"),
+        ("# t\n\n## 1. A\n\nmanual: dance\n", 5, "unknown manual action"),
+        ("# t\n\nexpect: exit 0\n", 3, "must follow"),
+        ("# t\n\n## 2. A\n\nmanual: note\n\n## 1. B\n\nmanual: note\n", 7, "must increase"),
+        ("# t\n\n## 1. A\n\nmanual: note\n```sh\nmirror lag\n", 6, "never closed"),
+    ],
+)
 def test_bad_runbooks_name_file_line_and_what(text: str, line: int, what: str) -> None:
     with pytest.raises(RunbookError) as exc:
         parse_runbook(text, "bad.md")
@@ -105,16 +115,25 @@ def test_a_document_without_expect_or_manual_is_checked_leniently() -> None:
 
 
 def test_expectations_on_json_output() -> None:
-    doc = '{"flows": [{"groups": [{"group": "a", "unmirrored": 3}, {"group": "b", "unmirrored": 0}], "status": "OK", "lag_seconds": null}], "parts": [{"n": 1}, {"n": 5}]}'
-    ok = parse_expectation('exit 0; .flows[0].groups[group=$GROUP].unmirrored == 0; .flows[0].status == "OK"; .parts[*].n >= 1')
+    doc = (
+        '{"flows": [{"groups": [{"group": "a", "unmirrored": 3}, {"group": "b", "unmirrored": 0}], "status": "OK", '
+        '"lag_seconds": null}], "parts": [{"n": 1}, {"n": 5}]}'
+    )
+    ok = parse_expectation(
+        'exit 0; .flows[0].groups[group=$GROUP].unmirrored == 0; .flows[0].status == "OK"; .parts[*].n >= 1'
+    )
     assert check(ok, 0, doc, {"GROUP": "b"}) == []
     assert check(ok, 0, doc, {"GROUP": "a"}) == [".flows[0].groups[group=$GROUP].unmirrored == 0: got 3"]
     assert check(ok, 1, doc, {"GROUP": "b"}) == ["exit 1, expected 0"]
-    assert check(ok, 0, doc, {"GROUP": "zz"}) == [".flows[0].groups[group=$GROUP].unmirrored == 0: no element with group=zz"]
+    assert check(ok, 0, doc, {"GROUP": "zz"}) == [
+        ".flows[0].groups[group=$GROUP].unmirrored == 0: no element with group=zz"
+    ]
     assert check(parse_expectation(".parts[*].n > 1"), 0, doc) == [".parts[*].n > 1: got 1 (1 of 2 elements)"]
     assert check(parse_expectation(".flows[0].lag_seconds < 5"), 0, doc) == [".flows[0].lag_seconds < 5: got null"]
     assert check(parse_expectation(".missing == 1"), 0, doc) == [".missing == 1: no field 'missing'"]
-    assert check(parse_expectation(".a == 1"), 0, "Error: cluster 'nyc' did not answer") == ["the output is not JSON (add --json to the command)"]
+    assert check(parse_expectation(".a == 1"), 0, "Error: cluster 'nyc' did not answer") == [
+        "the output is not JSON (add --json to the command)"
+    ]
     assert check(parse_expectation(".old == $PRIMARY"), 0, '{"old": "nyc"}', {"PRIMARY": "nyc"}) == []
     assert check(parse_expectation("exit 0|2"), 2, "") == []
     assert parse_expectation("within 500ms").within == 0.5
@@ -132,7 +151,19 @@ def test_cost_counts_lost_and_duplicated_by_sequence_number() -> None:
 
 @pytest.mark.parametrize("runbook", RUNBOOKS, ids=lambda p: p.name)
 def test_dry_run_passes_over_every_runbook(runbook: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["drill", str(runbook), "-c", str(ROOT / "configs/dev.yaml"), "--flow", "nyc-to-sf", "--group", "billing-drill", "--dry-run"])
+    rc = main(
+        [
+            "drill",
+            str(runbook),
+            "-c",
+            str(ROOT / "configs/dev.yaml"),
+            "--flow",
+            "nyc-to-sf",
+            "--group",
+            "billing-drill",
+            "--dry-run",
+        ]
+    )
     out = capsys.readouterr()
     assert rc == 0, out.err
     if runbook.name in DRILLS:
@@ -146,7 +177,9 @@ def test_dry_run_bad_input_exit_2_naming_file_and_line(tmp_path: Path, capsys: p
     assert main(["drill", str(tmp_path / "missing.md"), *base]) == 2
     assert "missing.md" in capsys.readouterr().err
     bad = tmp_path / "bad.md"
-    bad.write_text("# t\n\n## 1. A\n\n```sh\nmirror failover plan -c $CONFIG --flow $FLOW --group $GROUP --tranlsate\n```\n")
+    bad.write_text(
+        "# t\n\n## 1. A\n\n```sh\nmirror failover plan -c $CONFIG --flow $FLOW --group $GROUP --tranlsate\n```\n"
+    )
     assert main(["drill", str(bad), *base]) == 2
     err = capsys.readouterr().err
     assert f"{bad}:6:" in err and "--tranlsate" in err
@@ -160,7 +193,24 @@ def test_dry_run_bad_input_exit_2_naming_file_and_line(tmp_path: Path, capsys: p
     assert main(["drill", runbook, "-c", cfg, "--flow", "nyc-to-sf", "--group", "payroll", "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "planned-failover.md:" in err and "'payroll'" in err and "flows[0].groups" in err
-    assert main(["drill", runbook, "-c", cfg, "--flow", "nyc-to-sf", "--group", "billing-drill", "--topic", "elsewhere", "--dry-run"]) == 2
+    assert (
+        main(
+            [
+                "drill",
+                runbook,
+                "-c",
+                cfg,
+                "--flow",
+                "nyc-to-sf",
+                "--group",
+                "billing-drill",
+                "--topic",
+                "elsewhere",
+                "--dry-run",
+            ]
+        )
+        == 2
+    )
     assert "does not mirror the drill topic 'elsewhere'" in capsys.readouterr().err
     assert main(["drill", runbook, "-c", cfg, "--flow", "nyc-to-sf", "--group", "billing-drill"]) == 2  # no --yes
     assert "--yes" in capsys.readouterr().err
@@ -170,11 +220,47 @@ def test_dry_run_bad_input_exit_2_naming_file_and_line(tmp_path: Path, capsys: p
 def test_site_drill_dry_run(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = str(ROOT / "configs/dev.yaml")
     runbook = str(ROOT / "runbooks" / name)
-    assert main(["drill", runbook, "-c", cfg, "--from", "nyc", "--to", "sf", "--group", "billing-drill", "--groups", "3", "--dry-run"]) == 0, capsys.readouterr().err
+    assert (
+        main(
+            [
+                "drill",
+                runbook,
+                "-c",
+                cfg,
+                "--from",
+                "nyc",
+                "--to",
+                "sf",
+                "--group",
+                "billing-drill",
+                "--groups",
+                "3",
+                "--dry-run",
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     assert "steps;" in capsys.readouterr().out
     # The drill's groups (billing-drill-FLOW-K) must be ones the flows checkpoint.
     assert main(["drill", runbook, "-c", cfg, "--from", "nyc", "--group", "payroll", "--dry-run"]) == 2
     assert "drill group 'payroll-nyc-to-sf-0' does not match flows[0].groups" in capsys.readouterr().err
     assert main(["drill", runbook, "-c", cfg, "--from", "tokyo", "--group", "billing-drill", "--dry-run"]) == 2
     assert "--from: no cluster or datacenter named 'tokyo'" in capsys.readouterr().err
-    assert main(["drill", runbook, "-c", cfg, "--from", "nyc", "--flow", "nyc-to-sf", "--group", "billing-drill", "--dry-run"]) == 2
+    assert (
+        main(
+            [
+                "drill",
+                runbook,
+                "-c",
+                cfg,
+                "--from",
+                "nyc",
+                "--flow",
+                "nyc-to-sf",
+                "--group",
+                "billing-drill",
+                "--dry-run",
+            ]
+        )
+        == 2
+    )

@@ -80,8 +80,17 @@ class FakeProducer:
         self.queue: list[tuple[tuple[str, int], int, Any]] = []  # (source partition, source offset, on_delivery)
         self.asked: list[tuple[int, bool]] = []  # (source offset, asked for a report)
 
-    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1, callback: Any = None,
-                on_delivery: Any = None, timestamp: int = 0, headers: Any = None) -> None:
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int = -1,
+        callback: Any = None,
+        on_delivery: Any = None,
+        timestamp: int = 0,
+        headers: Any = None,
+    ) -> None:
         """confluent-kafka's signature: the worker passes everything positionally."""
         on_delivery = callback or on_delivery
         if len(self.queue) >= self.capacity:
@@ -141,7 +150,9 @@ class FakeConsumer:
     """The source: one scripted step per loop turn (a batch of records, or an action); sets
     `stop` when the script is done. Checks every commit against the target."""
 
-    def __init__(self, partitions: Iterable[tuple[str, int]], script: list[Step], stop: threading.Event, target: Target) -> None:
+    def __init__(
+        self, partitions: Iterable[tuple[str, int]], script: list[Step], stop: threading.Event, target: Target
+    ) -> None:
         self.partitions, self.script, self.stop, self.target = list(partitions), list(script), stop, target
         self.records: dict[tuple[str, int], set[int]] = {}  # every record handed out
         self.position_of: dict[tuple[str, int], int] = {}
@@ -207,7 +218,9 @@ class FakeConsumer:
         msgs = step(self) if callable(step) else step
         for m in msgs:
             if m.error() is None:
-                assert m.tp in self.assigned and m.tp not in self.paused, "the script reads a partition the worker does not read"
+                assert m.tp in self.assigned and m.tp not in self.paused, (
+                    "the script reads a partition the worker does not read"
+                )
                 self.records.setdefault(m.tp, set()).add(m.offset())
                 self.position_of[m.tp] = max(self.position_of.get(m.tp, 0), m.offset() + 1)
         return msgs
@@ -224,7 +237,9 @@ class FakeConsumer:
         self.paused -= {(tp.topic, tp.partition) for tp in tps}
 
     def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
-        return [TopicPartition(tp.topic, tp.partition, self.position_of.get((tp.topic, tp.partition), -1001)) for tp in tps]
+        return [
+            TopicPartition(tp.topic, tp.partition, self.position_of.get((tp.topic, tp.partition), -1001)) for tp in tps
+        ]
 
     def seek(self, tp: TopicPartition) -> None:
         self.position_of[(tp.topic, tp.partition)] = tp.offset
@@ -275,7 +290,14 @@ class Clock:
         return self.now
 
 
-def make(script: list[Step], *, target: Target | None = None, capacity: int = 100_000, producer_cls: type[FakeProducer] = FakeProducer, text: str = TEXT) -> tuple[FlowWorker, FakeConsumer, Target]:
+def make(
+    script: list[Step],
+    *,
+    target: Target | None = None,
+    capacity: int = 100_000,
+    producer_cls: type[FakeProducer] = FakeProducer,
+    text: str = TEXT,
+) -> tuple[FlowWorker, FakeConsumer, Target]:
     """A worker of flow `p` (source topic `orders`, 2 partitions, both assigned) on fakes."""
     cfg = config.parse(text, env={})
     stop = threading.Event()
@@ -289,7 +311,10 @@ def make(script: list[Step], *, target: Target | None = None, capacity: int = 10
 
     admins = {"nyc": {"orders": 2}, "sf": {"nyc.orders": 2}}
     worker = FlowWorker(
-        cfg, cfg.flows[0], stop=stop, clock=Clock(),
+        cfg,
+        cfg.flows[0],
+        stop=stop,
+        clock=Clock(),
         consumer_factory=lambda name, cluster, settings: consumer,
         producer_factory=producer,
         admin_factory=lambda name, cluster: FakeAdmin(admins[name]),
@@ -308,13 +333,24 @@ def batch(tp: tuple[str, int], offsets: Iterable[int]) -> list[Msg]:
     return [Msg(tp, o) for o in offsets]
 
 
-def opened(consumer: Any, *, producer: Callable[[], Any], admin: Any = None, clock: Callable[[], float] | None = None,
-           listeners: Iterable[Any] = (), text: str = TEXT) -> FlowWorker:
+def opened(
+    consumer: Any,
+    *,
+    producer: Callable[[], Any],
+    admin: Any = None,
+    clock: Callable[[], float] | None = None,
+    listeners: Iterable[Any] = (),
+    text: str = TEXT,
+) -> FlowWorker:
     """A worker of flow `p` whose clients are `consumer`, producers made by `producer()` and
     `admin` (a `FakeAdmin` of no topics by default), opened: its units exist, nothing is read."""
     cfg = config.parse(text, env={})
     worker = FlowWorker(
-        cfg, cfg.flows[0], stop=threading.Event(), listeners=list(listeners), clock=clock or Clock(),
+        cfg,
+        cfg.flows[0],
+        stop=threading.Event(),
+        listeners=list(listeners),
+        clock=clock or Clock(),
         consumer_factory=lambda name, cluster, settings: consumer,
         producer_factory=lambda name, cluster, settings: producer(),
         admin_factory=lambda name, cluster: admin if admin is not None else FakeAdmin({}),

@@ -33,7 +33,9 @@ def test_revoke_waits_for_acknowledgements_commits_then_hands_over():
         handed_over.append(c.last_commit(P0))
         return []
 
-    worker, consumer, _ = run([batch(P0, range(3)), batch(P0, range(3, 8)), revoke, batch(P1, range(2)), []], target=target)
+    worker, consumer, _ = run(
+        [batch(P0, range(3)), batch(P0, range(3, 8)), revoke, batch(P1, range(2)), []], target=target
+    )
     assert handed_over == [8] and P0 not in consumer.assigned
     assert consumer.last_commit(P0) == 8 and consumer.last_commit(P1) == 2
 
@@ -42,7 +44,9 @@ def test_an_eager_assignor_gets_whole_assignments_and_whole_revocations():
     """roundrobin/range (allowed for large flows: librdkafka's cooperative-sticky takes tens of
     seconds at 10,000 partitions) speak the eager protocol: assign/unassign, never the
     incremental calls, which librdkafka refuses under that protocol."""
-    eager = TEXT.replace("commit_interval: 1s}", "commit_interval: 1s, consumer: {partition.assignment.strategy: roundrobin}}")
+    eager = TEXT.replace(
+        "commit_interval: 1s}", "commit_interval: 1s, consumer: {partition.assignment.strategy: roundrobin}}"
+    )
 
     def rebalance(c: FakeConsumer) -> list[Msg]:
         c.revoke([P0, P1])  # everything is revoked first, then everything assigned again
@@ -66,7 +70,9 @@ def test_an_eager_rebalance_while_reading_is_paused_by_backpressure_does_not_lea
     (read, not yet produced: the producer's queue was full) while reading was paused for
     them. The whole assignment that follows is paused too (`_paused`), and nothing was
     left pending whose production would resume reading: the flow read nothing ever again."""
-    eager = TEXT.replace("commit_interval: 1s}", "commit_interval: 1s, consumer: {partition.assignment.strategy: roundrobin}}")
+    eager = TEXT.replace(
+        "commit_interval: 1s}", "commit_interval: 1s, consumer: {partition.assignment.strategy: roundrobin}}"
+    )
     target = Target()
     slow = {"on": True}
     target.answer = lambda tp, o: "hold" if slow["on"] else "store"
@@ -85,7 +91,9 @@ def test_an_eager_rebalance_while_reading_is_paused_by_backpressure_does_not_lea
     def reread(c: FakeConsumer) -> list[Msg]:  # from the commit the revoke made
         return [] if c.paused else batch(P0, range(5, 10))
 
-    worker, consumer, target = run([batch(P0, range(10)), rebalance, [], [], look, reread, [], []], target=target, capacity=5, text=eager)
+    worker, consumer, target = run(
+        [batch(P0, range(10)), rebalance, [], [], look, reread, [], []], target=target, capacity=5, text=eager
+    )
     assert paused_after == [set()], paused_after
     assert target.stored[P0] == list(range(10)) and consumer.last_commit(P0) == 10, (target.stored, consumer.commits)
 
@@ -98,7 +106,9 @@ def test_records_an_eager_revoke_gave_up_on_never_land_after_the_new_owner_start
     records for a just-created topic it cannot see yet for up to 300 s (not 30 s), and
     workers joining one by one make eager rebalances while they wait. An eager revoke takes
     every partition, so it can drop the whole producer's queue."""
-    eager = TEXT.replace("commit_interval: 1s}", "commit_interval: 1s, consumer: {partition.assignment.strategy: roundrobin}}")
+    eager = TEXT.replace(
+        "commit_interval: 1s}", "commit_interval: 1s, consumer: {partition.assignment.strategy: roundrobin}}"
+    )
     target = Target()
     unseen = {"on": False}
     target.answer = lambda tp, o: "hold" if unseen["on"] and tp == P0 else "store"
@@ -115,7 +125,9 @@ def test_records_an_eager_revoke_gave_up_on_never_land_after_the_new_owner_start
         unseen["on"] = False  # the topic is visible now: whatever is still queued lands
         return []
 
-    worker, consumer, target = run([batch(P0, range(3)) + batch(P1, range(2)), [], [], [], stall, rebalance] + [[]] * 6, target=target, text=eager)
+    worker, consumer, target = run(
+        [batch(P0, range(3)) + batch(P1, range(2)), [], [], [], stall, rebalance] + [[]] * 6, target=target, text=eager
+    )
     assert consumer.last_commit(P0) == 3, consumer.commits
     assert target.stored[P0] == list(range(10)), f"late copies after the new owner's: {target.stored[P0]}"
 
@@ -125,7 +137,9 @@ def test_records_still_queued_when_every_partition_is_lost_never_land_after_the_
     librdkafka's cooperative-sticky assignor at 10,000 partitions did that): the group gave
     the partitions away already, so whatever is still queued would land among the new
     owner's copies."""
-    eager = TEXT.replace("commit_interval: 1s}", "commit_interval: 1s, consumer: {partition.assignment.strategy: roundrobin}}")
+    eager = TEXT.replace(
+        "commit_interval: 1s}", "commit_interval: 1s, consumer: {partition.assignment.strategy: roundrobin}}"
+    )
     target = Target()
     unseen = {"on": False}
     target.answer = lambda tp, o: "hold" if unseen["on"] and tp == P0 else "store"
@@ -141,7 +155,9 @@ def test_records_still_queued_when_every_partition_is_lost_never_land_after_the_
         unseen["on"] = False
         return []
 
-    worker, consumer, target = run([batch(P0, range(3)) + batch(P1, range(2)), [], [], [], stall, lost] + [[]] * 6, target=target, text=eager)
+    worker, consumer, target = run(
+        [batch(P0, range(3)) + batch(P1, range(2)), [], [], [], stall, lost] + [[]] * 6, target=target, text=eager
+    )
     assert target.stored[P0] == list(range(10)), f"late copies after the new owner's: {target.stored[P0]}"
 
 
@@ -149,7 +165,10 @@ def test_the_assignor_is_recognised_as_librdkafka_reads_it():
     """the config accepts an assignor name with spaces around it (quoted YAML) and
     librdkafka trims them, so "cooperative-sticky " is the cooperative protocol: the worker
     took it for an eager one, and librdkafka refuses assign() under that protocol."""
-    spaced = TEXT.replace("commit_interval: 1s}", 'commit_interval: 1s, consumer: {partition.assignment.strategy: " cooperative-sticky "}}')
+    spaced = TEXT.replace(
+        "commit_interval: 1s}",
+        'commit_interval: 1s, consumer: {partition.assignment.strategy: " cooperative-sticky "}}',
+    )
     worker, consumer, target = run([batch(P0, range(3))], text=spaced)
     assert consumer.calls == ["incremental_assign"], consumer.calls
 

@@ -19,7 +19,9 @@ def test_never_commits_past_an_unacknowledged_record():
     stop gives up on them (drain timeout, purge), P0 is committed up to 5 only."""
     target = Target()
     target.answer = lambda tp, o: "hold" if tp == P0 and o >= 5 else "store"
-    worker, consumer, _ = run([batch(P0, range(5)), batch(P0, range(5, 10)) + batch(P1, range(5)), [], [], []], target=target)
+    worker, consumer, _ = run(
+        [batch(P0, range(5)), batch(P0, range(5, 10)) + batch(P1, range(5)), [], [], []], target=target
+    )
     assert {c.get(P0) for c in consumer.commits} <= {5, None}
     assert (consumer.last_commit(P0), consumer.last_commit(P1)) == (5, 5)
     assert consumer.position_of[P0] == 10 and worker.state.value == "stopped"
@@ -57,7 +59,9 @@ def test_a_tainted_partition_commits_only_what_was_acknowledged():
     commit stays at the last acknowledged record, not at the consumer's position."""
     target = Target()
     target.answer = lambda tp, o: "purge" if tp == P0 and 3 <= o < 6 else "store"
-    worker, consumer, _ = run([batch(P0, range(3)), batch(P0, range(3, 6)), lambda c: c.markers(P0, 9), [], []], target=target)
+    worker, consumer, _ = run(
+        [batch(P0, range(3)), batch(P0, range(3, 6)), lambda c: c.markers(P0, 9), [], []], target=target
+    )
     assert consumer.last_commit(P0) == 3 and worker.state.value == "stopped"
 
 
@@ -87,7 +91,10 @@ def test_a_stop_commits_every_partition_the_target_holds_though_one_topic_is_ref
             commit(offsets=[tp for tp in offsets if tp.topic not in broker.refused], asynchronous=asynchronous)
 
     consumer.commit = commit_as_the_broker  # type: ignore[method-assign]
-    admins: Mapping[str, Mapping[str, int]] = {"nyc": {"gone": 1, "orders": n - 1}, "sf": {"nyc.gone": 1, "nyc.orders": n - 1}}
+    admins: Mapping[str, Mapping[str, int]] = {
+        "nyc": {"gone": 1, "orders": n - 1},
+        "sf": {"nyc.gone": 1, "nyc.orders": n - 1},
+    }
 
     def producer(name: str, cluster: Any, settings: Mapping[str, Any]) -> FakeProducer:
         p = FakeProducer(target, 100_000)
@@ -95,7 +102,10 @@ def test_a_stop_commits_every_partition_the_target_holds_though_one_topic_is_ref
         return p
 
     worker = FlowWorker(
-        cfg, cfg.flows[0], stop=stop, clock=Clock(),
+        cfg,
+        cfg.flows[0],
+        stop=stop,
+        clock=Clock(),
         consumer_factory=lambda name, cluster, settings: consumer,
         producer_factory=producer,
         admin_factory=lambda name, cluster: FakeAdmin(admins[name]),

@@ -9,7 +9,20 @@ import pytest
 from mirror.domain.route import route
 from mirror.errors import FatalProduceError
 from mirror.kafka import KafkaError
-from tests.unit.engine.fakes import P0, P1, FakeConsumer, FakeProducer, Report, Step, Target, batch, make, opened, run, segment
+from tests.unit.engine.fakes import (
+    P0,
+    P1,
+    FakeConsumer,
+    FakeProducer,
+    Report,
+    Step,
+    Target,
+    batch,
+    make,
+    opened,
+    run,
+    segment,
+)
 
 
 def test_a_refused_record_fails_the_flow_naming_it_and_nothing_past_it_is_committed():
@@ -25,7 +38,9 @@ def test_a_refused_record_fails_the_flow_naming_it_and_nothing_past_it_is_commit
                     cb(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), Report(-1))
             return served + len(refused)
 
-    worker, consumer, target = make([batch(P0, range(4)), batch(P0, range(4, 7)) + batch(P1, range(3)), [], []], producer_cls=Refusing)
+    worker, consumer, target = make(
+        [batch(P0, range(4)), batch(P0, range(4, 7)) + batch(P1, range(3)), [], []], producer_cls=Refusing
+    )
     with pytest.raises(FatalProduceError, match=r"orders\[0\]@4") as failed:
         worker.run()
     assert failed.value.size == 3  # b"k" + b"v4": the largest record of the refused segment
@@ -69,4 +84,7 @@ def test_a_segment_whose_first_report_has_no_offset_never_translates_past_its_re
     for pos in range(0, 9):
         first_unread = min((t for s, t in copies.items() if s >= pos), default=57)
         got = translate(rows, pos, 57).target_offset
-        assert got <= first_unread, f"position {pos} translates to {got}, past the copy of a record the group has not read ({first_unread}); rows {st.batch.syncs}"
+        assert got <= first_unread, (
+            f"position {pos} translates to {got}, past the copy of a record the group has not read "
+            f"({first_unread}); rows {st.batch.syncs}"
+        )

@@ -25,12 +25,13 @@ def Msg(offset: int) -> WorkerMsg:
     return WorkerMsg(TP, offset)
 
 
-def worker_and_partition(consumer: Any, *, producer: Any = None, clock: Any = None) -> tuple[FlowWorker, AssignedPartition]:
+def worker_and_partition(
+    consumer: Any, *, producer: Any = None, clock: Any = None
+) -> tuple[FlowWorker, AssignedPartition]:
     """An opened worker on `consumer` that holds orders[0]."""
     w = opened(consumer, producer=producer or Producer, clock=clock)
     part = w.ledger.assign(TP, w.assignment.new_partition(route(w.flow, *TP)))
     return w, part
-
 
 
 class Consumer:
@@ -47,7 +48,9 @@ class Consumer:
     def committed(self, tps, timeout=None):
         if not self.readable:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
-        return [TopicPartition(tp.topic, tp.partition, -1001 if self._committed is None else self._committed) for tp in tps]
+        return [
+            TopicPartition(tp.topic, tp.partition, -1001 if self._committed is None else self._committed) for tp in tps
+        ]
 
     def seek(self, tp):
         self.pos[(tp.topic, tp.partition)] = tp.offset
@@ -106,7 +109,9 @@ def test_fence_never_reads_on_past_dropped_records_of_a_partition_nothing_was_co
     w = frozen_worker(c)
     w.fence.confirm()
     nxt = c.pos[TP]
-    assert nxt == OFFSET_BEGINNING or 0 <= nxt <= 100, f"after the fence the worker reads on from {nxt}: source records 100-{nxt - 1} were dropped unacknowledged"
+    assert nxt == OFFSET_BEGINNING or 0 <= nxt <= 100, (
+        f"after the fence the worker reads on from {nxt}: source records 100-{nxt - 1} were dropped unacknowledged"
+    )
 
 
 def test_fence_holds_while_the_committed_offsets_cannot_be_read():
@@ -146,7 +151,8 @@ def test_a_heartbeat_no_shorter_than_the_session_is_refused_at_load():
     text = """\
 clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}
 flows:
-  - {name: p, source: nyc, target: sf, topics: {include: [".*"]}, consumer: {session.timeout.ms: 6000, heartbeat.interval.ms: 6000}}
+  - {name: p, source: nyc, target: sf, topics: {include: [".*"]},
+     consumer: {session.timeout.ms: 6000, heartbeat.interval.ms: 6000}}
 """
     with pytest.raises(ConfigError, match=r"flows\[0\]\.consumer\.(session\.timeout\.ms|heartbeat\.interval\.ms)"):
         config.parse(text, env={})
@@ -187,7 +193,9 @@ class FreezingProducer:
         self.values: list[bytes] = []
         self.frozen = False
 
-    def produce(self, topic, value=None, key=None, partition=-1, callback=None, on_delivery=None, timestamp=0, headers=None) -> None:
+    def produce(
+        self, topic, value=None, key=None, partition=-1, callback=None, on_delivery=None, timestamp=0, headers=None
+    ) -> None:
         if not self.frozen:
             self.frozen = True
             self.now[0] += 30.0  # SIGSTOP ... SIGCONT while waiting for queue room
@@ -208,7 +216,9 @@ class Recording(Producer):
     def __init__(self) -> None:
         self.values: list[bytes] = []
 
-    def produce(self, topic, value=None, key=None, partition=-1, callback=None, on_delivery=None, timestamp=0, headers=None) -> None:
+    def produce(
+        self, topic, value=None, key=None, partition=-1, callback=None, on_delivery=None, timestamp=0, headers=None
+    ) -> None:
         self.values.append(value)
 
     def poll(self, timeout=0):
@@ -231,7 +241,9 @@ def test_a_fence_inside_the_backpressure_wait_stops_the_batch_read_before_the_fr
     w.fence.awake()
     w.forwarder.forward([Msg(o) for o in range(100, 110)])
     assert w.fence.fenced and c.pos[TP] == 100
-    assert (old.values, fresh.values) == ([], []), f"produced after the fence: old producer {old.values}, new {fresh.values}"
+    assert (old.values, fresh.values) == ([], []), (
+        f"produced after the fence: old producer {old.values}, new {fresh.values}"
+    )
 
 
 def test_a_fence_inside_a_revoke_drain_commits_nothing_whose_rows_it_dropped():
@@ -251,7 +263,9 @@ def test_a_fence_inside_a_revoke_drain_commits_nothing_whose_rows_it_dropped():
     now[0] += 30.0
     assert w.fence.check()
     positions = w.committer.positions({TP: old})
-    assert positions.get(TP, 0) <= 0, f"would commit {positions[TP]} though the rows of 0-6 (delta change at 5) were dropped"
+    assert positions.get(TP, 0) <= 0, (
+        f"would commit {positions[TP]} though the rows of 0-6 (delta change at 5) were dropped"
+    )
 
 
 class ChunkedGroup:
@@ -319,7 +333,9 @@ def test_the_commit_that_confirms_a_fenced_worker_never_names_partitions_revoked
     progress. The asking commit, made as a member of the new generation, is accepted for
     every partition named (a group does not check ownership): it moved the other owner's
     offset back, and a next handover re-mirrors what was already mirrored."""
-    eager = TEXT.replace("commit_interval: 1s}", "commit_interval: 1s, consumer: {partition.assignment.strategy: roundrobin}}")
+    eager = TEXT.replace(
+        "commit_interval: 1s}", "commit_interval: 1s, consumer: {partition.assignment.strategy: roundrobin}}"
+    )
     made: list[FlowWorker] = []
 
     refused = {"on": False}
@@ -336,7 +352,10 @@ def test_the_commit_that_confirms_a_fenced_worker_never_names_partitions_revoked
         c.commits.append({P0: 8})  # which mirrored and committed it
         return []
 
-    worker, consumer, target = make([batch(P0, range(3)) + batch(P1, range(2)), [], [], [], [], freeze, [], [], [], [], rebalance] + [[]] * 12, text=eager)
+    worker, consumer, target = make(
+        [batch(P0, range(3)) + batch(P1, range(2)), [], [], [], [], freeze, [], [], [], [], rebalance] + [[]] * 12,
+        text=eager,
+    )
     made.append(worker)
     commit = consumer.commit
 

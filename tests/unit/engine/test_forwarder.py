@@ -29,8 +29,17 @@ def test_a_refused_record_does_not_acknowledge_the_run_before_it_while_the_flush
     from mirror.kafka import KafkaException
 
     class Refusing(FakeProducer):
-        def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1, callback: Any = None,
-                    on_delivery: Any = None, timestamp: int = 0, headers: Any = None) -> None:
+        def produce(
+            self,
+            topic: str,
+            value: bytes | None = None,
+            key: bytes | None = None,
+            partition: int = -1,
+            callback: Any = None,
+            on_delivery: Any = None,
+            timestamp: int = 0,
+            headers: Any = None,
+        ) -> None:
             if dict(headers)["mirror.origin"].endswith(b"/5"):
                 raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
             super().produce(topic, value, key, partition, callback, on_delivery, timestamp, headers)

@@ -19,7 +19,19 @@ from mirror import config
 from mirror.engine.worker import FlowWorker
 from mirror.errors import ClusterUnavailable
 from mirror.kafka import KafkaError, KafkaException, TopicPartition
-from tests.unit.engine.fakes import P0, P1, TEXT, Clock, FakeAdmin, FakeConsumer, FakeProducer, Report, Target, batch, run
+from tests.unit.engine.fakes import (
+    P0,
+    P1,
+    TEXT,
+    Clock,
+    FakeAdmin,
+    FakeConsumer,
+    FakeProducer,
+    Report,
+    Target,
+    batch,
+    run,
+)
 
 TARGET = "nyc.orders"
 
@@ -75,7 +87,13 @@ class PurgeBreaksIt(FakeProducer):
 
     def purge(self, in_queue: bool = True, in_flight: bool = True) -> None:
         super().purge(in_queue, in_flight)
-        self.error_cb(KafkaError(KafkaError._PURGE_INFLIGHT, "ProduceRequest failed: Local: Purged in flight: unable to satisfy gap-less guarantee", fatal=True))
+        self.error_cb(
+            KafkaError(
+                KafkaError._PURGE_INFLIGHT,
+                "ProduceRequest failed: Local: Purged in flight: unable to satisfy gap-less guarantee",
+                fatal=True,
+            )
+        )
 
 
 class Source(FakeAdmin):
@@ -108,7 +126,9 @@ def test_the_purge_of_a_resync_does_not_fail_the_flow_and_emptying_the_new_topic
     assert consumer.position_of[P0] in (0, -2), consumer.position_of
 
 
-def recreated_under(dst: LaggingTarget, producer_cls: type[FakeProducer] = FakeProducer) -> tuple[FlowWorker, FakeConsumer, Target, LaggingTarget]:
+def recreated_under(
+    dst: LaggingTarget, producer_cls: type[FakeProducer] = FakeProducer
+) -> tuple[FlowWorker, FakeConsumer, Target, LaggingTarget]:
     """Run a worker whose target topic is deleted and created again by someone else while
     its first records are on their way."""
 
@@ -119,7 +139,11 @@ def recreated_under(dst: LaggingTarget, producer_cls: type[FakeProducer] = FakeP
         return batch(P0, range(3))
 
     def producer(target: Target, settings: Mapping[str, Any]) -> FakeProducer:
-        p = producer_cls(target, 100_000, settings["error_cb"]) if producer_cls is PurgeBreaksIt else producer_cls(target, 100_000)
+        p = (
+            producer_cls(target, 100_000, settings["error_cb"])
+            if producer_cls is PurgeBreaksIt
+            else producer_cls(target, 100_000)
+        )
         target.producers.append(p)
         return p
 
@@ -155,8 +179,15 @@ class KickedOut(FakeConsumer):
         super().commit(offsets=offsets, asynchronous=asynchronous)
 
 
-def worker_on(dst: FakeAdmin, script: list[Any], *, partitions: Iterable[tuple[str, int]] = (P0, P1), consumer_cls: type[FakeConsumer] = FakeConsumer,
-              producer: Any = None, target: Target | None = None) -> tuple[FlowWorker, FakeConsumer, Target, Clock]:
+def worker_on(
+    dst: FakeAdmin,
+    script: list[Any],
+    *,
+    partitions: Iterable[tuple[str, int]] = (P0, P1),
+    consumer_cls: type[FakeConsumer] = FakeConsumer,
+    producer: Any = None,
+    target: Target | None = None,
+) -> tuple[FlowWorker, FakeConsumer, Target, Clock]:
     cfg = config.parse(TEXT.replace("commit_interval: 1s", "commit_interval: 1s, refresh_interval: 1s"), env={})
     stop, target, clock = threading.Event(), target or Target(), Clock()
     consumer = consumer_cls(list(partitions), script, stop, target)
@@ -168,7 +199,10 @@ def worker_on(dst: FakeAdmin, script: list[Any], *, partitions: Iterable[tuple[s
 
     admins = {"nyc": Source({"orders": 2}), "sf": dst}
     worker = FlowWorker(
-        cfg, cfg.flows[0], stop=stop, clock=clock,
+        cfg,
+        cfg.flows[0],
+        stop=stop,
+        clock=clock,
         consumer_factory=lambda name, cluster, settings: consumer,
         producer_factory=(lambda name, cluster, settings: producer(target, settings)) if producer else plain,
         admin_factory=lambda name, cluster: admins[name],
@@ -196,7 +230,9 @@ def test_a_worker_fenced_after_a_freeze_never_empties_partitions_that_may_be_ano
         c.callbacks["lost"](c, [TopicPartition(*P0), TopicPartition(*P1)])
         return []
 
-    script: list[Any] = [batch(P0, range(3)) + batch(P1, range(2)), [], [], [], [], freeze] + [[]] * 12 + [lost] + [[]] * 4
+    script: list[Any] = (
+        [batch(P0, range(3)) + batch(P1, range(2)), [], [], [], [], freeze] + [[]] * 12 + [lost] + [[]] * 4
+    )
     worker, consumer, target, clock = worker_on(dst, script, consumer_cls=KickedOut)
     clock_ref.append(clock)
     worker.run()
@@ -237,7 +273,14 @@ class RefusedByTheNewTopic(FakeProducer):
 
     def purge(self, in_queue: bool = True, in_flight: bool = True) -> None:
         queue, self.queue = self.queue, []
-        self.error_cb(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "ProduceRequest for nyc.orders [0] with 3 message(s) failed: Broker: Out of order sequence number: unable to satisfy gap-less guarantee", fatal=True))
+        self.error_cb(
+            KafkaError(
+                KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                "ProduceRequest for nyc.orders [0] with 3 message(s) failed: Broker: Out of order "
+                "sequence number: unable to satisfy gap-less guarantee",
+                fatal=True,
+            )
+        )
         for _, _, cb in queue:
             if cb is not None:
                 cb(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER), Report(-1))
@@ -265,7 +308,10 @@ def test_the_new_topics_refusal_of_records_queued_for_the_old_one_does_not_fail_
     worker, consumer, target, _ = worker_on(dst, [recreate] + [[]] * 6 + [reread] + [[]] * 6, producer=producer)
     worker.run()
     assert worker.state.value != "failed", worker.state_reason
-    assert target.stored.get(P0) == [0, 1, 2] and consumer.last_commit(P0) == 3 and not consumer.unsafe, (target.stored, consumer.commits)
+    assert target.stored.get(P0) == [0, 1, 2] and consumer.last_commit(P0) == 3 and not consumer.unsafe, (
+        target.stored,
+        consumer.commits,
+    )
 
 
 def test_a_partition_assigned_after_its_target_was_recreated_keeps_what_its_last_owner_mirrored():
@@ -351,7 +397,9 @@ def test_a_freeze_while_reports_are_served_is_not_hidden_by_the_commit_that_foll
     target.answer = answer
     with caplog.at_level("WARNING", logger="mirror.engine"):
         worker.run()
-    assert froze and any("did not run for" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+    assert froze and any("did not run for" in r.getMessage() for r in caplog.records), [
+        r.getMessage() for r in caplog.records
+    ]
 
 
 def test_a_stop_that_gives_up_on_records_in_flight_is_not_a_failure():
@@ -366,7 +414,12 @@ def test_a_stop_that_gives_up_on_records_in_flight_is_not_a_failure():
         target.producers.append(p)
         return p
 
-    worker, consumer, target, _ = worker_on(LaggingTarget(0, exists=True), [batch(P0, range(5)) + batch(P1, range(3)), [], []], producer=producer, target=target)
+    worker, consumer, target, _ = worker_on(
+        LaggingTarget(0, exists=True),
+        [batch(P0, range(5)) + batch(P1, range(3)), [], []],
+        producer=producer,
+        target=target,
+    )
     worker.run()
     assert worker.state.value == "stopped", worker.state_reason
     assert consumer.last_commit(P0) is None and consumer.last_commit(P1) == 3 and not consumer.unsafe, consumer.commits
@@ -421,7 +474,10 @@ def test_a_resync_reads_the_committed_offsets_of_idle_partitions_in_one_request(
 
     admins = {"nyc": Source({"orders": n}), "sf": FakeAdmin({TARGET: n})}
     worker = FlowWorker(
-        cfg, cfg.flows[0], stop=stop, clock=Clock(),
+        cfg,
+        cfg.flows[0],
+        stop=stop,
+        clock=Clock(),
         consumer_factory=lambda name, cluster, settings: consumer,
         producer_factory=producer,
         admin_factory=lambda name, cluster: admins[name],
@@ -519,7 +575,9 @@ class CountedOffsets(FakeConsumer):
 def test_the_assignment_reads_the_groups_offsets_once():
     """At 10,000 partitions a read of the group's offsets takes seconds inside the rebalance
     callback; it read them twice (all partitions, then the new topics' ones again)."""
-    worker, consumer, target, _ = worker_on(LaggingTarget(0), [batch(P0, range(2))] + [[]] * 5, consumer_cls=CountedOffsets)
+    worker, consumer, target, _ = worker_on(
+        LaggingTarget(0), [batch(P0, range(2))] + [[]] * 5, consumer_cls=CountedOffsets
+    )
     worker.run()
     assert consumer.reads == 2, consumer.reads  # at the target's creation, then once in the callback
     assert sorted(target.stored[P0]) == [0, 1]
@@ -529,9 +587,13 @@ def test_a_new_target_topic_is_filled_from_the_beginning_if_the_callback_cannot_
     class FailsInCallback(CountedOffsets):
         fail_from = 2  # the creation's read works, the callback's times out
 
-    worker, consumer, target, _ = worker_on(LaggingTarget(0), [batch(P0, range(2))] + [[]] * 5, consumer_cls=FailsInCallback)
+    worker, consumer, target, _ = worker_on(
+        LaggingTarget(0), [batch(P0, range(2))] + [[]] * 5, consumer_cls=FailsInCallback
+    )
     worker.run()
-    assert consumer.starts == {P0: -2, P1: -2}, consumer.starts  # OFFSET_BEGINNING, never the group's offsets of an older topic
+    assert consumer.starts == {P0: -2, P1: -2}, (
+        consumer.starts
+    )  # OFFSET_BEGINNING, never the group's offsets of an older topic
 
 
 def test_a_new_group_is_not_rewound_where_it_never_committed():
@@ -567,7 +629,9 @@ def test_a_recreated_target_is_recovered_from_while_another_source_topic_waits_f
     topic refusing records queued for the old one) only if the refresh "succeeded", and the
     refresh now says False while any new source topic waits for its target's id (at 10,000
     partitions, for minutes). The resync was done, yet the flow failed."""
-    text = TEXT.replace('include: ["orders"]', 'include: ["orders", "payments"]').replace("commit_interval: 1s", "commit_interval: 1s, refresh_interval: 1s")
+    text = TEXT.replace('include: ["orders"]', 'include: ["orders", "payments"]').replace(
+        "commit_interval: 1s", "commit_interval: 1s, refresh_interval: 1s"
+    )
     cfg = config.parse(text, env={})
 
     class PaymentsNotDescribedYet(LaggingTarget):
@@ -587,7 +651,14 @@ def test_a_recreated_target_is_recovered_from_while_another_source_topic_waits_f
         def poll(self, timeout: float = 0) -> int:
             if self.queue and dst.generation > 2 and not self.told:
                 self.told = True
-                self.error_cb(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "ProduceRequest for nyc.orders [0] with 3 message(s) failed: Broker: Out of order sequence number: unable to satisfy gap-less guarantee", fatal=True))
+                self.error_cb(
+                    KafkaError(
+                        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                        "ProduceRequest for nyc.orders [0] with 3 message(s) failed: Broker: Out of "
+                        "order sequence number: unable to satisfy gap-less guarantee",
+                        fatal=True,
+                    )
+                )
                 return 0
             return 0 if self.told else super().poll(timeout)
 
@@ -606,7 +677,10 @@ def test_a_recreated_target_is_recovered_from_while_another_source_topic_waits_f
     consumer = FakeConsumer([P0, P1], [recreate] + [[]] * 6 + [reread] + [[]] * 6, stop, target)
     admins = {"nyc": Source({"orders": 2, "payments": 1}), "sf": dst}
     worker = FlowWorker(
-        cfg, cfg.flows[0], stop=stop, clock=clock,
+        cfg,
+        cfg.flows[0],
+        stop=stop,
+        clock=clock,
         consumer_factory=lambda name, cluster, settings: consumer,
         producer_factory=producer,
         admin_factory=lambda name, cluster: admins[name],

@@ -75,7 +75,9 @@ def test_mirrored_end_from_target() -> None:
 
 
 def facts(**kw: object) -> PartitionFacts:
-    base: dict[str, object] = dict(source_topic="orders", target_topic="nyc.orders", partition=0, target_low=0, target_high=100)
+    base: dict[str, object] = dict(
+        source_topic="orders", target_topic="nyc.orders", partition=0, target_low=0, target_high=100
+    )
     base.update(kw)
     return PartitionFacts(**base)  # type: ignore[arg-type]
 
@@ -99,9 +101,14 @@ def test_translate_needs_position() -> None:
 
 def test_plan_json_shape() -> None:
     plan = make_plan(
-        "nyc-to-sf", "billing", Method.TRANSLATE, Truth.CHECKPOINTS,
-        [facts(partition=1, source_offset=50, syncs=rows((0, 10)), mirrored_end=80, source_end=90),
-         facts(partition=0, source_offset=5, syncs=rows((0, 0)), mirrored_end=90, source_end=90)],
+        "nyc-to-sf",
+        "billing",
+        Method.TRANSLATE,
+        Truth.CHECKPOINTS,
+        [
+            facts(partition=1, source_offset=50, syncs=rows((0, 10)), mirrored_end=80, source_end=90),
+            facts(partition=0, source_offset=5, syncs=rows((0, 0)), mirrored_end=90, source_end=90),
+        ],
         checkpoint_time_ms=1234,
     )
     doc = plan.to_json()
@@ -110,8 +117,12 @@ def test_plan_json_shape() -> None:
     assert doc["source_of_truth"] == "checkpoints" and doc["checkpoint_time_ms"] == 1234
     assert [p["partition"] for p in doc["partitions"]] == [0, 1]
     assert doc["partitions"][1] == {
-        "source_topic": "orders", "target_topic": "nyc.orders", "partition": 1,
-        "source_offset": 50, "target_offset": 60, "unmirrored": 10,
+        "source_topic": "orders",
+        "target_topic": "nyc.orders",
+        "partition": 1,
+        "source_offset": 50,
+        "target_offset": 60,
+        "unmirrored": 10,
         # From checkpoints: what the group may have consumed after them, at most (100 - 60).
         "may_reread": 40,
     }
@@ -128,7 +139,13 @@ def test_plan_json_for_at_reports_boundary() -> None:
 
 
 def test_exact_live_translation_rereads_nothing() -> None:
-    live = make_plan("f", "g", Method.TRANSLATE, Truth.SOURCE, [facts(source_offset=50, syncs=rows((0, 10)), mirrored_end=90, source_end=90)])
+    live = make_plan(
+        "f",
+        "g",
+        Method.TRANSLATE,
+        Truth.SOURCE,
+        [facts(source_offset=50, syncs=rows((0, 10)), mirrored_end=90, source_end=90)],
+    )
     assert live.partitions[0].target_offset == 60 and live.may_reread == 0
     at = make_plan("f", "g", Method.TIMESTAMP, Truth.TIMESTAMPS, [facts(time_offset=40)])
     assert at.may_reread == 60  # everything after T may have been read

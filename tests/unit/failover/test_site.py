@@ -13,23 +13,57 @@ from mirror.errors import ExitCode, UsageError
 
 def _plan(flow: str, group: str, truth: Truth, *parts: tuple[int, int, int, int]) -> Plan:
     """parts: (partition, target offset, unmirrored, may_reread)."""
-    return Plan(flow, group, Method.TRANSLATE, truth,
-                [PartitionPlan("orders", "nyc.orders", p, 10, o, un, may_reread=rr) for p, o, un, rr in parts])
+    return Plan(
+        flow,
+        group,
+        Method.TRANSLATE,
+        truth,
+        [PartitionPlan("orders", "nyc.orders", p, 10, o, un, may_reread=rr) for p, o, un, rr in parts],
+    )
 
 
 def _site() -> SitePlan:
-    a = SiteGroup("billing", "sf", ["nyc"], [_plan("f1", "billing", Truth.SOURCE, (0, 5, 0, 0), (1, 7, 2, 0))],
-                  offsets={("nyc.orders", 0): 5, ("nyc.orders", 1): 7}, source_seen={"nyc": {("orders", 0): 10}})
-    b = SiteGroup("payroll", "sf", ["nyc"], [_plan("f1", "payroll", Truth.CHECKPOINTS, (0, 3, 1, 4))],
-                  offsets={("nyc.orders", 0): 3}, checkpoint_time_ms=1_000, refused="still active (1 on the target)")
-    return SitePlan("nyc", ["nyc"], None, Method.TRANSLATE, 61_000, "/x/mirror.yaml", [("f1", "nyc", "sf"), ("f2", "nyc", "sf")], [a, b])
+    a = SiteGroup(
+        "billing",
+        "sf",
+        ["nyc"],
+        [_plan("f1", "billing", Truth.SOURCE, (0, 5, 0, 0), (1, 7, 2, 0))],
+        offsets={("nyc.orders", 0): 5, ("nyc.orders", 1): 7},
+        source_seen={"nyc": {("orders", 0): 10}},
+    )
+    b = SiteGroup(
+        "payroll",
+        "sf",
+        ["nyc"],
+        [_plan("f1", "payroll", Truth.CHECKPOINTS, (0, 3, 1, 4))],
+        offsets={("nyc.orders", 0): 3},
+        checkpoint_time_ms=1_000,
+        refused="still active (1 on the target)",
+    )
+    return SitePlan(
+        "nyc",
+        ["nyc"],
+        None,
+        Method.TRANSLATE,
+        61_000,
+        "/x/mirror.yaml",
+        [("f1", "nyc", "sf"), ("f2", "nyc", "sf")],
+        [a, b],
+    )
 
 
 def test_totals_per_flow_and_site_and_checkpoint_age() -> None:
     doc = _site().to_json()
     assert doc["totals"] == {"groups": 2, "refused": 1, "partitions": 3, "unmirrored": 3, "may_reread": 4}
     f1, f2 = doc["flows"]
-    assert (f1["flow"], f1["groups"], f1["partitions"], f1["unmirrored"], f1["may_reread"], f1["refused"]) == ("f1", 2, 3, 3, 4, 1)
+    assert (f1["flow"], f1["groups"], f1["partitions"], f1["unmirrored"], f1["may_reread"], f1["refused"]) == (
+        "f1",
+        2,
+        3,
+        3,
+        4,
+        1,
+    )
     assert (f2["groups"], f2["partitions"]) == (0, 0)
     payroll = doc["groups"][1]
     assert payroll["checkpoint_age_ms"] == 60_000 and payroll["truth"] == "checkpoints" and payroll["may_reread"] == 4
@@ -53,7 +87,9 @@ def test_not_a_plan_is_a_usage_error_naming_the_flag(doc: object) -> None:
     assert err.value.exit_code == ExitCode.USAGE and str(err.value).startswith("--plan: p.json")
 
 
-G = ApplyGroup("billing", "sf", ["nyc"], {("t", 0): 50, ("t", 1): 60, ("t", 2): 70}, {("t", 0): 10, ("t", 1): 20}, None, None)
+G = ApplyGroup(
+    "billing", "sf", ["nyc"], {("t", 0): 50, ("t", 1): 60, ("t", 2): 70}, {("t", 0): 10, ("t", 1): 20}, None, None
+)
 
 
 def test_classify() -> None:

@@ -33,7 +33,9 @@ class FakeAdmin:
         self.alters: list[tuple[str, dict[Key, int]]] = []
         self.fail_at: int | None = None  # the n-th alter (1-based) fails like a broker not answering
 
-    def request_group_offsets(self, group: str, partitions: Any = None, strict: bool = False, described: bool = False) -> _Pending:
+    def request_group_offsets(
+        self, group: str, partitions: Any = None, strict: bool = False, described: bool = False
+    ) -> _Pending:
         now = self.offsets.get(group, {})
         return _Pending({k: o for k, o in now.items() if partitions is None or k in set(partitions)})
 
@@ -72,7 +74,12 @@ class FakeAdmin:
 
 
 def _plan(n: int = 5) -> PlanDoc:
-    groups = [ApplyGroup(f"g{i}", "sf", ["nyc"], {("nyc.t", 0): 100 + i, ("nyc.t", 1): 200 + i}, {("nyc.t", 0): i}, None, None) for i in range(n)]
+    groups = [
+        ApplyGroup(
+            f"g{i}", "sf", ["nyc"], {("nyc.t", 0): 100 + i, ("nyc.t", 1): 200 + i}, {("nyc.t", 0): i}, None, None
+        )
+        for i in range(n)
+    ]
     return PlanDoc("abc123", "nyc", "/x.yaml", groups)
 
 
@@ -84,7 +91,9 @@ def sf() -> FakeAdmin:
     return admin
 
 
-def test_failure_halfway_then_a_second_run_finishes_without_moving_anything_twice(sf: FakeAdmin, tmp_path: Path) -> None:
+def test_failure_halfway_then_a_second_run_finishes_without_moving_anything_twice(
+    sf: FakeAdmin, tmp_path: Path
+) -> None:
     backup = tmp_path / "plan.backup.json"
     lines: list[str] = []
     sf.fail_at = 3
@@ -92,7 +101,9 @@ def test_failure_halfway_then_a_second_run_finishes_without_moving_anything_twic
         apply_site(_plan(), lambda _c: sf, backup, lines.append, 1)  # type: ignore[arg-type,return-value]
     assert "moved at least 2 of 5 groups; run the same command again" in str(err.value)
     plan_id, saved = read_backup(backup)
-    assert plan_id == "abc123" and {g.group: g.offsets for g in saved} == {f"g{i}": {("nyc.t", 0): i, ("other", 0): 7} for i in range(5)}
+    assert plan_id == "abc123" and {g.group: g.offsets for g in saved} == {
+        f"g{i}": {("nyc.t", 0): i, ("other", 0): 7} for i in range(5)
+    }
 
     lines.clear()
     result = apply_site(_plan(), lambda _c: sf, backup, lines.append, 2)  # type: ignore[arg-type,return-value]
@@ -117,7 +128,9 @@ def test_a_group_that_moved_or_came_back_refuses_the_whole_plan(sf: FakeAdmin, t
     with pytest.raises(UnsafeOperation) as err:
         apply_site(_plan(), lambda _c: sf, backup, print, 1)  # type: ignore[arg-type,return-value]
     assert err.value.exit_code == ExitCode.UNSAFE
-    assert "g3: committed on sf since the plan (nyc.t[0])" in str(err.value) and "g1: active on sf (STABLE)" in str(err.value)
+    assert "g3: committed on sf since the plan (nyc.t[0])" in str(err.value) and "g1: active on sf (STABLE)" in str(
+        err.value
+    )
     assert not backup.exists() and sf.alters == []
 
 

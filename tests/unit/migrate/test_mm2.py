@@ -19,7 +19,10 @@ from mirror.migrate import mm2 as migrate
 from mirror.store import SqliteStore
 
 NOW_MS = 1_800_000_000_000
-PROPS = "clusters = src, dst\nsrc.bootstrap.servers = 127.0.0.1:1\ndst.bootstrap.servers = 127.0.0.1:2\nsrc->dst.enabled = true\nsrc->dst.topics = orders\nsrc->dst.groups = app\n"
+PROPS = (
+    "clusters = src, dst\nsrc.bootstrap.servers = 127.0.0.1:1\ndst.bootstrap.servers = "
+    "127.0.0.1:2\nsrc->dst.enabled = true\nsrc->dst.topics = orders\nsrc->dst.groups = app\n"
+)
 
 
 def _s(text: str) -> bytes:
@@ -42,7 +45,12 @@ class FakeCluster:
         return out
 
     def watermarks(self, parts, committed_only: bool = True) -> dict[tuple[str, int], Watermarks]:
-        return {tp: Watermarks(self.logs[tp][0].offset if self.logs[tp] else 0, self.logs[tp][-1].offset + 1 if self.logs[tp] else 0) for tp in parts}
+        return {
+            tp: Watermarks(
+                self.logs[tp][0].offset if self.logs[tp] else 0, self.logs[tp][-1].offset + 1 if self.logs[tp] else 0
+            )
+            for tp in parts
+        }
 
     def end_offsets(self, parts, committed_only: bool = True) -> dict[tuple[str, int], int]:
         if self.grow:
@@ -77,13 +85,17 @@ def world(heartbeat_age_ms: int | None = 60_000) -> tuple[FakeCluster, FakeClust
     src = FakeCluster("src")
     dst = FakeCluster("dst")
     src.logs[("orders", 0)] = records([0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11])
-    src.logs[("mm2-offset-syncs.dst.internal", 0)] = [TailRecord(0, 0, _s("orders") + struct.pack(">i", 0), struct.pack(">qq", 0, 0), [])]
+    src.logs[("mm2-offset-syncs.dst.internal", 0)] = [
+        TailRecord(0, 0, _s("orders") + struct.pack(">i", 0), struct.pack(">qq", 0, 0), [])
+    ]
     dst.logs[("src.orders", 0)] = records(range(9))
     dst.logs[("mm2-offsets.src.internal", 0)] = [mm2_offset("orders", 0, 9)]
     cp_key = _s("app") + _s("src.orders") + struct.pack(">i", 0)
     dst.logs[("src.checkpoints.internal", 0)] = [TailRecord(0, 5, cp_key, struct.pack(">hqq", 0, 7, 0) + _s(""), [])]
     if heartbeat_age_ms is not None:
-        dst.logs[("heartbeats", 0)] = [TailRecord(0, 0, _s("src") + _s("dst"), struct.pack(">hq", 0, NOW_MS - heartbeat_age_ms), [])]
+        dst.logs[("heartbeats", 0)] = [
+            TailRecord(0, 0, _s("src") + _s("dst"), struct.pack(">hq", 0, NOW_MS - heartbeat_age_ms), [])
+        ]
     return src, dst
 
 
@@ -94,7 +106,10 @@ def run(tmp_path: Path, src: FakeCluster, dst: FakeCluster, monkeypatch, **kw):
         return [r for r in clusters[name].logs[(topic, partition)] if start <= r.offset < end]
 
     def read_offsets(name, cluster, ranges, timeout, *, isolation=None):
-        return {tp: [r.offset for r in read_range(name, cluster, *tp, start, end, timeout)] for tp, (start, end) in ranges.items()}
+        return {
+            tp: [r.offset for r in read_range(name, cluster, *tp, start, end, timeout)]
+            for tp, (start, end) in ranges.items()
+        }
 
     monkeypatch.setattr(migrate, "read_range", read_range)
     monkeypatch.setattr(migrate, "read_offsets", read_offsets)
@@ -102,9 +117,22 @@ def run(tmp_path: Path, src: FakeCluster, dst: FakeCluster, monkeypatch, **kw):
     config = parse(migrate.render(t, "mm2.properties"), env={})
     store = SqliteStore(tmp_path / "offsets.db")
     try:
-        reports = migrate.take_over(config, t.flows, store, admin=clusters.__getitem__, clock=lambda: NOW_MS / 1000, sleep=kw.pop("sleep", lambda s: None), **kw)
+        reports = migrate.take_over(
+            config,
+            t.flows,
+            store,
+            admin=clusters.__getitem__,
+            clock=lambda: NOW_MS / 1000,
+            sleep=kw.pop("sleep", lambda s: None),
+            **kw,
+        )
         assert store.source_ends("src-to-dst") == {("orders", 0): (12, NOW_MS)}
-        return reports, store.syncs("src-to-dst", "orders", 0), store.tip("src-to-dst", "orders", 0), store.checkpoints("src-to-dst", "app")
+        return (
+            reports,
+            store.syncs("src-to-dst", "orders", 0),
+            store.tip("src-to-dst", "orders", 0),
+            store.checkpoints("src-to-dst", "app"),
+        )
     finally:
         store.close()
 
@@ -131,7 +159,9 @@ def test_a_heartbeat_during_the_import_is_refused_whatever_the_clocks_say(tmp_pa
 
     def beat(seconds: float) -> None:
         assert seconds > 2
-        dst.logs[("heartbeats", 0)].append(TailRecord(1, 0, _s("src") + _s("dst"), struct.pack(">hq", 0, NOW_MS - 3_590_000), []))
+        dst.logs[("heartbeats", 0)].append(
+            TailRecord(1, 0, _s("src") + _s("dst"), struct.pack(">hq", 0, NOW_MS - 3_590_000), [])
+        )
 
     with pytest.raises(UnsafeOperation, match="during the import"):
         run(tmp_path, src, dst, monkeypatch, sleep=beat)

@@ -15,12 +15,21 @@ from mirror.spark.task import TaskResult
 def test_a_batch_of_kafka_rows_becomes_row_tuples_with_headers_as_pairs() -> None:
     headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
     batch = pa.RecordBatch.from_arrays(
-        [pa.array(["t", "t"]), pa.array([3, 3], pa.int32()), pa.array([7, 8], pa.int64()), pa.array([1000, 1001], pa.int64()),
-         pa.array([b"k", None], pa.binary()), pa.array([None, b"v"], pa.binary()),
-         pa.array([[{"key": "h", "value": b"1"}, {"key": "n", "value": None}], None], headers)],
+        [
+            pa.array(["t", "t"]),
+            pa.array([3, 3], pa.int32()),
+            pa.array([7, 8], pa.int64()),
+            pa.array([1000, 1001], pa.int64()),
+            pa.array([b"k", None], pa.binary()),
+            pa.array([None, b"v"], pa.binary()),
+            pa.array([[{"key": "h", "value": b"1"}, {"key": "n", "value": None}], None], headers),
+        ],
         names=["topic", "partition", "offset", "ts", "key", "value", "headers"],
     )
-    assert rows_of(batch) == [("t", 3, 7, 1000, b"k", None, [("h", b"1"), ("n", None)]), ("t", 3, 8, 1001, None, b"v", None)]
+    assert rows_of(batch) == [
+        ("t", 3, 7, 1000, b"k", None, [("h", b"1"), ("n", None)]),
+        ("t", 3, 8, 1001, None, b"v", None),
+    ]
 
 
 def test_results_come_back_to_the_driver_as_they_left_the_task() -> None:
@@ -29,7 +38,10 @@ def test_results_come_back_to_the_driver_as_they_left_the_task() -> None:
 
 
 def test_a_flows_spark_batch_bounds_have_defaults_and_take_sizes() -> None:
-    base = "clusters: {a: {bootstrap: '127.0.0.1:1'}, b: {bootstrap: '127.0.0.1:2'}}\nflows:\n  - {name: f, source: a, target: b, topics: {include: [x]}%s}\n"
+    base = (
+        "clusters: {a: {bootstrap: '127.0.0.1:1'}, b: {bootstrap: '127.0.0.1:2'}}\nflows:\n  - "
+        "{name: f, source: a, target: b, topics: {include: [x]}%s}\n"
+    )
     default = parse(base % "", env={}).flow("f").spark
     assert (default.max_records_per_batch, default.max_bytes_per_chunk) == (500_000, 8 * 1024 * 1024)
     set_ = parse(base % ", spark: {max_records_per_batch: 1000, max_bytes_per_chunk: 4MiB}", env={}).flow("f").spark

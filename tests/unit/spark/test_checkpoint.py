@@ -35,7 +35,9 @@ def test_a_completed_batch_resumes_only_where_the_group_is(tmp_path):
     write_batch(q, 0, group(p0=100, p1=50), committed=True)
     write_batch(q, 1, group(p0=200, p1=80), committed=True)
     assert resume_problem(q, group(p0=200, p1=80)) is None
-    assert "t[1] (60) is outside the checkpoint's 80..80" in (resume_problem(q, group(p0=200, p1=60)) or "")  # rewound by an operator
+    assert "t[1] (60) is outside the checkpoint's 80..80" in (
+        resume_problem(q, group(p0=200, p1=60)) or ""
+    )  # rewound by an operator
     assert "outside" in (resume_problem(q, group(p0=300, p1=80)) or "")  # moved on by `mirror run` meanwhile
 
 
@@ -56,7 +58,9 @@ def test_an_unfinished_first_batch_or_other_partitions_are_not_resumed(tmp_path)
     assert "first batch (0) never completed" in (resume_problem(q, group(p0=0)) or "")
     write_batch(q, 0, group(p0=100), committed=True)
     assert "other partitions" in (resume_problem(q, group(p0=100, p1=0)) or "")
-    assert "(-2) is outside" in (resume_problem(q, {"t": {"0": -2}}) or "")  # the group has no offset: from the beginning
+    assert "(-2) is outside" in (
+        resume_problem(q, {"t": {"0": -2}}) or ""
+    )  # the group has no offset: from the beginning
 
 
 def test_an_unreadable_offset_log_is_not_resumed(tmp_path):
@@ -69,7 +73,10 @@ def test_an_unreadable_offset_log_is_not_resumed(tmp_path):
 def test_the_default_checkpoint_is_per_flow_beside_the_config_file(tmp_path, monkeypatch):
     (tmp_path / "etc").mkdir()
     path = tmp_path / "etc" / "m.yaml"
-    body = 'clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: [{name: f, source: a, target: b, topics: {include: [t]}}]\n'
+    body = (
+        'clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: '
+        "[{name: f, source: a, target: b, topics: {include: [t]}}]\n"
+    )
     path.write_text(body)
     monkeypatch.chdir(tmp_path)
     config = load(path)

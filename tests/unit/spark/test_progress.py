@@ -15,13 +15,15 @@ PROGRESS = {
     "numInputRows": 1200,
     "inputRowsPerSecond": 800.0,
     "processedRowsPerSecond": 950.5,
-    "sources": [{
-        "description": "KafkaV2[Assign[t-0, t-1]]",
-        "startOffset": {"t": {"0": 100, "1": 40}},
-        "endOffset": {"t": {"0": 700, "1": 640}},
-        "latestOffset": {"t": {"0": 1000, "1": 640}},
-        "numInputRows": 1200,
-    }],
+    "sources": [
+        {
+            "description": "KafkaV2[Assign[t-0, t-1]]",
+            "startOffset": {"t": {"0": 100, "1": 40}},
+            "endOffset": {"t": {"0": 700, "1": 640}},
+            "latestOffset": {"t": {"0": 1000, "1": 640}},
+            "numInputRows": 1200,
+        }
+    ],
 }
 
 
@@ -33,11 +35,15 @@ def test_a_batch_progress_becomes_duration_rows_rates_and_offsets_behind():
     reg = CollectorRegistry()
     m = SparkMetrics(reg)
     observe_progress(m, "f", PROGRESS)
-    observe_progress(m, "f", {**PROGRESS, "batchDuration": 500, "numInputRows": 0, "inputRowsPerSecond": None, "sources": []})
+    observe_progress(
+        m, "f", {**PROGRESS, "batchDuration": 500, "numInputRows": 0, "inputRowsPerSecond": None, "sources": []}
+    )
     assert sample(reg, "mirror_spark_batch_duration_seconds_count", flow="f") == 2
     assert sample(reg, "mirror_spark_batch_duration_seconds_sum", flow="f") == 2.0
     assert sample(reg, "mirror_spark_input_records_total", flow="f") == 1200
-    assert sample(reg, "mirror_spark_input_records_per_second", flow="f") == 800.0  # a batch without input keeps the last rate
+    assert (
+        sample(reg, "mirror_spark_input_records_per_second", flow="f") == 800.0
+    )  # a batch without input keeps the last rate
     assert sample(reg, "mirror_spark_processed_records_per_second", flow="f") == 950.5
     assert sample(reg, "mirror_spark_offsets_behind_latest", flow="f", topic="t", partition="0") == 300
     assert sample(reg, "mirror_spark_offsets_behind_latest", flow="f", topic="t", partition="1") == 0

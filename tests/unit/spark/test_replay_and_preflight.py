@@ -74,7 +74,9 @@ def test_a_pyspark_without_its_connector_jar_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(job, "CACHE", tmp_path)
     (tmp_path / "spark-4.2.0" / "jars").mkdir(parents=True)
     (tmp_path / "spark-4.2.0" / "jars" / "spark-sql-kafka-0-10_2.13-4.2.0.jar").write_bytes(b"")
-    assert job.connector_jars("4.2.0") == [str(tmp_path / "spark-4.2.0" / "jars" / "spark-sql-kafka-0-10_2.13-4.2.0.jar")]
+    assert job.connector_jars("4.2.0") == [
+        str(tmp_path / "spark-4.2.0" / "jars" / "spark-sql-kafka-0-10_2.13-4.2.0.jar")
+    ]
     with pytest.raises(MirrorError, match="no Spark Kafka connector for pyspark 4.3.0") as info:
         job.connector_jars("4.3.0")
     assert "make setup" in str(info.value)
@@ -186,7 +188,9 @@ def test_a_commit_tagged_with_an_earlier_target_topic_starts_from_the_beginning(
     from mirror.spark.job import TARGET_TOPIC_ID, new_target
 
     assert TARGET_TOPIC_ID == _TID  # the same tag as `mirror run`: either engine reads the other's
-    source = FakeSource({("x", 0): (20, "target-topic-id=T1"), ("x", 1): (20, "target-topic-id=T2"), ("x", 2): (20, None)})
+    source = FakeSource(
+        {("x", 0): (20, "target-topic-id=T1"), ("x", 1): (20, "target-topic-id=T2"), ("x", 2): (20, None)}
+    )
     job = _job(source, FakeTarget({"a.x": "T2"}))
     assert _start(job) == {"x": {"0": -2, "1": 20, "2": 20}}
     assert job._recorder.reset == [("x", 0)]
@@ -213,7 +217,11 @@ def test_a_task_sizes_producer_batches_below_the_target_topics_limit_as_mirror_r
     from mirror.kafka.settings import BATCH_SIZE, batch_size_for
     from mirror.spark.task import TaskPlan
 
-    config = parse("clusters: {s: {bootstrap: 'h:1'}, d: {bootstrap: 'h:2'}}\nflows: [{name: f, source: s, target: d, topics: {include: [t]}}]\n", env={})
+    config = parse(
+        "clusters: {s: {bootstrap: 'h:1'}, d: {bootstrap: 'h:2'}}\nflows: "
+        "[{name: f, source: s, target: d, topics: {include: [t]}}]\n",
+        env={},
+    )
     plan = TaskPlan(config.flow("f"), config.clusters["d"], limits={"s.small": 65536, "s.big": 10 * BATCH_SIZE})
     assert plan.producer_settings_for("s.small")["batch.size"] == batch_size_for(BATCH_SIZE, 65536) == 65536 - 1024
     assert plan.producer_settings_for("s.big")["batch.size"] == BATCH_SIZE
@@ -226,8 +234,12 @@ def test_audit_trims_only_what_the_target_topics_retention_explains():
 
     now = 10_000_000
     assert retention_cutoff({"retention.ms": "3600000", "retention.bytes": "-1"}, now) == now - 3600_000
-    assert retention_cutoff({"retention.ms": "-1", "retention.bytes": "-1"}, now) is None  # keeps everything: a gap is missing
-    assert retention_cutoff({"retention.ms": "-1", "retention.bytes": "1000"}, now) == float("inf")  # size-based: any age
+    assert (
+        retention_cutoff({"retention.ms": "-1", "retention.bytes": "-1"}, now) is None
+    )  # keeps everything: a gap is missing
+    assert retention_cutoff({"retention.ms": "-1", "retention.bytes": "1000"}, now) == float(
+        "inf"
+    )  # size-based: any age
     # Copies at target offset = source + 5 from source 0, + 4 from source 100 (a marker): the
     # target's log start 50 holds the copy of source 45; 200 the copy of 196.
     syncs = [OffsetSync("t", 0, 0, 5), OffsetSync("t", 0, 100, 104)]
@@ -251,7 +263,9 @@ def test_a_partition_restarted_from_the_earliest_offset_commits_again_after_a_qu
     assert source.committed[("x", 0)][0] == 900
     assert _start(job, 2) == {"x": {"0": -2, "1": -2}}  # recreated: the log is 0..50 now
     job._commit({("x", 0): 30, ("x", 1): 10})
-    assert source.committed[("x", 0)][0] == 30, f"group left at {source.committed[('x', 0)][0]} after mirroring x[0] up to 30"
+    assert source.committed[("x", 0)][0] == 30, (
+        f"group left at {source.committed[('x', 0)][0]} after mirroring x[0] up to 30"
+    )
 
 
 def test_a_source_topic_recreated_while_the_query_runs_restarts_it_from_the_beginning():

@@ -1,5 +1,6 @@
 """The Spark driver where `mirror run` carries on: an offset store that fails for a while
-holds the batch's commit back and is retried. In-memory fakes of our own ports (the store, the source Admin); no Spark."""
+holds the batch's commit back and is retried. In-memory fakes of our own ports (the store,
+the source Admin); no Spark."""
 
 from __future__ import annotations
 
@@ -59,7 +60,9 @@ class TargetAdmin:
         return {t: "id-1" for t in topics}
 
 
-def flow_with(tmp_path: Path, failures: int, stop: threading.Event | None = None) -> tuple[SparkFlow, SourceAdmin, list[str]]:
+def flow_with(
+    tmp_path: Path, failures: int, stop: threading.Event | None = None
+) -> tuple[SparkFlow, SourceAdmin, list[str]]:
     config = parse(CONFIG, env={})
     job = SparkFlow(config, config.flow("f"), stop=stop)
     job.store_backoff = 0.001

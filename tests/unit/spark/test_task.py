@@ -17,7 +17,7 @@ from tests.unit.spark.test_task_replay import TOPIC, TargetPartition, install, p
 
 
 def chunked(batch: list[Any], size: int) -> list[list[Any]]:
-    return [batch[i:i + size] for i in range(0, len(batch), size)]
+    return [batch[i : i + size] for i in range(0, len(batch), size)]
 
 
 def test_each_chunk_is_produced_before_the_next_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -58,7 +58,9 @@ def test_a_settled_partition_never_reads_the_targets_tail_unless_retried(monkeyp
     assert reads == [(19, 20)]  # the target's last record, once
 
 
-def test_a_retried_task_skips_what_its_failed_attempt_produced_and_streams_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_retried_task_skips_what_its_failed_attempt_produced_and_streams_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Attempt 0 produced 100..139 of 100..199 and failed; attempt 1 (retried) skips exactly
     those, produces 140..199, and its pairs are those of every record, as `mirror run`'s."""
     target = TargetPartition(records=[(b"x", b"x", 0, None)] * 3)  # three foreign records first

@@ -58,8 +58,9 @@ def install(monkeypatch: pytest.MonkeyPatch, target: TargetPartition) -> None:
         def watermarks(self, parts: Any, committed_only: bool = True) -> dict[Any, Watermarks]:
             return {tp: Watermarks(target.low, target.high) for tp in parts}
 
-    def fake_read_range(_name: Any, _cluster: Any, _topic: str, _p: int, start: int, end: int, timeout: float = 0.0,
-                        until: Any = None) -> list[Any]:
+    def fake_read_range(
+        _name: Any, _cluster: Any, _topic: str, _p: int, start: int, end: int, timeout: float = 0.0, until: Any = None
+    ) -> list[Any]:
         out = []
         for o in range(max(start, target.low), end):
             key, value, ts, headers = target.records[o]
@@ -68,14 +69,26 @@ def install(monkeypatch: pytest.MonkeyPatch, target: TargetPartition) -> None:
                 break
         return out
 
-    def fake_read_headers(_name: Any, _cluster: Any, _topic: str, _p: int, start: int, end: int, timeout: float = 0.0) -> list[Any]:
+    def fake_read_headers(
+        _name: Any, _cluster: Any, _topic: str, _p: int, start: int, end: int, timeout: float = 0.0
+    ) -> list[Any]:
         return [(r.offset, r.headers) for r in fake_read_range(_name, _cluster, _topic, _p, start, end, timeout)]
 
     class FakeProducer:
         def __init__(self) -> None:
             self.pending: list[tuple[int, Any]] = []
 
-        def produce(self, _topic: str, value: Any, key: Any, *, partition: int, timestamp: int, headers: Any, on_delivery: Any = None) -> None:
+        def produce(
+            self,
+            _topic: str,
+            value: Any,
+            key: Any,
+            *,
+            partition: int,
+            timestamp: int,
+            headers: Any,
+            on_delivery: Any = None,
+        ) -> None:
             target.records.append((key, value, timestamp, headers))
             self.pending.append((len(target.records) - 1, on_delivery))
 
@@ -121,7 +134,9 @@ def run_task(p: TaskPlan, batch: list[tuple[Any, ...]]) -> task.TaskResult:
     return result
 
 
-def test_a_recreated_source_topic_is_not_skipped_because_old_copies_carry_higher_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_recreated_source_topic_is_not_skipped_because_old_copies_carry_higher_offsets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The source topic was deleted and created again (or the source cluster rebuilt after a
     disaster and filled by failback): its offsets start at 0 again, while the target's last
     copies name offsets up to 999 of the old incarnation. `mirror run` re-reads from the
@@ -136,10 +151,14 @@ def test_a_recreated_source_topic_is_not_skipped_because_old_copies_carry_higher
     new = rows(range(100), tag="new", ts0=1_700_000_000_000)  # new records, same offsets
     result = run_task(p, new)
     copies = [r for r in target.records[1000:]]
-    assert [r[1] for r in copies] == [r[5] for r in new], f"new records never reached the target (skipped={result.skipped})"
+    assert [r[1] for r in copies] == [r[5] for r in new], (
+        f"new records never reached the target (skipped={result.skipped})"
+    )
 
 
-def test_rows_rederived_from_a_replay_never_translate_past_a_copy(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_rows_rederived_from_a_replay_never_translate_past_a_copy(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Invariant 2: translation errs towards re-reading, never skipping.
 
     A first batch [0, 1000) of a partition was produced whole, then the driver died before
@@ -157,8 +176,20 @@ def test_rows_rederived_from_a_replay_never_translate_past_a_copy(monkeypatch: p
     recorder = OffsetMapRecorder(store, "f", registry=None)
     for batch in (range(0, 600), range(600, 1000), range(1000, 1200)):
         r = run_task(p, rows(batch))
-        recorder.on_acked([AckBatch("f", r.topic, r.partition, r.target_topic, r.first_offset, r.next_offset,
-                                    count=r.produced + r.skipped, syncs=r.syncs)])
+        recorder.on_acked(
+            [
+                AckBatch(
+                    "f",
+                    r.topic,
+                    r.partition,
+                    r.target_topic,
+                    r.first_offset,
+                    r.next_offset,
+                    count=r.produced + r.skipped,
+                    syncs=r.syncs,
+                )
+            ]
+        )
         recorder.flush()
     assert target.high == 1200  # no duplicates: the replay itself is right
 
@@ -166,7 +197,9 @@ def test_rows_rederived_from_a_replay_never_translate_past_a_copy(monkeypatch: p
     tip = store.tip("f", TOPIC, 0)
     for position in (0, 100, 399):
         got = translate(syncs, position, target.high, tip=tip).target_offset
-        assert got <= position, f"source position {position} translates to {got}: {got - position} records skipped (rows {syncs})"
+        assert got <= position, (
+            f"source position {position} translates to {got}: {got - position} records skipped (rows {syncs})"
+        )
     store.close()
 
 
@@ -290,7 +323,9 @@ def test_a_replay_never_skips_records_whose_copies_are_not_on_the_target(monkeyp
     assert lost == [], f"source offsets {lost} skipped (skipped={result.skipped}) but never on the target"
 
 
-def test_a_replay_skips_what_the_targets_retention_removed_from_the_start_of_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_replay_skips_what_the_targets_retention_removed_from_the_start_of_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The case the rule above must keep: the run of copies reaches the target's log start."""
     target = TargetPartition()
     install(monkeypatch, target)

@@ -22,13 +22,21 @@ class GroupAdmin(AdminBase):
         res = self._result("list consumer groups", self._client.list_consumer_groups(request_timeout=self.timeout))
         return sorted(g.group_id for g in res.valid)
 
-    def group_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None = None) -> dict[tuple[str, int], int]:
+    def group_offsets(
+        self, group: str, partitions: Iterable[tuple[str, int]] | None = None
+    ) -> dict[tuple[str, int], int]:
         """Committed offsets of a group (partitions without a commit are left out);
         `partitions`: only those (see `request_group_offsets`)."""
         return self.request_group_offsets(group, partitions).result()
 
-    def request_group_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None = None, *, strict: bool = False,
-                              described: bool = False) -> PendingOffsets[int]:
+    def request_group_offsets(
+        self,
+        group: str,
+        partitions: Iterable[tuple[str, int]] | None = None,
+        *,
+        strict: bool = False,
+        described: bool = False,
+    ) -> PendingOffsets[int]:
         """`group_offsets`, sent now (once the coordinator answers) and waited for by
         `.result()`: two groups' offsets in flight at once (10,000 partitions each).
 
@@ -44,29 +52,44 @@ class GroupAdmin(AdminBase):
             if strict:
                 for tp in tps:
                     if tp.error is not None and tp.error.code() in AUTHORIZATION:
-                        raise authorization_error(self.name, tp.error, f"read offsets of group {group!r}", ("Describe", "topic", tp.topic))
+                        raise authorization_error(
+                            self.name, tp.error, f"read offsets of group {group!r}", ("Describe", "topic", tp.topic)
+                        )
             return {(tp.topic, tp.partition): tp.offset for tp in tps if tp.offset >= 0 and tp.error is None}
 
         return PendingOffsets(wait)
 
-    def group_offsets_with_metadata(self, group: str, partitions: Iterable[tuple[str, int]] | None = None) -> dict[tuple[str, int], tuple[int, str | None]]:
+    def group_offsets_with_metadata(
+        self, group: str, partitions: Iterable[tuple[str, int]] | None = None
+    ) -> dict[tuple[str, int], tuple[int, str | None]]:
         """Committed offsets of a group with their commit metadata (None when empty)."""
-        return {(tp.topic, tp.partition): (tp.offset, tp.metadata or None) for tp in self._request_group_offsets(group, partitions)() if tp.offset >= 0 and tp.error is None}
+        return {
+            (tp.topic, tp.partition): (tp.offset, tp.metadata or None)
+            for tp in self._request_group_offsets(group, partitions)()
+            if tp.offset >= 0 and tp.error is None
+        }
 
-    def _request_group_offsets(self, group: str, partitions: Iterable[tuple[str, int]] | None, described: bool = False) -> Callable[[], list[TopicPartition]]:
+    def _request_group_offsets(
+        self, group: str, partitions: Iterable[tuple[str, int]] | None, described: bool = False
+    ) -> Callable[[], list[TopicPartition]]:
         if not described:
             self._wait_for_coordinator(group)
         if partitions is None:
             requests = [ConsumerGroupTopicPartitions(group)]
         else:
-            requests = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in chunk]) for chunk in chunks(list(partitions))]
+            requests = [
+                ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in chunk])
+                for chunk in chunks(list(partitions))
+            ]
         # One group per call: librdkafka's ListConsumerGroupOffsets takes exactly one.
         futures = [self._client.list_consumer_group_offsets([r], request_timeout=self.timeout)[group] for r in requests]
 
         def wait() -> list[TopicPartition]:
             out: list[TopicPartition] = []
             for fut in futures:
-                out.extend(self._result(f"read offsets of group {group!r}", fut, ("Describe", "group", group)).topic_partitions)
+                out.extend(
+                    self._result(f"read offsets of group {group!r}", fut, ("Describe", "group", group)).topic_partitions
+                )
             return out
 
         return wait
@@ -111,7 +134,9 @@ class GroupAdmin(AdminBase):
         offset requests that follow rely on (`request_group_offsets(described=True)`)."""
         res = self._result("list consumer groups", self._client.list_consumer_groups(request_timeout=self.timeout))
         if res.errors:
-            raise ClusterUnavailable(f"cluster {self.name!r} could not list every broker's groups yet: {res.errors[0]}", hint=HINT_NOT_READY)
+            raise ClusterUnavailable(
+                f"cluster {self.name!r} could not list every broker's groups yet: {res.errors[0]}", hint=HINT_NOT_READY
+            )
         return {g.group_id: str(getattr(g.state, "name", g.state)) for g in res.valid}
 
     def prepare_groups(self, groups: Iterable[str]) -> dict[str, str]:
@@ -138,20 +163,36 @@ class GroupAdmin(AdminBase):
         desc = self._result(f"describe group {group!r}", futs[group], ("Describe", "group", group))
         return str(getattr(desc.state, "name", desc.state))
 
-    def alter_group_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], *,
-                            metadata: str | Mapping[tuple[str, int], str] | None = None) -> None:
+    def alter_group_offsets(
+        self,
+        group: str,
+        offsets: Mapping[tuple[str, int], int],
+        *,
+        metadata: str | Mapping[tuple[str, int], str] | None = None,
+    ) -> None:
         """Set a group's offsets; `metadata` for all of them, or per partition (absent: none)."""
         self.request_alter_group_offsets(group, offsets, metadata=metadata)()
 
-    def request_alter_group_offsets(self, group: str, offsets: Mapping[tuple[str, int], int], *,
-                                    metadata: str | Mapping[tuple[str, int], str] | None = None) -> Callable[[], None]:
+    def request_alter_group_offsets(
+        self,
+        group: str,
+        offsets: Mapping[tuple[str, int], int],
+        *,
+        metadata: str | Mapping[tuple[str, int], str] | None = None,
+    ) -> Callable[[], None]:
         """`alter_group_offsets`, sent now and waited for (its errors raised) by the call
         returned: many groups' commits in flight at once (one group per request)."""
+
         def meta(tp: tuple[str, int]) -> str | None:
             return metadata if isinstance(metadata, str) or metadata is None else metadata.get(tp)
 
-        tps = [TopicPartition(t, p, o, metadata=m) if (m := meta((t, p))) else TopicPartition(t, p, o) for (t, p), o in offsets.items()]
-        futs = self._client.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)], request_timeout=self.timeout)
+        tps = [
+            TopicPartition(t, p, o, metadata=m) if (m := meta((t, p))) else TopicPartition(t, p, o)
+            for (t, p), o in offsets.items()
+        ]
+        futs = self._client.alter_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, tps)], request_timeout=self.timeout
+        )
         return lambda: self._altered(group, futs[group])
 
     def _altered(self, group: str, fut: Any) -> None:
@@ -160,7 +201,10 @@ class GroupAdmin(AdminBase):
             if tp.error is not None and tp.error.code() in AUTHORIZATION:
                 raise authorization_error(self.name, tp.error, f"set {group!r} offsets", ("Read", "topic", tp.topic))
             if tp.error is not None:
-                raise KafkaOperationError(f"cluster {self.name!r}: cannot set {group!r} offset of {tp.topic}[{tp.partition}]: {tp.error.str()}")
+                raise KafkaOperationError(
+                    f"cluster {self.name!r}: cannot set {group!r} offset of {tp.topic}[{tp.partition}]: "
+                    f"{tp.error.str()}"
+                )
 
     def delete_groups(self, groups: Iterable[str]) -> None:
         groups = list(groups)
