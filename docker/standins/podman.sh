@@ -67,11 +67,11 @@ build_base() {
   log "building $base with debootstrap (minbase)"
   local tmp
   tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' RETURN
   debootstrap --variant=minbase bookworm "$tmp/rootfs" http://deb.debian.org/debian >"$tmp/debootstrap.log" 2>&1 \
-    || { tail -20 "$tmp/debootstrap.log" >&2; return 1; }
+    || { tail -20 "$tmp/debootstrap.log" >&2; rm -rf "$tmp"; return 1; }
   rm -rf "$tmp"/rootfs/var/cache/apt/archives/*.deb "$tmp"/rootfs/var/lib/apt/lists/*
   tar -C "$tmp/rootfs" -c . | podman import --change 'CMD ["bash"]' - "$base" >/dev/null
+  rm -rf "$tmp"
 }
 
 # standin IMAGE CONTAINERFILE [LIBS]: keep IMAGE if it is there (an upstream image, or this
@@ -92,7 +92,6 @@ standin() {
   log "building the stand-in $image ($2)"
   local ctx
   ctx=$(mktemp -d)
-  trap 'rm -rf "$ctx"' RETURN
   local scripts=("$here/$name"-*.sh)
   [ ${#scripts[@]} = 0 ] || cp "${scripts[@]}" "$ctx/"
   if [ -n "$libs" ]; then
@@ -100,7 +99,8 @@ standin() {
     cp -al "$libs" "$ctx/libs" 2>/dev/null || cp -a "$libs" "$ctx/libs"
   fi
   podman build -q --pull=never --format docker "${secrets[@]}" --label "org.mirror.standin=$sum" \
-    --build-arg "BASE=$base" -t "$image" -f "$file" "$ctx" >/dev/null
+    --build-arg "BASE=$base" -t "$image" -f "$file" "$ctx" >/dev/null || { rm -rf "$ctx"; return 1; }
+  rm -rf "$ctx"
 }
 
 # The reference to build FROM: the Dockerfile's digest-pinned one where it is present or
