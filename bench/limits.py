@@ -2,7 +2,7 @@
 an unrestricted one?
 
 The broker checks each producer batch whole against the target topic's limit, so the mirror
-gives such topics a producer of their own with batches that fit (issue 10). This measures
+gives such topics a producer of their own with batches that fit. This measures
 the cost: two source topics with the same records (N x 1 KiB random values, P partitions),
 one unrestricted and one with `max.message.bytes=65536` (copied to its target), each
 mirrored by `mirror run --until-caught-up` into a fresh target topic, in alternating rounds

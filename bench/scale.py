@@ -52,18 +52,18 @@ class ScaleParams:
     partitions: int = 10
     records: int = 5  # per partition
     scrapes: int = 3  # warm scrapes after the first
-    # Per broker. 1 GB was not enough for 10,000 source partitions under the mirror's load
-    # (old generation full, 200 full GCs in 3 minutes, the broker stopped answering).
+    # Per broker: 10,000 source partitions under the mirror's load fill a 1 GB old
+    # generation until the broker stops answering (bench/README.md, "Figures behind the code").
     heap: str = "2g"
     timeout: float = 900.0
-    # The flow's consumer settings README "Scaling" gives for flows above ~5,000 partitions
+    # The flow's consumer settings docs/scaling.md gives for flows above ~5,000 partitions
     # (librdkafka's cooperative-sticky assignor takes tens of seconds per rebalance there);
     # `--assignor cooperative-sticky --session-timeout-ms 10000` measures the defaults.
     assignor: str = "roundrobin"
     session_timeout_ms: int = 45000
-    # README "Scaling" too: a long poll of 500 ms instead of the default 100 ms halves the
-    # source broker's work answering 10,000-partition fetches with nothing new (50% -> 21% of
-    # a core here); restarts measured by hand: 22.9/21.8 s at 100 ms, 17.6/17.1 s at 500 ms.
+    # docs/scaling.md too: a long poll of 500 ms instead of the default 100 ms halves the
+    # source broker's work answering 10,000-partition fetches with nothing new (the figures:
+    # bench/README.md, "10,000 partitions").
     fetch_wait_max_ms: int = 500
 
 
@@ -106,8 +106,8 @@ def _produce(bootstrap: str, names: Sequence[str], p: ScaleParams, round_: int) 
 
     prod = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "enable.idempotence": True, "queue.buffering.max.messages": 200000})
     # Every delivery is checked: a partition whose leader is not known yet to a brand-new
-    # producer fails its records (flush() still returns 0), and the first scale run
-    # measured an estate with 4,000 of its 10,000 partitions empty because of that.
+    # producer fails its records (flush() still returns 0), which would leave partitions of
+    # the estate empty without a word.
     failed: list[tuple[str, int, bytes, bytes]] = []
 
     def delivered(err: Any, msg: Any) -> None:

@@ -29,8 +29,8 @@ from mirror.config import Config, FlowConfig
 from mirror.domain.naming import target_topic
 from mirror.errors import MirrorError
 from mirror.kafka import Admin, KafkaError, KafkaException, Message, PartitionReader, make_producer, raise_for
+from mirror.kafka.canary_topic import ensure_canary_topic
 from mirror.metrics import CanaryMetrics
-from mirror.run.canary_topic import ensure_canary_topic
 
 log = logging.getLogger(__name__)
 

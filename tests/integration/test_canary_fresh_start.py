@@ -1,4 +1,4 @@
-"""The canary pages on loss only: not at a fresh start, not for a slow mirror (issue 15).
+"""The canary pages on loss only: not at a fresh start, not for a slow mirror.
 
 One real Prometheus scrapes the canary (the page and ticket rules of configs/alerts.yaml
 with their windows shrunk to seconds). Three phases on one flow:
@@ -48,7 +48,7 @@ def test_canary_pages_on_missing_probes_only(clusters, write_config, unique, tmp
     source: src
     target: dst
     topics: {{include: ["nothing-{unique}"]}}
-    refresh_interval: 60s  # a late refresh: before issue 15, every probe of the first minute was lost
+    refresh_interval: 60s  # a late refresh: probes of the first minute wait for the route and must not count as lost
     commit_interval: 500ms
 canary: {{topic: probe-{unique}, interval: 500ms, max_latency: 4s}}
 offset_store: {{kind: sqlite, path: {tmp_path / 'offsets.db'}}}

@@ -117,7 +117,7 @@ def test_good_config_prints_the_offline_plan(tmp_path: Path, capsys):
     assert "flow nyc-to-sf: nyc -> sf (rename: prefix)" in out
 
 
-# ---------------------------------------------------------------------------- client settings (issue 10, point 6)
+# ---------------------------------------------------------------------------- client settings the guarantees rest on
 
 def _flow_with(section: str, key: str, value: str) -> str:
     return GOOD_CLUSTERS + GOOD_FLOW + f"    {section}: {{{key}: {value}}}\n"
@@ -190,7 +190,7 @@ TIMING_CASES = {
 
 @pytest.mark.parametrize("case", sorted(TIMING_CASES))
 def test_consumer_timings_that_would_fence_every_loop_are_refused(case: str, tmp_path: Path, capsys) -> None:
-    """Review of issue 10: heartbeat >= session made the fence fire on every loop (duplicates without bound)."""
+    """A heartbeat at or above the session timeout would make the fence fire on every loop (duplicates without bound): refused at load."""
     key, value, expected = TIMING_CASES[case]
     path = tmp_path / "bad.yaml"
     path.write_text(_flow_with("consumer", key, value))
@@ -225,7 +225,7 @@ def test_overrides_that_keep_the_guarantees_are_accepted() -> None:
     assert config.flows[0].consumer["enable.partition.eof"] is True
 
 
-# ---------------------------------------------------------------------------- every problem at once (issue 10, point 11)
+# ---------------------------------------------------------------------------- every problem at once
 
 MANY_MISTAKES = """\
 clusters:

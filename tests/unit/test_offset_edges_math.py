@@ -1,8 +1,8 @@
-"""Translation at its edges (issue 10, points 7 and 8): the pure math, and the tip's storage.
+"""Translation at its edges: the pure math, and the tip's storage.
 
-Point 8: offset-map rows are stored once per commit interval, so they trail the target; past
-the stored *tip* a translation must re-read, never skip. Point 7: partitions with no row at
-all translate to the exact target offset where that is knowable.
+Offset-map rows are stored once per commit interval, so they trail the target; past the
+stored *tip* a translation must re-read, never skip. Partitions with no row at all
+translate to the exact target offset where that is knowable.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def delta_rows(layout: dict[int, int], upto: int) -> list[OffsetSync]:
     return out
 
 
-# ---------------------------------------------------------------------------- point 8
+# ---------------------------------------------------------------------------- rows trailing the target: the tip bounds a translation
 
 
 def test_trailing_rows_over_translate_without_the_tip_and_re_read_with_it() -> None:
@@ -104,7 +104,7 @@ def test_a_tip_older_than_the_rows_still_bounds_the_translation() -> None:
     assert translate(stored, 5, 12, tip=tip).target_offset == 4
 
 
-# ---------------------------------------------------------------------------- point 7
+# ---------------------------------------------------------------------------- partitions with no row: the exact target offset where it is knowable
 
 
 def test_empty_on_both_sides_is_the_target_end() -> None:

@@ -82,7 +82,7 @@ _COMMANDS = {
     "dev": "mirror.cli.dev:dev",
     "lag": "mirror.cli.lag:lag",
     "monitor": "mirror.cli.monitor:monitor",
-    "canary": "canary.cli:canary",
+    "canary": "mirror.cli.canary:canary",
     "run": "mirror.cli.run:run",
     "topics": "mirror.cli.topics:topics",
     "failover": "failover.cli:failover",

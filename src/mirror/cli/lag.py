@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 
 from mirror.cli import AppContext, config_option, json_option, pass_app
-from mirror.domain.burrow import NOT_JUDGED, Evaluator
 from mirror.domain.lag import FlowLag, judge
+from mirror.domain.lag_status import NOT_JUDGED, Evaluator
 from mirror.kafka import Admin, PartitionReader
 from mirror.monitor.gather import TimestampCache, gather_flow
 from mirror.store import open_optional
@@ -49,7 +49,7 @@ def lag(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: boo
                 raw = gather_flow(config, f, source=admin(f.source), target=admin(f.target), reader=readers[f.name], store=store, cache=caches[f.name], strict=True)
                 results.append(judge(evaluators[f.name], raw))
             if as_json:
-                # One line, by the C encoder: `indent=` would use the pure-Python one (1.2 s at 10,000 partitions).
+                # One line, by the C encoder: `indent=` would use the pure-Python one, seconds at thousands of partitions.
                 click.echo(json.dumps({"flows": [r.to_json() for r in results]}))
             else:
                 if watch:

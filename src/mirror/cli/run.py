@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 from pathlib import Path
 
 import click
 
 from mirror.cli import AppContext, config_option, pass_app
+from mirror.cli.signals import stop_on_signals
 from mirror.errors import ExitCode
 from mirror.run.daemon import run_flows
 from mirror.run.supervisor import stop_with_supervisor, supervise
@@ -27,17 +26,8 @@ def run(app: AppContext, config_path: Path, flows: tuple[str, ...], until_caught
     """Mirror the flows' topics from source to target until stopped (SIGTERM/Ctrl-C drain and commit)."""
     config = app.config(config_path)
     selected = config.select_flows(flows)
-    stop = threading.Event()
-    signals: list[int] = []
-
-    def on_signal(signum: int, _frame: object) -> None:
-        signals.append(signum)
-        stop.set()
-
-    # Restored on return: `main()` is also called in-process (tests, embedding), where a
-    # handler left behind would swallow the caller's own SIGTERM.
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with stop_on_signals() as signals:
+        stop = signals.stop
         if workers > 1:
             argv = ["run", "-c", str(config_path), *[a for f in flows for a in ("--flow", f)]]
             if until_caught_up:
@@ -53,10 +43,7 @@ def run(app: AppContext, config_path: Path, flows: tuple[str, ...], until_caught
             stop_with_supervisor(stop)
             run_flows(config, selected, stop=stop, until_caught_up=until_caught_up, metrics_port=metrics_port, offset_store=not no_offset_store)
             rc = ExitCode.OK
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if signal.SIGINT in signals:
+    if signals.interrupted:
         click.echo("Interrupted: drained and committed.", err=True)
         return ExitCode.INTERRUPTED
     return rc

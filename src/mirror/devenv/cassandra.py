@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import subprocess
 import time
 from pathlib import Path
 
@@ -24,12 +23,11 @@ from mirror.devenv.common import (
     CACHE,
     START_TIMEOUT,
     java,
-    log_tail,
     owned_pid,
-    port_free,
-    spawn_prefix,
-    started_alive,
-    terminate,
+    require_free_ports,
+    spawn_detached,
+    stop_owned,
+    wait_started,
     wait_until,
 )
 from mirror.errors import DevClusterError, MirrorError
@@ -182,12 +180,7 @@ class CassandraNode:
 
     def start(self) -> int:
         """Start the JVM (detached) and return its pid; readiness is `wait_ready`'s job."""
-        for port in (self.port, self.storage_port):
-            if not port_free(port):
-                raise DevClusterError(
-                    f"port {port} on 127.0.0.1 is already in use (needed by dev Cassandra)",
-                    hint="stop what holds it, or pick other ports with --base-port",
-                )
+        require_free_ports((self.port, self.storage_port), "dev Cassandra")
         libs = cassandra_libs()
         d = self.dir
         (d / "triggers").mkdir(parents=True, exist_ok=True)
@@ -196,7 +189,6 @@ class CassandraNode:
         self.config_file.write_text(_yaml(d, self.port, self.storage_port, self.auth))
         (d / "logback.xml").write_text(_LOGBACK)
         cmd = [
-            *spawn_prefix(),
             java(), f"-Xms{self.heap}", f"-Xmx{self.heap}", "-Xss512k",
             "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=100", "-XX:+AlwaysPreTouch",
             "-XX:TieredStopAtLevel=1",  # C1 only: most of start-up is class loading, not hot loops
@@ -213,9 +205,7 @@ class CassandraNode:
             "-cp", f"{libs}/*",
             "org.apache.cassandra.service.CassandraDaemon",
         ]
-        with open(self.log_file, "ab") as logf:
-            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=d)
-        self.pid_file.write_text(str(proc.pid))
+        proc = spawn_detached(cmd, log_file=self.log_file, pid_file=self.pid_file, cwd=d)
         # Until the child has exec'ed java, /proc shows Python's command line and `pid()`
         # would call the node dead; wait for the exec (or the exit) before returning.
         wait_until(lambda: proc.poll() is not None or self.pid() is not None, 10.0, 0.05)
@@ -231,14 +221,7 @@ class CassandraNode:
             return False
 
     def wait_ready(self, timeout: float = max(START_TIMEOUT, 180.0)) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not started_alive(self.pid_file):
-                raise DevClusterError(f"cassandra exited during start; last lines of {self.log_file}:\n{log_tail(self.log_file)}")
-            if self.ready():
-                return
-            time.sleep(0.5)
-        raise DevClusterError(f"cassandra not ready after {timeout:g}s; last lines of {self.log_file}:\n{log_tail(self.log_file)}")
+        wait_started("cassandra", pid_file=self.pid_file, log_file=self.log_file, ready=self.ready, timeout=timeout, interval=0.5)
 
     def create_role(self, role: str, password: str) -> None:
         """A login role for the offset store (needs `auth`); retried while the superuser is set up."""
@@ -256,9 +239,7 @@ class CassandraNode:
 
     def stop(self, *, kill: bool = False) -> bool:
         pid = self.pid()
-        if pid is None:
+        if not stop_owned(pid, self.pid_file, kill=kill):
             return False
-        terminate(pid, kill=kill)
-        self.pid_file.unlink(missing_ok=True)
         log.info("stopped cassandra (pid %d)", pid)
         return True

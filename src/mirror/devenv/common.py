@@ -1,5 +1,9 @@
 """What the dev servers share: the cache folder, process control, ports, readiness waits.
 
+Each server (a Kafka broker, Cassandra, the Spark master and worker) is one detached JVM
+with a pid file and a log file in its directory: `require_free_ports`, `spawn_detached`,
+`wait_started` and `stop_owned` are its life cycle, written once.
+
 Servers started here are ours by pid file *and* command line (`owned_pid`): a pid reused by
 another program is never signalled.
 """
@@ -10,9 +14,12 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from mirror.errors import DevClusterError
 
 CACHE = Path(os.environ.get("MIRROR_CACHE", Path.home() / ".cache" / "mirror"))
 START_TIMEOUT = float(os.environ.get("MIRROR_DEV_START_TIMEOUT", "120"))
@@ -122,3 +129,42 @@ def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.25
             return True
         time.sleep(interval)
     return check()
+
+
+def require_free_ports(ports: Sequence[int], needed_by: str, hint: str = "stop what holds it, or pick other ports with --base-port") -> None:
+    """DevClusterError naming the first port on 127.0.0.1 already in use."""
+    for port in ports:
+        if not port_free(port):
+            raise DevClusterError(f"port {port} on 127.0.0.1 is already in use (needed by {needed_by})", hint=hint)
+
+
+def spawn_detached(cmd: Sequence[str], *, log_file: Path, pid_file: Path, cwd: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start a server in its own session (it outlives `mirror dev up`), output appended to
+    `log_file`, its pid written to `pid_file`; readiness is `wait_started`'s job."""
+    with open(log_file, "ab") as logf:
+        proc = subprocess.Popen([*spawn_prefix(), *cmd], stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=cwd, env=None if env is None else dict(env))
+    pid_file.write_text(str(proc.pid))
+    return proc
+
+
+def wait_started(what: str, *, pid_file: Path, log_file: Path, ready: Callable[[], bool], timeout: float, interval: float) -> None:
+    """Return once `ready()`; DevClusterError with the log's last lines when the process
+    exits first or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not started_alive(pid_file):
+            raise DevClusterError(f"{what} exited during start; last lines of {log_file}:\n{log_tail(log_file)}")
+        if ready():
+            return
+        time.sleep(interval)
+    raise DevClusterError(f"{what} not ready after {timeout:g}s; last lines of {log_file}:\n{log_tail(log_file)}")
+
+
+def stop_owned(pid: int | None, pid_file: Path, *, kill: bool = False) -> bool:
+    """Stop the server `pid` (ours, see `owned_pid`) and forget its pid file; False when none ran."""
+    if pid is None:
+        return False
+    terminate(pid, kill=kill)
+    pid_file.unlink(missing_ok=True)
+    return True

@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import subprocess
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,12 +28,11 @@ from mirror.devenv.common import (
     CACHE,
     START_TIMEOUT,
     java,
-    log_tail,
     owned_pid,
-    port_free,
-    spawn_prefix,
-    started_alive,
-    terminate,
+    require_free_ports,
+    spawn_detached,
+    stop_owned,
+    wait_started,
 )
 from mirror.devenv.security import Material, Security, password_var
 from mirror.devenv.spark import SparkDev
@@ -211,23 +209,15 @@ class KafkaNode:
 
     def start(self) -> int:
         """Start the JVM (detached) and return its pid; readiness is `wait_ready`'s job."""
-        for port in (self.spec.port, self.spec.controller_port, *self.extra_ports.values()):
-            if not port_free(port):
-                raise DevClusterError(
-                    f"port {port} on 127.0.0.1 is already in use (needed by cluster {self.spec.name!r})",
-                    hint="stop what holds it, or pick other ports with --base-port",
-                )
+        require_free_ports((self.spec.port, self.spec.controller_port, *self.extra_ports.values()), f"cluster {self.spec.name!r}")
         self._prepare()
         d = self.spec.dir
         cmd = [
-            *spawn_prefix(),
             java(), f"-Xms{self.heap}", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
             "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={d / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={d}", "-cp", f"{kafka_libs()}/*", "kafka.Kafka", str(self.spec.props),
         ]
-        with open(self.spec.log_file, "ab") as logf:
-            proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=d)
-        self.spec.pid_file.write_text(str(proc.pid))
+        proc = spawn_detached(cmd, log_file=self.spec.log_file, pid_file=self.spec.pid_file, cwd=d)
         log.info("started kafka %s pid=%d on %s", self.spec.name, proc.pid, self.spec.bootstrap)
         return proc.pid
 
@@ -242,14 +232,8 @@ class KafkaNode:
             return False
 
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not started_alive(self.spec.pid_file):
-                raise DevClusterError(f"kafka cluster {self.spec.name!r} exited during start; last lines of {self.spec.log_file}:\n{log_tail(self.spec.log_file)}")
-            if self.ready() and self._probe_topic():
-                return
-            time.sleep(0.3)
-        raise DevClusterError(f"kafka cluster {self.spec.name!r} not ready after {timeout:g}s; last lines of {self.spec.log_file}:\n{log_tail(self.spec.log_file)}")
+        wait_started(f"kafka cluster {self.spec.name!r}", pid_file=self.spec.pid_file, log_file=self.spec.log_file,
+                     ready=lambda: self.ready() and self._probe_topic(), timeout=timeout, interval=0.3)
 
     def _probe_topic(self) -> bool:
         """Create and delete a topic: the controller is elected and accepts metadata writes."""
@@ -263,10 +247,8 @@ class KafkaNode:
 
     def stop(self, *, kill: bool = False) -> bool:
         pid = self.pid()
-        if pid is None:
+        if not stop_owned(pid, self.spec.pid_file, kill=kill):
             return False
-        terminate(pid, kill=kill)
-        self.spec.pid_file.unlink(missing_ok=True)
         log.info("stopped kafka %s (pid %d)", self.spec.name, pid)
         return True
 

@@ -14,12 +14,11 @@ import importlib.util
 import json
 import logging
 import os
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
-from mirror.devenv.common import START_TIMEOUT, log_tail, owned_pid, port_free, spawn_prefix, started_alive, terminate
+from mirror.devenv.common import START_TIMEOUT, log_tail, owned_pid, require_free_ports, spawn_detached, started_alive, stop_owned
 from mirror.errors import DevClusterError
 
 log = logging.getLogger(__name__)
@@ -77,13 +76,9 @@ class SparkDev:
         for role, args in cmds.items():
             if self.pid(role) is not None:
                 continue
-            for port in ((self.port, self.ui_port) if role == "master" else (self.worker_port, self.worker_ui_port)):
-                if not port_free(port):
-                    raise DevClusterError(f"port {port} on 127.0.0.1 is already in use (needed by the Spark {role})", hint="pick other ports with --base-port")
-            with open(self._log_file(role), "ab") as logf:
-                proc = subprocess.Popen([*spawn_prefix(), str(home / "bin" / "spark-class"), *args], stdout=logf, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.dir, env=env)
-            self._pid_file(role).write_text(str(proc.pid))
+            ports = (self.port, self.ui_port) if role == "master" else (self.worker_port, self.worker_ui_port)
+            require_free_ports(ports, f"the Spark {role}", hint="pick other ports with --base-port")
+            proc = spawn_detached([str(home / "bin" / "spark-class"), *args], log_file=self._log_file(role), pid_file=self._pid_file(role), cwd=self.dir, env=env)
             started.append(f"spark-{role}")
             log.info("started spark %s pid=%d", role, proc.pid)
         return started
@@ -109,9 +104,7 @@ class SparkDev:
     def stop(self, *, kill: bool = False) -> list[str]:
         stopped = []
         for role in ("worker", "master"):
-            pid = self.pid(role)
-            if pid is not None:
-                terminate(pid, kill=kill)
+            if stop_owned(self.pid(role), self._pid_file(role), kill=kill):
                 stopped.append(f"spark-{role}")
             self._pid_file(role).unlink(missing_ok=True)
         return stopped

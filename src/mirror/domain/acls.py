@@ -24,14 +24,11 @@ then one whose removal alone a command notices (tests/integration/test_security.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from mirror.domain.flow import Flow, Topology
 from mirror.domain.naming import SEPARATOR, RenamePolicy
-
-if TYPE_CHECKING:
-    from mirror.config import Config, FlowConfig
 
 # Groups whose names the project makes up itself (assign-only consumers, nothing committed).
 READER_GROUP_PREFIX = "mirror-reader-"  # mirror.kafka.reader.PartitionReader
@@ -131,11 +128,11 @@ def _renamed(res: Resource, source: str, policy: RenamePolicy) -> Resource:
     return Resource(res.kind, f"{source}{SEPARATOR}{res.name}", res.pattern)
 
 
-def _topics(flow: FlowConfig) -> list[tuple[Resource, bool]]:
+def _topics(flow: Flow) -> list[tuple[Resource, bool]]:
     return [resource_for("topic", p) for p in flow.topics.include]
 
 
-def _groups(flow: FlowConfig) -> list[tuple[Resource, bool]]:
+def _groups(flow: Flow) -> list[tuple[Resource, bool]]:
     return [resource_for("group", p) for p in flow.groups]
 
 
@@ -143,95 +140,137 @@ def _note(exact: bool, what: str) -> str:
     return what if exact else f"{what} (broader than the regex: ACLs take only literal names and prefixes)"
 
 
-def flow_grants(config: Config, flow: FlowConfig) -> list[Grant]:
+_Add = Callable[[str, str, Resource, Iterable[str], str], None]  # (command, cluster, resource, operations, why)
+
+
+@dataclass(frozen=True)
+class _FlowResources:
+    """The resources one flow touches, named on the cluster where each lives."""
+
+    s: str  # source cluster
+    t: str  # target cluster
+    src_topics: list[tuple[Resource, bool]]  # (resource, exact): as the include patterns name them
+    dst_topics: list[tuple[Resource, bool]]  # the same, as named on the target
+    groups: list[tuple[Resource, bool]]  # the flow's checkpointed groups
+    mirror_group: Resource
+    canary_src: Resource
+    canary_dst: Resource
+    reader: Resource  # assign-only readers' group prefix (they commit nothing)
+
+
+def flow_grants(config: Topology, flow: Flow) -> list[Grant]:
     """Every grant each command needs for one flow."""
-    s, t = flow.source, flow.target
-    canary_src = Resource("topic", config.canary.topic)
-    canary_dst = _renamed(canary_src, s, flow.rename)
+    s = flow.source
     src_topics = _topics(flow)
-    dst_topics = [(_renamed(r, s, flow.rename), exact) for r, exact in src_topics]
-    groups = _groups(flow)
-    mirror_group = Resource("group", flow.group_id)
-    reader = Resource("group", READER_GROUP_PREFIX, "prefixed")
+    canary_src = Resource("topic", config.canary.topic)
+    res = _FlowResources(
+        s=s,
+        t=flow.target,
+        src_topics=src_topics,
+        dst_topics=[(_renamed(r, s, flow.rename), exact) for r, exact in src_topics],
+        groups=_groups(flow),
+        mirror_group=Resource("group", flow.group_id),
+        canary_src=canary_src,
+        canary_dst=_renamed(canary_src, s, flow.rename),
+        reader=Resource("group", READER_GROUP_PREFIX, "prefixed"),
+    )
     out: list[Grant] = []
 
-    def add(command: str, cluster: str, res: Resource, ops: Iterable[str], why: str) -> None:
-        out.append(Grant(command, cluster, res, minimal_operations(ops), why))
+    def add(command: str, cluster: str, resource: Resource, ops: Iterable[str], why: str) -> None:
+        out.append(Grant(command, cluster, resource, minimal_operations(ops), why))
 
-    for r, exact in src_topics:
-        add("validate", s, r, ["Describe"], _note(exact, "list the matching source topics"))
-        add("topics", s, r, ["Describe", "DescribeConfigs"], _note(exact, "source topics and their configs"))
-    for r, exact in dst_topics:
-        add("topics", t, r, ["Describe", "DescribeConfigs"], _note(exact, "target topics and their configs"))
+    for commands in (_listing_grants, _run_grants, _monitoring_grants, _failover_grants, _failback_grants):
+        commands(flow, res, add)
+    return out
 
-    # run: read the source, write the target, checkpoint the groups.
-    for r, exact in [*src_topics, (canary_src, True)]:
+
+def _listing_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
+    """validate and topics: list the topics and read their configs."""
+    for r, exact in fr.src_topics:
+        add("validate", fr.s, r, ["Describe"], _note(exact, "list the matching source topics"))
+        add("topics", fr.s, r, ["Describe", "DescribeConfigs"], _note(exact, "source topics and their configs"))
+    for r, exact in fr.dst_topics:
+        add("topics", fr.t, r, ["Describe", "DescribeConfigs"], _note(exact, "target topics and their configs"))
+
+
+def _run_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
+    """run: read the source, write the target, checkpoint the groups."""
+    s, t = fr.s, fr.t
+    for r, exact in [*fr.src_topics, (fr.canary_src, True)]:
         add("run", s, r, ["Describe", "Read", "DescribeConfigs"], _note(exact, "read the source topics, their offsets and max.message.bytes"))
     # No Create on the canary topic: `mirror canary` makes it; run only tries to, to route it sooner.
-    add("run", s, mirror_group, ["Read"], "the mirror's consumer group: join, commit, read back")
-    for r, exact in groups:
+    add("run", s, fr.mirror_group, ["Read"], "the mirror's consumer group: join, commit, read back")
+    for r, exact in fr.groups:
         add("run", s, r, ["Describe"], _note(exact, "read the checkpointed groups' offsets"))
     tgt_ops = ["Create", "Describe", "Write", "DescribeConfigs", "Alter", "Delete"]
     if flow.sync_topic_configs:
         tgt_ops.insert(4, "AlterConfigs")
-    for r, exact in [*dst_topics, (canary_dst, True)]:
+    for r, exact in [*fr.dst_topics, (fr.canary_dst, True)]:
         add("run", t, r, tgt_ops, _note(exact, "create, grow, configure and write the target topics; empty a recreated one"))
     if flow.sync_group_offsets:
-        for r, exact in groups:
+        for r, exact in fr.groups:
             add("run", t, r, ["Read"], _note(exact, "sync_group_offsets: commit translated offsets for idle groups"))
-        for r, exact in dst_topics:
+        for r, exact in fr.dst_topics:
             add("run", t, r, ["Read"], _note(exact, "sync_group_offsets: an offset commit needs Read on the topic"))
 
-    # lag and monitor: offsets and groups on both sides, first records on the source.
-    for r, exact in src_topics:
+
+def _monitoring_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
+    """lag and monitor: offsets and groups on both sides, first records on the source;
+    canary: probes into the source's canary topic, read back on the target."""
+    s, t = fr.s, fr.t
+    for r, exact in fr.src_topics:
         add("lag", s, r, ["Describe", "Read"], _note(exact, "end offsets; the oldest unmirrored record's time"))
-    add("lag", s, mirror_group, ["Describe"], "the mirror's committed positions")
-    add("lag", s, reader, ["Read"], "the assign-only reader of first records (commits nothing)")
-    for r, exact in dst_topics:
+    add("lag", s, fr.mirror_group, ["Describe"], "the mirror's committed positions")
+    add("lag", s, fr.reader, ["Read"], "the assign-only reader of first records (commits nothing)")
+    for r, exact in fr.dst_topics:
         add("lag", t, r, ["Describe"], _note(exact, "target end offsets"))
-    for r, exact in groups:
+    for r, exact in fr.groups:
         add("lag", s, r, ["Describe"], _note(exact, "the groups' positions on the source"))
         add("lag", t, r, ["Describe"], _note(exact, "the groups' positions on the target"))
 
-    # canary: probes into the source's canary topic, read back on the target.
-    add("canary", s, canary_src, ["Create", "Describe", "Write"], "create the canary topic and produce probes")
-    add("canary", t, canary_dst, ["Describe", "Read"], "read the mirrored probes")
-    add("canary", t, reader, ["Read"], "the assign-only probe reader (commits nothing)")
+    add("canary", s, fr.canary_src, ["Create", "Describe", "Write"], "create the canary topic and produce probes")
+    add("canary", t, fr.canary_dst, ["Describe", "Read"], "read the mirrored probes")
+    add("canary", t, fr.reader, ["Read"], "the assign-only probe reader (commits nothing)")
 
-    # failover: plan reads; apply writes the group's offsets on the target.
+
+def _failover_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
+    """failover: plan reads; apply writes the group's offsets on the target; export/import
+    run against one cluster, either side of the flow."""
+    s, t = fr.s, fr.t
     for command in ("failover plan", "failover apply"):
-        add(command, s, mirror_group, ["Describe"], "how far the mirror got")
-        for r, exact in src_topics:
+        add(command, s, fr.mirror_group, ["Describe"], "how far the mirror got")
+        for r, exact in fr.src_topics:
             add(command, s, r, ["Describe"], _note(exact, "source offsets"))
-        for r, exact in groups:
+        for r, exact in fr.groups:
             add(command, s, r, ["Describe"], _note(exact, "the group's positions on the source"))
             if command == "failover apply":  # plan never asks the target about the group
                 add(command, t, r, ["Read"], _note(exact, "set the group's offsets on the target"))
-        for r, exact in dst_topics:
+        for r, exact in fr.dst_topics:
             add(command, t, r, ["Describe", "Read"], _note(exact, "target offsets; --at counts records at the boundary millisecond"))
         # --at's boundary reader (failover.gather.count_boundary) assigns explicit offsets
         # and commits nothing: no group ACL (test_failover_plan_without_one_grant).
-    # export/import run against one cluster: either side of the flow.
-    for cluster, topics in ((s, src_topics), (t, dst_topics)):
-        for r, exact in groups:
+    for cluster, topics in ((s, fr.src_topics), (t, fr.dst_topics)):
+        for r, exact in fr.groups:
             add("failover export", cluster, r, ["Describe"], _note(exact, "the group's committed offsets"))
             add("failover import", cluster, r, ["Describe", "Read", "Delete"], _note(exact, "replace the group's offsets"))
         for r, exact in topics:
             add("failover export", cluster, r, ["Describe"], _note(exact, "offsets of the group's topics"))
             add("failover import", cluster, r, ["Describe", "Read"], _note(exact, "an offset commit needs Read on the topic"))
 
-    # failback: the old primary (the flow's source) is emptied of the flow's topics and groups.
-    for r, exact in src_topics:
+
+def _failback_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
+    """failback: the old primary (the flow's source) is emptied of the flow's topics and groups."""
+    s, t = fr.s, fr.t
+    for r, exact in fr.src_topics:
         add("failback", s, r, ["Describe", "Delete"], _note(exact, "offsets, then delete the stranded records"))
-    for r, exact in dst_topics:
+    for r, exact in fr.dst_topics:
         add("failback", t, r, ["Describe"], _note(exact, "how far each partition was mirrored"))
-    add("failback", s, mirror_group, ["Describe", "Delete"], "the mirror's positions; deleted with the flow's groups")
-    for r, exact in groups:
+    add("failback", s, fr.mirror_group, ["Describe", "Delete"], "the mirror's positions; deleted with the flow's groups")
+    for r, exact in fr.groups:
         add("failback", s, r, ["Describe", "Delete"], _note(exact, "delete the flow's groups on the old primary"))
-    return out
 
 
-def required_grants(config: Config, commands: Iterable[str] = COMMANDS) -> list[Grant]:
+def required_grants(config: Topology, commands: Iterable[str] = COMMANDS) -> list[Grant]:
     """The grants of the given commands over every flow, merged per (command, cluster, resource)."""
     wanted = set(commands)
     merged: dict[tuple[str, str, Resource], Grant] = {}

@@ -10,18 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from mirror.domain.flow import Flow
 from mirror.domain.naming import target_topic
-
-if TYPE_CHECKING:  # named in annotations only: the domain never loads the YAML config layer
-    from mirror.config import FlowConfig
 
 # Provenance: where a mirrored record came from, as one header `mirror.origin` with the value
 # `cluster/topic/partition/offset` (neither cluster nor topic names may contain "/"). It
 # lets an auditor match target records to source records, and a consumer on the DR side
 # deduplicate after a failover. One header, not four: per record, headers are most of the
-# Python work left, and four cost ~27% of the mirror's CPU (bench/README.md).
+# Python work left (what four cost: bench/README.md).
 HEADER_ORIGIN = "mirror.origin"
 
 Headers = list[tuple[str, bytes | None]]
@@ -44,7 +41,7 @@ class Route:
         return [*original, origin] if original else [origin]
 
 
-def route(flow: FlowConfig, source_topic: str, partition: int) -> Route:
+def route(flow: Flow, source_topic: str, partition: int) -> Route:
     """Same partition number on the target: keys keep their partition and order is kept."""
     origin = f"{flow.source}/{source_topic}/{partition}/".encode() if flow.provenance_headers else None
     return Route(source_topic, partition, target_topic(source_topic, flow.source, flow.rename), origin)

@@ -386,15 +386,8 @@ def parse_runbook(text: str, source: str) -> Runbook:
             if raw.strip().startswith(fence[0]) and raw.strip().strip(fence[0][0]) == "":
                 marker, lang, first = fence
                 fence = None
-                if lang != "sh":  # other fences are for people: never run, never checked
-                    continue
-                cmds = [c for ln, t in _logical_lines(body) if (c := parse_command(t, ln, source, strict=strict and current is not None)) is not None]
-                if current is None:
-                    other.extend(cmds)
-                elif cmds:
-                    current.items.append(Block(first, tuple(cmds)))
-                elif strict:
-                    raise RunbookError(source, first, "an ```sh block with no `mirror` command")
+                if lang == "sh":  # only sh blocks run; other fences are for people, never checked
+                    _close_sh_block(body, first, current, other, source, strict)
             else:
                 body.append((n, raw))
             continue
@@ -416,29 +409,9 @@ def parse_runbook(text: str, source: str) -> Runbook:
             continue
         stripped = raw.strip()
         if stripped.startswith("expect:"):
-            if current is None or not current.items or not isinstance(current.items[-1], Block):
-                raise RunbookError(source, n, "`expect:` must follow the ```sh block it is about, inside a numbered step")
-            block = current.items[-1]
-            if block.expect_line is not None:
-                raise RunbookError(source, n, f"a second `expect:` for the block of line {block.line}")
-            try:
-                exp = parse_expectation(stripped[len("expect:"):])
-            except ValueError as exc:
-                raise RunbookError(source, n, f"expectation does not parse: {exc}") from None
-            if exp.needs_json and len(block.commands) != 1:
-                raise RunbookError(source, n, "conditions on --json output need a block with exactly one command",
-                                   hint="split the block so the command the conditions are about stands alone")
-            if exp.needs_json and "--json" not in block.commands[0].argv:
-                raise RunbookError(source, n, f"conditions on the output of a command without --json (line {block.commands[0].line})")
-            current.items[-1] = Block(block.line, block.commands, exp, n)
+            _attach_expectation(current, stripped[len("expect:"):], n, source)
         elif stripped.startswith("manual:"):
-            if current is None:
-                raise RunbookError(source, n, "`manual:` outside a numbered step")
-            words = stripped[len("manual:"):].split(None, 1)
-            action = words[0].rstrip(":.,") if words else ""
-            if action not in ACTIONS:
-                raise RunbookError(source, n, f"unknown manual action {action!r}", hint=f"one of: {', '.join(ACTIONS)}")
-            current.items.append(Manual(n, action, words[1].strip() if len(words) > 1 else ""))
+            _add_manual(current, stripped[len("manual:"):], n, source)
     if fence is not None:
         raise RunbookError(source, fence[2], "a ``` fence that is never closed")
     close_step()
@@ -450,6 +423,47 @@ def parse_runbook(text: str, source: str) -> Runbook:
             if nxt.number <= prev.number:
                 raise RunbookError(source, nxt.line, f"step {nxt.number} after step {prev.number}: numbers must increase")
     return Runbook(source, title, out, executable, tuple(other))
+
+
+def _close_sh_block(body: list[tuple[int, str]], first: int, current: _Open | None, other: list[Command], source: str, strict: bool) -> None:
+    """An ```sh block's `mirror` commands: the open step's next item, or checked-only commands outside steps."""
+    cmds = [c for ln, t in _logical_lines(body) if (c := parse_command(t, ln, source, strict=strict and current is not None)) is not None]
+    if current is None:
+        other.extend(cmds)
+    elif cmds:
+        current.items.append(Block(first, tuple(cmds)))
+    elif strict:
+        raise RunbookError(source, first, "an ```sh block with no `mirror` command")
+
+
+def _attach_expectation(current: _Open | None, text: str, n: int, source: str) -> None:
+    """An `expect:` line becomes the expectation of the ```sh block right before it."""
+    if current is None or not current.items or not isinstance(current.items[-1], Block):
+        raise RunbookError(source, n, "`expect:` must follow the ```sh block it is about, inside a numbered step")
+    block = current.items[-1]
+    if block.expect_line is not None:
+        raise RunbookError(source, n, f"a second `expect:` for the block of line {block.line}")
+    try:
+        exp = parse_expectation(text)
+    except ValueError as exc:
+        raise RunbookError(source, n, f"expectation does not parse: {exc}") from None
+    if exp.needs_json and len(block.commands) != 1:
+        raise RunbookError(source, n, "conditions on --json output need a block with exactly one command",
+                           hint="split the block so the command the conditions are about stands alone")
+    if exp.needs_json and "--json" not in block.commands[0].argv:
+        raise RunbookError(source, n, f"conditions on the output of a command without --json (line {block.commands[0].line})")
+    current.items[-1] = Block(block.line, block.commands, exp, n)
+
+
+def _add_manual(current: _Open | None, text: str, n: int, source: str) -> None:
+    """A `manual:` line: an action the drill plays in place of the owner."""
+    if current is None:
+        raise RunbookError(source, n, "`manual:` outside a numbered step")
+    words = text.split(None, 1)
+    action = words[0].rstrip(":.,") if words else ""
+    if action not in ACTIONS:
+        raise RunbookError(source, n, f"unknown manual action {action!r}", hint=f"one of: {', '.join(ACTIONS)}")
+    current.items.append(Manual(n, action, words[1].strip() if len(words) > 1 else ""))
 
 
 # ---------------------------------------------------------------------------- what a failover cost

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from mirror.domain.flow import Flow, Topology
 from mirror.domain.naming import target_topic, would_loop
-
-if TYPE_CHECKING:  # named in annotations only: the domain never loads the YAML config layer
-    from mirror.config import Config, FlowConfig
 
 
 @dataclass(frozen=True)
@@ -19,7 +16,7 @@ class TopicMapping:
     partitions: int
 
 
-def match_topics(config: Config, flow: FlowConfig, source_topics: Mapping[str, int]) -> list[TopicMapping]:
+def match_topics(config: Topology, flow: Flow, source_topics: Mapping[str, int]) -> list[TopicMapping]:
     """The flow's topics among `source_topics` (name -> partition count), sorted by name.
 
     The canary topic is always included so that every flow can be probed end to end;

@@ -24,8 +24,8 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     # Bounded prefetch keeps a worker's memory flat whatever the partition count...
     "queued.max.messages.kbytes": 16384,
     # ...but once it is full librdkafka waits fetch.queue.backoff.ms (1 s by default) before
-    # fetching again: with a fast target that idles the mirror half the time (bench: 84k ->
-    # 180k records/s with 20 ms).
+    # fetching again: with a fast target that idles the mirror half the time (the
+    # throughput with 20 ms is in bench/README.md, "Figures behind the code").
     "fetch.queue.backoff.ms": 20,
 }
 
@@ -40,7 +40,7 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "linger.ms": 10,
     "batch.size": 1048576,
     "compression.type": "lz4",
-    "queue.buffering.max.kbytes": 16384,  # same throughput as 64 MB, ~40 MB less peak RSS (bench)
+    "queue.buffering.max.kbytes": 16384,  # a larger queue buys no throughput, only memory
     "queue.buffering.max.messages": 200000,
     # Never create a target topic by producing to it (librdkafka's default does, on brokers
     # with auto.create.topics.enable, Kafka's default): a deleted target topic would come
@@ -51,7 +51,7 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     # a broker's default is 1,048,588 and topics may allow more: let the target decide.
     "message.max.bytes": 1_000_000_000,
     # A topic the mirror just created may not show in the target's metadata for minutes
-    # (10,000 new partitions on one broker: 135 s here). librdkafka fails records for a topic
+    # (thousands of new partitions on one broker). librdkafka fails records for a topic
     # it has not seen after this long (30 s by default), which the worker must take for a
     # deleted target and answer with a resync of every partition; wait longer instead. Since
     # librdkafka 2.8.3 (#4970) a topic the producer *did* see and that was deleted also

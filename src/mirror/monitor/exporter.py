@@ -1,7 +1,7 @@
 """`mirror monitor`: lag, status and checkpoint ages, gathered in the background, served at once.
 
 Each flow is gathered by a thread of its own, on an interval: the next gather starts
-`interval` seconds after the previous one ended, so a slow gather (10,000 partitions, a
+`interval` seconds after the previous one ended, so a slow gather (thousands of partitions, a
 cluster not answering) costs at most its share and never piles up. A gather is rendered to
 Prometheus text when it completes; a scrape writes the newest completed gathers out as
 they are, so it is as fast as copying a few megabytes, whatever the clusters do.
@@ -39,8 +39,8 @@ from prometheus_client.utils import floatToGoString
 
 from mirror import metrics as m
 from mirror.config import Config, FlowConfig
-from mirror.domain.burrow import Status
 from mirror.domain.lag import FlowLag
+from mirror.domain.lag_status import Status
 from mirror.errors import ClusterUnavailable, MirrorError
 from mirror.kafka import Admin
 from mirror.monitor.gather import FlowProbe
@@ -75,8 +75,9 @@ def _header(name: str, doc: str, kind: str = "gauge") -> str:
 def render(lag: FlowLag) -> dict[str, str]:
     """One gather as Prometheus text: family name -> its sample lines for this flow.
 
-    Written directly rather than through prometheus_client's families: at 10,000
-    partitions (~60,000 samples, 4 MB) building and formatting them took ~1 s per scrape.
+    Written directly rather than through prometheus_client's families: building and
+    formatting family objects for tens of thousands of samples is slow enough to matter,
+    and a gather does it once instead of every scrape.
     """
     f = _esc(lag.flow)
     rec, sec, pst, tend = [], [], [], []
@@ -220,7 +221,7 @@ class MonitorCollector:
         except ClusterUnavailable as exc:
             # Fresh clients for the next gather: a librdkafka admin client that lived
             # through a broker restart can keep failing group requests long after the
-            # broker is back (seen with 2.16), while a new one answers at once.
+            # broker is back (librdkafka 2.16), while a new one answers at once.
             with self._lock:
                 self._admin_cache.pop(probe.flow.source, None)
                 self._admin_cache.pop(probe.flow.target, None)

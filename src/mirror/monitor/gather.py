@@ -14,7 +14,6 @@ from typing import Any
 
 from mirror.config import Config, FlowConfig
 from mirror.domain.acls import Resource, resource_for
-from mirror.domain.burrow import Evaluator
 from mirror.domain.lag import (
     Clock,
     FlowLag,
@@ -28,6 +27,7 @@ from mirror.domain.lag import (
     lag_seconds,
     unmirrored,
 )
+from mirror.domain.lag_status import Evaluator
 from mirror.domain.topics import TopicMapping, match_topics
 from mirror.errors import AuthorizationFailed, MirrorError
 from mirror.kafka import Admin, PartitionReader, PendingOffsets, Watermarks
@@ -96,11 +96,33 @@ def gather_flow(
     mappings = match_topics(config, flow, listed)
     parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
     # Every ListOffsets request in flight at once (source ends, target ends), waited for
-    # together: at 10,000 partitions each one is a second of broker work and waiting.
+    # together: at thousands of partitions each one is noticeable broker work and waiting.
     pending_marks = source.request_watermarks(parts)
     pending_committed = source.request_group_offsets(flow.group_id, parts)
-    pending_target: PendingOffsets[int] | None = None
+    pending_target = _request_target_ends(flow, target, mappings, errors)
+    marks = pending_marks.result()
+    committed = pending_committed.result()
+    try:
+        active: bool | None = source.group_members(flow.group_id) > 0
+    except MirrorError as exc:
+        active = None
+        errors.add(exc)
     target_marks: dict[PartitionKey, Any] = {}
+    if pending_target is not None:
+        try:
+            target_marks = {k: Watermarks(-1, high) for k, high in pending_target.result().items()}
+        except MirrorError as exc:
+            errors.add(exc)
+    now = clock()
+    if reader is not None:
+        _read_waiting_timestamps(parts, marks, committed, cache, reader, read_timeout, errors)
+    out = _partition_lags(parts, mappings, marks, committed, target_marks, cache, now)
+    groups = _gather_groups(flow, mappings, marks, committed, target_marks, source, target, store, now, errors) if with_groups and flow.groups else []
+    return FlowLag(flow.name, flow.source, flow.target, now, out, groups, active, errors=list(errors))
+
+
+def _request_target_ends(flow: FlowConfig, target: Admin, mappings: list[TopicMapping], errors: _Errors) -> PendingOffsets[int] | None:
+    """The target topics' end offsets, requested (not waited for); None when the target does not answer."""
     try:
         existing = target.topics()
         # A target topic the principal may not Describe is left out of the listing: asked
@@ -113,39 +135,48 @@ def gather_flow(
                 hint="grant it; `mirror acls -c CONFIG` lists every ACL the mirror needs",
             ))
         tparts = [(m.target, p) for m in mappings if m.target in existing for p in range(min(m.partitions, existing[m.target]))]
-        # Only the ends are used: half the ListOffsets of `watermarks` (10,000 partitions each).
-        pending_target = target.request_end_offsets(tparts, committed_only=False)
+        # Only the ends are used: half the ListOffsets of `watermarks`.
+        return target.request_end_offsets(tparts, committed_only=False)
     except MirrorError as exc:
         errors.add(exc)
-    marks = pending_marks.result()
-    committed = pending_committed.result()
-    try:
-        active: bool | None = source.group_members(flow.group_id) > 0
-    except MirrorError as exc:
-        active = None
-        errors.add(exc)
-    if pending_target is not None:
-        try:
-            target_marks = {k: Watermarks(-1, high) for k, high in pending_target.result().items()}
-        except MirrorError as exc:
-            errors.add(exc)
-    now = clock()
+        return None
 
-    # Lag seconds: the record at each lagging partition's position, read from the source.
+
+def _read_waiting_timestamps(
+    parts: list[PartitionKey],
+    marks: Mapping[PartitionKey, Any],
+    committed: Mapping[PartitionKey, int],
+    cache: TimestampCache,
+    reader: PartitionReader,
+    read_timeout: float,
+    errors: _Errors,
+) -> None:
+    """Lag seconds' input: the record at each lagging partition's position, read from the source into `cache`."""
     wanted: dict[PartitionKey, int] = {}
     for key in parts:
         wm = marks[key]
         start = effective_position(committed.get(key), wm.low)
         if wm.high > start and cache.get(key, start) is None:
             wanted[key] = start
-    if wanted and reader is not None:
-        try:
-            for key, rec in reader.first_records(wanted, read_timeout).items():
-                if rec.timestamp_ms >= 0:
-                    cache.put(key, wanted[key], rec.timestamp_ms, "record" if rec.offset == wanted[key] else "next-existing")
-        except MirrorError as exc:
-            errors.add(exc)
+    if not wanted:
+        return
+    try:
+        for key, rec in reader.first_records(wanted, read_timeout).items():
+            if rec.timestamp_ms >= 0:
+                cache.put(key, wanted[key], rec.timestamp_ms, "record" if rec.offset == wanted[key] else "next-existing")
+    except MirrorError as exc:
+        errors.add(exc)
 
+
+def _partition_lags(
+    parts: list[PartitionKey],
+    mappings: list[TopicMapping],
+    marks: Mapping[PartitionKey, Any],
+    committed: Mapping[PartitionKey, int],
+    target_marks: Mapping[PartitionKey, Any],
+    cache: TimestampCache,
+    now: float,
+) -> list[PartitionLag]:
     by_source = {m.source: m for m in mappings}
     out: list[PartitionLag] = []
     for topic, p in parts:
@@ -162,9 +193,7 @@ def gather_flow(
             hit = cache.get(key, effective_position(pos, wm.low))
             secs, basis = (lag_seconds(now, hit[0]), hit[1]) if hit else (None, "unknown")
         out.append(PartitionLag(topic, tm.target, p, wm.low, wm.high, pos, tw.high if tw else None, lag, secs, basis))
-
-    groups = _gather_groups(flow, mappings, marks, committed, target_marks, source, target, store, now, errors) if with_groups and flow.groups else []
-    return FlowLag(flow.name, flow.source, flow.target, now, out, groups, active, errors=list(errors))
+    return out
 
 
 def _gather_groups(

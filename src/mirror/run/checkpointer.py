@@ -33,6 +33,7 @@ from mirror.domain.offsetmap import Checkpoint, OffsetSync, translate
 from mirror.domain.topics import match_topics
 from mirror.errors import MirrorError
 from mirror.kafka import Admin
+from mirror.kafka.admin import FlowAdmins
 from mirror.metrics import MirrorMetrics
 from mirror.store import FullOffsetStore, sync_tips, sync_window, sync_windows  # noqa: F401  (sync_window: re-exported for tests)
 
@@ -77,23 +78,10 @@ class GroupCheckpointer:
         self.flow = flow
         self.store = store
         self._clock = clock
-        self._source = source
-        self._target = target
+        self.admins = FlowAdmins(config, flow, source=source, target=target)
         self.last_tick_ms: int | None = None
         self.last_error: str | None = None
         self._held: dict[str, list[tuple[str, int]]] = {}  # logged once per change, not every tick
-
-    @property
-    def source(self) -> Admin:
-        if self._source is None:
-            self._source = Admin(self.flow.source, self.config.cluster(self.flow.source))
-        return self._source
-
-    @property
-    def target(self) -> Admin:
-        if self._target is None:
-            self._target = Admin(self.flow.target, self.config.cluster(self.flow.target))
-        return self._target
 
     def run(self, stop: threading.Event) -> None:
         """Tick now and every `checkpoint_interval` until `stop` is set; errors are logged, not fatal."""
@@ -120,24 +108,24 @@ class GroupCheckpointer:
         flow = self.flow
         result = TickResult()
         now_ms = int(self._clock() * 1000)
-        mappings = match_topics(self.config, flow, self.source.topics())
+        mappings = match_topics(self.config, flow, self.admins.source.topics())
         if not mappings:
             return result
         names = {m.source: m.target for m in mappings}
         source_parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
-        listed = self.source.list_groups()
+        listed = self.admins.source.list_groups()
         groups = matching_groups(flow.groups, listed, exclude={flow.group_id})
         # Listing shows only the groups the principal may Describe: a group named literally is
         # asked for by name, so a missing grant fails the tick instead of skipping the group.
         groups += [p for p in flow.groups if resource_for("group", p) == (Resource("group", p), True) and p not in listed and p != flow.group_id]
-        target_topics = self.target.topics()
+        target_topics = self.admins.target.topics()
         # The target's ends first, the source's after: every copy on the target is then of a
         # record below the source end, which translating a partition with no offset-map row
         # relies on (a group at the source end has read everything the target holds of it).
         # An earlier target end only ever clamps a translation lower (re-read, not skip).
         tparts = [(names[t], p) for t, p in source_parts if names[t] in target_topics]
-        ends = self.target.watermarks(tparts) if tparts and groups else {}
-        source_marks = self.source.watermarks(source_parts)
+        ends = self.admins.target.watermarks(tparts) if tparts and groups else {}
+        source_marks = self.admins.source.watermarks(source_parts)
         self.store.write_source_ends(flow.name, {k: w.high for k, w in source_marks.items()}, now_ms)
 
         tips: dict[tuple[str, int], OffsetSync | None] = {}
@@ -145,7 +133,7 @@ class GroupCheckpointer:
         for group in groups:
             # Only the partitions a checkpoint can be written for, asked for by name (in
             # chunks: mirror.kafka.offsets).
-            offsets = self.source.group_offsets(group, mirrored)
+            offsets = self.admins.source.group_offsets(group, mirrored)
             if not offsets:
                 continue
             # The tips before the rows (a store write landing between the reads then only adds
@@ -174,11 +162,11 @@ class GroupCheckpointer:
         return result
 
     def _sync_group(self, group: str, rows: list[Checkpoint], result: TickResult) -> None:
-        if self.target.group_members(group) > 0:
+        if self.admins.target.group_members(group) > 0:
             result.skipped_active.append(group)
             return
         keys = [(target_topic(c.topic, self.flow.source, self.flow.rename), c.partition) for c in rows]
-        current = self.target.group_offsets_with_metadata(group, keys)
+        current = self.admins.target.group_offsets_with_metadata(group, keys)
         todo = {}
         held = []
         for c, key in zip(rows, keys):
@@ -196,7 +184,7 @@ class GroupCheckpointer:
         if not todo:
             return
         try:
-            self.target.alter_group_offsets(group, todo, metadata=SYNC_METADATA)
+            self.admins.target.alter_group_offsets(group, todo, metadata=SYNC_METADATA)
         except MirrorError as exc:
             # Most likely a consumer joined between the check and the write: its offsets win.
             log.info("flow %s: not syncing offsets of group %s on %s: %s", self.flow.name, group, self.flow.target, exc)

@@ -19,11 +19,12 @@ from mirror.engine.runner import Runner
 from mirror.engine.worker import FlowState
 from mirror.errors import AuthorizationFailed, ClusterUnavailable, MirrorError
 from mirror.kafka import Admin
+from mirror.kafka.canary_topic import ensure_canary_topic
 from mirror.metrics import FlowStateCollector, RunMetrics, serve
-from mirror.run.canary_topic import ensure_canary_topic
 from mirror.run.checkpointer import GroupCheckpointer
 from mirror.run.recorder import OffsetMapRecorder
-from mirror.store import open_store
+from mirror.run.topicsync import TopicSyncer
+from mirror.store import FullOffsetStore, open_store
 
 log = logging.getLogger(__name__)
 
@@ -63,28 +64,10 @@ def run_flows(
                 out.append(run_metrics.listener)
             return out
 
-        checkpointers = []
         side_stop = threading.Event()  # checkpointers stop after the workers have drained
-        if store is not None:
-            for flow in flows:
-                if flow.groups:
-                    cp = GroupCheckpointer(config, flow, store, metrics=run_metrics.mirror if run_metrics else None)
-                    t = threading.Thread(target=cp.run, args=(side_stop,), name=f"checkpoint-{flow.name}", daemon=True)
-                    t.start()
-                    checkpointers.append((cp, t))
-
+        checkpointers = _start_checkpointers(config, flows, store, run_metrics, side_stop)
         _ensure_canary_topics(config, flows)
-        # Target topics follow their sources (configs, partition increases) from a side
-        # thread, never from the record loop.
-        from mirror.run.topicsync import TopicSyncer
-
-        syncers = []
-        for flow in flows:
-            if flow.sync_topic_configs:
-                syncer = TopicSyncer(config, flow, run_metrics.topic_sync if run_metrics else None)
-                t = threading.Thread(target=syncer.run, args=(side_stop,), name=f"topicsync-{flow.name}", daemon=True)
-                t.start()
-                syncers.append((syncer, t))
+        syncers = _start_topic_syncers(config, flows, run_metrics, side_stop)
 
         runner = Runner(
             config,
@@ -106,17 +89,51 @@ def run_flows(
             for _, t in syncers:
                 t.join(timeout=30)
         if until_caught_up:
-            # One last checkpoint of every group against the final, fully committed state,
-            # so a migration that ends here leaves translations as fresh as they can be.
-            for cp, _ in checkpointers:
-                cp.tick()
-            # And target topics that follow their sources' configs: a refusal for want of a
-            # grant fails the run (the daemon's loop only warns, and a run that ends here
-            # would leave the target differing unnoticed).
-            for syncer, _ in syncers:
-                denied = [s for s in syncer.tick() if s.denied]
-                if denied:
-                    raise AuthorizationFailed(denied[0].failed or "")  # the message carries its hint
+            _final_ticks([cp for cp, _ in checkpointers], [sy for sy, _ in syncers])
+
+
+def _start_checkpointers(
+    config: Config, flows: Sequence[FlowConfig], store: FullOffsetStore | None, run_metrics: RunMetrics | None, side_stop: threading.Event
+) -> list[tuple[GroupCheckpointer, threading.Thread]]:
+    """One thread per flow with groups, checkpointing them until `side_stop` (none without a store)."""
+    out: list[tuple[GroupCheckpointer, threading.Thread]] = []
+    if store is None:
+        return out
+    for flow in flows:
+        if flow.groups:
+            cp = GroupCheckpointer(config, flow, store, metrics=run_metrics.mirror if run_metrics else None)
+            t = threading.Thread(target=cp.run, args=(side_stop,), name=f"checkpoint-{flow.name}", daemon=True)
+            t.start()
+            out.append((cp, t))
+    return out
+
+
+def _start_topic_syncers(
+    config: Config, flows: Sequence[FlowConfig], run_metrics: RunMetrics | None, side_stop: threading.Event
+) -> list[tuple[TopicSyncer, threading.Thread]]:
+    """Target topics follow their sources (configs, partition increases) from a side
+    thread per flow, never from the record loop."""
+    out: list[tuple[TopicSyncer, threading.Thread]] = []
+    for flow in flows:
+        if flow.sync_topic_configs:
+            syncer = TopicSyncer(config, flow, run_metrics.topic_sync if run_metrics else None)
+            t = threading.Thread(target=syncer.run, args=(side_stop,), name=f"topicsync-{flow.name}", daemon=True)
+            t.start()
+            out.append((syncer, t))
+    return out
+
+
+def _final_ticks(checkpointers: Sequence[GroupCheckpointer], syncers: Sequence[TopicSyncer]) -> None:
+    """One last checkpoint of every group against the final, fully committed state, so a
+    migration that ends here leaves translations as fresh as they can be; and one last
+    config sync, where a refusal for want of a grant fails the run (the daemon's loop only
+    warns, and a run that ends here would leave the target differing unnoticed)."""
+    for cp in checkpointers:
+        cp.tick()
+    for syncer in syncers:
+        denied = [s for s in syncer.tick() if s.denied]
+        if denied:
+            raise AuthorizationFailed(denied[0].failed or "")  # the message carries its hint
 
 
 def _check_literal_topics(config: Config, flows: Sequence[FlowConfig]) -> None:

@@ -190,8 +190,8 @@ class OffsetMapRecorder:
         """Trim the rows beyond each partition's first row of this run, and read the delta
         stored below it (for partitions this process has not written yet).
 
-        In bulk: at 10,000 partitions a transaction (an fsync) and a read per partition held
-        the flow's thread for seconds at the first commit. The partitions count as reconciled
+        In bulk: a transaction (an fsync) and a read per partition would hold the flow's
+        thread for seconds at the first commit of thousands of partitions. The partitions count as reconciled
         only once both succeeded, so a store failure retries them at the next flush.
         """
         bulk_trim = getattr(self.store, "delete_syncs_after_many", None)

@@ -40,7 +40,7 @@ def crash_streak(streak: int, calm_since: float | None, now: float) -> int:
 
     Counted for the pool, not per worker: a record that can never be written moves with its
     partition from the worker it killed to another, and a per-worker count would start each
-    long-running worker's backoff over (review of issue 10). The streak ends only once no
+    long-running worker's backoff over. The streak ends only once no
     worker has crashed for HEALTHY_AFTER since the last restart.
     """
     return 1 if calm_since is None or now - calm_since >= HEALTHY_AFTER else streak + 1

@@ -17,6 +17,7 @@ from mirror.domain.topics import match_topics
 from mirror.engine.targets import TopicSync, sync_topics
 from mirror.errors import MirrorError
 from mirror.kafka import Admin
+from mirror.kafka.admin import FlowAdmins
 from mirror.metrics import TopicSyncMetrics
 
 log = logging.getLogger(__name__)
@@ -29,26 +30,13 @@ class TopicSyncer:
         self.config = config
         self.flow = flow
         self.metrics = metrics  # when the process serves /metrics
-        self._source = source
-        self._target = target
+        self.admins = FlowAdmins(config, flow, source=source, target=target)
         self.drift: dict[str, int] = {}  # source topic -> 1 while its target still differs
         self.last_error: str | None = None
 
-    @property
-    def source(self) -> Admin:
-        if self._source is None:
-            self._source = Admin(self.flow.source, self.config.cluster(self.flow.source))
-        return self._source
-
-    @property
-    def target(self) -> Admin:
-        if self._target is None:
-            self._target = Admin(self.flow.target, self.config.cluster(self.flow.target))
-        return self._target
-
     def tick(self) -> list[TopicSync]:
-        mappings = match_topics(self.config, self.flow, self.source.topics())
-        synced = sync_topics(self.source, self.target, mappings)
+        mappings = match_topics(self.config, self.flow, self.admins.source.topics())
+        synced = sync_topics(self.admins.source, self.admins.target, mappings)
         failed = {s.source for s in synced if s.drifting}
         self.drift = {m.source: int(m.source in failed) for m in mappings}
         if self.metrics is not None:

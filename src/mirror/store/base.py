@@ -70,7 +70,7 @@ class SyncWindow:
 
 def sync_tips(store: FullOffsetStore, flow: str, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], OffsetSync | None]:
     """`tip` of many partitions: in bulk where the backend can (`tips()`), else one by one
-    (10,000 partitions were 10,000 queries per checkpoint tick and failover plan)."""
+    (one query per partition, per checkpoint tick and failover plan)."""
     bulk = getattr(store, "tips", None)
     if bulk is not None:
         return bulk(flow, partitions)  # type: ignore[no-any-return]
@@ -81,8 +81,7 @@ def sync_windows(store: FullOffsetStore, flow: str, positions: Mapping[tuple[str
     """`SyncWindow` of many partitions at once.
 
     A checkpoint or a failover plan covers every partition of a group: one request per
-    partition and row kind (three per partition) cost ~30,000 round trips at 10,000
-    partitions. A backend with `windows()` answers them in bulk; others one by one.
+    partition and row kind would be three round trips per partition. A backend with `windows()` answers them in bulk; others one by one.
     """
     bulk = getattr(store, "windows", None)
     if bulk is not None:

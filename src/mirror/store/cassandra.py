@@ -122,8 +122,8 @@ class CassandraStore:
                 # Back within seconds after a restart: every failed write holds source
                 # commits back, so the driver's default (up to 10 min between attempts) is too lazy.
                 "reconnection_policy": ExponentialReconnectionPolicy(0.5, 10.0),
-                # The pure-Python reactor: the libev one aborted the whole process (SIGABRT in
-                # its loop thread) when sessions were opened and shut down repeatedly next to
+                # The pure-Python reactor: the libev one can abort the whole process (SIGABRT in
+                # its loop thread) when sessions are opened and shut down repeatedly next to
                 # forked JVMs; the store's few batched writes do not need libev's speed.
                 "connection_class": _connection_class(),
             }

@@ -135,7 +135,7 @@ def test_force_expire_and_bounded_memory():
     assert p.seq == 0
 
 
-# -- issue 15: a probe the mirror could not yet have mirrored is never loss; loss != lateness
+# -- a probe the mirror could not yet have mirrored is never loss; loss != lateness
 
 
 def test_probes_sent_before_the_route_exists_are_never_lost_nor_timed():

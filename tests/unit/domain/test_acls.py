@@ -104,13 +104,13 @@ def test_acls_command_prints_kafka_acls_arguments(tmp_path, monkeypatch):
     assert "hunter2-secret" not in text + res.output
 
 
-def test_readme_table_covers_every_command():
+def test_security_guide_table_covers_every_command():
     from pathlib import Path
 
     from mirror.domain.acls import COMMANDS
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    table = readme.split("### Least privilege", 1)[1].split("\n\n", 3)[2]
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "security.md").read_text()
+    table = guide.split("## Least privilege", 1)[1].split("\n\n", 3)[2]
     rows = {cell.strip("` ") for line in table.splitlines() if line.startswith("| `") for cell in line.split("|")[1].split(",")}
     assert set(COMMANDS) <= rows, set(COMMANDS) - rows
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from mirror.domain.burrow import Evaluator
 from mirror.domain.lag import (
     FlowLag,
     PartitionLag,
@@ -12,6 +11,7 @@ from mirror.domain.lag import (
     lag_seconds,
     unmirrored,
 )
+from mirror.domain.lag_status import Evaluator
 
 
 def test_lag_records_counts_only_records_that_still_exist():

@@ -1,4 +1,4 @@
-"""Burrow-style status of a flow, judged from a window of lag observations (pure).
+"""Lag status (OK, WARN, ERR, STOP, STALL) of a partition and a flow, judged Burrow-style from a window of lag observations (pure).
 
 Fixed lag thresholds do not work for a mirror: 10,000 records behind is nothing on a
 busy topic and an outage on a quiet one. Like LinkedIn's Burrow, this evaluator asks

@@ -18,7 +18,7 @@ from mirror.domain.runbook import (
     parse_runbook,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RUNBOOKS = sorted((ROOT / "runbooks").glob("*.md"))
 DRILLS = ["drill.md", "planned-failover.md", "unplanned-failover.md", "failback.md"]
 

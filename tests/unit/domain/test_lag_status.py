@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mirror.domain.burrow import WINDOW, Evaluator, Observation, Status, evaluate, worst
+from mirror.domain.lag_status import WINDOW, Evaluator, Observation, Status, evaluate, worst
 
 
 class Clock:

@@ -61,3 +61,23 @@ def admin() -> Admin:
 def test_a_request_never_answered_is_cluster_unavailable(admin: Admin, call: Any) -> None:
     with pytest.raises(ClusterUnavailable, match="cluster 'src' did not answer within 0.05s"):
         call(admin)
+
+
+def test_flow_admins_are_made_at_first_use_once_and_given_ones_are_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mirror.kafka.admin as admin_module
+    from mirror.config import parse
+
+    cfg = parse('clusters: {nyc: {bootstrap: "127.0.0.1:1"}, sf: {bootstrap: "127.0.0.1:2"}}\nflows: [{name: f, source: nyc, target: sf, topics: {include: [x]}}]\n', env={})
+    made: list[str] = []
+
+    class Recording:
+        def __init__(self, name: str, cluster: ClusterConfig) -> None:
+            made.append(f"{name}@{cluster.bootstrap}")
+
+    monkeypatch.setattr(admin_module, "Admin", Recording)
+    admins = admin_module.FlowAdmins(cfg, cfg.flows[0])
+    assert made == []  # a side loop stopped before its first tick opens no connection
+    assert admins.source is admins.source and admins.target is admins.target
+    assert made == ["nyc@127.0.0.1:1", "sf@127.0.0.1:2"]
+    given = object()
+    assert admin_module.FlowAdmins(cfg, cfg.flows[0], source=given).source is given  # type: ignore[arg-type]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
-import threading
 from pathlib import Path
 
 import click
@@ -12,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from canary.prober import FlowProber, Prober
 from mirror.cli import AppContext, config_option, json_option, pass_app
+from mirror.cli.signals import stop_on_signals
 from mirror.errors import MirrorError
 from mirror.metrics import CanaryMetrics, serve
 
@@ -34,16 +33,14 @@ def canary() -> None:
 def run(app: AppContext, config_path: Path, metrics_port: int | None, host: str | None, flows: tuple[str, ...]) -> None:
     """Probe every flow every canary.interval until stopped; serve the results on /metrics."""
     config = app.config(config_path)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    registry = CollectorRegistry()
-    prober = Prober(config, config.select_flows(flows), metrics=CanaryMetrics(registry))
-    server = serve(config.metrics.port if metrics_port is None else metrics_port, config.metrics.host if host is None else host, registry)
-    try:
-        prober.run(stop)
-    finally:
-        server.shutdown()
+    with stop_on_signals() as signals:
+        registry = CollectorRegistry()
+        prober = Prober(config, config.select_flows(flows), metrics=CanaryMetrics(registry))
+        server = serve(config.metrics.port if metrics_port is None else metrics_port, config.metrics.host if host is None else host, registry)
+        try:
+            prober.run(signals.stop)
+        finally:
+            server.shutdown()
 
 
 @canary.command()

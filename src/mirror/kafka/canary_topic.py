@@ -8,7 +8,7 @@ look lost. Made before the first refresh, the route exists from the start.
 
 from __future__ import annotations
 
-from mirror.kafka import Admin
+from mirror.kafka.admin import Admin
 
 # Small, and only recent probes matter: an hour of retention keeps a restarted reader's
 # backlog short. One partition per broker, so every broker's path is probed.
