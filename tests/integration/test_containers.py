@@ -197,6 +197,7 @@ def test_the_spark_image_runs_the_spark_pipeline(stack: Stack):
     _new_topic(stack, topic)
     sent = _produce(stack, topic, 0, 300)
     stack.compose("up", "-d", "spark-master", "spark-worker")
+    stack.wait_logged(stack.container("spark-worker"), "Successfully registered with master", timeout=300)
     # The driver as compose defines it (its hostname is what executors connect back to),
     # told to stop once caught up.
     driver = SERVICES["mirror-spark"]

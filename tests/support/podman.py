@@ -91,6 +91,16 @@ class Stack:
         if pending:
             raise AssertionError(f"not healthy within {timeout}s: {pending}\n" + "\n".join(self.logs(n) for n in pending))
 
+    def wait_logged(self, name: str, text: str, timeout: float) -> None:
+        """Until the container's output has `text` (a daemon saying it is ready)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            done = self.podman("logs", name, check=False)
+            if text in done.stdout or text in done.stderr:
+                return
+            time.sleep(1)
+        raise AssertionError(f"{name} did not log {text!r} within {timeout}s\n{self.logs(name)}")
+
     def logs(self, name: str, tail: int = 40) -> str:
         done = self.podman("logs", "--tail", str(tail), name, check=False)
         return f"--- {name} ---\n{done.stdout[-4000:]}{done.stderr[-4000:]}"

@@ -4,8 +4,9 @@ The compose file, the Dockerfile, the Prometheus and Grafana files are read as d
 cross-checked against each other and against the code: files they mount exist, every
 mirror container's command is one the `mirror` CLI parses, the topology they mount
 validates, Prometheus scrapes the compose services on the ports they serve, and the
-dashboard only queries metrics the project exports. Whether the images pull, build and
-start is left to a machine with Docker.
+dashboard only queries metrics the project exports. Building the images and running the
+stack is tests/integration/test_containers.py's job (with podman); Grafana, whose image
+cannot be had there, is checked only here.
 """
 
 from __future__ import annotations
