@@ -51,6 +51,9 @@ EOF
   export CONTAINERS_CONF="$home/containers.conf"
 }
 
+# Builds use the host's network (--network host): their downloads go out the way the host's
+# own do (its resolver, its proxy), which a sandbox may not route from a bridge network.
+#
 # Build secrets for the downloads inside builds: a PEM bundle (pip, the OS) and a Java
 # trust store (Maven), each only if the host has one.
 secrets=()
@@ -98,7 +101,7 @@ standin() {
     [ -d "$libs" ] || { log "$libs is missing: run make setup"; return 1; }
     cp -al "$libs" "$ctx/libs" 2>/dev/null || cp -a "$libs" "$ctx/libs"
   fi
-  podman build -q --pull=never --format docker "${secrets[@]}" --label "org.mirror.standin=$sum" \
+  podman build -q --pull=never --format docker --network host "${secrets[@]}" --label "org.mirror.standin=$sum" \
     --build-arg "BASE=$base" -t "$image" -f "$file" "$ctx" >/dev/null || { rm -rf "$ctx"; return 1; }
   rm -rf "$ctx"
 }
@@ -126,14 +129,14 @@ build() {
   python=$(base_ref "$python_pinned" docker.io/library/python:3.11-slim)
   log "building mirror:dev from docker/Dockerfile on $python"
   # --format docker: the OCI format has no HEALTHCHECK, podman would drop it.
-  podman build -q --pull=never --format docker "${secrets[@]}" --build-arg "PYTHON_IMAGE=$python" \
+  podman build -q --pull=never --format docker --network host "${secrets[@]}" --build-arg "PYTHON_IMAGE=$python" \
     -t localhost/mirror:dev -f "$root/docker/Dockerfile" "$root" >/dev/null
   if [ "$spark" = 1 ]; then
     standin docker.io/library/maven:3.9-eclipse-temurin-17 maven.Containerfile
     local maven
     maven=$(base_ref "$maven_pinned" docker.io/library/maven:3.9-eclipse-temurin-17)
     log "building mirror:dev-spark from docker/Dockerfile.spark on $python and $maven"
-    podman build -q --pull=never --format docker "${secrets[@]}" --build-arg "PYTHON_IMAGE=$python" \
+    podman build -q --pull=never --format docker --network host "${secrets[@]}" --build-arg "PYTHON_IMAGE=$python" \
       --build-arg "MAVEN_IMAGE=$maven" -t localhost/mirror:dev-spark -f "$root/docker/Dockerfile.spark" "$root" >/dev/null
   fi
 }

@@ -118,6 +118,26 @@ def test_every_record_is_mirrored_exactly_and_the_offset_map_is_in_cassandra(sta
         assert source[partition][source_offset] == target[partition][target_offset]
 
 
+def test_the_image_keeps_sqlite_state_in_its_state_dir_with_the_config_read_only(stack: Stack, tmp_path):
+    """The default offset store is a relative SQLite path: in the image it must land under
+    MIRROR_STATE_DIR (/var/lib/mirror), not next to the read-only config."""
+    topic = "audit.readonly"
+    _new_topic(stack, topic)
+    sent = _produce(stack, topic, 0, 200)
+    (tmp_path / "mirror.yaml").write_text(
+        "clusters: {nyc: {bootstrap: 'kafka-nyc:9092'}, sf: {bootstrap: 'kafka-sf:9092'}}\n"
+        f"flows: [{{name: readonly, source: nyc, target: sf, topics: {{include: ['{topic}']}}}}]\n"
+    )
+    tmp_path.chmod(0o755)
+    (tmp_path / "mirror.yaml").chmod(0o644)
+    script = "mirror run -c /etc/mirror/mirror.yaml --until-caught-up && ls /var/lib/mirror/.mirror/offsets.db"
+    done = stack.podman("run", "--rm", "--network", stack.network, "-v", f"{tmp_path}:/etc/mirror:ro",
+                        "--entrypoint", "sh", "localhost/mirror:dev", "-c", script, check=False, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    mirrored = [rec for recs in _mirrored(stack, topic).values() for rec in recs]
+    assert collections.Counter(mirrored) == collections.Counter(sent)
+
+
 def _query(stack: Stack, promql: str) -> list[dict]:
     url = f"{stack.prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
     with urllib.request.urlopen(url, timeout=10) as resp:

@@ -550,3 +550,23 @@ def test_the_spark_image_has_the_pinned_pyspark_and_its_connector():
     ignore = (DOCKER / "Dockerfile.spark.dockerignore").read_text(encoding="utf-8").split()
     for needed in ("pyproject.toml", "README.md", "src/", "failover/", "canary/", "deps/spark/pom.xml"):
         assert f"!{needed}" in ignore
+
+
+# ---------------------------------------------------------------------------- stand-ins
+
+
+def _upstream_name(reference: str) -> str:
+    """`docker.io/library/python:3.11-slim` -> `python:3.11-slim`, as compose and FROM write it."""
+    return reference.removeprefix("docker.io/").removeprefix("library/")
+
+
+def test_every_upstream_image_the_container_test_runs_has_a_stand_in():
+    """A version bump in compose.yaml or a Dockerfile must bump the stand-in's tag too, or
+    the container test would build against an image nobody pinned."""
+    script = (DOCKER / "standins" / "podman.sh").read_text(encoding="utf-8")
+    calls = re.findall(r"^\s*standin (\S+) (\S+)", script, re.M)
+    assert all((DOCKER / "standins" / file).exists() for _image, file in calls)
+    standins = {_upstream_name(image) for image, _file in calls}
+    used = {s["image"] for s in SERVICES.values() if "build" not in s and not s["image"].startswith("grafana/")}
+    used |= {b.split("@")[0] for b in _bases() + _bases(SPARK_DOCKERFILE)}
+    assert used == standins
