@@ -18,7 +18,7 @@ SPARK_JARS := $(CACHE)/spark-$(SPARK_VERSION)/jars
 MVN := mvn -q -B
 PYTEST_ARGS ?=
 
-.PHONY: setup test unit integration demo demo-down bench bench-setup clean-dev lint
+.PHONY: setup test unit integration demo demo-down bench bench-setup clean-dev lint container-test
 
 # MM2 is in setup because the bench smoke test (tests/integration/test_bench_smoke.py) runs it.
 setup: $(VENV)/.installed jars
@@ -102,3 +102,23 @@ promtool:
 	  $$SUDO apt-get update -qq && \
 	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null && \
 	  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then $$SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true; fi; }
+
+# Podman, its runtime and DNS, podman-compose and debootstrap (tests/integration/
+# test_containers.py builds and runs docker/ with them; docker/standins/README.md). Installed
+# only when one is missing, like promtool above.
+CONTAINER_TOOLS := podman runc netavark aardvark-dns podman-compose debootstrap
+.PHONY: container-tools
+setup: container-tools
+container-tools:
+	@for bin in podman runc podman-compose debootstrap /usr/lib/podman/netavark /usr/lib/podman/aardvark-dns; do \
+	  command -v $$bin >/dev/null 2>&1 || { missing=1; break; }; done; \
+	[ -z "$$missing" ] || { \
+	  echo "installing the Debian packages $(CONTAINER_TOOLS) with apt-get"; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(CONTAINER_TOOLS) >/dev/null; }
+
+# The images of docker/ built and the compose stack run with podman, checked end to end
+# (also part of `make test`). The test needs root (rootful podman) and skips without it.
+container-test: setup
+	$(PY) -m pytest tests/integration/test_containers.py $(PYTEST_ARGS)

@@ -154,7 +154,7 @@ class FlowConfig(_Model):
 
 class SqliteStoreConfig(_Model):
     kind: Literal["sqlite"] = "sqlite"
-    path: str = ".mirror/offsets.db"  # a relative path is taken from the config file's directory
+    path: str = ".mirror/offsets.db"  # relative: taken from $MIRROR_STATE_DIR if set, else the config file's directory
 
 
 class CassandraStoreConfig(_Model):
@@ -232,6 +232,9 @@ class Config(_Model):
 
 # ---------------------------------------------------------------------------- loading
 
+# Where the images keep state (Dockerfile ENV); a relative offset_store.path is taken from it.
+STATE_DIR_VARIABLE = "MIRROR_STATE_DIR"
+
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
 
@@ -242,12 +245,16 @@ def load(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> 
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError("-c/--config", f"cannot read {str(p)!r}: {exc.strerror}", hint="pass the path of a topology YAML file") from None
-    config = parse(text, env=os.environ if env is None else env, source=str(p))
+    env = os.environ if env is None else env
+    config = parse(text, env=env, source=str(p))
     store = config.offset_store
     if isinstance(store, SqliteStoreConfig) and not Path(store.path).is_absolute():
-        # Relative to the file, not the working directory: a daemon started from another
-        # directory (systemd, cron, a container) must find the same offset map.
-        resolved = store.model_copy(update={"path": str(p.resolve().parent / store.path)})
+        # Relative to the state directory if one is set (the images set /var/lib/mirror: their
+        # config is mounted read-only), else to the file, never the working directory: a
+        # daemon started from another directory (systemd, cron) must find the same offset map.
+        state_dir = env.get(STATE_DIR_VARIABLE)
+        base = Path(state_dir).resolve() if state_dir else p.resolve().parent
+        resolved = store.model_copy(update={"path": str(base / store.path)})
         config = config.model_copy(update={"offset_store": resolved})
     if not Path(config.spark.checkpoint_dir).is_absolute():
         spark = config.spark.model_copy(update={"checkpoint_dir": str(p.resolve().parent / config.spark.checkpoint_dir)})

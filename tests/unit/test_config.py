@@ -120,3 +120,16 @@ def test_relative_sqlite_path_is_taken_from_the_config_file(tmp_path, monkeypatc
     path.write_text('clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: [{name: f, source: a, target: b, topics: {include: [t]}}]\n')
     monkeypatch.chdir(tmp_path)
     assert config.load(path).offset_store.path == str(tmp_path / "etc" / ".mirror" / "offsets.db")
+
+
+def test_relative_sqlite_path_is_taken_from_the_state_dir_when_one_is_set(tmp_path, monkeypatch):
+    """The images mount the config read-only and keep state in MIRROR_STATE_DIR (/var/lib/mirror):
+    a relative path next to the config file could never be written there."""
+    (tmp_path / "etc").mkdir()
+    path = tmp_path / "etc" / "m.yaml"
+    path.write_text('clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: [{name: f, source: a, target: b, topics: {include: [t]}}]\n')
+    monkeypatch.chdir(tmp_path)
+    env = {"MIRROR_STATE_DIR": "state"}
+    assert config.load(path, env=env).offset_store.path == str(tmp_path / "state" / ".mirror" / "offsets.db")
+    path.write_text(path.read_text() + "offset_store: {kind: sqlite, path: /data/offsets.db}\n")
+    assert config.load(path, env=env).offset_store.path == "/data/offsets.db"

@@ -4,8 +4,9 @@ The compose file, the Dockerfile, the Prometheus and Grafana files are read as d
 cross-checked against each other and against the code: files they mount exist, every
 mirror container's command is one the `mirror` CLI parses, the topology they mount
 validates, Prometheus scrapes the compose services on the ports they serve, and the
-dashboard only queries metrics the project exports. Whether the images pull, build and
-start is left to a machine with Docker.
+dashboard only queries metrics the project exports. Building the images and running the
+stack is tests/integration/test_containers.py's job (with podman); Grafana, whose image
+cannot be had there, is checked only here.
 """
 
 from __future__ import annotations
@@ -121,6 +122,18 @@ def _dockerfile_instructions(path: Path = DOCKERFILE) -> list[tuple[str, str]]:
     return out
 
 
+def _bases(path: Path = DOCKERFILE) -> list[str]:
+    """The image each FROM names, with the ARG defaults of the file filled in."""
+    instructions = _dockerfile_instructions(path)
+    args = dict(rest.split("=", 1) for word, rest in instructions if word == "ARG" and "=" in rest)
+    return [re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], rest.split()[0]) for word, rest in instructions if word == "FROM"]
+
+
+def _pinned(reference: str, tag: str) -> bool:
+    """`tag@sha256:<digest>`: the tag says what it is, the digest makes rebuilds repeatable."""
+    return re.fullmatch(re.escape(tag) + r"@sha256:[0-9a-f]{64}", reference) is not None
+
+
 def _env_of_image(path: Path = DOCKERFILE) -> dict[str, str]:
     env: dict[str, str] = {}
     for word, rest in _dockerfile_instructions(path):
@@ -152,9 +165,11 @@ def test_kafka_listeners_name_their_own_service():
         advertised = dict(l.split("://") for l in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
         assert advertised["PLAINTEXT"] == f"{name}:9092", "containers must reach the broker by its service name"
         assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == f"1@{name}:9093"
-        host_port = advertised["HOST"].rpartition(":")[2]
-        assert f"{host_port}:{host_port}" in s["ports"], "the listener advertised to the host must be published"
-        assert f"HOST://:{host_port}" in env["KAFKA_LISTENERS"]
+        # The port advertised to the host is the one published there (a variable, so a test
+        # or a second stack can pick a free one), on loopback, to the HOST listener's port.
+        host_port = advertised["HOST"].rpartition("localhost:")[2]
+        listener_port = re.search(r"HOST://:(\d+)", env["KAFKA_LISTENERS"]).group(1)  # type: ignore[union-attr]
+        assert f"127.0.0.1:{host_port}:{listener_port}" in s["ports"], "the listener advertised to the host must be published"
 
 
 def test_the_mirror_scales():
@@ -234,8 +249,8 @@ def test_docker_topology_validates_and_uses_compose_names(capsys: pytest.Capture
 
 def test_dockerfile_builds_a_non_root_mirror_image():
     instructions = _dockerfile_instructions()
-    froms = [rest for word, rest in instructions if word == "FROM"]
-    assert froms and all(f.split()[0] == "python:3.11-slim" for f in froms)
+    bases = _bases()
+    assert bases and all(_pinned(b, "python:3.11-slim") for b in bases)
     users = [rest for word, rest in instructions if word == "USER"]
     assert users and users[-1] not in ("root", "0")
     entrypoints = [rest for word, rest in instructions if word == "ENTRYPOINT"]
@@ -256,6 +271,15 @@ def test_dockerignore_keeps_what_the_image_copies():
     ignore = (DOCKER / "Dockerfile.dockerignore").read_text(encoding="utf-8").split()
     for needed in ("pyproject.toml", "README.md", "src/", "failover/", "canary/"):
         assert f"!{needed}" in ignore
+
+
+def test_the_root_dockerignore_sends_only_what_the_images_copy():
+    """Podman and Docker's classic builder read only the context root's .dockerignore."""
+    ignore = (ROOT / ".dockerignore").read_text(encoding="utf-8").split()
+    assert "*" in ignore
+    kept = {line for line in ignore if line.startswith("!")}
+    for dockerfile in ("Dockerfile", "Dockerfile.spark"):
+        assert {line for line in (DOCKER / f"{dockerfile}.dockerignore").read_text(encoding="utf-8").split() if line.startswith("!")} <= kept
 
 
 # ---------------------------------------------------------------------------- Prometheus
@@ -505,8 +529,9 @@ def test_the_spark_driver_runs_the_command_the_tests_run():
 
 def test_the_spark_image_has_the_pinned_pyspark_and_its_connector():
     instructions = _dockerfile_instructions(SPARK_DOCKERFILE)
-    froms = [rest.split()[0] for word, rest in instructions if word == "FROM"]
-    assert froms[0] == froms[-1] == "python:3.11-slim"
+    bases = _bases(SPARK_DOCKERFILE)
+    assert bases[0] == bases[-1] and _pinned(bases[0], "python:3.11-slim")
+    assert _pinned(bases[1], "maven:3.9-eclipse-temurin-17")
     users = [rest for word, rest in instructions if word == "USER"]
     assert users and users[-1] not in ("root", "0")
     assert json.loads([rest for word, rest in instructions if word == "ENTRYPOINT"][-1]) == ["mirror"]
@@ -525,3 +550,23 @@ def test_the_spark_image_has_the_pinned_pyspark_and_its_connector():
     ignore = (DOCKER / "Dockerfile.spark.dockerignore").read_text(encoding="utf-8").split()
     for needed in ("pyproject.toml", "README.md", "src/", "failover/", "canary/", "deps/spark/pom.xml"):
         assert f"!{needed}" in ignore
+
+
+# ---------------------------------------------------------------------------- stand-ins
+
+
+def _upstream_name(reference: str) -> str:
+    """`docker.io/library/python:3.11-slim` -> `python:3.11-slim`, as compose and FROM write it."""
+    return reference.removeprefix("docker.io/").removeprefix("library/")
+
+
+def test_every_upstream_image_the_container_test_runs_has_a_stand_in():
+    """A version bump in compose.yaml or a Dockerfile must bump the stand-in's tag too, or
+    the container test would build against an image nobody pinned."""
+    script = (DOCKER / "standins" / "podman.sh").read_text(encoding="utf-8")
+    calls = re.findall(r"^\s*standin (\S+) (\S+)", script, re.M)
+    assert all((DOCKER / "standins" / file).exists() for _image, file in calls)
+    standins = {_upstream_name(image) for image, _file in calls}
+    used = {s["image"] for s in SERVICES.values() if "build" not in s and not s["image"].startswith("grafana/")}
+    used |= {b.split("@")[0] for b in _bases() + _bases(SPARK_DOCKERFILE)}
+    assert used == standins
