@@ -227,7 +227,9 @@ class Config(_Model):
             return self.clusters[name]
         except KeyError:
             known = ", ".join(self.clusters)
-            raise ConfigError("--cluster", f"no cluster named {name!r}", hint=f"clusters in this file: {known}") from None
+            raise ConfigError(
+                "--cluster", f"no cluster named {name!r}", hint=f"clusters in this file: {known}"
+            ) from None
 
 
 # ---------------------------------------------------------------------------- loading
@@ -244,7 +246,9 @@ def load(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> 
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError("-c/--config", f"cannot read {str(p)!r}: {exc.strerror}", hint="pass the path of a topology YAML file") from None
+        raise ConfigError(
+            "-c/--config", f"cannot read {str(p)!r}: {exc.strerror}", hint="pass the path of a topology YAML file"
+        ) from None
     env = os.environ if env is None else env
     config = parse(text, env=env, source=str(p))
     store = config.offset_store
@@ -257,7 +261,9 @@ def load(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> 
         resolved = store.model_copy(update={"path": str(base / store.path)})
         config = config.model_copy(update={"offset_store": resolved})
     if not Path(config.spark.checkpoint_dir).is_absolute():
-        spark = config.spark.model_copy(update={"checkpoint_dir": str(p.resolve().parent / config.spark.checkpoint_dir)})
+        spark = config.spark.model_copy(
+            update={"checkpoint_dir": str(p.resolve().parent / config.spark.checkpoint_dir)}
+        )
         config = config.model_copy(update={"spark": spark})
     return config
 
@@ -269,9 +275,15 @@ def parse(text: str, *, env: Mapping[str, str], source: str = "<config>") -> Con
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(None, f"{source}: YAML syntax error at {where}: {problem}", hint="fix the YAML syntax") from None
+        raise ConfigError(
+            None, f"{source}: YAML syntax error at {where}: {problem}", hint="fix the YAML syntax"
+        ) from None
     if not isinstance(raw, dict):
-        raise ConfigError(None, f"{source}: expected a mapping with 'clusters' and 'flows' at the top", hint="see configs/dev.yaml for the shape")
+        raise ConfigError(
+            None,
+            f"{source}: expected a mapping with 'clusters' and 'flows' at the top",
+            hint="see configs/dev.yaml for the shape",
+        )
     # Every problem in the file is collected and reported at once: fixing a config one
     # error per run is how a 3 a.m. change takes an hour.
     problems: list[ConfigError] = []
@@ -285,7 +297,15 @@ def parse(text: str, *, env: Mapping[str, str], source: str = "<config>") -> Con
         problems += [p for p in _validation_problems(exc) if p.key not in unset]
     clusters, flows = _salvage(raw, config)
     problems += _client_problems(clusters, flows)
-    canary_topic = config.canary.topic if config is not None else str(((raw.get("canary") or {}) if isinstance(raw.get("canary"), dict) else {}).get("topic", CanaryConfig().topic))
+    canary_topic = (
+        config.canary.topic
+        if config is not None
+        else str(
+            ((raw.get("canary") or {}) if isinstance(raw.get("canary"), dict) else {}).get(
+                "topic", CanaryConfig().topic
+            )
+        )
+    )
     problems += _topology_problems(clusters, flows, canary_topic)
     if problems:
         raise problems[0] if len(problems) == 1 else ConfigProblems(problems)
@@ -306,7 +326,13 @@ def _interpolate(node: Any, env: Mapping[str, str], path: str, problems: list[Co
                 return env[name]
             if default is not None:
                 return default
-            problems.append(ConfigError(path, f"environment variable {name} is not set", hint=f"export {name}, or write ${{{name}:-default}}"))
+            problems.append(
+                ConfigError(
+                    path,
+                    f"environment variable {name} is not set",
+                    hint=f"export {name}, or write ${{{name}:-default}}",
+                )
+            )
             return ""
 
         return _VAR.sub(sub, node)
@@ -349,7 +375,9 @@ def _validation_problems(exc: ValidationError) -> list[ConfigError]:
     return out
 
 
-def _salvage(raw: dict[str, Any], config: Config | None) -> tuple[dict[str, ClusterConfig | None] | None, list[tuple[int, FlowConfig]]]:
+def _salvage(
+    raw: dict[str, Any], config: Config | None
+) -> tuple[dict[str, ClusterConfig | None] | None, list[tuple[int, FlowConfig]]]:
     """The clusters and flows the cross-checks can look at, even when others are invalid.
 
     A cluster that failed validation still counts as defined (its own error is already
@@ -376,7 +404,9 @@ def _salvage(raw: dict[str, Any], config: Config | None) -> tuple[dict[str, Clus
     return clusters, flows
 
 
-def _topology_problems(clusters: Mapping[str, ClusterConfig | None] | None, flows: Sequence[tuple[int, FlowConfig]], canary_topic: str) -> list[ConfigError]:
+def _topology_problems(
+    clusters: Mapping[str, ClusterConfig | None] | None, flows: Sequence[tuple[int, FlowConfig]], canary_topic: str
+) -> list[ConfigError]:
     """Cross-references pydantic cannot see: cluster names, duplicate flows, loops."""
     out: list[ConfigError] = []
     names: dict[str, int] = {}
@@ -385,37 +415,59 @@ def _topology_problems(clusters: Mapping[str, ClusterConfig | None] | None, flow
             cluster = getattr(flow, role)
             if clusters is not None and cluster not in clusters:
                 known = ", ".join(clusters)
-                out.append(ConfigError(f"flows[{i}].{role}", f"unknown cluster {cluster!r}", hint=f"clusters defined: {known}"))
+                out.append(
+                    ConfigError(f"flows[{i}].{role}", f"unknown cluster {cluster!r}", hint=f"clusters defined: {known}")
+                )
         if flow.source == flow.target:
-            out.append(ConfigError(f"flows[{i}].target", f"source and target are both {flow.source!r}", hint="a flow mirrors between two different clusters"))
+            out.append(
+                ConfigError(
+                    f"flows[{i}].target",
+                    f"source and target are both {flow.source!r}",
+                    hint="a flow mirrors between two different clusters",
+                )
+            )
         if flow.name in names:
-            out.append(ConfigError(f"flows[{i}].name", f"duplicate flow name {flow.name!r} (also flows[{names[flow.name]}])", hint="give each flow its own name"))
+            out.append(
+                ConfigError(
+                    f"flows[{i}].name",
+                    f"duplicate flow name {flow.name!r} (also flows[{names[flow.name]}])",
+                    hint="give each flow its own name",
+                )
+            )
         else:
             names[flow.name] = i
     pairs: dict[tuple[str, str], str] = {}
     for i, flow in flows:
         pair = (flow.source, flow.target)
         if pair in pairs:
-            out.append(ConfigError(
-                f"flows[{i}]",
-                f"flow {flow.name!r} mirrors {flow.source} -> {flow.target} like flow {pairs[pair]!r}",
-                hint="merge their topic patterns into one flow",
-            ))
+            out.append(
+                ConfigError(
+                    f"flows[{i}]",
+                    f"flow {flow.name!r} mirrors {flow.source} -> {flow.target} like flow {pairs[pair]!r}",
+                    hint="merge their topic patterns into one flow",
+                )
+            )
         else:
             pairs[pair] = flow.name
     edges = [FlowEdge(f.name, f.source, f.target, f.rename, tuple(f.topics.include)) for _, f in flows]
     for a, b in find_identity_collisions(edges):
-        out.append(ConfigError(
-            "flows",
-            f"flows {a} and {b} both write topics with their source names into one target cluster; records from two sources would share a topic",
-            hint="use rename: prefix on at least one of them, or make their include patterns disjoint literals",
-        ))
+        out.append(
+            ConfigError(
+                "flows",
+                f"flows {a} and {b} both write topics with their source names into one target cluster; "
+                "records from two sources would share a topic",
+                hint="use rename: prefix on at least one of them, or make their include patterns disjoint literals",
+            )
+        )
     for r in find_relay_collisions(edges):
-        out.append(ConfigError(
-            "flows",
-            f"flows {r.relay} and {r.direct} could both write {r.origin}.* topics into {r.target}: {r.relay} relays the copies it receives from {r.origin} under the same names",
-            hint=f"exclude {r.origin}\\..* in {r.relay}, or use rename: prefix on it",
-        ))
+        out.append(
+            ConfigError(
+                "flows",
+                f"flows {r.relay} and {r.direct} could both write {r.origin}.* topics into {r.target}: "
+                f"{r.relay} relays the copies it receives from {r.origin} under the same names",
+                hint=f"exclude {r.origin}\\..* in {r.relay}, or use rename: prefix on it",
+            )
+        )
     cycles = find_identity_cycles(edges)
     canary = ""
     if not cycles:
@@ -425,11 +477,15 @@ def _topology_problems(clusters: Mapping[str, ClusterConfig | None] | None, flow
         canary = f" (the canary topic {canary_topic!r}, which every flow mirrors, would circulate forever)"
     for cycle in cycles:
         loop = " -> ".join(cycle)
-        out.append(ConfigError(
-            "flows",
-            f"flows {loop} form a loop with rename: identity; a record would be mirrored back to where it came from{canary}",
-            hint="use rename: prefix on at least one of them" + ("" if canary else ", or make their include patterns disjoint literals"),
-        ))
+        out.append(
+            ConfigError(
+                "flows",
+                f"flows {loop} form a loop with rename: identity; a record would be mirrored back to "
+                f"where it came from{canary}",
+                hint="use rename: prefix on at least one of them"
+                + ("" if canary else ", or make their include patterns disjoint literals"),
+            )
+        )
     return out
 
 
@@ -476,35 +532,107 @@ def _never(_: Any) -> bool:
 
 # canonical name -> (accepted value, why the engine needs it)
 _PRODUCER_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "acks": (_is({"all", "-1"}), "must be all: a source offset is committed once the target acknowledged the records, and with fewer acks a target broker failure loses acknowledged records"),
-    "enable.idempotence": (_is(_TRUE), "must stay true: without it a retried batch can be written twice or out of order"),
-    "enable.gapless.guarantee": (_is(_TRUE), "must stay true: the mirror takes a run of records as acknowledged from its last delivery report, which holds only if a refused record stops the producer instead of leaving a gap"),
-    "message.timeout.ms": (_is({"0"}), "must stay 0 (no limit): a record that times out while the target is unreachable fails the flow instead of waiting for the target"),
-    "retries": (_is({str(_INT32_MAX)}), "must stay unlimited: a target outage longer than the retries fails the flow instead of only growing lag"),
-    "max.in.flight.requests.per.connection": (_int_at_most(5), "must be 1-5: the idempotent producer keeps a partition's order only with at most 5 requests in flight"),
+    "acks": (
+        _is({"all", "-1"}),
+        "must be all: a source offset is committed once the target acknowledged the records, and with "
+        "fewer acks a target broker failure loses acknowledged records",
+    ),
+    "enable.idempotence": (
+        _is(_TRUE),
+        "must stay true: without it a retried batch can be written twice or out of order",
+    ),
+    "enable.gapless.guarantee": (
+        _is(_TRUE),
+        "must stay true: the mirror takes a run of records as acknowledged from its last delivery "
+        "report, which holds only if a refused record stops the producer instead of leaving a gap",
+    ),
+    "message.timeout.ms": (
+        _is({"0"}),
+        "must stay 0 (no limit): a record that times out while the target is unreachable fails the flow "
+        "instead of waiting for the target",
+    ),
+    "retries": (
+        _is({str(_INT32_MAX)}),
+        "must stay unlimited: a target outage longer than the retries fails the flow instead of only growing lag",
+    ),
+    "max.in.flight.requests.per.connection": (
+        _int_at_most(5),
+        "must be 1-5: the idempotent producer keeps a partition's order only with at most 5 requests in flight",
+    ),
     "queuing.strategy": (_is({"fifo"}), "must stay fifo: records must reach the target in source order"),
-    "delivery.report.only.error": (_is(_FALSE), "must stay false: source offsets are committed from successful delivery reports, so nothing would ever be committed"),
-    "transactional.id": (_never, "is not supported: the mirror's producer is idempotent, not transactional, and a transactional producer refuses records sent outside a transaction"),
+    "delivery.report.only.error": (
+        _is(_FALSE),
+        "must stay false: source offsets are committed from successful delivery reports, so nothing "
+        "would ever be committed",
+    ),
+    "transactional.id": (
+        _never,
+        "is not supported: the mirror's producer is idempotent, not transactional, and a transactional "
+        "producer refuses records sent outside a transaction",
+    ),
 }
 # One assignor, never a list: every worker of a flow must speak the same rebalance protocol.
 ASSIGNORS = ("cooperative-sticky", "roundrobin", "range")
 _CONSUMER_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "isolation.level": (_is({"read_committed"}), "must stay read_committed: with read_uncommitted, records of aborted transactions reach the target"),
-    "enable.auto.commit": (_is(_FALSE), "must stay false: source offsets would be committed before the target acknowledged the records, and a crash would lose them"),
-    "enable.auto.offset.store": (_is(_FALSE), "must stay false: the mirror stores and commits offsets itself, only after the target acknowledged the records"),
-    "auto.offset.reset": (_is({"earliest", "smallest", "beginning"}), "must stay earliest: when the mirror's position is out of range (records deleted before it mirrored them) any other value skips records still on the source"),
-    "group.id": (_never, "cannot be set here: lag, checkpoints and --until-caught-up read the flow's group; set the flow's consumer_group instead"),
-    "group.instance.id": (_never, "is not supported: every worker of a flow runs with these settings, and workers sharing one static member id fence each other"),
-    "group.protocol": (_is({"classic"}), "must stay classic: the mirror hands partitions over with the cooperative-sticky assignor and its own session timeout, which the consumer protocol does not accept"),
-    "partition.assignment.strategy": (_is_exactly(*ASSIGNORS), "must be one assignor of " + ", ".join(ASSIGNORS) + ": cooperative-sticky (the default) moves only the partitions that must move; roundrobin and range are eager (every rebalance pauses every partition) but assign 10,000 partitions in under a second where librdkafka's cooperative-sticky takes tens of seconds"),
+    "isolation.level": (
+        _is({"read_committed"}),
+        "must stay read_committed: with read_uncommitted, records of aborted transactions reach the target",
+    ),
+    "enable.auto.commit": (
+        _is(_FALSE),
+        "must stay false: source offsets would be committed before the target acknowledged the records, "
+        "and a crash would lose them",
+    ),
+    "enable.auto.offset.store": (
+        _is(_FALSE),
+        "must stay false: the mirror stores and commits offsets itself, only after the target acknowledged the records",
+    ),
+    "auto.offset.reset": (
+        _is({"earliest", "smallest", "beginning"}),
+        "must stay earliest: when the mirror's position is out of range (records deleted before it "
+        "mirrored them) any other value skips records still on the source",
+    ),
+    "group.id": (
+        _never,
+        "cannot be set here: lag, checkpoints and --until-caught-up read the flow's group; set the "
+        "flow's consumer_group instead",
+    ),
+    "group.instance.id": (
+        _never,
+        "is not supported: every worker of a flow runs with these settings, and workers sharing one "
+        "static member id fence each other",
+    ),
+    "group.protocol": (
+        _is({"classic"}),
+        "must stay classic: the mirror hands partitions over with the cooperative-sticky assignor and "
+        "its own session timeout, which the consumer protocol does not accept",
+    ),
+    "partition.assignment.strategy": (
+        _is_exactly(*ASSIGNORS),
+        "must be one assignor of "
+        + ", ".join(ASSIGNORS)
+        + ": cooperative-sticky (the default) moves only the partitions that must move; roundrobin and "
+        "range are eager (every rebalance pauses every partition) but assign 10,000 partitions in under "
+        "a second where librdkafka's cooperative-sticky takes tens of seconds",
+    ),
 }
 _COMMON_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "allow.auto.create.topics": (_is(_FALSE), "must stay false: the mirror creates target topics itself, with the source's partition count and configs; an auto-created topic gets the broker's defaults"),
-    "bootstrap.servers": (_never, "cannot be set here: the flow's clients must talk to the clusters the flow names; set clusters.NAME.bootstrap instead"),
+    "allow.auto.create.topics": (
+        _is(_FALSE),
+        "must stay false: the mirror creates target topics itself, with the source's partition count and "
+        "configs; an auto-created topic gets the broker's defaults",
+    ),
+    "bootstrap.servers": (
+        _never,
+        "cannot be set here: the flow's clients must talk to the clusters the flow names; set "
+        "clusters.NAME.bootstrap instead",
+    ),
 }
 
 
-def _setting_problems(path: str, settings: Mapping[str, Any], rules: Mapping[str, tuple[Callable[[Any], bool], str]]) -> list[ConfigError]:
+def _setting_problems(
+    path: str, settings: Mapping[str, Any], rules: Mapping[str, tuple[Callable[[Any], bool], str]]
+) -> list[ConfigError]:
     out = []
     for key, value in settings.items():
         name = key.removeprefix("topic.")
@@ -513,11 +641,19 @@ def _setting_problems(path: str, settings: Mapping[str, Any], rules: Mapping[str
         if rule is not None and not rule[0](value):
             what = name if name == key else f"{name} (which {key} sets)"
             shown = "" if rule[0] is _never else f"{(_text(value) if isinstance(value, bool) else str(value))!r} "
-            out.append(ConfigError(f"{path}.{key}", f"{shown}refused: {what} {rule[1]}", hint="remove it; the mirror sets what it needs"))
+            out.append(
+                ConfigError(
+                    f"{path}.{key}",
+                    f"{shown}refused: {what} {rule[1]}",
+                    hint="remove it; the mirror sets what it needs",
+                )
+            )
     return out
 
 
-def _client_problems(clusters: Mapping[str, ClusterConfig | None] | None, flows: Sequence[tuple[int, FlowConfig]]) -> list[ConfigError]:
+def _client_problems(
+    clusters: Mapping[str, ClusterConfig | None] | None, flows: Sequence[tuple[int, FlowConfig]]
+) -> list[ConfigError]:
     """Client settings that would switch the mirror's guarantees off (see the rules above)."""
     out: list[ConfigError] = []
     everything = {**_PRODUCER_RULES, **_CONSUMER_RULES, **_COMMON_RULES}
@@ -559,18 +695,24 @@ def _timing_problems(path: str, consumer: Mapping[str, Any]) -> list[ConfigError
     session, heartbeat = values["session.timeout.ms"], values["heartbeat.interval.ms"]
     if heartbeat * 3 > session:
         key = "heartbeat.interval.ms" if "heartbeat.interval.ms" in consumer else "session.timeout.ms"
-        out.append(ConfigError(
-            f"{path}.{key}",
-            f"refused: heartbeat.interval.ms ({heartbeat}) must be at most a third of session.timeout.ms ({session}): "
-            "a worker that has not run for their difference fences itself and re-mirrors what it had in flight",
-            hint="lower heartbeat.interval.ms or raise session.timeout.ms",
-        ))
+        out.append(
+            ConfigError(
+                f"{path}.{key}",
+                f"refused: heartbeat.interval.ms ({heartbeat}) must be at most a third of "
+                f"session.timeout.ms ({session}): "
+                "a worker that has not run for their difference fences itself and re-mirrors what it had in flight",
+                hint="lower heartbeat.interval.ms or raise session.timeout.ms",
+            )
+        )
     if values.get("max.poll.interval.ms", MIN_MAX_POLL_INTERVAL_MS) < MIN_MAX_POLL_INTERVAL_MS:
-        out.append(ConfigError(
-            f"{path}.max.poll.interval.ms",
-            f"refused: below {MIN_MAX_POLL_INTERVAL_MS} the group can drop a worker while it drains a revoked partition (up to 30 s)",
-            hint=f"remove it or set at least {MIN_MAX_POLL_INTERVAL_MS}",
-        ))
+        out.append(
+            ConfigError(
+                f"{path}.max.poll.interval.ms",
+                f"refused: below {MIN_MAX_POLL_INTERVAL_MS} the group can drop a worker while it drains a "
+                "revoked partition (up to 30 s)",
+                hint=f"remove it or set at least {MIN_MAX_POLL_INTERVAL_MS}",
+            )
+        )
     return out
 
 

@@ -32,8 +32,10 @@ pytestmark = [
     pytest.mark.slow,
     # Building every image from empty storage takes minutes on a loaded 2-core machine.
     pytest.mark.timeout(2400),
-    pytest.mark.skipif(os.name != "posix" or os.geteuid() != 0 or shutil.which("podman-compose") is None,
-                       reason="needs root and podman (`make setup` installs podman with apt-get as root)"),
+    pytest.mark.skipif(
+        os.name != "posix" or os.geteuid() != 0 or shutil.which("podman-compose") is None,
+        reason="needs root and podman (`make setup` installs podman with apt-get as root)",
+    ),
 ]
 
 FLOW = "nyc-to-sf"
@@ -77,8 +79,12 @@ def _wait_mirrored(stack: Stack, topic: str, count: int, timeout: float = 180) -
     def arrived() -> bool:
         return sum(end_offsets(stack.sf, f"nyc.{topic}", PARTITIONS).values()) >= count
 
-    wait_for(arrived, timeout, f"{count} records in sf's nyc.{topic}",
-             detail=lambda: "\n".join(stack.logs(n, 15) for n in stack.containers() if "_mirror_" in n))
+    wait_for(
+        arrived,
+        timeout,
+        f"{count} records in sf's nyc.{topic}",
+        detail=lambda: "\n".join(stack.logs(n, 15) for n in stack.containers() if "_mirror_" in n),
+    )
 
 
 def _new_topic(stack: Stack, topic: str) -> None:
@@ -86,7 +92,9 @@ def _new_topic(stack: Stack, topic: str) -> None:
 
 
 def test_every_container_of_the_stack_reports_healthy(stack: Stack):
-    running = [stack.container("mirror", n) for n in range(1, MIRRORS + 1)] + [stack.container(n) for n in ("canary", "monitor")]
+    running = [stack.container("mirror", n) for n in range(1, MIRRORS + 1)] + [
+        stack.container(n) for n in ("canary", "monitor")
+    ]
     stack.wait_healthy(running, timeout=300)
     for name in running:
         assert stack.state(name)["Running"]
@@ -105,8 +113,10 @@ def test_every_record_is_mirrored_exactly_and_the_offset_map_is_in_cassandra(sta
 
     # The replicas share the offset map through Cassandra: every row there maps a source
     # record to the target offset that holds it.
-    query = (f"SELECT partition, source_offset, target_offset FROM mirror.offset_syncs "
-             f"WHERE flow='{FLOW}' AND topic='{topic}' AND partition IN (0, 1, 2)")
+    query = (
+        f"SELECT partition, source_offset, target_offset FROM mirror.offset_syncs "
+        f"WHERE flow='{FLOW}' AND topic='{topic}' AND partition IN (0, 1, 2)"
+    )
     rows: list[list[str]] = []
 
     def synced() -> bool:
@@ -131,8 +141,21 @@ def test_the_image_keeps_sqlite_state_in_its_state_dir_with_the_config_read_only
     tmp_path.chmod(0o755)
     (tmp_path / "mirror.yaml").chmod(0o644)
     script = "mirror run -c /etc/mirror/mirror.yaml --until-caught-up && ls /var/lib/mirror/.mirror/offsets.db"
-    done = stack.podman("run", "--rm", "--network", stack.network, "-v", f"{tmp_path}:/etc/mirror:ro",
-                        "--entrypoint", "sh", "localhost/mirror:dev", "-c", script, check=False, timeout=300)
+    done = stack.podman(
+        "run",
+        "--rm",
+        "--network",
+        stack.network,
+        "-v",
+        f"{tmp_path}:/etc/mirror:ro",
+        "--entrypoint",
+        "sh",
+        "localhost/mirror:dev",
+        "-c",
+        script,
+        check=False,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     mirrored = [rec for recs in _mirrored(stack, topic).values() for rec in recs]
     assert collections.Counter(mirrored) == collections.Counter(sent)
@@ -223,10 +246,22 @@ def test_the_spark_image_runs_the_spark_pipeline(stack: Stack):
     driver = SERVICES["mirror-spark"]
     mounts = [arg for v in driver["volumes"] for arg in ("-v", v.replace("./", f"{COMPOSE.parent}/", 1))]
     done = stack.podman(
-        "run", "--rm", "--name", stack.container("mirror-spark"), "--network", stack.network,
-        "--hostname", driver["hostname"], "--network-alias", driver["hostname"], *mounts,
-        driver["image"], *driver["command"], "--until-caught-up",
-        check=False, timeout=900,
+        "run",
+        "--rm",
+        "--name",
+        stack.container("mirror-spark"),
+        "--network",
+        stack.network,
+        "--hostname",
+        driver["hostname"],
+        "--network-alias",
+        driver["hostname"],
+        *mounts,
+        driver["image"],
+        *driver["command"],
+        "--until-caught-up",
+        check=False,
+        timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     mirrored = [rec for recs in _mirrored(stack, topic).values() for rec in recs]

@@ -60,12 +60,16 @@ class Stack:
         return self._run(["podman-compose", "-p", self.project, "-f", str(COMPOSE), *args], timeout)
 
     def podman(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["podman", *args], env=self.env, capture_output=True, text=True, timeout=timeout, check=check)
+        return subprocess.run(
+            ["podman", *args], env=self.env, capture_output=True, text=True, timeout=timeout, check=check
+        )
 
     def _run(self, cmd: Sequence[str], timeout: float) -> str:
         done = subprocess.run(list(cmd), env=self.env, capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
-            raise AssertionError(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+            raise AssertionError(
+                f"{' '.join(cmd)} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            )
         return done.stdout
 
     def container(self, service: str, number: int = 1) -> str:
@@ -73,7 +77,9 @@ class Stack:
         return f"{self.project}_{service}_{number}"
 
     def containers(self) -> list[str]:
-        out = self.podman("ps", "-a", "--filter", f"label=io.podman.compose.project={self.project}", "--format", "{{.Names}}").stdout
+        out = self.podman(
+            "ps", "-a", "--filter", f"label=io.podman.compose.project={self.project}", "--format", "{{.Names}}"
+        ).stdout
         return out.split()
 
     def state(self, name: str) -> dict:
@@ -89,7 +95,9 @@ class Stack:
         while pending and time.monotonic() < deadline:
             pending = [n for n in pending if not self.healthy(n)]
         if pending:
-            raise AssertionError(f"not healthy within {timeout}s: {pending}\n" + "\n".join(self.logs(n) for n in pending))
+            raise AssertionError(
+                f"not healthy within {timeout}s: {pending}\n" + "\n".join(self.logs(n) for n in pending)
+            )
 
     def wait_logged(self, name: str, text: str, timeout: float) -> None:
         """Until the container's output has `text` (a daemon saying it is ready)."""

@@ -83,7 +83,17 @@ flows:
     with pytest.raises(ConfigError, match=r"flows a -> b form a loop .*canary topic 'mirror-canary'"):
         config.parse(text, env={})
     # One direction prefixed: the canary comes back as nyc.mirror-canary once and stops there.
-    assert len(config.parse(text.replace("rename: identity, topics: {include: [\"users\"]}", "rename: prefix, topics: {include: [\"users\"]}"), env={}).flows) == 2
+    assert (
+        len(
+            config.parse(
+                text.replace(
+                    'rename: identity, topics: {include: ["users"]}', 'rename: prefix, topics: {include: ["users"]}'
+                ),
+                env={},
+            ).flows
+        )
+        == 2
+    )
 
 
 def test_chain_spoke_hub_dr_is_allowed():
@@ -117,7 +127,10 @@ def test_identity_relay_of_prefixed_copies_into_a_target_fed_by_their_origin_is_
 def test_relative_sqlite_path_is_taken_from_the_config_file(tmp_path, monkeypatch):
     (tmp_path / "etc").mkdir()
     path = tmp_path / "etc" / "m.yaml"
-    path.write_text('clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: [{name: f, source: a, target: b, topics: {include: [t]}}]\n')
+    path.write_text(
+        'clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: '
+        "[{name: f, source: a, target: b, topics: {include: [t]}}]\n"
+    )
     monkeypatch.chdir(tmp_path)
     assert config.load(path).offset_store.path == str(tmp_path / "etc" / ".mirror" / "offsets.db")
 
@@ -127,7 +140,10 @@ def test_relative_sqlite_path_is_taken_from_the_state_dir_when_one_is_set(tmp_pa
     a relative path next to the config file could never be written there."""
     (tmp_path / "etc").mkdir()
     path = tmp_path / "etc" / "m.yaml"
-    path.write_text('clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: [{name: f, source: a, target: b, topics: {include: [t]}}]\n')
+    path.write_text(
+        'clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: '
+        "[{name: f, source: a, target: b, topics: {include: [t]}}]\n"
+    )
     monkeypatch.chdir(tmp_path)
     env = {"MIRROR_STATE_DIR": "state"}
     assert config.load(path, env=env).offset_store.path == str(tmp_path / "state" / ".mirror" / "offsets.db")

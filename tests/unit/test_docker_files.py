@@ -126,7 +126,11 @@ def _bases(path: Path = DOCKERFILE) -> list[str]:
     """The image each FROM names, with the ARG defaults of the file filled in."""
     instructions = _dockerfile_instructions(path)
     args = dict(rest.split("=", 1) for word, rest in instructions if word == "ARG" and "=" in rest)
-    return [re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], rest.split()[0]) for word, rest in instructions if word == "FROM"]
+    return [
+        re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], rest.split()[0])
+        for word, rest in instructions
+        if word == "FROM"
+    ]
 
 
 def _pinned(reference: str, tag: str) -> bool:
@@ -147,7 +151,9 @@ def _env_of_image(path: Path = DOCKERFILE) -> dict[str, str]:
 
 
 def test_compose_has_the_whole_stack():
-    assert {"kafka-nyc", "kafka-sf", "mirror", "canary", "monitor", "cassandra", "prometheus", "grafana"} <= set(SERVICES)
+    assert {"kafka-nyc", "kafka-sf", "mirror", "canary", "monitor", "cassandra", "prometheus", "grafana"} <= set(
+        SERVICES
+    )
     kafkas = [s for s in SERVICES.values() if str(s.get("image", "")).startswith("apache/kafka")]
     assert len(kafkas) == 2
     for s in kafkas:
@@ -169,7 +175,9 @@ def test_kafka_listeners_name_their_own_service():
         # or a second stack can pick a free one), on loopback, to the HOST listener's port.
         host_port = advertised["HOST"].rpartition("localhost:")[2]
         listener_port = re.search(r"HOST://:(\d+)", env["KAFKA_LISTENERS"]).group(1)  # type: ignore[union-attr]
-        assert f"127.0.0.1:{host_port}:{listener_port}" in s["ports"], "the listener advertised to the host must be published"
+        assert f"127.0.0.1:{host_port}:{listener_port}" in s["ports"], (
+            "the listener advertised to the host must be published"
+        )
 
 
 def test_the_mirror_scales():
@@ -189,7 +197,13 @@ def test_everything_compose_mounts_or_builds_exists():
             context = (DOCKER / build["context"]).resolve()
             assert context == ROOT
             assert (context / build["dockerfile"]).is_file()
-        for env_file in s.get("env_file", []) if isinstance(s.get("env_file"), list) else [s.get("env_file")] if s.get("env_file") else []:
+        for env_file in (
+            s.get("env_file", [])
+            if isinstance(s.get("env_file"), list)
+            else [s.get("env_file")]
+            if s.get("env_file")
+            else []
+        ):
             assert (DOCKER / env_file).is_file()
         for dep in s.get("depends_on", {}):
             assert dep in SERVICES, f"service {name} depends on unknown service {dep}"
@@ -279,7 +293,11 @@ def test_the_root_dockerignore_sends_only_what_the_images_copy():
     assert "*" in ignore
     kept = {line for line in ignore if line.startswith("!")}
     for dockerfile in ("Dockerfile", "Dockerfile.spark"):
-        assert {line for line in (DOCKER / f"{dockerfile}.dockerignore").read_text(encoding="utf-8").split() if line.startswith("!")} <= kept
+        assert {
+            line
+            for line in (DOCKER / f"{dockerfile}.dockerignore").read_text(encoding="utf-8").split()
+            if line.startswith("!")
+        } <= kept
 
 
 # ---------------------------------------------------------------------------- Prometheus
@@ -321,7 +339,9 @@ def _seconds(duration: str) -> float:
 def test_grafana_provisioning_points_at_prometheus_and_the_dashboards():
     mounted = {target: host for host, target in _mounts(SERVICES["grafana"])}
     provisioning = mounted["/etc/grafana/provisioning"]
-    (ds,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yaml").read_text(encoding="utf-8"))["datasources"]
+    (ds,) = yaml.safe_load((provisioning / "datasources" / "prometheus.yaml").read_text(encoding="utf-8"))[
+        "datasources"
+    ]
     assert ds["type"] == "prometheus" and ds["url"] == "http://prometheus:9090"
     (provider,) = yaml.safe_load((provisioning / "dashboards" / "mirror.yaml").read_text(encoding="utf-8"))["providers"]
     assert mounted[provider["options"]["path"]] == DASHBOARDS
@@ -329,10 +349,43 @@ def test_grafana_provisioning_points_at_prometheus_and_the_dashboards():
 
 
 _FUNCTIONS = {
-    "sum", "max", "min", "avg", "count", "topk", "bottomk", "quantile", "stddev", "group",
-    "rate", "irate", "increase", "delta", "deriv", "histogram_quantile", "clamp_min", "clamp_max",
-    "abs", "time", "vector", "scalar", "max_over_time", "min_over_time", "avg_over_time", "absent",
-    "and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left", "group_right",
+    "sum",
+    "max",
+    "min",
+    "avg",
+    "count",
+    "topk",
+    "bottomk",
+    "quantile",
+    "stddev",
+    "group",
+    "rate",
+    "irate",
+    "increase",
+    "delta",
+    "deriv",
+    "histogram_quantile",
+    "clamp_min",
+    "clamp_max",
+    "abs",
+    "time",
+    "vector",
+    "scalar",
+    "max_over_time",
+    "min_over_time",
+    "avg_over_time",
+    "absent",
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
 }
 
 
@@ -348,7 +401,9 @@ def metric_names(expr: str) -> set[str]:
 
 
 def test_metric_name_extraction():
-    assert metric_names('histogram_quantile(0.99, sum by (flow, le) (rate(a_bucket{flow=~"$flow"}[$__rate_interval])))') == {"a_bucket"}
+    assert metric_names(
+        'histogram_quantile(0.99, sum by (flow, le) (rate(a_bucket{flow=~"$flow"}[$__rate_interval])))'
+    ) == {"a_bucket"}
     assert metric_names("label_values(mirror_flow_status, flow)") == {"mirror_flow_status"}
     assert metric_names('count(up{job="mirror"} == 1) / on (flow) b') == {"up", "b"}
 
@@ -374,8 +429,15 @@ def _exported_series() -> set[str]:
         else:
             names.add(f.name)
     # Families built elsewhere at scrape time (monitor, offset-map recorder, lag).
-    for py in [*(ROOT / "src" / "mirror").glob("*.py"), *(ROOT / "canary").glob("*.py"), *(ROOT / "failover").glob("*.py")]:
-        for kind, name in re.findall(r"\b(Counter|CounterMetricFamily|Gauge|GaugeMetricFamily|Histogram)\(\s*\"(mirror_\w+)\"", py.read_text(encoding="utf-8")):
+    for py in [
+        *(ROOT / "src" / "mirror").glob("*.py"),
+        *(ROOT / "canary").glob("*.py"),
+        *(ROOT / "failover").glob("*.py"),
+    ]:
+        for kind, name in re.findall(
+            r"\b(Counter|CounterMetricFamily|Gauge|GaugeMetricFamily|Histogram)\(\s*\"(mirror_\w+)\"",
+            py.read_text(encoding="utf-8"),
+        ):
             if kind.startswith("Counter"):
                 names.add(f"{name}_total")
             elif kind == "Histogram":
@@ -413,9 +475,15 @@ def test_dashboard_queries_only_exported_metrics(path: Path):
     assert not unknown, f"{path.name} queries metrics nobody exports: {sorted(unknown)}"
     # The panels an SRE opens it for: lag, status, throughput, canary, checkpoints.
     wanted = {
-        "mirror_replication_lag_records", "mirror_replication_lag_seconds", "mirror_flow_status",
-        "mirror_records_total", "mirror_bytes_total", "mirror_canary_latency_seconds_bucket",
-        "mirror_canary_lost_total", "mirror_canary_duplicated_total", "mirror_group_checkpoint_age_seconds",
+        "mirror_replication_lag_records",
+        "mirror_replication_lag_seconds",
+        "mirror_flow_status",
+        "mirror_records_total",
+        "mirror_bytes_total",
+        "mirror_canary_latency_seconds_bucket",
+        "mirror_canary_lost_total",
+        "mirror_canary_duplicated_total",
+        "mirror_group_checkpoint_age_seconds",
     }
     assert wanted <= queried, f"{path.name} has no panel for {sorted(wanted - queried)}"
     quantiles = {float(q) for e in _queries(dashboard) for q in re.findall(r"histogram_quantile\(\s*([0-9.]+)", e)}
@@ -423,18 +491,27 @@ def test_dashboard_queries_only_exported_metrics(path: Path):
 
 
 def test_dashboard_panels_use_a_provisioned_datasource():
-    ds_uids = {d["uid"] for d in yaml.safe_load((DOCKER / "grafana" / "provisioning" / "datasources" / "prometheus.yaml").read_text(encoding="utf-8"))["datasources"]}
+    ds_uids = {
+        d["uid"]
+        for d in yaml.safe_load(
+            (DOCKER / "grafana" / "provisioning" / "datasources" / "prometheus.yaml").read_text(encoding="utf-8")
+        )["datasources"]
+    }
     for path in DASHBOARDS.glob("*.json"):
         dashboard = json.loads(path.read_text(encoding="utf-8"))
-        variables = {v["name"] for v in dashboard.get("templating", {}).get("list", []) if v.get("type") == "datasource"}
+        variables = {
+            v["name"] for v in dashboard.get("templating", {}).get("list", []) if v.get("type") == "datasource"
+        }
         for p in dashboard["panels"]:
             if p["type"] == "row":
                 continue
             uid = p["datasource"]["uid"]
-            assert uid in ds_uids or uid.strip("${}") in variables, f"{path.name}: panel {p['title']!r} uses datasource {uid}"
+            assert uid in ds_uids or uid.strip("${}") in variables, (
+                f"{path.name}: panel {p['title']!r} uses datasource {uid}"
+            )
 
 
-# ---------------------------------------------------------------------------- promtool (a project dependency: make setup)
+# ------------------------------------------------------------ promtool (a project dependency: make setup)
 
 
 @pytest.fixture(scope="module")
@@ -492,7 +569,9 @@ def test_the_spark_profile_is_optional_and_complete():
     # `docker compose up` without the profile starts none of it, and needs none of it.
     for name, s in SERVICES.items():
         if name not in SPARK_SERVICES:
-            assert not set(s.get("depends_on", {})) & set(SPARK_SERVICES), f"{name} depends on the optional Spark profile"
+            assert not set(s.get("depends_on", {})) & set(SPARK_SERVICES), (
+                f"{name} depends on the optional Spark profile"
+            )
 
 
 def test_spark_master_and_worker_start_as_the_dev_cluster_does():
@@ -541,7 +620,9 @@ def test_the_spark_image_has_the_pinned_pyspark_and_its_connector():
                 assert (ROOT / src).exists(), f"COPY {src}: not in the build context"
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     version = re.search(r'spark = \["pyspark==([\d.]+)"', pyproject).group(1)  # type: ignore[union-attr]
-    assert f"<spark.version>{version}</spark.version>" in (ROOT / "deps" / "spark" / "pom.xml").read_text(encoding="utf-8")
+    assert f"<spark.version>{version}</spark.version>" in (ROOT / "deps" / "spark" / "pom.xml").read_text(
+        encoding="utf-8"
+    )
     env = _env_of_image(SPARK_DOCKERFILE)
     jars = [rest.split()[-1] for word, rest in instructions if word == "COPY" and "--from=jars" in rest]
     assert jars == [f"{env['MIRROR_CACHE']}/spark-{version}/jars"]  # where connector_jars looks
