@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from mirror.domain.offsetmap import OffsetStore, OffsetSync
+from mirror.errors import OffsetStoreError
 
 # A position past any real offset: `floor_sync(..., NEWEST)` is a partition's newest row.
 NEWEST = 2**62
@@ -103,5 +104,6 @@ def checkpointed_groups(store: FullOffsetStore, flow: str) -> list[str]:
     """The groups a flow holds checkpoints of (what a site failover plans when the source is gone)."""
     bulk = getattr(store, "checkpointed_groups", None)
     if bulk is None:
-        raise NotImplementedError(f"{store.describe()} cannot list checkpointed groups")
+        # Both shipped backends list them; a store without the query gets one line, not a traceback.
+        raise OffsetStoreError(f"{store.describe()} cannot list checkpointed groups")
     return sorted(bulk(flow))
