@@ -108,8 +108,12 @@ class TransactionalPool(ProducerPool):
         log.info("flow %s: transactional producer %s started", self.flow.name, writer_id)
         return producer
 
-    def begin(self) -> None:
-        self.for_topic(None).begin_transaction()
+    def fit(self, part: AssignedPartition) -> AssignedPartition:
+        """As the pool's, but never starts a producer (held: none until the next claim)."""
+        if self.ready():
+            return super().fit(part)
+        part.producer = None
+        return part
 
     def renew(self) -> None:
         """A new incarnation (new id); the old id is fenced, so its open transaction is aborted."""
