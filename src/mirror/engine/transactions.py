@@ -85,6 +85,9 @@ class TransactionalPool(ProducerPool):
     ) -> None:
         self.writer_id: str | None = None
         self.txn = txn
+        # Called after `renew` (a resync, a revoke's drop): whatever the old producer's
+        # transaction wrote never counts, so the books go back to the committed progress.
+        self.on_renew: Any = None
         super().__init__(flow, target, settings, make_producer)
 
     def for_topic(self, target_topic: str | None) -> Any:
@@ -130,6 +133,8 @@ class TransactionalPool(ProducerPool):
                 log.warning("flow %s: could not fence the retired producer %s: %s", self.flow.name, old, exc)
         self.writer_id = None
         self.for_topic(None)
+        if self.on_renew is not None:
+            self.on_renew()
 
     def retire(self) -> None:
         """Drop the producer without a new one (fenced: wait until the group confirms)."""
@@ -166,6 +171,7 @@ class TransactionalCommitter(Committer):
         self.claims: Any = None  # Claims, wired after (it needs the committer)
         self.closing = False
         self.transactions = 0  # committed, for the log and the tests
+        self.pool.on_renew = self.reset
 
     @property
     def pool(self) -> TransactionalPool:
