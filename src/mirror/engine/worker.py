@@ -408,6 +408,8 @@ class FlowWorker:
             msgs = self._consumer.consume(CONSUME_BATCH, 0) or self._consumer.consume(1, 0.1)
             if fence.check():
                 msgs = []  # read before the freeze; re-read from the committed offsets
+            if self.txn is not None and self.txn.reseek:
+                msgs = self.committer.after_consume(msgs)  # type: ignore[attr-defined]  # exactly_once
             if msgs:
                 self.forwarder.forward(msgs)
             self.reports.serve(0)
