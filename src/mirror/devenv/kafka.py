@@ -335,7 +335,7 @@ class DevClusters:
         (self.home / self.STATE).write_text(json.dumps(state, indent=2))
 
     def nodes(self) -> list[KafkaNode]:
-        st = self._state()
+        state = self._state()
         return [
             KafkaNode(
                 ClusterSpec(n, c["port"], self.home),
@@ -343,7 +343,7 @@ class DevClusters:
                 security=c.get("security", "plaintext"),
                 extra_security=c.get("extra_security", ()),
             )
-            for n, c in st["clusters"].items()
+            for n, c in state["clusters"].items()
         ]
 
     def node(self, name: str) -> KafkaNode:
