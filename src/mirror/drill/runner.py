@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mirror.config import Config, FlowConfig
-from mirror.domain.runbook import Block, Command, Manual, Runbook, RunbookError, Step, check, cost
+from mirror.domain.runbook import Block, Command, Manual, Runbook, RunbookError, Step, check
 from mirror.drill.report import render_markdown
 from mirror.drill.site import SiteWorkload, load_snapshot
-from mirror.drill.workload import DR, PRIMARY, Workload, WorkloadState
+from mirror.drill.workload import DR, PRIMARY, Workload, WorkloadState, snapshot_cost
 from mirror.errors import ExitCode, MirrorError, UsageError
 
 log = logging.getLogger(__name__)
@@ -340,8 +340,7 @@ class Drill:
         if snap["cutover_ms"] is not None and snap["first_dr_read_ms"] is not None:
             self.report["rto_seconds"] = round((snap["first_dr_read_ms"] - snap["cutover_ms"]) / 1000, 3)
             self.report["rto_basis"] = snap["rto_basis"]
-        to_int = lambda d: {int(p): s for p, s in d.items()}  # noqa: E731
-        c = cost(to_int(snap["produced"]), to_int(snap["reads"][PRIMARY]), to_int(snap["reads"][DR]))
+        c = snapshot_cost(snap)
         self.report["workload"] = {
             "topic": snap["topic"],
             "dr_topic": self.workload.dr_topic,

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mirror.config import Config, FlowConfig
-from mirror.domain.runbook import cost
-from mirror.drill.workload import DR, PRIMARY, Workload, WorkloadState
+from mirror.drill.workload import Workload, WorkloadState, snapshot_cost
 
 
 @dataclass
@@ -133,8 +132,7 @@ class SiteWorkload:
         firsts = []
         for g, w in self.workloads.items():
             snap = w.snapshot()
-            to_int = lambda d: {int(p): s for p, s in d.items()}  # noqa: E731
-            c = cost(to_int(snap["produced"]), to_int(snap["reads"][PRIMARY]), to_int(snap["reads"][DR]))
+            c = snapshot_cost(snap)
             groups[g] = {
                 "flow": w.flow.name,
                 "dr_topic": w.dr_topic,
