@@ -253,7 +253,12 @@ class TransactionalCommitter(Committer):
         # A target that cannot take the queue within its timeout is away: the transaction
         # is aborted and copied again from the progress (waiting longer saves nothing).
         wait = min(DRAIN_TIMEOUT, self._target.timeout)
-        producer.flush(wait)
+        try:
+            producer.flush(wait)
+        except (KafkaException, SystemError) as exc:
+            # A fenced producer raises from flush (confluent-kafka wraps it in a SystemError
+            # when a callback runs meanwhile): its transaction can never commit.
+            self.txn.doom(f"the producer failed: {exc}", fenced=True)
         self.reports.serve(0)
         for part in self._ledger:
             seg = part.open
