@@ -1,0 +1,85 @@
+"""Loss and duplicate paths of the native engine's exactly_once (review of issue 24).
+
+Each test drives a real `FlowWorker` with exactly_once on against an in-memory
+transactional target (`eos_fakes.TxnTarget`) and checks what a read_committed consumer of
+the target would read: every source record once, in order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.unit.engine.eos_fakes import EOS_TEXT, TxnTarget, make_eos
+from tests.unit.engine.fakes import P0, P1, FakeConsumer, Msg, batch
+
+SLOW = EOS_TEXT.replace("commit_interval: 1s", "commit_interval: 10s")
+
+
+def read(tp: tuple[str, int], upto: int) -> Any:
+    """A step reading `tp` from wherever the worker positioned the consumer, up to `upto`."""
+
+    def step(consumer: FakeConsumer) -> list[Msg]:
+        start = consumer.position_of.get(tp, 0)
+        return batch(tp, range(start, upto))
+
+    return step
+
+
+def exactly_once(target: TxnTarget, tp: tuple[str, int], end: int) -> None:
+    got = target.visible(tp)
+    lost = sorted(set(range(end)) - set(got))
+    doubled = sorted({o for o in got if got.count(o) > 1})
+    assert (lost, doubled, got) == ([], [], list(range(end))), f"lost {lost}, doubled {doubled}"
+
+
+def test_baseline_copy_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sanity of the fakes: no fault, every record once and the progress at the end."""
+    worker, consumer, target = make_eos(monkeypatch, [read(P0, 10), read(P1, 5), read(P0, 20), read(P1, 8)])
+    worker.run()
+    exactly_once(target, P0, 20)
+    exactly_once(target, P1, 8)
+    assert target.progress[("nyc.orders", 0)].next_offset == 20
+
+
+def test_resync_does_not_lose_the_open_transaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resync (a partition added to the target that the producer's metadata does not show
+    yet, or a target topic recreated) renews the pool: the new incarnation fences the old
+    transactional.id, which aborts the open transaction with its acknowledged records. The
+    resync then commits `acked_next` (past those aborted records) as progress and seeks the
+    consumer there: the records are lost on the target."""
+    holder: dict[str, Any] = {}
+
+    def resync(consumer: FakeConsumer) -> list[Msg]:
+        holder["worker"].watch._resync.run(set(), set())
+        return []
+
+    worker, consumer, target = make_eos(monkeypatch, [read(P0, 10), resync, read(P0, 20)], text=SLOW)
+    holder["worker"] = worker
+    worker.run()
+    exactly_once(target, P0, 20)
+
+
+def test_resync_keeps_its_partitions_claimed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a resync the progress of partitions the worker still writes must name the
+    writer (so a new owner fences it): the resync's commit releases them instead (`keep` is
+    passed as the revoked set), and the renewed producer's id is never claimed."""
+    holder: dict[str, Any] = {}
+
+    def resync(consumer: FakeConsumer) -> list[Msg]:
+        holder["worker"].watch._resync.run(set(), set())
+        return []
+
+    def check(consumer: FakeConsumer) -> list[Msg]:
+        w = holder["worker"]
+        writer = w.pool.writer_id
+        named = {tp: p.writer_id for tp, p in target.progress.items()}
+        holder["named"] = (writer, named)
+        return []
+
+    worker, consumer, target = make_eos(monkeypatch, [read(P0, 10), resync, check, read(P0, 12)], text=SLOW)
+    holder["worker"] = worker
+    worker.run()
+    writer, named = holder["named"]
+    assert named == {("nyc.orders", 0): writer, ("nyc.orders", 1): writer}
