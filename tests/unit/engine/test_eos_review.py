@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.unit.engine.eos_fakes import EOS_TEXT, TxnTarget, make_eos
+from mirror.kafka.progress import Progress
+from tests.unit.engine.eos_fakes import EOS_TEXT, Entry, TxnTarget, make_eos
 from tests.unit.engine.fakes import P0, P1, FakeConsumer, Msg, batch
 
 SLOW = EOS_TEXT.replace("commit_interval: 1s", "commit_interval: 10s")
@@ -21,7 +22,7 @@ def read(tp: tuple[str, int], upto: int) -> Any:
     """A step reading `tp` from wherever the worker positioned the consumer, up to `upto`."""
 
     def step(consumer: FakeConsumer) -> list[Msg]:
-        start = consumer.position_of.get(tp, 0)
+        start = max(0, consumer.position_of.get(tp, 0))  # OFFSET_BEGINNING (-2): the first record
         return batch(tp, range(start, upto))
 
     return step
@@ -83,3 +84,26 @@ def test_resync_keeps_its_partitions_claimed(monkeypatch: pytest.MonkeyPatch) ->
     worker.run()
     writer, named = holder["named"]
     assert named == {("nyc.orders", 0): writer, ("nyc.orders", 1): writer}
+
+
+def test_resync_rewinds_idle_partitions_to_the_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resync seeks a partition with nothing acknowledged since its claim to the SOURCE
+    group's offset (`Resync._rewind`), not to the target's progress: where the source group
+    is behind the progress (its commit comes after the target's and may fail; here an earlier
+    incarnation's source commit never happened), records the target already committed are
+    copied again in a new transaction: duplicates for read_committed consumers."""
+    target = TxnTarget()
+    target.logs[P1] = [Entry(o, "mirror.p.old", "committed") for o in range(5)] + [Entry(None, "x", "marker")]
+    target.progress[("nyc.orders", 1)] = Progress(5, None)  # released by the earlier run
+    holder: dict[str, Any] = {}
+
+    def resync(consumer: FakeConsumer) -> list[Msg]:
+        holder["worker"].watch._resync.run(set(), set())
+        return []
+
+    worker, consumer, target = make_eos(
+        monkeypatch, [read(P0, 10), resync, read(P1, 5), read(P0, 12)], target=target, text=SLOW
+    )
+    holder["worker"] = worker
+    worker.run()
+    exactly_once(target, P1, 5)
