@@ -95,6 +95,7 @@ class TxnProducer(FakeProducer):
         self.tid = tid
         self.epoch = 0
         self.in_txn = False
+        self.abortable = False
 
     def _live(self) -> bool:
         return self.t.epochs.get(self.tid) == self.epoch
@@ -120,13 +121,15 @@ class TxnProducer(FakeProducer):
     def commit_transaction(self, timeout: float = 0) -> None:
         self.flush()
         self._check()
+        if self.abortable:
+            raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, "failed", txn_requires_abort=True))
         self.t.end(self.tid, commit=True)
         self.in_txn = False
 
     def abort_transaction(self, timeout: float = 0) -> None:
         self._check()
         self.t.end(self.tid, commit=False)
-        self.in_txn = False
+        self.in_txn = self.abortable = False
 
     def poll(self, timeout: float = 0) -> int:
         """Answer in order per partition; records join the open transaction (fenced: refused)."""
@@ -139,6 +142,11 @@ class TxnProducer(FakeProducer):
                 left.append((tp, offset, cb))
                 continue
             served += 1
+            if what == "fail":  # a transient failure the transaction cannot survive
+                self.abortable = True  # as librdkafka: its commit fails, the transaction must abort
+                if cb is not None:
+                    cb(KafkaError(KafkaError._MSG_TIMED_OUT), Report(-1))
+                continue
             if not self._live():
                 if cb is not None:
                     cb(FENCED, Report(-1))

@@ -107,3 +107,40 @@ def test_resync_rewinds_idle_partitions_to_the_progress(monkeypatch: pytest.Monk
     holder["worker"] = worker
     worker.run()
     exactly_once(target, P1, 5)
+
+
+def test_cooperative_revoke_with_an_open_transaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    """P1 revoked while the transaction holds records of both: P1 handed over (released at
+    its end), P0 kept and copied on; each once."""
+
+    def revoke(consumer: FakeConsumer) -> list[Msg]:
+        consumer.revoke([P1])
+        return []
+
+    worker, consumer, target = make_eos(monkeypatch, [read(P0, 10), read(P1, 5), revoke, read(P0, 15)], text=SLOW)
+    worker.run()
+    exactly_once(target, P0, 15)
+    exactly_once(target, P1, 5)
+    assert target.progress[("nyc.orders", 1)].next_offset == 5
+    assert target.progress[("nyc.orders", 1)].writer_id is None  # released: nobody to fence
+
+
+def test_failed_record_aborts_and_copies_again_from_the_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record failing (not refused) dooms the transaction: aborted at the tick, every
+    partition read again from the committed progress; each record once."""
+    target = TxnTarget()
+    failed: set[int] = set()
+
+    def answer(tp: tuple[str, int], offset: int) -> str:
+        if tp == P0 and offset == 13 and not failed:
+            failed.add(offset)
+            return "fail"
+        return "store"
+
+    target.answer = answer
+    script = [read(P0, 10), read(P1, 5)] + [read(P0, 20), read(P1, 8)] * 30
+    worker, consumer, target = make_eos(monkeypatch, script, target=target)
+    worker.run()
+    assert failed
+    exactly_once(target, P0, 20)
+    exactly_once(target, P1, 8)
