@@ -18,7 +18,7 @@ import pytest
 
 from mirror import config
 from mirror.engine.worker import FlowWorker
-from mirror.kafka import KafkaError, KafkaException, TopicPartition
+from mirror.kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 from mirror.kafka.progress import Progress, ProgressPending
 from tests.unit.engine.fakes import P0, P1, Clock, FakeAdmin, FakeConsumer, FakeProducer, Report, Step, Target
 
@@ -161,6 +161,23 @@ class TxnProducer(FakeProducer):
         return served
 
 
+class StartingConsumer(FakeConsumer):
+    """A `FakeConsumer` that starts a partition where the assignment says (librdkafka does)."""
+
+    def incremental_assign(self, tps: list[TopicPartition]) -> None:
+        super().incremental_assign(tps)
+        self._start(tps)
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        super().assign(tps)
+        self._start(tps)
+
+    def _start(self, tps: list[TopicPartition]) -> None:
+        for tp in tps:
+            if tp.offset >= 0 or tp.offset == OFFSET_BEGINNING:
+                self.position_of[(tp.topic, tp.partition)] = max(tp.offset, 0)
+
+
 class FakeProgressGroup:
     """`mirror.kafka.progress.ProgressGroup` on a `TxnTarget`: stable reads wait for open
     transactions that sent offsets of the partitions asked."""
@@ -208,7 +225,7 @@ def make_eos(
     stop = threading.Event()
     target = target or TxnTarget()
     patch(monkeypatch, target)
-    consumer = FakeConsumer(list(partitions), script, stop, target)
+    consumer = StartingConsumer(list(partitions), script, stop, target)
 
     def producer(name: str, cluster: Any, settings: Mapping[str, Any]) -> TxnProducer:
         p = TxnProducer(target, 100_000, str(settings["transactional.id"]))

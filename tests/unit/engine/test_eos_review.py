@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from mirror.kafka import KafkaError, KafkaException, TopicPartition
 from mirror.kafka.progress import Progress
 from tests.unit.engine.eos_fakes import EOS_TEXT, Entry, TxnTarget, make_eos
 from tests.unit.engine.fakes import P0, P1, FakeConsumer, Msg, batch
@@ -90,7 +91,7 @@ def test_resync_rewinds_idle_partitions_to_the_progress(monkeypatch: pytest.Monk
     """A resync seeks a partition with nothing acknowledged since its claim to the SOURCE
     group's offset (`Resync._rewind`), not to the target's progress: where the source group
     is behind the progress (its commit comes after the target's and may fail; here an earlier
-    incarnation's source commit never happened), records the target already committed are
+    source commits fail, the source coordinator being away), records the target already committed are
     copied again in a new transaction: duplicates for read_committed consumers."""
     target = TxnTarget()
     target.logs[P1] = [Entry(o, "mirror.p.old", "committed") for o in range(5)] + [Entry(None, "x", "marker")]
@@ -104,6 +105,11 @@ def test_resync_rewinds_idle_partitions_to_the_progress(monkeypatch: pytest.Monk
     worker, consumer, target = make_eos(
         monkeypatch, [read(P0, 10), resync, read(P1, 5), read(P0, 12)], target=target, text=SLOW
     )
+
+    def unavailable(**kwargs: Any) -> None:  # the source group's coordinator away meanwhile
+        raise KafkaException(KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE))
+
+    consumer.commit = unavailable  # type: ignore[method-assign]
     holder["worker"] = worker
     worker.run()
     exactly_once(target, P1, 5)
@@ -142,5 +148,37 @@ def test_failed_record_aborts_and_copies_again_from_the_progress(monkeypatch: py
     worker, consumer, target = make_eos(monkeypatch, script, target=target)
     worker.run()
     assert failed
+    exactly_once(target, P0, 20)
+    exactly_once(target, P1, 8)
+
+
+@pytest.mark.parametrize("ticks", [0, 8], ids=["lost-before-its-tick", "ticks-while-still-in-the-group"])
+def test_zombie_fenced_by_the_new_owner_commits_nothing(monkeypatch: pytest.MonkeyPatch, ticks: int) -> None:
+    """W1 holds a transaction open (records of both partitions) and freezes past its session
+    timeout; W2 is given both partitions, fences W1 (its transaction aborted), copies and
+    hands over. W1 wakes, produces what it had prefetched, learns from the group that it lost
+    the partitions: nothing of W1's after the fence is visible, nothing lost."""
+    target = TxnTarget()
+    holder: dict[str, Any] = {}
+
+    def freeze(consumer: FakeConsumer) -> list[Msg]:
+        w2, _, _ = make_eos(monkeypatch, [read(P0, 20), read(P1, 8)], target=target)
+        w2.run()
+        holder["w2"] = w2
+        return []
+
+    def kicked(consumer: FakeConsumer) -> list[Msg]:
+        def refuse(**kwargs: Any) -> None:
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN_MEMBER_ID))
+
+        consumer.commit = refuse  # type: ignore[method-assign]  # no longer a member
+        consumer.callbacks["lost"](consumer, [TopicPartition(t, p) for t, p in (P0, P1)])
+        return []
+
+    script = [read(P0, 10), read(P1, 5), freeze, batch(P0, range(10, 15))] + [[]] * ticks + [kicked]
+    w1, _, _ = make_eos(monkeypatch, script, target=target, text=EOS_TEXT if ticks else SLOW)
+    holder["w1"] = w1
+    w1.run()
+    assert w1.pool.writer_id is None or w1.pool.writer_id not in {e.tid for e in target.logs[P0] if e.src is not None}
     exactly_once(target, P0, 20)
     exactly_once(target, P1, 8)
