@@ -182,3 +182,35 @@ def test_zombie_fenced_by_the_new_owner_commits_nothing(monkeypatch: pytest.Monk
     assert w1.pool.writer_id is None or w1.pool.writer_id not in {e.tid for e in target.logs[P0] if e.src is not None}
     exactly_once(target, P0, 20)
     exactly_once(target, P1, 8)
+
+
+def test_abort_after_a_recreated_target_topic_rewinds_to_its_beginning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The target topic is deleted and created again: the resync re-mirrors P0 from the
+    source's beginning but keeps P0's old progress (10, the deleted incarnation's) in
+    `TransactionalCommitter.progress`. A transaction aborted before the next commit then
+    seeks P0 to 10 (`reset`): the new topic never receives records 0..9."""
+    target = TxnTarget()
+    failed: set[int] = set()
+    holder: dict[str, Any] = {}
+
+    def answer(tp: tuple[str, int], offset: int) -> str:
+        if holder.get("recreated") and tp == P0 and offset == 12 and not failed:
+            failed.add(offset)
+            return "fail"
+        return "store"
+
+    target.answer = answer
+
+    def recreate(consumer: FakeConsumer) -> list[Msg]:
+        assert target.progress[("nyc.orders", 0)].next_offset == 10  # committed before the deletion
+        target.logs[P0] = []  # the new, empty incarnation
+        holder["recreated"] = True
+        holder["worker"].watch._resync.run({P0}, set())
+        return []
+
+    script = [read(P0, 10)] + [[]] * 8 + [recreate] + [read(P0, 15)] * 30
+    worker, consumer, target = make_eos(monkeypatch, script, target=target)
+    holder["worker"] = worker
+    worker.run()
+    assert failed
+    exactly_once(target, P0, 15)
