@@ -219,13 +219,15 @@ def make_eos(
     target: TxnTarget | None = None,
     partitions: tuple[tuple[str, int], ...] = (P0, P1),
     text: str = EOS_TEXT,
+    consumer_cls: type[FakeConsumer] = StartingConsumer,
+    admin_cls: type[FakeAdmin] = FakeAdmin,
 ) -> tuple[FlowWorker, FakeConsumer, TxnTarget]:
     """An exactly-once worker of flow `p` on fakes (source `orders`, 2 partitions)."""
     cfg = config.parse(text, env={})
     stop = threading.Event()
     target = target or TxnTarget()
     patch(monkeypatch, target)
-    consumer = StartingConsumer(list(partitions), script, stop, target)
+    consumer = consumer_cls(list(partitions), script, stop, target)
 
     def producer(name: str, cluster: Any, settings: Mapping[str, Any]) -> TxnProducer:
         p = TxnProducer(target, 100_000, str(settings["transactional.id"]))
@@ -240,7 +242,7 @@ def make_eos(
         clock=Clock(),
         consumer_factory=lambda name, cluster, settings: consumer,
         producer_factory=producer,
-        admin_factory=lambda name, cluster: FakeAdmin(admins[name]),
+        admin_factory=lambda name, cluster: admin_cls(admins[name]),
     )
     return worker, consumer, target
 

@@ -13,8 +13,8 @@ import pytest
 
 from mirror.kafka import KafkaError, KafkaException, TopicPartition
 from mirror.kafka.progress import Progress
-from tests.unit.engine.eos_fakes import EOS_TEXT, Entry, TxnTarget, make_eos
-from tests.unit.engine.fakes import P0, P1, FakeConsumer, Msg, batch
+from tests.unit.engine.eos_fakes import EOS_TEXT, Entry, StartingConsumer, TxnTarget, make_eos
+from tests.unit.engine.fakes import P0, P1, FakeAdmin, FakeConsumer, Msg, batch
 
 SLOW = EOS_TEXT.replace("commit_interval: 1s", "commit_interval: 10s")
 
@@ -214,3 +214,36 @@ def test_abort_after_a_recreated_target_topic_rewinds_to_its_beginning(monkeypat
     worker.run()
     assert failed
     exactly_once(target, P0, 15)
+
+
+def test_stale_source_commit_does_not_empty_a_partition_the_progress_resumes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The target topic was recreated; its new incarnation holds 0..49 of P0, committed with
+    progress 50 by a worker SIGKILLed before its source commit, so the source group's offset
+    still names the deleted incarnation's topic id. The next owner's `_stale_commits` empties
+    the target partition (delete_records to its end) and would restart from the source's
+    beginning, but the claim resumes at the progress (50): 0..49 are gone from the target."""
+    target = TxnTarget()
+    target.logs[P0] = [Entry(o, "mirror.p.dead", "committed") for o in range(50)] + [Entry(None, "x", "marker")]
+    target.progress[("nyc.orders", 0)] = Progress(50, "mirror.p.dead")
+
+    class StaleGroup(StartingConsumer):
+        def committed(self, tps: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
+            got = super().committed(tps, timeout)
+            return [
+                TopicPartition(tp.topic, tp.partition, 10, "target-topic-id=id-deleted")
+                if (tp.topic, tp.partition) == P0 and tp.offset < 0
+                else tp
+                for tp in got
+            ]
+
+    class EmptyingAdmin(FakeAdmin):
+        def delete_records(self, ends: dict[tuple[str, int], int]) -> None:
+            for _topic, partition in ends:  # the target topic's partition n mirrors source partition n
+                for e in target.logs.get(("orders", partition), []):
+                    e.state = "deleted"
+
+    worker, consumer, target = make_eos(
+        monkeypatch, [read(P0, 60)], target=target, consumer_cls=StaleGroup, admin_cls=EmptyingAdmin
+    )
+    worker.run()
+    exactly_once(target, P0, 60)
