@@ -247,3 +247,34 @@ def test_stale_source_commit_does_not_empty_a_partition_the_progress_resumes(mon
     )
     worker.run()
     exactly_once(target, P0, 60)
+
+
+def test_abort_after_a_resync_reads_again_from_the_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resync with nothing in flight releases the partitions it keeps (their progress
+    leaves `TransactionalCommitter.progress`); a transaction aborted afterwards then leaves
+    them where the consumer is (`reset` seeks only partitions with a progress): the next
+    commit's progress skips the aborted records."""
+    target = TxnTarget()
+    failed: set[int] = set()
+    holder: dict[str, Any] = {}
+
+    def answer(tp: tuple[str, int], offset: int) -> str:
+        if holder.get("resynced") and tp == P0 and offset == 13 and not failed:
+            failed.add(offset)
+            return "fail"
+        return "store"
+
+    target.answer = answer
+
+    def resync(consumer: FakeConsumer) -> list[Msg]:
+        assert target.progress[("nyc.orders", 0)].next_offset == 10  # nothing in flight now
+        holder["resynced"] = True
+        holder["worker"].watch._resync.run(set(), set())
+        return read(P0, 20)(consumer)  # before the next commit interval
+
+    script = [read(P0, 10)] + [[]] * 8 + [resync] + [read(P0, 20)] * 30
+    worker, consumer, target = make_eos(monkeypatch, script, target=target)
+    holder["worker"] = worker
+    worker.run()
+    assert failed
+    exactly_once(target, P0, 20)
