@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import signal
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -20,7 +23,15 @@ from mirror.kafka.progress import (
 )
 from mirror.kafka.settings import transactional_settings
 from tests.integration.test_mirror_datapath import flow_yaml, produce_numbered
-from tests.support.kafkautil import create_topic, end_offsets, group_offsets, read_partition, topics, wait_for
+from tests.support.kafkautil import (
+    create_topic,
+    end_offsets,
+    group_offsets,
+    producer,
+    read_partition,
+    topics,
+    wait_for,
+)
 from tests.support.mirrorproc import MirrorProcess
 
 
@@ -155,3 +166,148 @@ def test_sigkill_three_times_during_a_copy(clusters, write_config, unique):
     counts = exactly(src, dst, t, n)
     print(f"after {kills} SIGKILLs: {counts}")
     assert counts == {"copied": total, "lost": 0, "duplicated": 0}
+
+
+@pytest.mark.slow
+def test_target_broker_stopped_and_started_during_a_copy(clusters, write_config, unique):
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    t, n = f"eos-outage-{unique}", 3
+    create_topic(src, t, n)
+    produce_numbered(src, t, 60_000, n, size=8)
+    cfg = write_config(eos_flow(unique, t))
+    with MirrorProcess(cfg) as m:
+        wait_for(
+            lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) > 10_000,
+            60,
+            "records copied",
+            detail=m.output,
+        )
+        clusters.stop("dst")
+        try:
+            produce_numbered(src, t, 20_000, n, start=60_000, size=8)  # written while the target is down
+            wait_for(lambda: "unreachable" in m.output() or "aborted" in m.output(), 60, "the outage noticed")
+        finally:
+            clusters.start("dst")
+        wait_for(caught_up(src, unique, t, n), 180, "the copy to finish", detail=m.output)
+        m.stop()
+    counts = exactly(src, dst, t, n)
+    print(f"target restarted mid-copy: {counts}")
+    assert counts == {"copied": 80_000, "lost": 0, "duplicated": 0}
+
+
+@pytest.mark.slow
+def test_a_second_worker_joins_and_leaves(clusters, write_config, unique):
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    t, n, batch = f"eos-pair-{unique}", 6, 60_000
+    create_topic(src, t, n)
+    produce_numbered(src, t, batch, n, size=8)
+    cfg = write_config(eos_flow(unique, t))
+    a = MirrorProcess(cfg)
+    b = None
+    try:
+        copied = lambda: sum(end_offsets(dst, f"src.{t}", n).values())  # noqa: E731
+        wait_for(lambda: f"src.{t}" in topics(dst) and copied() > 10_000, 60, "records copied", detail=a.output)
+        b = MirrorProcess(cfg)  # joins while a copies
+        wait_for(lambda: re.search(r"claimed [1-9]\d* partitions", b.output()) is not None, 60, "b claims partitions")
+        produce_numbered(src, t, batch, n, start=batch, size=8)  # both copy
+        b.stop()  # leaves while they copy: its partitions go back to a (released: nobody to fence)
+        produce_numbered(src, t, batch, n, start=2 * batch, size=8)
+        wait_for(caught_up(src, unique, t, n), 120, "the copy to finish", detail=a.output)
+        a.stop()
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+    counts = exactly(src, dst, t, n)
+    print(f"second worker joined and left: {counts}")
+    assert counts == {"copied": 3 * batch, "lost": 0, "duplicated": 0}
+
+
+@pytest.mark.slow
+def test_a_frozen_worker_cannot_commit_after_its_partitions_moved(clusters, write_config, unique):
+    """SIGSTOP past the session timeout while records are produced; another worker takes the
+    partitions (and fences the frozen one's transactional id); SIGCONT: nothing of the frozen
+    worker's open transaction reaches read_committed consumers."""
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    t, n = f"eos-zombie-{unique}", 4
+    create_topic(src, t, n)
+    extra = "    producer: {linger.ms: 800}\n    consumer: {session.timeout.ms: 6000}\n"
+    cfg = write_config(eos_flow(unique, t, extra))
+    stop = threading.Event()
+    produced = [0]
+
+    def produce_until_stopped() -> None:
+        p = producer(src)
+        while not stop.is_set() or produced[0] < 20_000:
+            try:
+                i = produced[0]
+                p.produce(t, key=b"k%d" % i, value=b"%d" % i, partition=i % n)
+                produced[0] += 1
+            except BufferError:
+                p.poll(0.05)
+            if produced[0] % 100 == 0:
+                p.poll(0.01)
+        assert p.flush(30) == 0
+
+    from mirror.config import ClusterConfig
+    from mirror.kafka import Admin
+
+    admin = Admin("src", ClusterConfig(bootstrap=src))
+    a, b = MirrorProcess(cfg), MirrorProcess(cfg)
+    th = threading.Thread(target=produce_until_stopped, daemon=True)
+    logs = lambda: f"\n--- a:\n{a.output()[-4000:]}\n--- b:\n{b.output()[-4000:]}"  # noqa: E731
+    try:
+        wait_for(lambda: admin.group_members(f"mirror-{unique}") == 2, 60, "both workers in the group", detail=logs)
+        th.start()
+        owns = lambda m: re.search(r"claimed [1-9]\d* partitions", m.output()) is not None  # noqa: E731
+        wait_for(lambda: owns(a) and owns(b), 60, "both workers to own partitions", detail=logs)
+        wait_for(lambda: sum(end_offsets(dst, f"src.{t}", n).values()) > 3000, 60, "records flowing", detail=logs)
+        a.signal(signal.SIGSTOP)  # frozen inside an open transaction, records queued
+        try:
+            wait_for(lambda: admin.group_members(f"mirror-{unique}") == 1, 60, "a expelled", detail=logs)
+            fenced_a = lambda: re.search(r"fenced mirror\.f-\S+ \(?", b.output()) or "fenced mirror." in b.output()  # noqa: E731
+            wait_for(lambda: bool(fenced_a()), 60, "b to fence a's transactional id", detail=logs)
+        finally:
+            a.signal(signal.SIGCONT)
+        wait_for(lambda: admin.group_members(f"mirror-{unique}") == 2, 60, "a back in the group", detail=logs)
+        stop.set()
+        th.join(60)
+        wait_for(caught_up(src, unique, t, n), 120, "the copy to finish", detail=logs)
+        a.stop()
+        b.stop()
+    finally:
+        stop.set()
+        a.close()
+        b.close()
+    counts = exactly(src, dst, t, n)
+    print(f"zombie after SIGSTOP: {counts}")
+    assert counts == {"copied": produced[0], "lost": 0, "duplicated": 0}
+
+
+@pytest.mark.slow
+def test_a_source_transaction_aborted_mid_copy(clusters, write_config, unique):
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    t, n = f"eos-srctxn-{unique}", 2
+    create_topic(src, t, n)
+    cfg = write_config(eos_flow(unique, t))
+    p = Producer({"bootstrap.servers": src, "transactional.id": f"src-{unique}"})
+    p.init_transactions(30)
+
+    def txn(values: range, *, commit: bool) -> None:
+        p.begin_transaction()
+        for i in values:
+            p.produce(t, b"%d" % i, partition=i % n)
+        p.flush(30)
+        (p.commit_transaction if commit else p.abort_transaction)(30)
+
+    with MirrorProcess(cfg) as m:
+        txn(range(0, 5000), commit=True)
+        wait_for(lambda: f"src.{t}" in topics(dst), 60, "the target topic", detail=m.output)
+        txn(range(5000, 8000), commit=False)  # aborted: must never reach the target
+        txn(range(8000, 12000), commit=True)
+        wait_for(caught_up(src, unique, t, n), 60, "the copy to finish", detail=m.output)
+        m.stop()
+    counts = exactly(src, dst, t, n)
+    assert counts == {"copied": 9000, "lost": 0, "duplicated": 0}
+    copied = {int(r.value) for p_ in range(n) for r in read_partition(dst, f"src.{t}", p_)}
+    assert not copied & set(range(5000, 8000))

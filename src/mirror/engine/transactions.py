@@ -131,7 +131,8 @@ class TransactionalPool(ProducerPool):
         """Drop the producer without a new one (fenced: wait until the group confirms)."""
         for producer in self._producers.values():
             try:
-                producer.purge(in_queue=True, in_flight=True)
+                # Not blocking: a call of this producer may be stuck (`transact`).
+                producer.purge(in_queue=True, in_flight=True, blocking=False)
             except KafkaException:
                 pass  # fatal already: it sends nothing more anyway
         self._producers.clear()
