@@ -131,6 +131,9 @@ class TxnProducer(FakeProducer):
         self.t.end(self.tid, commit=False)
         self.in_txn = self.abortable = False
 
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        super().purge(in_queue, in_flight)
+
     def poll(self, timeout: float = 0) -> int:
         """Answer in order per partition; records join the open transaction (fenced: refused)."""
         held: set[tuple[str, int]] = set()
