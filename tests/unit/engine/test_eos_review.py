@@ -36,6 +36,20 @@ def exactly_once(target: TxnTarget, tp: tuple[str, int], end: int) -> None:
     assert (lost, doubled, got) == ([], [], list(range(end))), f"lost {lost}, doubled {doubled}"
 
 
+def fail_once(target: TxnTarget, tp: tuple[str, int], offset: int, armed: Any = lambda: True) -> set[int]:
+    """The target fails the record `tp`@`offset` once (after `armed()`); returns the failed offsets."""
+    failed: set[int] = set()
+
+    def answer(at: tuple[str, int], o: int) -> str:
+        if at == tp and o == offset and not failed and armed():
+            failed.add(o)
+            return "fail"
+        return "store"
+
+    target.answer = answer
+    return failed
+
+
 def test_baseline_copy_is_exact(monkeypatch: pytest.MonkeyPatch) -> None:
     """Sanity of the fakes: no fault, every record once and the progress at the end."""
     worker, consumer, target = make_eos(monkeypatch, [read(P0, 10), read(P1, 5), read(P0, 20), read(P1, 8)])
@@ -135,15 +149,7 @@ def test_failed_record_aborts_and_copies_again_from_the_progress(monkeypatch: py
     """A record failing (not refused) dooms the transaction: aborted at the tick, every
     partition read again from the committed progress; each record once."""
     target = TxnTarget()
-    failed: set[int] = set()
-
-    def answer(tp: tuple[str, int], offset: int) -> str:
-        if tp == P0 and offset == 13 and not failed:
-            failed.add(offset)
-            return "fail"
-        return "store"
-
-    target.answer = answer
+    failed = fail_once(target, P0, 13)
     script = [read(P0, 10), read(P1, 5)] + [read(P0, 20), read(P1, 8)] * 30
     worker, consumer, target = make_eos(monkeypatch, script, target=target)
     worker.run()
@@ -190,16 +196,8 @@ def test_abort_after_a_recreated_target_topic_rewinds_to_its_beginning(monkeypat
     `TransactionalCommitter.progress`. A transaction aborted before the next commit then
     seeks P0 to 10 (`reset`): the new topic never receives records 0..9."""
     target = TxnTarget()
-    failed: set[int] = set()
     holder: dict[str, Any] = {}
-
-    def answer(tp: tuple[str, int], offset: int) -> str:
-        if holder.get("recreated") and tp == P0 and offset == 12 and not failed:
-            failed.add(offset)
-            return "fail"
-        return "store"
-
-    target.answer = answer
+    failed = fail_once(target, P0, 12, lambda: holder.get("recreated"))
 
     def recreate(consumer: FakeConsumer) -> list[Msg]:
         assert target.progress[("nyc.orders", 0)].next_offset == 10  # committed before the deletion
@@ -255,16 +253,8 @@ def test_abort_after_a_resync_reads_again_from_the_progress(monkeypatch: pytest.
     them where the consumer is (`reset` seeks only partitions with a progress): the next
     commit's progress skips the aborted records."""
     target = TxnTarget()
-    failed: set[int] = set()
     holder: dict[str, Any] = {}
-
-    def answer(tp: tuple[str, int], offset: int) -> str:
-        if holder.get("resynced") and tp == P0 and offset == 13 and not failed:
-            failed.add(offset)
-            return "fail"
-        return "store"
-
-    target.answer = answer
+    failed = fail_once(target, P0, 13, lambda: holder.get("resynced"))
 
     def resync(consumer: FakeConsumer) -> list[Msg]:
         assert target.progress[("nyc.orders", 0)].next_offset == 10  # nothing in flight now
