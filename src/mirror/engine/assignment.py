@@ -320,7 +320,7 @@ class Assignment:
         self._committer.drop_open(revoked)
         self._drain(revoked)
         try:
-            self._committer.commit(revoked)
+            self._committer.release(revoked)
         except MirrorError as exc:
             log.warning("flow %s: commit on revoke failed: %s", self.flow.name, exc)
         left = sum(part.inflight_records() for part in revoked.values())

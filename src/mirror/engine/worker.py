@@ -280,6 +280,7 @@ class FlowWorker:
                 f,
                 self._target,
                 consumer,
+                source=self._source,
                 ledger=ledger,
                 committer=committer,
                 pool=committer.pool,
@@ -317,6 +318,7 @@ class FlowWorker:
             committer=committer,
             reports=reports,
             assignment=assignment,
+            claims=claims,
         )
         self.watch = TargetWatch(
             self.config,
