@@ -119,6 +119,18 @@ class Claims:
             self._seek(tp, offset)
         self._release()
 
+    def progressed(self, tps: Collection[SourcePartition]) -> set[SourcePartition] | None:
+        """Which of `tps` have a committed progress (None: unknown, the target did not answer).
+        A partition with progress resumes there, so nothing below it may be deleted."""
+        parts = self._ledger.parts
+        targets = {(parts[tp].route.target_topic, tp[1]): tp for tp in tps if tp in parts}
+        try:
+            got = self._committer.group.read(list(targets), min(5.0, self._target.timeout), stable=False)
+        except MirrorError as exc:
+            log.warning("flow %s: could not read the progress (%s)", self.flow.name, exc)
+            return None
+        return {targets[t] for t in got if t in targets}
+
     def restart(self, reason: str, restarted: Collection[SourcePartition]) -> None:
         """A resync: drop everything in flight uncounted (the open transaction never commits:
         the claim fences its writer), and write nothing until every partition is claimed again
