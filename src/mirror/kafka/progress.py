@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from mirror.config import ClusterConfig
-from mirror.errors import MirrorError
+from mirror.errors import ClusterUnavailable, MirrorError
 from mirror.kafka.clients import client_settings
 from mirror.kafka.errors import raise_for
 from mirror.kafka.offsets import committed_offsets
@@ -176,9 +176,15 @@ def fence(cluster_name: str, cluster: ClusterConfig, transactional_id: str, time
     its next transactional call fails with a fatal fenced error."""
     producer = Producer(client_settings(f"{cluster_name}-fence", cluster, transactional_settings(transactional_id)))
     try:
-        producer.init_transactions(timeout)
+        # Bounded as every transactional call (`_bounded`): init_transactions can block past
+        # its timeout too, and a claim waiting on it would hang the worker's loop.
+        _bounded(producer.init_transactions, timeout)
     except KafkaException as exc:
         raise_for(cluster_name, f"fence transactional id {transactional_id!r}", exc, timeout)
+    except TransactionFailed as exc:
+        raise ClusterUnavailable(
+            f"cluster {cluster_name!r}: fence transactional id {transactional_id!r}: {exc}"
+        ) from exc
     finally:
         producer.flush(0)
     log.info("cluster %s: fenced transactional id %s", cluster_name, transactional_id)
