@@ -268,3 +268,29 @@ def test_abort_after_a_resync_reads_again_from_the_progress(monkeypatch: pytest.
     worker.run()
     assert failed
     exactly_once(target, P0, 20)
+
+
+def test_unreadable_source_offsets_fail_the_first_claim_instead_of_starting_at_0(monkeypatch: pytest.MonkeyPatch) -> None:
+    """First exactly-once run of a flow whose at-least-once run copied 0..4 (source group at
+    5): the group's offsets cannot be read while the partitions are claimed (its coordinator
+    away). Starting at 0 and recording that as progress would copy the whole retention again;
+    the claim must fail and be retried until the group's offset is known."""
+    target = TxnTarget()
+    for tp in (P0, P1):
+        target.logs[tp] = [Entry(o, "at-least-once", "committed") for o in range(5)]
+
+    class AwayGroup(StartingConsumer):
+        failing = 3
+
+        def committed(self, tps: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
+            if self.failing > 0:
+                self.failing -= 1
+                raise KafkaException(KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE))
+            got = super().committed(tps, timeout)
+            return [TopicPartition(tp.topic, tp.partition, 5) if tp.offset < 0 else tp for tp in got]
+
+    script = [[]] * 6 + [read(P0, 10), read(P1, 8)] + [[]] * 4
+    worker, consumer, target = make_eos(monkeypatch, script, target=target, consumer_cls=AwayGroup)
+    worker.run()
+    exactly_once(target, P0, 10)
+    exactly_once(target, P1, 8)
