@@ -210,7 +210,9 @@ class Claims:
                 start[tp] = 0 if offset is None else offset
         if unknown:
             timeout = min(5.0, self._source.timeout)
-            read = read_committed(self._consumer, self.flow, self._source, [TopicPartition(t, p) for t, p in unknown], timeout)
+            read = read_committed(
+                self._consumer, self.flow, self._source, [TopicPartition(t, p) for t, p in unknown], timeout
+            )
             for tp in unknown:
                 offset = read.get(tp)
                 start[tp] = 0 if offset is None else offset

@@ -270,7 +270,9 @@ def test_abort_after_a_resync_reads_again_from_the_progress(monkeypatch: pytest.
     exactly_once(target, P0, 20)
 
 
-def test_unreadable_source_offsets_fail_the_first_claim_instead_of_starting_at_0(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreadable_source_offsets_fail_the_first_claim_not_start_at_0(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """First exactly-once run of a flow whose at-least-once run copied 0..4 (source group at
     5): the group's offsets cannot be read while the partitions are claimed (its coordinator
     away). Starting at 0 and recording that as progress would copy the whole retention again;
