@@ -931,3 +931,63 @@ def test_site_failover_commands_without_one_grant(secured, tmp_path):
                         f"missing {o} on" in errors[0] for o in {op, *IMPLIES.get(op, ())}
                     ), f"{where}: {errors[0]}"
                     assert g.resource.name.rstrip("-.") in errors[0], f"{where}: {errors[0]}"
+
+
+def test_site_apply_refused_halfway_then_run_again_finishes_the_rest(secured, tmp_path):
+    """`failover apply --plan` stopped halfway on a real broker: the target refuses one
+    group's commit (its Read grant withdrawn after the plan), the others are moved; the same
+    command run again (the grant back) keeps the first run's backup, leaves the groups already
+    moved as they are, moves the rest and says so."""
+    u = uuid.uuid4().hex[:6]
+    commands = ("run", "failover plan --from", "failover apply --plan")
+    cfg = _config(secured, tmp_path, u, timeout="3s", commands=commands)
+    cfg.write_text(cfg.read_text().replace(f'groups: ["billing-{u}"]', f'groups: ["billing-{u}", "orders-{u}"]'))
+    secured.dev.grant(load(cfg), commands=commands)
+    t, n = f"sec-{u}-t", 2
+    _produce(secured, t, 100, n)
+    want = {f"billing-{u}": {0: 10, 1: 20}, f"orders-{u}": {0: 30, 1: 40}}
+    for group, offsets in want.items():
+        _commit_group(secured, group, t, offsets)
+    assert (res := _mirror("run", "-c", str(cfg), "--until-caught-up")).returncode == 0, res.stderr[-2000:]
+    plan, backup = tmp_path / "site.json", tmp_path / "site.backup.json"
+    res = _mirror("failover", "plan", "-c", str(cfg), "--from", "ssrc", "--translate", "--out", str(plan))
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads(plan.read_text())
+    planned = {g["group"]: {r["partition"]: r["offset"] for r in g["offsets"]} for g in doc["groups"]}
+    assert planned == want, planned  # a fresh topic mirrored one to one
+
+    def on_target(group: str) -> dict[int, int]:
+        c = Consumer({**secured.admin_settings("sdst"), "group.id": group, "enable.auto.commit": False})
+        try:
+            committed = c.committed([TopicPartition(f"ssrc.{t}", p) for p in range(n)], timeout=10)
+        finally:
+            c.close()
+        return {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
+
+    orders = ("group", f"orders-{u}", "literal")
+    admin = secured.dev.admin("sdst")
+    admin.create_acls("User:mirror", {orders: ["Describe"]})  # still visible: apply's checks pass, its commit not
+    admin.delete_acls("User:mirror", {orders: ["Read"]})
+    try:
+        first = _mirror("failover", "apply", "--plan", str(plan), "--yes", timeout=90)
+    finally:
+        admin.create_acls("User:mirror", {orders: ["Read"]})
+        admin.delete_acls("User:mirror", {orders: ["Describe"]})
+    errors = [line for line in first.stderr.splitlines() if line.startswith("Error:")]
+    assert first.returncode == 1 and len(errors) == 1 and "Traceback" not in first.stderr, first.stderr[-3000:]
+    assert f"missing Read on group 'orders-{u}'" in errors[0], errors[0]
+    assert "moved at least 1 of 2 groups; run the same command again" in errors[0], errors[0]
+    assert on_target(f"billing-{u}") == want[f"billing-{u}"] and on_target(f"orders-{u}") == {}
+    written = backup.read_bytes()
+
+    again = _mirror("failover", "apply", "--plan", str(plan), "--yes", timeout=90)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming: 1 group(s) already moved by an earlier run are left as they are; backup {backup}" in (
+        again.stdout
+    ), again.stdout
+    assert f"[1/1] orders-{u} -> sdst: 2 partitions set" in again.stdout, again.stdout
+    assert "moved 1 group(s), 1 already moved by an earlier run" in again.stdout, again.stdout
+    assert backup.read_bytes() == written  # the offsets from before anything moved, kept
+    assert {g: on_target(g) for g in want} == want
+    third = _mirror("failover", "apply", "--plan", str(plan), "--yes", "--json")
+    assert third.returncode == 0 and json.loads(third.stdout)["moved"] == [], third.stdout + third.stderr[-2000:]
