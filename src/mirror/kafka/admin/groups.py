@@ -204,7 +204,10 @@ class GroupAdmin(AdminBase):
         res = self._result(f"set offsets of group {group!r}", fut, ("Read", "group", group))
         for tp in res.topic_partitions:
             if tp.error is not None and tp.error.code() in AUTHORIZATION:
-                raise authorization_error(self.name, tp.error, f"set {group!r} offsets", ("Read", "topic", tp.topic))
+                # librdkafka puts a refused group (GROUP_AUTHORIZATION_FAILED) on every partition too.
+                group_refused = tp.error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+                need = ("Read", "group", group) if group_refused else ("Read", "topic", tp.topic)
+                raise authorization_error(self.name, tp.error, f"set {group!r} offsets", need)
             if tp.error is not None:
                 raise KafkaOperationError(
                     f"cluster {self.name!r}: cannot set {group!r} offset of {tp.topic}[{tp.partition}]: "
