@@ -991,3 +991,56 @@ def test_site_apply_refused_halfway_then_run_again_finishes_the_rest(secured, tm
     assert {g: on_target(g) for g in want} == want
     third = _mirror("failover", "apply", "--plan", str(plan), "--yes", "--json")
     assert third.returncode == 0 and json.loads(third.stdout)["moved"] == [], third.stdout + third.stderr[-2000:]
+
+
+def _as_admin(sec: Secured, cfg: Path, u: str) -> Path:
+    """The same config, logged in as the admin (a super user): runs what a test does not check."""
+    text = cfg.read_text()
+    for name in NAMES:
+        text = text.replace(json.dumps(sec.nodes[name].client("mirror")), json.dumps(sec.nodes[name].client("admin")))
+    path = cfg.with_name(f"admin-{u}.yaml")
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.timeout(600)
+def test_canary_without_one_grant(secured, tmp_path):
+    """Every grant `mirror acls` lists for `canary` is one `mirror canary once` notices: removed
+    alone, it fails with one line naming it. The mirror it probes runs as the admin; the topic's
+    Create last, with the topic gone (a canary that finds it needs no Create)."""
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, timeout="3s", commands=("canary",))
+    config = load(cfg)
+    grants = [(g, op) for g in required_grants(config, ("canary",)) for op in g.operations]
+    assert {(g.cluster, _role(g.resource.kind, g.resource.name, u), op) for g, op in grants} == {
+        ("ssrc", "canary", "Create"),
+        ("ssrc", "canary", "Write"),
+        ("sdst", "canary", "Read"),
+        ("sdst", "reader", "Read"),
+    }
+    grants.sort(key=lambda x: x[1] == "Create")
+    mirror = MirrorProcess(_as_admin(secured, cfg, u))
+    once = ("canary", "once", "-c", str(cfg), "--json")
+    try:
+        wait_for(lambda: _mirror(*once).returncode == 0, 120, "a canary round with every grant", detail=mirror.output)
+        for g, op in grants:
+            resource = (g.resource.kind, g.resource.name, g.resource.pattern)
+            admin = secured.dev.admin(g.cluster)
+            if op == "Create":
+                secured.dev.admin("ssrc").delete_topics([f"canary-{u}"])
+            admin.delete_acls("User:mirror", {resource: [op]})
+            try:
+                res = _mirror(*once, timeout=90)
+            finally:
+                admin.create_acls("User:mirror", {resource: [op]})
+            where = f"canary without {op} on {g.cluster} {resource}"
+            errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+            assert res.returncode == 1 and len(errors) == 1 and "Traceback" not in res.stderr, (
+                f"{where}: {res.returncode} {res.stdout[-1000:]} {res.stderr[-2000:]}"
+            )
+            assert "User:mirror" in errors[0] and any(
+                f"missing {o} on" in errors[0] for o in {op, *IMPLIES.get(op, ())}
+            ), f"{where}: {errors[0]}"
+            assert g.resource.name.rstrip("-") in errors[0], f"{where}: {errors[0]}"
+    finally:
+        mirror.stop()
