@@ -27,7 +27,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from canary.ledger import Counts, Ledger, Outcome, Probe
 from mirror.config import Config, FlowConfig
 from mirror.domain.naming import target_topic
-from mirror.errors import MirrorError
+from mirror.errors import AuthorizationFailed, MirrorError
 from mirror.kafka import Admin, KafkaError, KafkaException, Message, PartitionReader, make_producer, raise_for
 from mirror.kafka.canary_topic import ensure_canary_topic
 from mirror.metrics import CanaryMetrics
@@ -218,6 +218,9 @@ class FlowProber:
         if self._seen_target_topic is None:
             self._seen_target_topic = count is not None
         if count is None:
+            # Not listed: missing (the mirror has not made it yet), or hidden from us, which
+            # would otherwise pass for a mirror that never delivers a probe.
+            self._target.require_visible([], existing, "Read", literal=[self.target_topic])
             return False
         new = [(self.target_topic, p) for p in range(count) if (self.target_topic, p) not in self._reader.assigned]
         if new:
@@ -290,6 +293,8 @@ class FlowProber:
         """Attach, send one probe per partition, wait up to max_latency for them, report."""
         try:
             self.attach()
+        except AuthorizationFailed:
+            raise  # not "not readable yet": the round could only report every probe lost
         except MirrorError as exc:
             log.warning("flow %s: canary target not readable yet: %s", self.flow.name, exc)
         self._warm_up()
