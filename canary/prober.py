@@ -188,7 +188,7 @@ class FlowProber:
                 )
                 with self._lock:
                     self.ledger.send_failed(probe)
-        self._producer.flush(flush_timeout if flush_timeout is not None else self.config.canary.max_latency)
+        self._flush(flush_timeout if flush_timeout is not None else self.config.canary.max_latency)
         self.publish()
         return sent
 
@@ -331,19 +331,19 @@ class FlowProber:
 
     def close(self) -> None:
         try:
-            self._producer.flush(5)
-        except KafkaException as exc:
-            # A fatal producer error (a missing IdempotentWrite grant, say) surfaces here.
-            err = exc.args[0] if exc.args else None
-            idem = isinstance(err, KafkaError) and err.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
-            raise_for(
-                self.flow.source,
-                f"produce probes to {self.topic!r}",
-                exc,
-                acl=("IdempotentWrite", "cluster", "kafka-cluster") if idem else ("Write", "topic", self.topic),
-            )
+            self._flush(5)
         finally:
             self._reader.close()
+
+    def _flush(self, timeout: float) -> None:
+        """The producer's flush; a fatal producer error (a refused grant) as the project's exception."""
+        try:
+            self._producer.flush(timeout)
+        except KafkaException as exc:
+            # CLUSTER_AUTHORIZATION_FAILED is the idempotent producer refused its id: since
+            # Kafka 3.0 (KIP-679) Write on the topic is what grants it (IdempotentWrite on the
+            # cluster only on older brokers), and Write on the canary topic is what `mirror acls` lists.
+            raise_for(self.flow.source, f"produce probes to {self.topic!r}", exc, acl=("Write", "topic", self.topic))
 
 
 class Prober:
