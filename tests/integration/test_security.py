@@ -1044,3 +1044,85 @@ def test_canary_without_one_grant(secured, tmp_path):
             assert g.resource.name.rstrip("-") in errors[0], f"{where}: {errors[0]}"
     finally:
         mirror.stop()
+
+
+DRILL_RUNBOOK = """\
+# Runbook: one group to the DR cluster, for a drill's least privilege
+
+## 1. Stop the group
+
+manual: stop-group — its owner stops it on the primary.
+
+## 2. Move it
+
+```sh
+mirror failover apply -c $CONFIG --flow $FLOW --group $GROUP --translate --yes --backup before-dr.json
+```
+expect: exit 0
+
+## 3. Start it on the DR cluster
+
+manual: start-group — its owner starts it there.
+
+## 4. End of the drill
+
+manual: stop-dr-group — it reads what reached the DR cluster, then stops.
+"""
+
+
+@pytest.mark.timeout(900)
+def test_drill_without_one_grant(secured, tmp_path):
+    """Every grant `mirror acls` lists for `drill` is one a drill notices: removed alone (the
+    runbook's `failover apply` granted too), the drill fails with one line naming it. The
+    mirror runs as the admin; the workload topic's Create last, with the topic gone."""
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, timeout="3s", commands=("drill", "failover apply"))
+    # One store for the mirror and the drill's commands (which run in the report folder).
+    cfg.write_text(cfg.read_text().replace(f"path: offsets-{u}.db", f"path: {tmp_path / 'offsets.db'}"))
+    config = load(cfg)
+    runbook = tmp_path / "drill-acls.md"
+    runbook.write_text(DRILL_RUNBOOK)
+    topic = f"sec-{u}-drill"
+    grants = sorted(
+        ((g, op) for g in required_grants(config, ("drill",)) for op in g.operations), key=lambda x: x[1] == "Create"
+    )
+    assert {(g.cluster, _role(g.resource.kind, g.resource.name, u), op) for g, op in grants} == {
+        ("ssrc", "topics", "Create"),
+        ("ssrc", "topics", "Write"),
+        ("ssrc", "topics", "Read"),
+        ("ssrc", "mirror-group", "Describe"),
+        ("ssrc", "reader", "Read"),
+        ("ssrc", "groups", "Read"),
+        ("sdst", "topics", "Read"),
+        ("sdst", "groups", "Read"),
+    }
+
+    def drill(report: str) -> subprocess.CompletedProcess:
+        argv = ["drill", str(runbook), "-c", str(cfg), "--flow", f"f-{u}", "--group", f"billing-{u}"]
+        return _mirror(*argv, "--topic", topic, "--partitions", "2", "--yes", "--report", str(tmp_path / report))
+
+    mirror = MirrorProcess(_as_admin(secured, cfg, u))
+    try:
+        ok = drill("all-grants")
+        assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr[-3000:] + mirror.output()[-2000:]
+        for i, (g, op) in enumerate(grants):
+            resource = (g.resource.kind, g.resource.name, g.resource.pattern)
+            admin = secured.dev.admin(g.cluster)
+            if op == "Create":
+                secured.dev.admin("ssrc").delete_topics([topic])
+            admin.delete_acls("User:mirror", {resource: [op]})
+            try:
+                res = drill(f"without-{i}")
+            finally:
+                admin.create_acls("User:mirror", {resource: [op]})
+            where = f"drill without {op} on {g.cluster} {resource}"
+            errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+            assert res.returncode == 1 and len(errors) == 1 and "Traceback" not in res.stderr, (
+                f"{where}: {res.returncode} {res.stdout[-1000:]} {res.stderr[-3000:]}"
+            )
+            assert "User:mirror" in errors[0] and any(
+                f"missing {o} on" in errors[0] for o in {op, *IMPLIES.get(op, ())}
+            ), f"{where}: {errors[0]}"
+            assert g.resource.name.rstrip("-") in errors[0], f"{where}: {errors[0]}"
+    finally:
+        mirror.stop()
