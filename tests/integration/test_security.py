@@ -1097,6 +1097,11 @@ def test_drill_without_one_grant(secured, tmp_path):
         ("sdst", "groups", "Read"),
     }
 
+    # The lag at the cutover reads the first unmirrored record at the mirror's committed
+    # position; only a partition the mirror never committed is read by the reader group's
+    # stored offset (OffsetFetch: the group ACL). The mirror is caught up here: not noticed.
+    grants = [(g, op) for g, op in grants if g.resource.name != "mirror-reader-"]
+
     def drill(report: str) -> subprocess.CompletedProcess:
         argv = ["drill", str(runbook), "-c", str(cfg), "--flow", f"f-{u}", "--group", f"billing-{u}"]
         return _mirror(*argv, "--topic", topic, "--partitions", "2", "--yes", "--report", str(tmp_path / report))
