@@ -800,6 +800,28 @@ def test_spark_run_on_sasl_ssl_clusters_with_scram_and_a_pem_ca(secured, tmp_pat
     assert secured.passwords["admin"] not in out + err
 
 
+def _fails_without(sec: Secured, grant, op: str, run, command: str) -> None:
+    """`run()` with one grant (its resource, `op`) withdrawn from the mirror user, restored
+    after: exit 1 and one line naming the principal, the operation (or one it implies) and
+    the resource."""
+    resource = (grant.resource.kind, grant.resource.name, grant.resource.pattern)
+    admin = sec.dev.admin(grant.cluster)
+    admin.delete_acls("User:mirror", {resource: [op]})
+    try:
+        res = run()
+    finally:
+        admin.create_acls("User:mirror", {resource: [op]})
+    where = f"{command} without {op} on {grant.cluster} {resource}"
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert res.returncode == 1 and len(errors) == 1 and "Traceback" not in res.stderr, (
+        f"{where}: {res.returncode} {res.stdout[-1000:]} {res.stderr[-2000:]}"
+    )
+    assert "User:mirror" in errors[0] and any(f"missing {o} on" in errors[0] for o in {op, *IMPLIES.get(op, ())}), (
+        f"{where}: {errors[0]}"
+    )
+    assert grant.resource.name.rstrip("-.") in errors[0], f"{where}: {errors[0]}"
+
+
 # ---------------------------------------------------------------------------- a whole site (issue 26)
 
 SITE_COMMANDS = (
@@ -914,23 +936,8 @@ def test_site_failover_commands_without_one_grant(secured, tmp_path):
                 if per_cluster and g.cluster != cluster:
                     continue
                 for op in g.operations:
-                    resource = (g.resource.kind, g.resource.name, g.resource.pattern)
                     reset(command, cluster)
-                    admin = secured.dev.admin(g.cluster)
-                    admin.delete_acls("User:mirror", {resource: [op]})
-                    try:
-                        res = _mirror(*argv, timeout=90)
-                    finally:
-                        admin.create_acls("User:mirror", {resource: [op]})
-                    where = f"{command} without {op} on {g.cluster} {resource}"
-                    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
-                    assert res.returncode == 1 and len(errors) == 1 and "Traceback" not in res.stderr, (
-                        f"{where}: {res.returncode} {res.stderr[-2000:]}"
-                    )
-                    assert "User:mirror" in errors[0] and any(
-                        f"missing {o} on" in errors[0] for o in {op, *IMPLIES.get(op, ())}
-                    ), f"{where}: {errors[0]}"
-                    assert g.resource.name.rstrip("-.") in errors[0], f"{where}: {errors[0]}"
+                    _fails_without(secured, g, op, lambda argv=argv: _mirror(*argv, timeout=90), command)
 
 
 def test_site_apply_refused_halfway_then_run_again_finishes_the_rest(secured, tmp_path):
@@ -1024,24 +1031,9 @@ def test_canary_without_one_grant(secured, tmp_path):
     try:
         wait_for(lambda: _mirror(*once).returncode == 0, 120, "a canary round with every grant", detail=mirror.output)
         for g, op in grants:
-            resource = (g.resource.kind, g.resource.name, g.resource.pattern)
-            admin = secured.dev.admin(g.cluster)
             if op == "Create":
                 secured.dev.admin("ssrc").delete_topics([f"canary-{u}"])
-            admin.delete_acls("User:mirror", {resource: [op]})
-            try:
-                res = _mirror(*once, timeout=90)
-            finally:
-                admin.create_acls("User:mirror", {resource: [op]})
-            where = f"canary without {op} on {g.cluster} {resource}"
-            errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
-            assert res.returncode == 1 and len(errors) == 1 and "Traceback" not in res.stderr, (
-                f"{where}: {res.returncode} {res.stdout[-1000:]} {res.stderr[-2000:]}"
-            )
-            assert "User:mirror" in errors[0] and any(
-                f"missing {o} on" in errors[0] for o in {op, *IMPLIES.get(op, ())}
-            ), f"{where}: {errors[0]}"
-            assert g.resource.name.rstrip("-") in errors[0], f"{where}: {errors[0]}"
+            _fails_without(secured, g, op, lambda: _mirror(*once, timeout=90), "canary")
     finally:
         mirror.stop()
 
@@ -1111,23 +1103,8 @@ def test_drill_without_one_grant(secured, tmp_path):
         ok = drill("all-grants")
         assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr[-3000:] + mirror.output()[-2000:]
         for i, (g, op) in enumerate(grants):
-            resource = (g.resource.kind, g.resource.name, g.resource.pattern)
-            admin = secured.dev.admin(g.cluster)
             if op == "Create":
                 secured.dev.admin("ssrc").delete_topics([topic])
-            admin.delete_acls("User:mirror", {resource: [op]})
-            try:
-                res = drill(f"without-{i}")
-            finally:
-                admin.create_acls("User:mirror", {resource: [op]})
-            where = f"drill without {op} on {g.cluster} {resource}"
-            errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
-            assert res.returncode == 1 and len(errors) == 1 and "Traceback" not in res.stderr, (
-                f"{where}: {res.returncode} {res.stdout[-1000:]} {res.stderr[-3000:]}"
-            )
-            assert "User:mirror" in errors[0] and any(
-                f"missing {o} on" in errors[0] for o in {op, *IMPLIES.get(op, ())}
-            ), f"{where}: {errors[0]}"
-            assert g.resource.name.rstrip("-") in errors[0], f"{where}: {errors[0]}"
+            _fails_without(secured, g, op, lambda i=i: drill(f"without-{i}"), "drill")
     finally:
         mirror.stop()
