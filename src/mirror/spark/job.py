@@ -39,7 +39,7 @@ from mirror.errors import MirrorError, UnsafeOperation, UsageError
 from mirror.kafka import Admin
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.spark.batches import Batches
-from mirror.spark.checkpoint import default_checkpoint, resume_problem
+from mirror.spark.checkpoint import default_checkpoint, has_batches, resume_problem
 from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.commits import GroupCommits
 from mirror.spark.starts import StartingOffsets, Starts
@@ -214,7 +214,6 @@ class SparkFlow:
     def _run_query(self, spark: Any, mappings: list[TopicMapping]) -> bool:
         """Run one query over `mappings`; True when it stopped because the matched topics changed."""
         assert self._batches is not None
-        self._batches.start_query(mappings)
         starts = self._starts.decide(mappings)
         reader = self._reader(spark, mappings, starts.offsets)
         # What a task's Python worker takes in at once (`mirror.spark.arrow`); the query's
@@ -223,8 +222,11 @@ class SparkFlow:
         spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch", str(int(self.flow.spark.max_bytes_per_chunk)))
         with ExitStack() as stack:
             location = self._checkpoint_location(stack, mappings, starts)
+            self._batches.start_query(mappings, location)
             writer = (
-                reader.load().writeStream.foreachBatch(self._batches.on_batch).option("checkpointLocation", location)
+                reader.load()
+                .writeStream.foreachBatch(self._batches.on_batch)
+                .option("checkpointLocation", str(location))
             )
             writer = (
                 writer.trigger(availableNow=True)
@@ -262,25 +264,31 @@ class SparkFlow:
             "maxOffsetsPerTrigger", str(self.max_records_per_batch or self.flow.spark.max_records_per_batch)
         )
 
-    def _checkpoint_location(self, stack: ExitStack, mappings: list[TopicMapping], starts: Starts) -> str:
+    def _checkpoint_location(self, stack: ExitStack, mappings: list[TopicMapping], starts: Starts) -> Path:
         """The query's checkpoint: the flow's, kept only where it resumes where the group says."""
         if self.checkpoint is None:
-            return str(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"mirror-spark-{self.flow.name}-")))
-        location = str(self.checkpoint)
+            return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"mirror-spark-{self.flow.name}-")))
         # The group, not Spark's checkpoint, says where to start: a query resumed from a
         # checkpoint ignores startingOffsets, so a partition started again from the
         # beginning (`StartingOffsets`) needs the checkpoint gone too.
-        if self._query_topics_changed(mappings) or starts.restarted:
-            shutil.rmtree(location, ignore_errors=True)
-        elif why := resume_problem(self.checkpoint, starts.offsets):
-            log.info(
-                "flow %s: not resuming the Spark checkpoint %s: %s; starting from the group's offsets",
-                self.flow.name,
-                location,
-                why,
-            )
-            shutil.rmtree(location, ignore_errors=True)
-        return location
+        topics_changed = self._query_topics_changed(mappings)  # always: it records this query's topics
+        why = (
+            "the flow's topics or their partition counts changed"
+            if topics_changed
+            else "a partition starts again from the beginning"
+            if starts.restarted
+            else resume_problem(self.checkpoint, starts.offsets)
+        )
+        if why:
+            if has_batches(self.checkpoint):
+                log.warning(
+                    "flow %s: not resuming the Spark checkpoint %s: %s; starting from the group's offsets",
+                    self.flow.name,
+                    self.checkpoint,
+                    why,
+                )
+            shutil.rmtree(self.checkpoint, ignore_errors=True)
+        return self.checkpoint
 
     def _await(self, query: Any, mappings: list[TopicMapping]) -> bool:
         """Wait for the running query, committing each completed batch's range end; True when

@@ -83,7 +83,7 @@ def result() -> TaskResult:
 
 def test_an_offset_store_that_fails_for_a_while_delays_the_commit_instead_of_killing_the_run(tmp_path: Path) -> None:
     job, source, events = flow_with(tmp_path, failures=3)
-    job.finish(0, [result()])
+    job.finish(0, [result()], {})
     # retried with backoff until the rows are stored, and only then the group commit (invariant 1)
     assert events == ["store failed"] * 3 + ["rows stored", "group committed"]
     assert source.commits == [{("orders", 0): 100}]
@@ -96,5 +96,16 @@ def test_a_stop_while_the_store_fails_ends_the_batch_without_a_commit(tmp_path: 
     job.store_backoff = 0.05
     threading.Timer(0.2, stop.set).start()
     with pytest.raises(OffsetStoreError):
-        job.finish(0, [result()])
+        job.finish(0, [result()], {})
     assert source.commits == [] and "group committed" not in events
+
+
+def test_a_batch_commits_its_whole_offset_range_once_its_rows_are_stored(tmp_path: Path) -> None:
+    """The batch's records end at 100, its range (Spark's offset log) at 103: transaction
+    markers or aborted records. Spark records the batch complete once the handler returns, so
+    the group must stand at 103 by then, or a driver dying next cannot resume the checkpoint.
+    A partition of the range without records moves too."""
+    job, source, events = flow_with(tmp_path, failures=0)
+    job.finish(4, [result()], {("orders", 0): 103, ("orders", 1): 7})
+    assert events == ["rows stored", "group committed"]
+    assert source.commits == [{("orders", 0): 103, ("orders", 1): 7}]
