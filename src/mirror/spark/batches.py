@@ -18,6 +18,7 @@ from typing import Any
 
 from mirror.domain.acks import AckBatch
 from mirror.domain.topics import TopicMapping
+from mirror.engine.status import FlowState, FlowStatus
 from mirror.errors import OffsetStoreError
 from mirror.run.supervisor import restart_delay
 from mirror.spark.arrow import COLUMNS, RESULT_SCHEMA, mirror_arrow, results_of
@@ -43,6 +44,7 @@ class Batches:
         *,
         metrics: Any = None,
         stop: threading.Event | None = None,
+        status: FlowStatus | None = None,
     ) -> None:
         self.flow = flow
         self.source = source
@@ -51,6 +53,7 @@ class Batches:
         self.commits = commits
         self.metrics = metrics
         self.stop = stop or threading.Event()
+        self.status = status or FlowStatus(flow)
         self.limits: dict[str, int] = {}  # target topic -> max.message.bytes (`TaskPlan.limits`)
         self.store_backoff = STORE_BACKOFF  # first wait after an offset-store failure
         self.records = 0
@@ -152,13 +155,20 @@ class Batches:
         while True:
             try:
                 self.recorder.flush()
+                if failures:
+                    self.status.set(FlowState.RUNNING, "the offset store answers again")
                 return
-            except OffsetStoreError:
+            except OffsetStoreError as exc:
                 failures += 1
                 if self.stop.is_set():
                     raise
+                self.status.set(FlowState.RETRYING, f"batch held back: {exc}")
                 delay = restart_delay(failures, base=self.store_backoff, cap=STORE_BACKOFF_MAX)
                 log.debug(
-                    "flow %s: batch %d: store failure %d, retrying in %.1fs", self.flow, batch_id, failures, delay
+                    "flow %s: batch %d: offset store failure %d, retrying in %.1fs",
+                    self.flow,
+                    batch_id,
+                    failures,
+                    delay,
                 )
                 self.stop.wait(delay)  # a stop meanwhile: one last attempt, then raise above

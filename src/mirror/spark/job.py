@@ -34,6 +34,7 @@ from urllib.parse import urlparse
 
 from mirror.config import Config, FlowConfig
 from mirror.domain.topics import TopicMapping, match_topics
+from mirror.engine.status import FlowState, FlowStatus
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
 from mirror.errors import MirrorError, UnsafeOperation, UsageError
 from mirror.kafka import Admin
@@ -131,6 +132,7 @@ class SparkFlow:
         max_records_per_batch: int | None = None,
         metrics: Any = None,
         stop: threading.Event | None = None,
+        status: FlowStatus | None = None,
     ) -> None:
         self.config = config
         self.flow = flow
@@ -140,6 +142,7 @@ class SparkFlow:
         self.max_records_per_batch = max_records_per_batch
         self.metrics = metrics
         self.stop = stop or threading.Event()
+        self.status = status or FlowStatus(flow.name)  # as `mirror run` reports it (`mirror_flow_state`)
         self._batches: Batches | None = None
 
     @property
@@ -179,7 +182,9 @@ class SparkFlow:
         self._commits = GroupCommits(name, group, self._source, self._target)
         self._starts = StartingOffsets(name, group, self._source, self._target, recorder, self._commits)
         plan = TaskPlan(self.flow, self.config.clusters[self.flow.target])
-        self._batches = Batches(name, self._source, plan, recorder, self._commits, metrics=self.metrics, stop=self.stop)
+        self._batches = Batches(
+            name, self._source, plan, recorder, self._commits, metrics=self.metrics, stop=self.stop, status=self.status
+        )
         self._watch = TopicWatch(self.config, self.flow, self._source, self._target)
         try:
             while not self.stop.is_set():
@@ -303,6 +308,7 @@ class SparkFlow:
                 ) from None
             self._commits.commit_progress(query.lastProgress)
             if self.stop.is_set():
+                self.status.set(FlowState.STOPPING, "stop requested")
                 return False
             if self.until_caught_up or time.monotonic() < next_refresh:
                 continue
@@ -315,6 +321,8 @@ class SparkFlow:
         if exc is not None:
             raise MirrorError(f"flow {self.flow.name}: the Spark query failed: {_first_line(str(exc))}")
         self._commits.commit_progress(query.lastProgress)
+        if self.until_caught_up:
+            self.status.set(FlowState.CAUGHT_UP, "every matched partition mirrored and committed")
         return False
 
     def _query_topics_changed(self, mappings: list[TopicMapping]) -> bool:
@@ -477,7 +485,8 @@ def run_flow(
             from mirror.spark.progress import listen
 
             stack.callback(
-                spark.streams.removeListener, listen(spark, flow.name, f"mirror-{flow.name}", run_metrics.registry)
+                spark.streams.removeListener,
+                listen(spark, flow.name, f"mirror-{flow.name}", run_metrics.registry, job.status),
             )
         job.run(spark)
         return job
