@@ -296,8 +296,8 @@ class SparkFlow:
         return self.checkpoint
 
     def _await(self, query: Any, mappings: list[TopicMapping]) -> bool:
-        """Wait for the running query, committing each completed batch's range end; True when
-        it must restart because the matched topics changed, False once stopped or caught up."""
+        """Wait for the running query; True when it must restart because the matched topics
+        changed, False once stopped or caught up."""
         next_refresh = time.monotonic() + self.flow.refresh_interval
         while query.isActive:
             try:
