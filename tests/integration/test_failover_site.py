@@ -1,4 +1,4 @@
-"""A whole site failed over in one reviewed plan (issue 26): 3 flows, 20 groups, live workload.
+"""A whole site failed over in one reviewed plan: 3 flows, 20 groups, live workload.
 
 The groups consume on the source while records are produced and mirrored; then the planned
 failover: producers stop, the mirror catches up, the consumers stop, one plan for the site

@@ -752,7 +752,7 @@ def test_failover_plan_without_one_grant(secured, tmp_path, cluster, role, op):
 def test_spark_run_on_sasl_ssl_clusters_with_scram_and_a_pem_ca(secured, tmp_path, spark_local, capfd):
     """The librdkafka settings of a SASL_SSL (SCRAM-SHA-512, PEM CA) cluster, mapped to the Java
     source's options: the Spark run reads the secured source; the password is never printed.
-    (Issue 11; on this module's secured pair, as the admin user, in the session's Spark.)"""
+    (On this module's secured pair, as the admin user, in the session's Spark.)"""
     from mirror.spark.job import run_flow
     from tests.support.kafkautil import read_partition as read_back
 
@@ -822,7 +822,7 @@ def _fails_without(sec: Secured, grant, op: str, run, command: str) -> None:
     assert grant.resource.name.rstrip("-.") in errors[0], f"{where}: {errors[0]}"
 
 
-# ---------------------------------------------------------------------------- a whole site (issue 26)
+# ---------------------------------------------------------------------------- a whole site
 
 SITE_COMMANDS = (
     "failover plan --from",

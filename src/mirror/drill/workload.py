@@ -24,6 +24,7 @@ from typing import Any
 
 from mirror.config import Config, FlowConfig
 from mirror.domain.naming import target_topic
+from mirror.domain.runbook import Cost, cost
 from mirror.errors import ClusterUnavailable, MirrorError
 from mirror.kafka import (
     Admin,
@@ -41,6 +42,15 @@ from mirror.kafka import (
 log = logging.getLogger(__name__)
 
 PRIMARY, DR = "primary", "dr"
+
+
+def snapshot_cost(snap: dict[str, Any]) -> Cost:
+    """Records lost and duplicated, per a `Workload.snapshot` (its partitions are JSON strings)."""
+
+    def by_partition(d: dict[str, list[int]]) -> dict[int, list[int]]:
+        return {int(p): s for p, s in d.items()}
+
+    return cost(by_partition(snap["produced"]), by_partition(snap["reads"][PRIMARY]), by_partition(snap["reads"][DR]))
 
 
 @dataclass

@@ -179,25 +179,32 @@ class FlowWorker:
         self.admins.source.topics()
         self.admins.target.topics()
         consumer_cfg, producer_cfg = self._settings()
-        eager = (
-            str(consumer_cfg["partition.assignment.strategy"]).strip() != "cooperative-sticky"
-        )  # librdkafka trims it too
+        # librdkafka trims the strategy's name too.
+        eager = str(consumer_cfg["partition.assignment.strategy"]).strip() != "cooperative-sticky"
         self._consumer = consumer = self._make_consumer(f.source, self._source, consumer_cfg)
         self.pool = pool = ProducerPool(f, self._target, producer_cfg, self._make_producer)
         self._wire(consumer, pool, consumer_cfg, eager)
         self.status.set(FlowState.RUNNING, "started")
 
     def _wire(self, consumer: Any, pool: ProducerPool, consumer_cfg: Mapping[str, Any], eager: bool) -> None:
-        """Make the units, each given the others it works with."""
-        f, ledger, status, listeners = self.flow, self.ledger, self.status, self.listeners
+        """Make the units, each given the others it works with: the books and the fence, then
+        a record's path (forward, reports, commit), then the group's and the target's changes."""
+        self._wire_books(consumer, pool, consumer_cfg)
+        self._wire_path(consumer, pool)
+        self._wire_changes(consumer, pool, eager)
+
+    def _wire_books(self, consumer: Any, pool: ProducerPool, consumer_cfg: Mapping[str, Any]) -> None:
+        """The units every other one is given: refresh requests, failures, commit tags, the
+        read gate and the fence."""
+        f, ledger, status = self.flow, self.ledger, self.status
         self.requests = requests = RefreshRequests()
-        self.failures = failures = Failures(f.name, status, self.clock)
+        self.failures = Failures(f.name, status, self.clock)
         self.tags = tags = CommitTags(ledger)
         self.gate = gate = ReadGate(f.name, f.target, consumer, ledger, status)
         # Frozen (SIGSTOP, a VM pause, a stalled host) for longer than this, the group may
         # have given this worker's partitions to another: see `Fence`.
         fence_after = (int(consumer_cfg["session.timeout.ms"]) - int(consumer_cfg["heartbeat.interval.ms"])) / 1000
-        self.fence = fence = Fence(
+        self.fence = Fence(
             f,
             self._source,
             consumer,
@@ -209,12 +216,17 @@ class FlowWorker:
             tags=tags,
             on_unfenced=requests.soon,
         )
-        self.committer = committer = Committer(
+
+    def _wire_path(self, consumer: Any, pool: ProducerPool) -> None:
+        """A record's path: the committer, the delivery reports and the forwarder."""
+        f, ledger, status, failures, gate = self.flow, self.ledger, self.status, self.failures, self.gate
+        tags, fence, requests = self.tags, self.fence, self.requests
+        self.committer = Committer(
             f,
             consumer,
             until_caught_up=self.until_caught_up,
             ledger=ledger,
-            listeners=listeners,
+            listeners=self.listeners,
             tags=tags,
             gate=gate,
             pool=pool,
@@ -241,6 +253,11 @@ class FlowWorker:
             refresh=requests,
             target_timeout=self._target.timeout,
         )
+
+    def _wire_changes(self, consumer: Any, pool: ProducerPool, eager: bool) -> None:
+        """The group's and the target's changes: the assignment, resync and the target watch."""
+        f, ledger, listeners, gate, fence = self.flow, self.ledger, self.listeners, self.gate, self.fence
+        tags, committer, reports = self.tags, self.committer, self.reports
         self.assignment = assignment = Assignment(
             f,
             self._source,
@@ -286,10 +303,10 @@ class FlowWorker:
             fence=fence,
             committer=committer,
             assignment=assignment,
-            failures=failures,
-            status=status,
+            failures=self.failures,
+            status=self.status,
             resync=resync,
-            requests=requests,
+            requests=self.requests,
         )
 
     def close(self) -> None:
