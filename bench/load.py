@@ -33,6 +33,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from mirror.kafka.errors import is_retriable
+
 _ROOT = Path(__file__).resolve().parent.parent  # the checkout: `-m bench.load` resolves from here
 _STAMP = struct.Struct(">q")  # produce wall-clock time in microseconds, at the head of a latency record
 
@@ -205,8 +207,9 @@ def commit_group(bootstrap: str, group: str, topic: str, offsets: Mapping[int, i
                 return
             except KafkaException as exc:
                 # A coordinator still loading its offsets (COORDINATOR_LOAD_IN_PROGRESS) or
-                # moving answers with a retriable error: ask again until the deadline.
-                if not exc.args[0].retriable() or time.monotonic() > deadline:
+                # moving: ask again until the deadline. librdkafka does not mark these
+                # retriable on a synchronous commit, so the mirror's own rule decides.
+                if not is_retriable(exc.args[0]) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
     finally:

@@ -31,7 +31,7 @@ from mirror.domain.runbook import Block, Command, Manual, Runbook, RunbookError,
 from mirror.drill.report import render_markdown
 from mirror.drill.site import SiteWorkload, load_snapshot
 from mirror.drill.workload import DR, PRIMARY, Workload, WorkloadState, snapshot_cost
-from mirror.errors import ExitCode, MirrorError, UsageError
+from mirror.errors import AuthorizationFailed, ExitCode, MirrorError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -575,6 +575,8 @@ class Drill:
     def _rpo(self, entry: dict[str, Any]) -> None:
         try:
             records, seconds = self.measure_lag()
+        except AuthorizationFailed:
+            raise  # a grant missing: no later step measures it either
         except MirrorError as exc:
             entry["rpo_error"] = str(exc)
             return
