@@ -19,7 +19,7 @@ import pytest
 from mirror import config
 from mirror.engine.worker import FlowWorker
 from mirror.kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
-from mirror.kafka.progress import Progress, ProgressPending
+from mirror.kafka.progress import Progress, ProgressPending, parse_metadata
 from tests.unit.engine.fakes import P0, P1, Clock, FakeAdmin, FakeConsumer, FakeProducer, Report, Step, Target
 
 EOS_TEXT = """\
@@ -116,7 +116,7 @@ class TxnProducer(FakeProducer):
         self._check()
         txn = self.t.open.setdefault(self.tid, Txn(self.tid, self.epoch))
         for tp in offsets:
-            txn.offsets[(tp.topic, tp.partition)] = Progress(tp.offset, tp.metadata or None)
+            txn.offsets[(tp.topic, tp.partition)] = Progress(tp.offset, *parse_metadata(tp.metadata))
 
     def commit_transaction(self, timeout: float = 0) -> None:
         self.flush()

@@ -296,3 +296,17 @@ def test_unreadable_source_offsets_fail_the_first_claim_not_start_at_0(
     worker.run()
     exactly_once(target, P0, 10)
     exactly_once(target, P1, 8)
+
+
+def test_recreated_source_topic_is_copied_from_its_beginning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SOURCE topic was deleted and created again: the progress on the target (50, written
+    while copying the old incarnation, whose id it names) must not be resumed, or the new
+    topic's records below 50 are never copied."""
+    target = TxnTarget()
+    target.logs[P0] = [Entry(o, "mirror.p.old", "committed") for o in range(50)] + [Entry(None, "x", "marker")]
+    target.progress[("nyc.orders", 0)] = Progress(50, "mirror.p.old", "id-deleted-orders")
+    worker, consumer, target = make_eos(monkeypatch, [read(P0, 10)], target=target)
+    worker.run()
+    assert target.visible(P0)[50:] == list(range(10))
+    assert target.progress[("nyc.orders", 0)].next_offset == 10
+    assert target.progress[("nyc.orders", 0)].source_id == "id-orders"  # the topic it copied
