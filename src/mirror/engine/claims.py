@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from mirror.config import ClusterConfig, FlowConfig
@@ -59,6 +59,7 @@ class Claims:
         consumer: Any,
         *,
         source: ClusterConfig,
+        source_ids: Callable[[list[str]], dict[str, str]],
         ledger: Ledger[AssignedPartition],
         committer: TransactionalCommitter,
         pool: TransactionalPool,
@@ -67,7 +68,7 @@ class Claims:
     ) -> None:
         self.flow, self._target, self._consumer = flow, target, consumer
         self._ledger, self._committer, self._pool, self._gate, self._clock = ledger, committer, pool, gate, clock
-        self._source = source
+        self._source, self._source_ids = source, source_ids
         self.fenced_ids: list[str] = []  # for the log and the tests
         # Until a claim of theirs commits: partitions restarted by a resync (claimed at 0,
         # whatever progress the deleted target topic had), and where `on_assign` said newly
@@ -168,7 +169,9 @@ class Claims:
             fence(self.flow.target, self._target, writer, timeout)
         self.fenced_ids += writers
         progress = self._read(list(targets), timeout, stable=True)
-        start = self._starts_of(targets, progress, committed)
+        ids = self._source_ids(sorted({tp[0] for tp in targets.values()}))
+        committer.source_ids.update({tp: ids[tp[0]] for tp in targets.values() if tp[0] in ids})
+        start = self._starts_of(targets, self._same_source(targets, progress), committed)
         committer.held = None
         if not committer.transact(claims=start):
             raise MirrorError("the claim's transaction did not commit")
@@ -183,6 +186,28 @@ class Claims:
             ", ".join(writers) or "nobody",
         )
         return start
+
+    def _same_source(
+        self, targets: Mapping[tuple[str, int], SourcePartition], progress: Mapping[tuple[str, int], Progress]
+    ) -> dict[tuple[str, int], Progress]:
+        """The progress that counts in the source topic as it is now: progress naming another
+        source topic id was made copying a deleted incarnation, and is taken as none."""
+        ids, out = self._committer.source_ids, {}
+        for target, got in progress.items():
+            tp = targets.get(target)
+            now = ids.get(tp) if tp is not None else None
+            if got.source_id is not None and now is not None and got.source_id != now:
+                log.warning(
+                    "flow %s: %s[%d] was deleted and created again since its progress (%d) was committed; "
+                    "copying it as new",
+                    self.flow.name,
+                    target[0],
+                    target[1],
+                    got.next_offset,
+                )
+                continue
+            out[target] = got
+        return out
 
     def _starts_of(
         self,

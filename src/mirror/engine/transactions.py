@@ -180,6 +180,9 @@ class TransactionalCommitter(Committer):
         self.txn = txn
         self.group = ProgressGroup(flow.target, target, flow.progress_group)
         self.progress: dict[SourcePartition, int] = {}
+        # The id of each claimed partition's source topic, written with its progress (a
+        # recreated source topic's new id tells its old progress apart: `Claims`).
+        self.source_ids: dict[SourcePartition, str] = {}
         self.held: str | None = None  # why nothing is written until the partitions are claimed again
         self.confirming = False  # held, and the group must confirm the partitions first
         self.reports: Any = None  # DeliveryReports, wired after (it needs the committer's pool)
@@ -234,8 +237,8 @@ class TransactionalCommitter(Committer):
         if not kept and not released and not self._produced(parts):
             self._commit_source(release)
             return True
-        offsets = progress_offsets(self._targets(kept), self.pool.writer_id) + progress_offsets(
-            self._targets(released), None
+        offsets = progress_offsets(self._targets(kept), self.pool.writer_id, self._sources(kept)) + progress_offsets(
+            self._targets(released), None, self._sources(released)
         )
         producer = self.pool.for_topic(None)
         timeout = self._target.timeout
@@ -310,6 +313,10 @@ class TransactionalCommitter(Committer):
 
     def _produced(self, parts: Mapping[SourcePartition, AssignedPartition]) -> bool:
         return any(part.batch is not None for part in parts.values())
+
+    def _sources(self, positions: Mapping[SourcePartition, int]) -> dict[tuple[str, int], str]:
+        parts, ids = self._ledger.parts, self.source_ids
+        return {(parts[tp].route.target_topic, tp[1]): ids[tp] for tp in positions if tp in parts and tp in ids}
 
     def _targets(self, positions: Mapping[SourcePartition, int]) -> dict[tuple[str, int], int]:
         parts = self._ledger.parts

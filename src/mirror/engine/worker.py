@@ -281,6 +281,7 @@ class FlowWorker:
                 self._target,
                 consumer,
                 source=self._source,
+                source_ids=lambda topics: self.admins.source.topic_ids(topics),
                 ledger=ledger,
                 committer=committer,
                 pool=committer.pool,

@@ -125,3 +125,15 @@ def test_a_fence_that_never_returns_fails_within_its_bound(monkeypatch):
         assert "mirror.p.zombie" in str(outcome[0])
     finally:
         release.set()
+
+
+def test_progress_metadata_names_the_source_topic_and_reads_back():
+    offsets = progress_offsets({("nyc.orders", 0): 7, ("nyc.orders", 1): 3}, "mirror.p.1", {("nyc.orders", 0): "s1"})
+    assert [tp.metadata for tp in offsets] == ["mirror.p.1;src=s1", "mirror.p.1"]
+    released = progress_offsets({("nyc.orders", 0): 7}, None, {("nyc.orders", 0): "s1"})
+    assert _parse(offsets + released) == {
+        ("nyc.orders", 0): Progress(7, None, "s1"),
+        ("nyc.orders", 1): Progress(3, "mirror.p.1", None),
+    }
+    assert progress.parse_metadata("mirror.p.1;src=s1") == ("mirror.p.1", "s1")
+    assert progress.parse_metadata("mirror.p.1") == ("mirror.p.1", None)  # written before the source id
