@@ -310,3 +310,28 @@ def test_recreated_source_topic_is_copied_from_its_beginning(monkeypatch: pytest
     assert target.visible(P0)[50:] == list(range(10))
     assert target.progress[("nyc.orders", 0)].next_offset == 10
     assert target.progress[("nyc.orders", 0)].source_id == "id-orders"  # the topic it copied
+
+
+def test_a_fenced_flush_failing_with_any_error_claims_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zombie's flush raises its fatal error while delivery callbacks run with it pending:
+    confluent-kafka then surfaced it as an AttributeError from a callback (seen in
+    test_a_frozen_worker_cannot_commit_after_its_partitions_moved). The flow must not crash:
+    the transaction is dropped and the partitions claimed again."""
+    holder: dict[str, Any] = {}
+
+    def fenced_flush(consumer: FakeConsumer) -> list[Msg]:
+        producer = holder["worker"].pool.for_topic(None)
+        target.fence(producer.tid)  # another owner took the id
+
+        def flush(timeout: float = 0) -> int:
+            raise AttributeError("'AssignedPartition' object has no attribute 'settled'")
+
+        producer.flush = flush
+        return read(P0, 15)(consumer)
+
+    worker, consumer, target = make_eos(
+        monkeypatch, [read(P0, 10)] + [[]] * 8 + [fenced_flush] + [[]] * 8 + [read(P0, 20)] * 30
+    )
+    holder["worker"] = worker
+    worker.run()
+    exactly_once(target, P0, 20)
