@@ -276,9 +276,11 @@ class TransactionalCommitter(Committer):
         wait = min(DRAIN_TIMEOUT, self._target.timeout)
         try:
             producer.flush(wait)
-        except (KafkaException, SystemError) as exc:
-            # A fenced producer raises from flush (confluent-kafka wraps it in a SystemError
-            # when a callback runs meanwhile): its transaction can never commit.
+        except Exception as exc:  # noqa: BLE001  # any class: see below
+            # A fenced producer raises from flush, and confluent-kafka runs the delivery
+            # callbacks with that error still pending: it surfaces as a SystemError, or as
+            # whatever the next lookup in a callback fails with (an AttributeError was seen).
+            # Its transaction can never commit: the worker claims again with a new producer.
             self.txn.doom(f"the producer failed: {exc}", fenced=True)
         self.reports.serve(0)
         for part in self._ledger:
