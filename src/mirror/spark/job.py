@@ -45,6 +45,7 @@ from mirror.run.supervisor import restart_delay
 from mirror.spark.arrow import COLUMNS, RESULT_SCHEMA, mirror_arrow, results_of
 from mirror.spark.checkpoint import default_checkpoint, resume_problem
 from mirror.spark.clients import REDACT, java_kafka_options
+from mirror.spark.exactly_once import read_starts, reset_progress, with_progress
 from mirror.spark.task import CHUNK, TaskPlan, TaskResult
 from mirror.store import open_store
 
@@ -213,6 +214,8 @@ class SparkFlow:
         and where the target topic is new: created by this run, or created again since the
         commit (its id differs from the one the commit is tagged with), as `mirror run` does."""
         committed = self._source.group_offsets_with_metadata(self.flow.group_id)
+        if self.flow.exactly_once:  # the target's committed progress says where the copy resumes
+            committed = with_progress(committed, read_starts(self.flow, self._plan.target, mappings), mappings)
         self._target_ids = self._target.topic_ids(sorted({m.target for m in mappings}))
         # A source topic deleted and created again since an earlier query of this run (Spark's
         # source does not notice: it skips the new records below the old position): its
@@ -290,6 +293,8 @@ class SparkFlow:
             # new topic never received.
             self._recorder.on_reset(self.flow.name, reset)
             self._recorder.flush()
+            if self.flow.exactly_once:
+                reset_progress(self._target, self.flow, mappings, reset)
             self._source.alter_group_offsets(self.flow.group_id, dict.fromkeys(reset, 0), metadata=self._tags(reset))
             for tp in reset:
                 self._committed[tp] = 0

@@ -284,14 +284,11 @@ def mirror_chunks(
     where its previous batch in this query ended, and that batch's task flushed every record
     it was given before the batch completed: the target holds nothing past it.
     """
-    stream: Iterator[Sequence[SourceRow]] = (chunk for chunk in chunks if len(chunk))
-    head = next(stream, None)
-    if head is None:
+    opened = open_slice(plan, chunks)
+    if opened is None:
         return
-    topic, partition = head[0][0], head[0][1]
-    stream = _one_partition(chain([head], stream), topic, partition)
-    r = route(plan.flow, topic, partition)
-    result = TaskResult(topic, partition, r.target_topic, head[0][2], head[0][2])
+    r, result, stream = opened
+    topic, partition = result.topic, result.partition
     replay = Replay()
     if r.origin is not None and (retried or (topic, partition) not in plan.settled):
         replay, stream = _replayed(plan, r, stream)
@@ -325,6 +322,21 @@ def mirror_chunks(
     yield result
 
 
+def open_slice(
+    plan: TaskPlan, chunks: Iterable[Sequence[SourceRow]]
+) -> tuple[Route, TaskResult, Iterator[Sequence[SourceRow]]] | None:
+    """A task's slice: its route, the result to fill in, and its non-empty chunks, checked to
+    be of one source partition as they stream by; None when there are no rows."""
+    stream: Iterator[Sequence[SourceRow]] = (chunk for chunk in chunks if len(chunk))
+    head = next(stream, None)
+    if head is None:
+        return None
+    topic, partition = head[0][0], head[0][1]
+    r = route(plan.flow, topic, partition)
+    result = TaskResult(topic, partition, r.target_topic, head[0][2], head[0][2])
+    return r, result, _one_partition(chain([head], stream), topic, partition)
+
+
 def _one_partition(chunks: Iterable[Sequence[SourceRow]], topic: str, partition: int) -> Iterator[Sequence[SourceRow]]:
     for chunk in chunks:
         for row in chunk:
@@ -346,7 +358,7 @@ def _replayed(
     Only the rows the target's last copy may cover (source offsets up to the one it names)
     are held back to be compared: at most what the target received of this slice before.
     """
-    admin = _cached(("admin", plan.flow.target), lambda: Admin(plan.flow.target, plan.target))
+    admin = cached(("admin", plan.flow.target), lambda: Admin(plan.flow.target, plan.target))
     marks = admin.watermarks([(r.target_topic, r.partition)], committed_only=False)[(r.target_topic, r.partition)]
     read = partial(read_range, plan.flow.target, plan.target, r.target_topic, r.partition, timeout=plan.target.timeout)
     tail = read(marks.high - 1, marks.high) if marks.high > marks.low else []
@@ -417,7 +429,12 @@ def _produce(
     one acknowledged means all are, and reports `n - 1` apart prove the run landed contiguously.
     """
     # One producer per batch size (as `mirror run`): a small-limit topic keeps the others' large batches.
-    producer = _cached(key, lambda: make_producer(plan.flow.target, plan.target, settings))
+    producer = cached(key, lambda: make_producer(plan.flow.target, plan.target, settings))
+    return produce_on(producer, r, chunks, sent)
+
+
+def produce_on(producer: Any, r: Route, chunks: Iterable[Sequence[SourceRow]], sent: Sent) -> list[tuple[int, int]]:
+    """`_produce` on a given producer (a task's transactional one, with exactly_once)."""
     reports = _Reports()
     changes = _send(producer, r, chunks, sent, reports)
     if not sent.count:
@@ -511,7 +528,7 @@ def _placed(r: Route, reports: dict[int, int], changes: list[tuple[int, int]], s
 _CLIENTS: dict[tuple[str, ...], Any] = {}
 
 
-def _cached(key: tuple[str, ...], make: Callable[[], Any]) -> Any:
+def cached(key: tuple[str, ...], make: Callable[[], Any]) -> Any:
     client = _CLIENTS.get(key)
     if client is None:
         client = _CLIENTS[key] = make()
