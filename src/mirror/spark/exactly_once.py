@@ -268,31 +268,48 @@ def with_progress(
     return out
 
 
-def read_starts(flow: FlowConfig, target: ClusterConfig, mappings: Iterable[TopicMapping]) -> dict[Partition, Progress]:
-    """The committed progress of the flow's target partitions, as a query starts.
+class ProgressStarts:
+    """Where a query starts with `exactly_once`: the target's committed progress (the source
+    group's offset only where a partition has none yet), and that progress set back to 0
+    for partitions mirrored again from the beginning. Used by `mirror.spark.starts`."""
 
-    Not `stable`: a transaction still open (a task of a killed driver, whose executors died
-    with it) would hold this read until it timed out. The last committed progress is a safe
-    start: every task fences its partition's earlier attempts and reads the progress again,
-    stable, before it writes (`mirror_exactly_once`)."""
-    parts = [(m.target, p) for m in mappings for p in range(m.partitions)]
-    group = ProgressGroup(flow.target, target, flow.progress_group)
-    try:
-        return group.read(parts, target.timeout, stable=False)
-    finally:
-        group.close()
+    def __init__(self, flow: FlowConfig, target: ClusterConfig, admin: Any) -> None:
+        self.flow = flow
+        self.target = target
+        self.admin = admin  # the target's Admin
+
+    def committed(
+        self, committed: Mapping[Partition, tuple[int, str | None]], mappings: list[TopicMapping]
+    ) -> dict[Partition, tuple[int, str | None]]:
+        """`committed` (the source group's) with the target's progress where there is one.
+
+        Read not `stable`: a transaction still open (a task of a killed driver, whose
+        executors died with it) would hold this read until it timed out. The last committed
+        progress is a safe start: every task fences its partition's earlier attempts and
+        reads the progress again, stable, before it writes (`mirror_exactly_once`)."""
+        parts = [(m.target, p) for m in mappings for p in range(m.partitions)]
+        group = ProgressGroup(self.flow.target, self.target, self.flow.progress_group)
+        try:
+            progress = group.read(parts, self.target.timeout, stable=False)
+        finally:
+            group.close()
+        return with_progress(committed, progress, mappings)
+
+    def reset(self, mappings: list[TopicMapping], partitions: Iterable[Partition]) -> None:
+        """The progress of source `partitions` mirrored again from the beginning (a recreated
+        topic) back to 0: a task skips the records below the progress, and the old one names
+        an earlier incarnation's offsets."""
+        targets = {m.source: m.target for m in mappings}
+        offsets = {(targets[s], p): 0 for s, p in partitions if s in targets}
+        if offsets:
+            self.admin.alter_group_offsets(self.flow.progress_group, offsets)
 
 
-def reset_progress(
-    admin: Any, flow: FlowConfig, mappings: Iterable[TopicMapping], partitions: Iterable[Partition]
-) -> None:
-    """The progress of source `partitions` mirrored again from the beginning (a recreated
-    topic) back to 0: a task skips the records below the progress, and the old one names an
-    earlier incarnation's offsets."""
-    targets = {m.source: m.target for m in mappings}
-    offsets = {(targets[s], p): 0 for s, p in partitions if s in targets}
-    if offsets:
-        admin.alter_group_offsets(flow.progress_group, offsets)
-
-
-__all__ = ["TaskTransaction", "TransactionFailed", "mirror_exactly_once", "writer_id"]
+__all__ = [
+    "ProgressStarts",
+    "TaskTransaction",
+    "TransactionFailed",
+    "mirror_exactly_once",
+    "with_progress",
+    "writer_id",
+]

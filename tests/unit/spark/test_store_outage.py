@@ -14,8 +14,9 @@ from mirror.config import SqliteStoreConfig, parse
 from mirror.domain.topics import TopicMapping
 from mirror.errors import OffsetStoreError
 from mirror.run.recorder import OffsetMapRecorder
-from mirror.spark.job import SparkFlow
-from mirror.spark.task import TaskResult
+from mirror.spark.batches import Batches
+from mirror.spark.commits import GroupCommits
+from mirror.spark.task import TaskPlan, TaskResult
 from mirror.store import open_store
 
 CONFIG = """\
@@ -62,17 +63,18 @@ class TargetAdmin:
 
 def flow_with(
     tmp_path: Path, failures: int, stop: threading.Event | None = None
-) -> tuple[SparkFlow, SourceAdmin, list[str]]:
+) -> tuple[Batches, SourceAdmin, list[str]]:
     config = parse(CONFIG, env={})
-    job = SparkFlow(config, config.flow("f"), stop=stop)
-    job.store_backoff = 0.001
+    flow = config.flow("f")
     events: list[str] = []
     store = FlakyStore(open_store(SqliteStoreConfig(path=str(tmp_path / "o.db"))), failures, events)
-    job._recorder = OffsetMapRecorder(store, "f", registry=None)
-    job._source = SourceAdmin(events)  # type: ignore[assignment]
-    job._target = TargetAdmin()  # type: ignore[assignment]
-    job._mappings = [TopicMapping("orders", "src.orders", 1)]
-    return job, job._source, events  # type: ignore[return-value]
+    recorder = OffsetMapRecorder(store, "f", registry=None)
+    source = SourceAdmin(events)
+    commits = GroupCommits("f", flow.group_id, source, TargetAdmin())
+    commits.use([TopicMapping("orders", "src.orders", 1)], {})
+    job = Batches("f", source, TaskPlan(flow, config.clusters["dst"]), recorder, commits, stop=stop)
+    job.store_backoff = 0.001
+    return job, source, events
 
 
 def result() -> TaskResult:
@@ -81,7 +83,7 @@ def result() -> TaskResult:
 
 def test_an_offset_store_that_fails_for_a_while_delays_the_commit_instead_of_killing_the_run(tmp_path: Path) -> None:
     job, source, events = flow_with(tmp_path, failures=3)
-    job._finish_batch(0, [result()])
+    job.finish(0, [result()])
     # retried with backoff until the rows are stored, and only then the group commit (invariant 1)
     assert events == ["store failed"] * 3 + ["rows stored", "group committed"]
     assert source.commits == [{("orders", 0): 100}]
@@ -94,5 +96,5 @@ def test_a_stop_while_the_store_fails_ends_the_batch_without_a_commit(tmp_path: 
     job.store_backoff = 0.05
     threading.Timer(0.2, stop.set).start()
     with pytest.raises(OffsetStoreError):
-        job._finish_batch(0, [result()])
+        job.finish(0, [result()])
     assert source.commits == [] and "group committed" not in events

@@ -1,0 +1,144 @@
+"""The driver's part of each micro-batch: plan the tasks, then rows stored, then the group committed.
+
+Invariant 1 holds per batch: the tasks produce the batch's records, the offset-map rows of
+what they produced are stored (retried while the store fails), and only then the group moves
+past them. A batch whose rows cannot be stored before a stop commits nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+from mirror.domain.acks import AckBatch
+from mirror.domain.topics import TopicMapping
+from mirror.errors import OffsetStoreError
+from mirror.run.supervisor import restart_delay
+from mirror.spark.arrow import COLUMNS, RESULT_SCHEMA, mirror_arrow, results_of
+from mirror.spark.commits import GroupCommits, Partition
+from mirror.spark.task import TaskPlan, TaskResult
+
+log = logging.getLogger(__name__)
+
+STORE_BACKOFF, STORE_BACKOFF_MAX = 1.0, 30.0  # offset-store retries: doubling waits, at most this long
+
+
+class Batches:
+    """`foreachBatch`'s handler for one flow's queries; counts what was mirrored."""
+
+    def __init__(
+        self,
+        flow: str,
+        source: Any,
+        plan: TaskPlan,
+        recorder: Any,
+        commits: GroupCommits,
+        *,
+        metrics: Any = None,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.flow = flow
+        self.source = source
+        self.plan = plan
+        self.recorder = recorder
+        self.commits = commits
+        self.metrics = metrics
+        self.stop = stop or threading.Event()
+        self.limits: dict[str, int] = {}  # target topic -> max.message.bytes (`TaskPlan.limits`)
+        self.store_backoff = STORE_BACKOFF  # first wait after an offset-store failure
+        self.records = 0
+        self.skipped = 0
+        self._parts: list[Partition] = []
+        self._settled: set[Partition] = set()  # partitions with a batch completed in this query (`TaskPlan.settled`)
+
+    def start_query(self, mappings: list[TopicMapping]) -> None:
+        """A new query starts at the group's offsets: the target may be ahead of any partition."""
+        self._parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
+        self._settled = set()
+
+    def on_batch(self, df: Any, batch_id: int) -> None:
+        """Mirror one micro-batch: tasks produce, then rows are stored, then the group commits."""
+        # The source ends now (after the batch was planned): a target copy naming an offset at
+        # or past them is not of this topic's records (a recreated topic); see `replay_check`.
+        t0 = time.monotonic()
+        ends = self.source.end_offsets(self._parts)
+        plan = replace(self.plan, source_ends=ends, limits=self.limits, settled=frozenset(self._settled))
+        t1 = time.monotonic()
+        results = results_of(df.selectExpr(*COLUMNS).mapInArrow(partial(mirror_arrow, plan), RESULT_SCHEMA).collect())
+        t2 = time.monotonic()
+        self.finish(batch_id, results)
+        # Their next batch starts where this one ended, and the target holds nothing past it.
+        self._settled.update((r.topic, r.partition) for r in results)
+        log.debug(
+            "flow %s: batch %d: %d tasks, %d records; tasks %.0f ms, driver %.0f ms (source ends %.0f "
+            "ms, rows stored and committed %.0f ms)",
+            self.flow,
+            batch_id,
+            len(results),
+            sum(r.produced for r in results),
+            (t2 - t1) * 1000,
+            (time.monotonic() - t2 + t1 - t0) * 1000,
+            (t1 - t0) * 1000,
+            (time.monotonic() - t2) * 1000,
+        )
+
+    def finish(self, batch_id: int, results: list[TaskResult]) -> None:
+        """The driver's part of a batch once the tasks produced it: rows stored, then the commit."""
+        batches = [
+            AckBatch(
+                self.flow,
+                r.topic,
+                r.partition,
+                r.target_topic,
+                r.first_offset,
+                r.next_offset,
+                # Unplaced (part of the batch's target offsets unknown): no rows and no
+                # tip, so translation resumes before these records, never past them.
+                count=r.produced + r.skipped if r.placed else 0,
+                bytes=r.bytes,
+                max_timestamp_ms=r.max_timestamp_ms,
+                syncs=r.syncs,
+            )
+            for r in results
+        ]
+        for r in results:
+            if r.warning:
+                log.warning("flow %s: batch %d: %s", self.flow, batch_id, r.warning)
+        self.recorder.on_acked(batches)
+        if self.metrics is not None:
+            self.metrics.on_acked([replace(b, count=r.produced, syncs=[]) for b, r in zip(batches, results)])
+        self._store_rows(batch_id)  # invariant 1: rows durable before the group moves past them
+        self.records += sum(r.produced for r in results)
+        self.skipped += sum(r.skipped for r in results)
+        if any(r.skipped for r in results):
+            log.warning(
+                "flow %s: batch %d: %d records were already on the target (a replayed batch); not produced again",
+                self.flow,
+                batch_id,
+                sum(r.skipped for r in results),
+            )
+        self.commits.commit({(r.topic, r.partition): r.next_offset for r in results})
+
+    def _store_rows(self, batch_id: int) -> None:
+        """Flush the recorder, retrying with backoff while the store fails (as `mirror run`
+        holds commits back and carries on): the batch, and so the query, waits for the
+        store instead of failing. The recorder keeps the rows and logs the outage and the
+        recovery once each. A stop while the store still fails raises: no commit."""
+        failures = 0
+        while True:
+            try:
+                self.recorder.flush()
+                return
+            except OffsetStoreError:
+                failures += 1
+                if self.stop.is_set():
+                    raise
+                delay = restart_delay(failures, base=self.store_backoff, cap=STORE_BACKOFF_MAX)
+                log.debug(
+                    "flow %s: batch %d: store failure %d, retrying in %.1fs", self.flow, batch_id, failures, delay
+                )
+                self.stop.wait(delay)  # a stop meanwhile: one last attempt, then raise above

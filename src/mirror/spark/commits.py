@@ -1,0 +1,102 @@
+"""The flow's group commits from the Spark driver.
+
+Invariant: the group only moves forward from where the running query started each partition
+(or from what it committed since), and every commit is tagged with the id of the partition's
+target topic, the tag `mirror run` writes too (`new_target` reads it back at the next start).
+A partition the query starts from the beginning forgets its old position, so an earlier
+incarnation's offsets never hold this query's commits back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from mirror.domain.topics import TopicMapping
+from mirror.errors import MirrorError
+
+log = logging.getLogger(__name__)
+
+TARGET_TOPIC_ID = "target-topic-id="  # group commit metadata, the same tag `mirror run` writes (engine.assignment.TID)
+
+Partition = tuple[str, int]
+
+
+class GroupCommits:
+    """Commits a flow's consumer group on the source, tagged, never backwards within a query."""
+
+    def __init__(self, flow: str, group: str, source: Any, target: Any) -> None:
+        self.flow = flow
+        self.group = group
+        self.source = source
+        self.target = target
+        self.target_ids: dict[str, str] = {}  # target topic -> id, as the query started (and learnt since)
+        self._targets: dict[str, str] = {}  # source topic -> target topic
+        self._committed: dict[Partition, int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def positions(self) -> dict[Partition, int]:
+        """Where the group stands per partition, as this run knows it."""
+        return dict(self._committed)
+
+    def use(self, mappings: list[TopicMapping], target_ids: Mapping[str, str]) -> None:
+        """A new query over `mappings`, with its target topics' ids read as it starts."""
+        self._targets = {m.source: m.target for m in mappings}
+        self.target_ids = dict(target_ids)
+
+    def start(self, at: Mapping[Partition, int], earliest: Iterable[Partition]) -> None:
+        """The query starts `at` these offsets, and `earliest` partitions from the beginning."""
+        self._committed.update(at)
+        for tp in earliest:
+            self._committed.pop(tp, None)
+
+    def rewind(self, partitions: list[Partition]) -> None:
+        """The group back to offset 0 of `partitions` (their target topic is new)."""
+        self.source.alter_group_offsets(self.group, dict.fromkeys(partitions, 0), metadata=self.tags(partitions))
+        for tp in partitions:
+            self._committed[tp] = 0
+
+    def tags(self, partitions: Iterable[Partition]) -> dict[Partition, str]:
+        """Commit metadata naming the id of each partition's target topic (see `new_target`)."""
+        missing = sorted({t for t in self._targets.values() if t not in self.target_ids})
+        if missing:  # a topic created a moment ago may not be describable yet
+            try:
+                self.target_ids.update(self.target.topic_ids(missing))
+            except MirrorError as exc:
+                log.debug("flow %s: target topic ids: %s", self.flow, exc)
+        return {
+            tp: f"{TARGET_TOPIC_ID}{self.target_ids[self._targets[tp[0]]]}"
+            for tp in partitions
+            if self.target_ids.get(self._targets.get(tp[0], ""))
+        }
+
+    def commit(self, positions: Mapping[Partition, int]) -> None:
+        """Commit the partitions whose position is ahead of the group's."""
+        with self._lock:
+            ahead = {tp: o for tp, o in positions.items() if o > self._committed.get(tp, -1)}
+            if not ahead:
+                return
+            self.source.alter_group_offsets(self.group, ahead, metadata=self.tags(ahead))
+            self._committed.update(ahead)
+
+    def commit_progress(self, progress: Mapping[str, Any] | None) -> None:
+        """Commit the end offsets of the last completed batch (a query's `lastProgress`).
+
+        A batch's records may end before its offset range does (transaction markers, aborted
+        records): the tasks only see records, so the range end comes from the query's
+        progress, once the batch (rows stored included) is complete.
+        """
+        if not progress:
+            return
+        ends: dict[Partition, int] = {}
+        for src in progress.get("sources", []):
+            raw = src.get("endOffset")
+            end = json.loads(raw) if isinstance(raw, str) else raw
+            for topic, parts in (end or {}).items():
+                for p, offset in parts.items():
+                    ends[(topic, int(p))] = int(offset)
+        self.commit(ends)

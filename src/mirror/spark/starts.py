@@ -1,0 +1,198 @@
+"""Where a Spark query starts each source partition (its `startingOffsets`).
+
+The group's committed offset, as `mirror run` would resume, except from the beginning where
+there is none, where it lies outside the source log (`starting_offset`), where the source
+topic was deleted and created again since an earlier query of this run, and where the target
+topic is new: created by this run, or created again since the commit (its id differs from the
+one the commit is tagged with, `new_target`).
+
+`plan_starts` decides from what was read (pure, for unit tests); `StartingOffsets` reads the
+clusters and carries the decision out: the recreated target partitions emptied, the offset-map
+rows of reset partitions dropped and the group rewound, all before Spark starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mirror.domain.topics import TopicMapping
+from mirror.errors import MirrorError
+from mirror.kafka import OFFSET_END
+from mirror.spark.commits import TARGET_TOPIC_ID, GroupCommits, Partition
+from mirror.spark.exactly_once import ProgressStarts
+
+log = logging.getLogger(__name__)
+
+EARLIEST = -2  # Spark's startingOffsets for "from the beginning"
+
+
+@dataclass
+class Starts:
+    """One query's start: Spark's `startingOffsets` and what must happen before it runs."""
+
+    offsets: dict[str, dict[str, int]] = field(default_factory=dict)  # topic -> partition -> offset or EARLIEST
+    at: dict[Partition, int] = field(default_factory=dict)  # partitions starting at the group's offset
+    earliest: list[Partition] = field(default_factory=list)  # from the beginning, the group's offset not trusted
+    reset: list[Partition] = field(default_factory=list)  # from the beginning: rows dropped, group rewound to 0
+    stale: dict[Partition, int] = field(default_factory=dict)  # target partitions to empty first
+    warnings: list[str] = field(default_factory=list)
+    restarted: bool = False  # some partition the group has an offset for starts from the beginning
+
+    def start(self, tp: Partition, offset: int) -> None:
+        self.offsets.setdefault(tp[0], {})[str(tp[1])] = offset
+
+
+def plan_starts(
+    mappings: list[TopicMapping],
+    committed: Mapping[Partition, tuple[int | None, str | None]],
+    marks: Mapping[Partition, Any],
+    target_ids: Mapping[str, str],
+    created: set[str],
+    recreated: set[str],
+) -> Starts:
+    """Each partition's start from the group's offsets and metadata (`committed`), the source
+    watermarks (`marks`: `.low`, `.high`), the target topics' ids, the target topics this run
+    `created` and the source topics `recreated` since the run's previous query."""
+    out = Starts()
+    for m in mappings:
+        out.offsets[m.source] = {}
+        tid = target_ids.get(m.target)
+        for p in range(m.partitions):
+            tp = (m.source, p)
+            offset, meta = committed.get(tp, (None, None))
+            if m.source in recreated:
+                out.warnings.append(
+                    f"{m.source}[{p}]: source topic {m.source} was deleted and created again; mirroring it from "
+                    "the earliest offset"
+                )
+                out.start(tp, EARLIEST)
+                out.reset.append(tp)
+                continue
+            if new_target(m.target in created, meta, tid):
+                how = (
+                    "created by this run"
+                    if m.target in created
+                    else f"the group's offset was committed into an earlier {m.target}"
+                )
+                out.warnings.append(
+                    f"{m.source}[{p}]: target topic {m.target} is new ({how}); mirroring from the earliest offset"
+                )
+                out.start(tp, EARLIEST)
+                out.reset.append(tp)
+                if m.target not in created:
+                    # Nobody committed into the new topic: what it holds are copies that
+                    # would come ahead of (or twice with) the ones mirrored now.
+                    out.stale[(m.target, p)] = OFFSET_END
+                continue
+            w = marks.get(tp)
+            start, why = starting_offset(offset, w.low if w else None, w.high if w else None)
+            if why:
+                out.warnings.append(f"{m.source}[{p}]: {why}; mirroring from the earliest offset")
+            out.start(tp, start)
+            if start >= 0:
+                out.at[tp] = start
+            else:
+                out.earliest.append(tp)
+                out.restarted |= offset is not None
+    out.restarted |= bool(out.reset)
+    return out
+
+
+class StartingOffsets:
+    """Reads what a query's start depends on and carries out `plan_starts`' decision.
+
+    Owns the run's memory of the source topics' ids (a topic deleted and created again
+    between two queries of one run restarts from the beginning: Spark's source would not
+    notice and skip the new records below the old position) and of the target topics the
+    run created (their partitions start from the beginning once).
+    """
+
+    def __init__(
+        self,
+        flow: str,
+        group: str,
+        source: Any,
+        target: Any,
+        recorder: Any,
+        commits: GroupCommits,
+        progress: ProgressStarts | None = None,
+    ) -> None:
+        self.flow = flow
+        self.progress = progress  # exactly_once: the target's progress, not the group, says where to start
+        self.group = group
+        self.source = source
+        self.target = target
+        self.recorder = recorder
+        self.commits = commits
+        self.created: set[str] = set()  # target topics this run created, not yet started from the beginning
+        self.source_ids: dict[str, str] = {}  # source topic -> id, as the last query started
+
+    def decide(self, mappings: list[TopicMapping]) -> Starts:
+        """The start of a query over `mappings`; the group and `commits` are set to it."""
+        committed = self.source.group_offsets_with_metadata(self.group)
+        if self.progress is not None:
+            committed = self.progress.committed(committed, mappings)
+        target_ids = self.target.topic_ids(sorted({m.target for m in mappings}))
+        self.commits.use(mappings, target_ids)
+        source_ids = self.source.topic_ids(sorted({m.source for m in mappings}))
+        recreated = {t for t, i in source_ids.items() if self.source_ids.get(t, i) != i}
+        self.source_ids.update(source_ids)  # a topic deleted meanwhile keeps its old id: recreated later, it is noticed
+        parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
+        marks = self.source.watermarks([tp for tp in parts if tp in committed], committed_only=False)
+        starts = plan_starts(mappings, committed, marks, target_ids, self.created, recreated)
+        for warning in starts.warnings:
+            log.warning("flow %s: %s", self.flow, warning)
+        self.commits.start(starts.at, starts.earliest)
+        if starts.stale:
+            try:
+                self.target.delete_records(starts.stale)
+            except MirrorError as exc:
+                log.warning("flow %s: could not empty the recreated target partitions: %s", self.flow, exc)
+        if starts.reset:
+            # Rows of an earlier incarnation of the target would mistranslate; and the group is
+            # rewound first, so a crash before the first commit cannot resume past records the
+            # new topic never received.
+            self.recorder.on_reset(self.flow, starts.reset)
+            self.recorder.flush()
+            if self.progress is not None:
+                self.progress.reset(mappings, starts.reset)
+            self.commits.rewind(starts.reset)
+        self.created -= {m.target for m in mappings}
+        return starts
+
+
+def new_target(created: bool, metadata: str | None, topic_id: str | None) -> bool:
+    """Whether a source partition must be mirrored from the beginning into its target topic:
+    the run created that topic, or the group's commit is tagged with another topic id (the
+    target was deleted and created again since; an untagged commit is trusted)."""
+    if created:
+        return True
+    if not metadata or not metadata.startswith(TARGET_TOPIC_ID) or topic_id is None:
+        return False
+    return metadata[len(TARGET_TOPIC_ID) :] != topic_id
+
+
+def starting_offset(committed: int | None, low: int | None, high: int | None) -> tuple[int, str | None]:
+    """Where a query starts a source partition: the group's committed offset, or -2 (Spark's
+    "earliest") with the reason when there is none or it is outside the log [low, high].
+
+    Like `mirror run` (librdkafka's auto.offset.reset=earliest). Spark's own source would
+    not: with failOnDataLoss=false it starts an offset past the end (the topic was deleted
+    and created again) at *latest*, silently skipping every record written meanwhile.
+    """
+    if committed is None or committed < 0:
+        return EARLIEST, None  # never committed: from the beginning, nothing to report
+    if low is None or high is None:
+        return committed, None
+    if committed > high:
+        why = f"the group's committed offset {committed} is past the log end {high} (was the topic recreated?)"
+        return EARLIEST, why
+    if committed < low:
+        return (
+            EARLIEST,
+            f"the group's committed offset {committed} is before the log start {low} (deleted by retention)",
+        )
+    return committed, None
