@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from confluent_kafka import Producer
 
@@ -17,7 +19,9 @@ from mirror.kafka.progress import (
     transact,
 )
 from mirror.kafka.settings import transactional_settings
-from tests.support.kafkautil import create_topic, read_partition
+from tests.integration.test_mirror_datapath import flow_yaml, produce_numbered
+from tests.support.kafkautil import create_topic, end_offsets, group_offsets, read_partition, topics, wait_for
+from tests.support.mirrorproc import MirrorProcess
 
 
 def _writer(bootstrap: str, writer_id: str) -> Producer:
@@ -98,3 +102,56 @@ def test_fence_aborts_the_zombie_and_fails_its_commit(target):
         transact("commit", zombie.commit_transaction, 10)
     assert failed.value.fenced
     assert [r.value for r in read_partition(bootstrap, topic, 0)] == [b"kept"]
+
+
+# ---------------------------------------------------------------------------- the copy through faults
+
+
+def eos_flow(unique: str, topic: str, extra: str = "") -> str:
+    return flow_yaml(unique, f'["{topic}"]', extra="    exactly_once: true\n" + extra)
+
+
+def exactly(src: str, dst: str, topic: str, partitions: int) -> dict[str, int]:
+    """Compare a topic with its copy, read_committed on both sides: every source record once,
+    in order per partition. Returns the counts (lost and duplicated must be 0)."""
+    lost = dup = copied = 0
+    for p in range(partitions):
+        want = [r.value for r in read_partition(src, topic, p)]
+        got = [r.value for r in read_partition(dst, f"src.{topic}", p)]
+        copied += len(got)
+        lost += len(set(want) - set(got))
+        dup += len(got) - len(set(got))
+        if not lost and not dup:
+            assert got == want, f"partition {p}: order differs"
+    return {"copied": copied, "lost": lost, "duplicated": dup}
+
+
+def caught_up(src: str, unique: str, topic: str, partitions: int) -> Callable[[], bool]:
+    return lambda: group_offsets(src, f"mirror-{unique}", topic, partitions) == end_offsets(src, topic, partitions)
+
+
+@pytest.mark.slow
+def test_sigkill_three_times_during_a_copy(clusters, write_config, unique):
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    t, n, total = f"eos-kill-{unique}", 4, 200_000
+    create_topic(src, t, n)
+    produce_numbered(src, t, total, n, size=8)
+    cfg = write_config(eos_flow(unique, t))
+    kills = 0
+    for kills in range(1, 4):
+        with MirrorProcess(cfg) as m:
+            mark = kills * total // 4
+            wait_for(
+                lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) > mark,
+                120,
+                f"{mark} records copied",
+                detail=m.output,
+            )
+            m.kill()
+    with MirrorProcess(cfg) as m:
+        wait_for(caught_up(src, unique, t, n), 120, "the copy to finish", detail=m.output)
+        m.stop()
+        assert "fenced" in m.output(), m.output()[-3000:]
+    counts = exactly(src, dst, t, n)
+    print(f"after {kills} SIGKILLs: {counts}")
+    assert counts == {"copied": total, "lost": 0, "duplicated": 0}

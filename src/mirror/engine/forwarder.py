@@ -33,6 +33,23 @@ RECORD_OVERHEAD = 61 + 21  # batch and record framing of a lone record
 _PRODUCED, _PARTITION_STOPPED, _BATCH_STOPPED = object(), object(), object()
 
 
+def _figures(seg: Segment) -> tuple[int, int, int, int, int, int]:
+    """The figures of `seg` that `Forwarder._forward_run` keeps in locals while a run lasts."""
+    return seg.last, seg.count, seg.bytes, seg.max_ts, seg.big_size, seg.big_offset
+
+
+def _store(seg: Segment, last: int, count: int, nbytes: int, max_ts: int, big_size: int, big_offset: int) -> None:
+    """Write the figures `_forward_run` kept in locals back to `seg`."""
+    seg.last, seg.count, seg.bytes, seg.max_ts, seg.big_size, seg.big_offset = (
+        last,
+        count,
+        nbytes,
+        max_ts,
+        big_size,
+        big_offset,
+    )
+
+
 class Forwarder:
     """Produces consumed records on the target and adds them to their partitions' segments.
 
@@ -114,31 +131,16 @@ class Forwarder:
         segment. False: stop the batch (the rest is pending, or the producer failed).
 
         Segment.add is inlined, with the segment's figures in locals while the run lasts
-        (written back before anything that may look at them: a refusal, a wait for queue
-        room that serves reports, and the end of the run); keep the two in step. So is
-        Route.headers; keep the two in step too.
+        (written back by `_store` before anything that may look at them: a refusal, a wait
+        for queue room that serves reports, and the end of the run); keep the two in step.
+        So is Route.headers; keep the two in step too.
         """
-        r = part.route
-        target = r.target_topic
-        partition = r.partition
-        # The origin header's value as one format (one operation per record instead of two).
-        origin = r.origin.replace(b"%", b"%%") + b"%d" if r.origin is not None else None
-        room = part.room
-        produce = part.producer.produce
-        on_start, on_end = self._reports.on_segment_start, self._reports.on_segment_end
+        target, partition, origin, room, produce, on_start, on_end = self._run_constants(part)
         seg = part.open
         if seg is None:
-            seg = Segment(msgs[i].offset())  # type: ignore[arg-type]  # a record has an offset
-            last, count, nbytes, max_ts, big_size, big_offset = seg.first - 1, 0, 0, -1, -1, -1
-        else:
-            last, count, nbytes, max_ts, big_size, big_offset = (
-                seg.last,
-                seg.count,
-                seg.bytes,
-                seg.max_ts,
-                seg.big_size,
-                seg.big_offset,
-            )
+            first: int = msgs[i].offset()  # type: ignore[assignment]  # a record has an offset
+            seg = Segment(first, first - 1)
+        last, count, nbytes, max_ts, big_size, big_offset = _figures(seg)
         gaps = seg.gaps
         end = j - 1
         for k in range(i, j):
@@ -156,14 +158,7 @@ class Forwarder:
             # Reports for a segment's first record (unless it is also its last) and its last.
             cb = partial(on_end, part, seg) if k == end else partial(on_start, part, seg) if count == 0 else None
             if size > room:
-                seg.last, seg.count, seg.bytes, seg.max_ts, seg.big_size, seg.big_offset = (
-                    last,
-                    count,
-                    nbytes,
-                    max_ts,
-                    big_size,
-                    big_offset,
-                )
+                _store(seg, last, count, nbytes, max_ts, big_size, big_offset)
                 if self._never_fits(part, offset, key, value, headers):
                     return True  # this partition stops here; the others carry on
             try:
@@ -171,21 +166,10 @@ class Forwarder:
                 # timestamp, headers): keyword parsing costs measurably per record.
                 produce(target, value, key, partition, cb, None, ts, headers)
             except (BufferError, KafkaException) as exc:
-                seg.last, seg.count, seg.bytes, seg.max_ts, seg.big_size, seg.big_offset = (
-                    last,
-                    count,
-                    nbytes,
-                    max_ts,
-                    big_size,
-                    big_offset,
-                )
-                outcome = self._produce_hard(
-                    part, msgs, k, exc, (target, value, key, partition, cb, None, ts, headers), offset, size
-                )
-                if outcome is not _PRODUCED:
-                    return outcome is _PARTITION_STOPPED
-                if part.failed_at is not None:
-                    return True  # refused meanwhile (a report served while waiting for room)
+                _store(seg, last, count, nbytes, max_ts, big_size, big_offset)
+                stop = self._retry(part, msgs, k, exc, (target, value, key, partition, cb, None, ts, headers), size)
+                if stop is not None:
+                    return stop
             if count == 0:
                 part.begin(seg)
             elif offset != last + 1:
@@ -198,16 +182,41 @@ class Forwarder:
             if size > big_size:
                 big_size = size
                 big_offset = offset
-        seg.last, seg.count, seg.bytes, seg.max_ts, seg.big_size, seg.big_offset = (
-            last,
-            count,
-            nbytes,
-            max_ts,
-            big_size,
-            big_offset,
-        )
+        _store(seg, last, count, nbytes, max_ts, big_size, big_offset)
         part.open = None  # the run's last record carries the segment's closing report
         return True
+
+    def _run_constants(self, part: AssignedPartition) -> tuple[str, int, bytes | None, int, Any, Any, Any]:
+        """What `_forward_run` needs of the partition and the reports, in locals for the run:
+        its target topic and partition, the origin header's value as one format (one
+        operation per record instead of two), the largest record it may take without a
+        check, its producer's produce, and the segment report callbacks."""
+        r = part.route
+        origin = r.origin.replace(b"%", b"%%") + b"%d" if r.origin is not None else None
+        reports = self._reports
+        return (
+            r.target_topic,
+            r.partition,
+            origin,
+            part.room,
+            part.producer.produce,
+            reports.on_segment_start,
+            reports.on_segment_end,
+        )
+
+    def _retry(
+        self, part: AssignedPartition, msgs: list[Message], k: int, exc: Exception, args: tuple[Any, ...], size: int
+    ) -> bool | None:
+        """produce(*args) of msgs[k] raised `exc` (the segment's figures are stored): None when
+        the record is produced after all and the run carries on, else what `_forward_run`
+        returns (True: only this partition stops; False: the batch stops)."""
+        offset: int = msgs[k].offset()  # type: ignore[assignment]  # a record has an offset
+        outcome = self._produce_hard(part, msgs, k, exc, args, offset, size)
+        if outcome is not _PRODUCED:
+            return outcome is _PARTITION_STOPPED
+        if part.failed_at is not None:
+            return True  # refused meanwhile (a report served while waiting for room)
+        return None
 
     def _produce_hard(
         self,

@@ -50,6 +50,7 @@ from mirror.domain.acks import AckListener, SourcePartition, backlog_full
 from mirror.domain.ledger import Ledger, Segment
 from mirror.engine.admins import AdminFactory, AdminPair
 from mirror.engine.assignment import DRAIN_TIMEOUT, AssignedPartition, Assignment, CommitTags
+from mirror.engine.claims import Claims
 from mirror.engine.committer import Committer
 from mirror.engine.delivery import DeliveryReports
 from mirror.engine.failures import Failures
@@ -60,6 +61,7 @@ from mirror.engine.producers import ClientFactory, ProducerPool
 from mirror.engine.resync import Resync
 from mirror.engine.status import FlowState, FlowStatus
 from mirror.engine.target_watch import RefreshRequests, TargetWatch, some
+from mirror.engine.transactions import TransactionalCommitter, TransactionalPool, TxnState
 from mirror.errors import MirrorError
 from mirror.kafka import Admin, KafkaException, make_consumer, make_producer
 from mirror.kafka.settings import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
@@ -179,25 +181,42 @@ class FlowWorker:
         self.admins.source.topics()
         self.admins.target.topics()
         consumer_cfg, producer_cfg = self._settings()
-        eager = (
-            str(consumer_cfg["partition.assignment.strategy"]).strip() != "cooperative-sticky"
-        )  # librdkafka trims it too
+        # librdkafka trims the strategy's name too.
+        eager = str(consumer_cfg["partition.assignment.strategy"]).strip() != "cooperative-sticky"
         self._consumer = consumer = self._make_consumer(f.source, self._source, consumer_cfg)
-        self.pool = pool = ProducerPool(f, self._target, producer_cfg, self._make_producer)
+        if f.exactly_once:
+            self.txn: TxnState | None = TxnState()
+            pool: ProducerPool = TransactionalPool(f, self._target, producer_cfg, self._make_producer, self.txn)
+        else:
+            self.txn = None
+            pool = ProducerPool(f, self._target, producer_cfg, self._make_producer)
+        self.pool = pool
         self._wire(consumer, pool, consumer_cfg, eager)
         self.status.set(FlowState.RUNNING, "started")
 
     def _wire(self, consumer: Any, pool: ProducerPool, consumer_cfg: Mapping[str, Any], eager: bool) -> None:
-        """Make the units, each given the others it works with."""
-        f, ledger, status, listeners = self.flow, self.ledger, self.status, self.listeners
+        """Make the units, each given the others it works with: the books and the fence, then
+        a record's path (forward, reports, commit), then the group's and the target's changes."""
+        self._wire_books(consumer, pool, consumer_cfg)
+        self._wire_path(consumer, pool)
+        self._wire_changes(consumer, pool, eager)
+
+    def _wire_books(self, consumer: Any, pool: ProducerPool, consumer_cfg: Mapping[str, Any]) -> None:
+        """The units every other one is given: refresh requests, failures, commit tags, the
+        read gate and the fence."""
+        f, ledger, status = self.flow, self.ledger, self.status
         self.requests = requests = RefreshRequests()
-        self.failures = failures = Failures(f.name, status, self.clock)
+        self.failures = Failures(f.name, status, self.clock)
         self.tags = tags = CommitTags(ledger)
         self.gate = gate = ReadGate(f.name, f.target, consumer, ledger, status)
         # Frozen (SIGSTOP, a VM pause, a stalled host) for longer than this, the group may
         # have given this worker's partitions to another: see `Fence`.
         fence_after = (int(consumer_cfg["session.timeout.ms"]) - int(consumer_cfg["heartbeat.interval.ms"])) / 1000
-        self.fence = fence = Fence(
+        if f.exactly_once:
+            # Not needed: a frozen worker's transaction is fenced by whoever took its
+            # partitions, so nothing it still sends can commit.
+            fence_after = float("inf")
+        self.fence = Fence(
             f,
             self._source,
             consumer,
@@ -209,12 +228,15 @@ class FlowWorker:
             tags=tags,
             on_unfenced=requests.soon,
         )
-        self.committer = committer = Committer(
-            f,
-            consumer,
+
+    def _wire_path(self, consumer: Any, pool: ProducerPool) -> None:
+        """A record's path: the committer, the delivery reports and the forwarder."""
+        f, ledger, status, failures, gate = self.flow, self.ledger, self.status, self.failures, self.gate
+        tags, fence, requests = self.tags, self.fence, self.requests
+        units: dict[str, Any] = dict(
             until_caught_up=self.until_caught_up,
             ledger=ledger,
-            listeners=listeners,
+            listeners=self.listeners,
             tags=tags,
             gate=gate,
             pool=pool,
@@ -222,8 +244,13 @@ class FlowWorker:
             status=status,
             admins=self.admins,
         )
+        self.committer: Committer
+        if self.txn is not None:
+            self.committer = TransactionalCommitter(f, consumer, target=self._target, txn=self.txn, **units)
+        else:
+            self.committer = Committer(f, consumer, **units)
         self.reports = reports = DeliveryReports(
-            f, ledger=ledger, pool=pool, failures=failures, status=status, fence=fence, refresh=requests
+            f, ledger=ledger, pool=pool, failures=failures, status=status, fence=fence, refresh=requests, txn=self.txn
         )
         compressed = pool.settings.get("compression.type", "none") not in ("none", None)
         self.forwarder = Forwarder(
@@ -241,6 +268,23 @@ class FlowWorker:
             refresh=requests,
             target_timeout=self._target.timeout,
         )
+
+    def _wire_changes(self, consumer: Any, pool: ProducerPool, eager: bool) -> None:
+        """The group's and the target's changes: the assignment, resync and the target watch."""
+        f, ledger, listeners, gate, fence = self.flow, self.ledger, self.listeners, self.gate, self.fence
+        tags, committer, reports = self.tags, self.committer, self.reports
+        claims = None
+        if isinstance(committer, TransactionalCommitter):
+            committer.reports = reports
+            committer.claims = claims = Claims(
+                f,
+                self._target,
+                consumer,
+                ledger=ledger,
+                committer=committer,
+                pool=committer.pool,
+                gate=gate,
+            )
         self.assignment = assignment = Assignment(
             f,
             self._source,
@@ -255,6 +299,7 @@ class FlowWorker:
             fence=fence,
             committer=committer,
             reports=reports,
+            claims=claims,
         )
         resync = Resync(
             f,
@@ -286,18 +331,17 @@ class FlowWorker:
             fence=fence,
             committer=committer,
             assignment=assignment,
-            failures=failures,
-            status=status,
+            failures=self.failures,
+            status=self.status,
             resync=resync,
-            requests=requests,
+            requests=self.requests,
         )
 
     def close(self) -> None:
         """Drain, flush, commit, close: in that order, whatever happened before."""
         self.status.set(FlowState.STOPPING, "draining")
         self.gate.drop_pending()  # never produced; uncommitted, so the next owner re-reads them
-        for part in self.ledger:
-            part.drop_open()
+        self.committer.drop_open(dict(self.ledger.parts))
         # After a fatal producer error the reports of what was in flight still come (failed
         # or acknowledged) and are counted; only their wait is shorter.
         deadline = self.clock() + (FATAL_DRAIN_TIMEOUT if self.pool.dead else DRAIN_TIMEOUT)
@@ -316,9 +360,13 @@ class FlowWorker:
             # gave up on records is still a stop, not a failure.
             self.pool.purge(self.reports.serve)
         try:
+            if isinstance(self.committer, TransactionalCommitter):
+                self.committer.closing = True  # hand every partition over: its next owner fences nobody
             self.committer.commit()
         except MirrorError as exc:
             log.warning("flow %s: final commit failed: %s", self.flow.name, exc)
+        if isinstance(self.committer, TransactionalCommitter):
+            self.committer.close()
         try:
             self._consumer.close()
         except KafkaException as exc:
