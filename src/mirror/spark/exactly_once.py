@@ -32,7 +32,15 @@ from mirror.domain.route import Route
 from mirror.domain.topics import TopicMapping
 from mirror.errors import ClusterUnavailable, MirrorError
 from mirror.kafka import make_producer
-from mirror.kafka.progress import Progress, ProgressGroup, TransactionFailed, progress_offsets, transact
+from mirror.kafka.progress import (
+    Progress,
+    ProgressGroup,
+    ProgressPending,
+    TransactionFailed,
+    fence,
+    progress_offsets,
+    transact,
+)
 from mirror.kafka.settings import transactional_settings
 from mirror.spark.task import Sent, SourceRow, TaskPlan, TaskResult, cached, delta_changes, open_slice, produce_on
 
@@ -66,18 +74,31 @@ class TaskTransaction:
         self.partition = (r.target_topic, r.partition)
         self.timeout = target.timeout
         self._progress = progress
+        self.cluster_name, self.cluster = flow.target, target
         self.producer = make_producer(flow.target, target, settings)
         self._open = False
 
     def start(self) -> int | None:
         """Fence every earlier attempt (their open transaction aborted), then read the
-        partition's committed progress: the next source offset to copy (None: no progress)."""
+        partition's committed progress: the next source offset to copy (None: no progress).
+
+        A transaction of another writer still open on the progress (a native worker that
+        died or froze while it held the partition) is that writer's, named in the last
+        committed progress: it is fenced too, as the native engine's claim fences ours."""
         transact(f"init transactional id {self.id}", self.producer.init_transactions, self.timeout)
         deadline = time.monotonic() + self.timeout
+        fenced: set[str] = set()
         while True:
             try:
                 got = self._progress.read([self.partition], max(0.1, deadline - time.monotonic())).get(self.partition)
                 return None if got is None else got.next_offset
+            except ProgressPending:
+                last = self._progress.read([self.partition], self.timeout, stable=False).get(self.partition)
+                writer = last.writer_id if last is not None else None
+                if writer is None or writer == self.id or writer in fenced:
+                    raise
+                fence(self.cluster_name, self.cluster, writer, self.timeout)
+                fenced.add(writer)
             except ClusterUnavailable:
                 # The group's coordinator not ready (a new group, a broker restarting): not
                 # worth a Spark task attempt while the time lasts.

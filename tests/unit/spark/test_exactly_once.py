@@ -14,7 +14,7 @@ import mirror.spark.exactly_once as eos
 import mirror.spark.task as task
 from mirror.config import parse
 from mirror.domain.topics import TopicMapping
-from mirror.kafka.progress import Progress
+from mirror.kafka.progress import Progress, ProgressPending
 from mirror.spark.exactly_once import mirror_exactly_once, with_progress, writer_id
 from mirror.spark.task import TaskPlan
 
@@ -28,6 +28,7 @@ class Target:
     log: list[Any] = field(default_factory=list)
     progress: dict[tuple[str, int], Progress] = field(default_factory=dict)
     transactions: int = 0
+    pending_writer: str | None = None  # another writer's transaction open on the progress
 
     def committed_records(self) -> list[Any]:
         return [r for r in self.log if r not in ("marker", "aborted")]
@@ -100,11 +101,18 @@ def install(monkeypatch: pytest.MonkeyPatch, target: Target) -> None:
             return "group-metadata"
 
         def read(self, parts: Any, _timeout: float, *, stable: bool = True) -> dict[tuple[str, int], Progress]:
+            if stable and target.pending_writer is not None:
+                raise ProgressPending("an open transaction's offsets")
             return {tp: target.progress[tp] for tp in parts if tp in target.progress}
+
+    def fake_fence(_name: str, _cluster: Any, writer: str, _timeout: float) -> None:
+        if writer == target.pending_writer:
+            target.pending_writer = None  # its open transaction aborted
 
     monkeypatch.setattr(task, "_CLIENTS", {})
     monkeypatch.setattr(eos, "make_producer", lambda _n, _c, settings: FakeProducer(settings))
     monkeypatch.setattr(eos, "ProgressGroup", FakeProgressGroup)
+    monkeypatch.setattr(eos, "fence", fake_fence)
 
 
 def plan() -> TaskPlan:
@@ -187,6 +195,24 @@ def test_a_slow_slice_is_committed_in_several_transactions(monkeypatch: pytest.M
     # One row per transaction: each starts after the previous one's marker.
     assert len(result.syncs) == target.transactions
     assert all(copies[src] == tgt for src, tgt in result.syncs)
+
+
+def test_another_writers_open_transaction_on_the_progress_is_fenced_before_the_task_reads_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A native worker that died holding the partition (its id in the last committed progress)
+    left a transaction open: the task fences it as the native claim fences Spark's ids."""
+    target = Target()
+    install(monkeypatch, target)
+    target.progress[(TARGET, 0)] = Progress(30, "mirror.f.0a1b2c")
+    target.pending_writer = "mirror.f.0a1b2c"
+    result = run(plan(), rows(range(0, 100)))
+    assert target.pending_writer is None
+    assert (result.produced, result.skipped) == (70, 30)
+    # One it cannot fence (its own id, or none named): the attempt fails, Spark retries it.
+    target.pending_writer = "mirror.f.unnamed"
+    with pytest.raises(ProgressPending):
+        run(plan(), rows(range(100, 110)))
 
 
 def test_the_query_starts_from_the_targets_progress_and_from_the_group_where_there_is_none() -> None:
