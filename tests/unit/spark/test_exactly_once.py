@@ -17,6 +17,7 @@ from mirror.domain.topics import TopicMapping
 from mirror.kafka.progress import Progress, ProgressPending
 from mirror.spark.exactly_once import mirror_exactly_once, with_progress, writer_id
 from mirror.spark.task import TaskPlan
+from tests.unit.spark.fakes import Delivered
 
 TOPIC, TARGET = "orders", "src.orders"
 
@@ -34,14 +35,6 @@ class Target:
         return [r for r in self.log if r not in ("marker", "aborted")]
 
 
-class _Msg:
-    def __init__(self, offset: int) -> None:
-        self._offset = offset
-
-    def offset(self) -> int:
-        return self._offset
-
-
 def install(monkeypatch: pytest.MonkeyPatch, target: Target) -> None:
     class FakeProducer:
         def __init__(self, settings: dict[str, Any]) -> None:
@@ -55,19 +48,9 @@ def install(monkeypatch: pytest.MonkeyPatch, target: Target) -> None:
         def begin_transaction(self) -> None:
             self.staged = {}
 
-        def produce(
-            self,
-            _topic: str,
-            value: Any,
-            key: Any,
-            *,
-            partition: int,
-            timestamp: int,
-            headers: Any,
-            on_delivery: Any = None,
-        ) -> None:
+        def produce(self, _topic: str, value: Any, key: Any, **kw: Any) -> None:
             target.log.append((key, value))
-            self.pending.append((len(target.log) - 1, on_delivery))
+            self.pending.append((len(target.log) - 1, kw.get("on_delivery")))
 
         def poll(self, _t: float = 0) -> int:
             return 0
@@ -75,7 +58,7 @@ def install(monkeypatch: pytest.MonkeyPatch, target: Target) -> None:
         def flush(self, _t: float = 0) -> int:
             for offset, cb in self.pending:
                 if cb is not None:
-                    cb(None, _Msg(offset))
+                    cb(None, Delivered(offset))
             self.pending.clear()
             return 0
 

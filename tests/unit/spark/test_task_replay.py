@@ -25,6 +25,7 @@ from mirror.kafka.reader import TailRecord
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.spark.task import TaskPlan, mirror_partition
 from mirror.store import open_store
+from tests.unit.spark.fakes import Delivered
 
 TOPIC = "orders"
 
@@ -40,14 +41,6 @@ class TargetPartition:
     @property
     def high(self) -> int:
         return len(self.records)
-
-
-class _Msg:
-    def __init__(self, offset: int) -> None:
-        self._offset = offset
-
-    def offset(self) -> int:
-        return self._offset
 
 
 def install(monkeypatch: pytest.MonkeyPatch, target: TargetPartition) -> None:
@@ -95,7 +88,7 @@ def install(monkeypatch: pytest.MonkeyPatch, target: TargetPartition) -> None:
         def flush(self, _timeout: float = 0) -> int:
             for offset, cb in self.pending:
                 if cb is not None:
-                    cb(None, _Msg(-1 if target.offset_minus_one_reports else offset))
+                    cb(None, Delivered(-1 if target.offset_minus_one_reports else offset))
             self.pending.clear()
             return 0
 
