@@ -198,7 +198,8 @@ def throughput_run(env: Env, spec: Spec, p: Params, rep: int) -> dict[str, Any]:
             result["error"] = err
             return result
         t0 = time.monotonic()
-        span = load.target_span(env.dst, target, p.partitions)
+        txn = bool(spec.options.get("flow", {}).get("exactly_once"))  # commit markers take target offsets
+        span = load.target_span(env.dst, target, p.partitions, transactional=txn)
         result.update(
             records=span.records,
             seconds=round(span.seconds, 3),
@@ -210,7 +211,7 @@ def throughput_run(env: Env, spec: Spec, p: Params, rep: int) -> dict[str, Any]:
             append_time=span.append_time,
         )
         result["verified"] = span.records == p.records and load.same_edges(
-            env.src, SOURCE_TOPIC, env.dst, target, p.partitions
+            env.src, SOURCE_TOPIC, env.dst, target, p.partitions, transactional=txn
         )
         result["ok"] = result["verified"] and span.append_time
         result["overhead_s"]["verify"] = round(time.monotonic() - t0, 2)
@@ -514,7 +515,9 @@ def _latency_phase(
     """Latency at one fixed rate below every contender's capacity; returns that rate (None: not measured).
 
     The ceiling's latency is the floor this machine allows (a reference, not a target)."""
-    lat_specs = [s for s in runnable if s.key in ("mirror", "mm2", "ceiling") or (s.opt_in and s.kind != "spark")]
+    lat_specs = [
+        s for s in runnable if s.key in ("mirror", "mirror-eos", "mm2", "ceiling") or (s.opt_in and s.kind != "spark")
+    ]
     if not lat_specs or p.latency_reps <= 0:
         return None
     latency_rate = p.latency_rate or _latency_rate(

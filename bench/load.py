@@ -283,11 +283,38 @@ def _edges(c: Consumer, topic: str, partitions: int) -> tuple[list[int], dict[in
     return counts, firsts, lasts
 
 
-def target_span(bootstrap: str, topic: str, partitions: int) -> TargetSpan:
-    """Count, first and last append time of a mirrored topic (two fetches in all)."""
+def _scan_edges(c: Consumer, topic: str, partitions: int) -> tuple[list[int], dict[int, Any], dict[int, Any]]:
+    """As `_edges`, for a topic written in transactions: commit markers take offsets, so the
+    records are counted by reading them all (read_committed), and the last one is the last read."""
+    counts = [0] * partitions
+    firsts: dict[int, Any] = {}
+    lasts: dict[int, Any] = {}
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    left = set(range(partitions))
+    idle_since = time.monotonic()
+    while left and time.monotonic() - idle_since < 30:
+        for msg in c.consume(10000, 0.5):
+            err = msg.error()
+            if err is not None:
+                if err.code() == err._PARTITION_EOF:
+                    left.discard(msg.partition())
+                    continue
+                raise KafkaException(err)
+            p: int = msg.partition()  # type: ignore[assignment]  # a record's partition is set
+            counts[p] += 1
+            firsts.setdefault(p, msg)
+            lasts[p] = msg
+            idle_since = time.monotonic()
+    c.unassign()
+    return counts, firsts, lasts
+
+
+def target_span(bootstrap: str, topic: str, partitions: int, *, transactional: bool = False) -> TargetSpan:
+    """Count, first and last append time of a mirrored topic (two fetches in all; a whole
+    read when the copy was written in transactions)."""
     c = _consumer(bootstrap)
     try:
-        counts, firsts, lasts = _edges(c, topic, partitions)
+        counts, firsts, lasts = (_scan_edges if transactional else _edges)(c, topic, partitions)
         msgs = [m for m in (*firsts.values(), *lasts.values()) if m is not None]
         append = all(m.timestamp()[0] == TIMESTAMP_LOG_APPEND_TIME for m in msgs)
         first = min((m.timestamp()[1] for m in firsts.values() if m is not None), default=0)
@@ -297,7 +324,15 @@ def target_span(bootstrap: str, topic: str, partitions: int) -> TargetSpan:
         c.close()
 
 
-def same_edges(src_bootstrap: str, src_topic: str, dst_bootstrap: str, dst_topic: str, partitions: int) -> bool:
+def same_edges(
+    src_bootstrap: str,
+    src_topic: str,
+    dst_bootstrap: str,
+    dst_topic: str,
+    partitions: int,
+    *,
+    transactional: bool = False,
+) -> bool:
     """Same per-partition counts, and identical first and last records (key and value) on both sides.
 
     A cheap content check on top of the counts: records landed in the same partition,
@@ -306,7 +341,7 @@ def same_edges(src_bootstrap: str, src_topic: str, dst_bootstrap: str, dst_topic
     cs, ct = _consumer(src_bootstrap), _consumer(dst_bootstrap)
     try:
         s_counts, s_first, s_last = _edges(cs, src_topic, partitions)
-        t_counts, t_first, t_last = _edges(ct, dst_topic, partitions)
+        t_counts, t_first, t_last = (_scan_edges if transactional else _edges)(ct, dst_topic, partitions)
         if s_counts != t_counts:
             return False
         for s_side, t_side in ((s_first, t_first), (s_last, t_last)):

@@ -85,6 +85,9 @@ class TransactionalPool(ProducerPool):
     ) -> None:
         self.writer_id: str | None = None
         self.txn = txn
+        # Called after `renew` (a resync, a revoke's drop): whatever the old producer's
+        # transaction wrote never counts, so the books go back to the committed progress.
+        self.on_renew: Any = None
         super().__init__(flow, target, settings, make_producer)
 
     def for_topic(self, target_topic: str | None) -> Any:
@@ -108,8 +111,12 @@ class TransactionalPool(ProducerPool):
         log.info("flow %s: transactional producer %s started", self.flow.name, writer_id)
         return producer
 
-    def begin(self) -> None:
-        self.for_topic(None).begin_transaction()
+    def fit(self, part: AssignedPartition) -> AssignedPartition:
+        """As the pool's, but never starts a producer (held: none until the next claim)."""
+        if self.ready():
+            return super().fit(part)
+        part.producer = None
+        return part
 
     def renew(self) -> None:
         """A new incarnation (new id); the old id is fenced, so its open transaction is aborted."""
@@ -126,12 +133,15 @@ class TransactionalPool(ProducerPool):
                 log.warning("flow %s: could not fence the retired producer %s: %s", self.flow.name, old, exc)
         self.writer_id = None
         self.for_topic(None)
+        if self.on_renew is not None:
+            self.on_renew()
 
     def retire(self) -> None:
         """Drop the producer without a new one (fenced: wait until the group confirms)."""
         for producer in self._producers.values():
             try:
-                producer.purge(in_queue=True, in_flight=True)
+                # Not blocking: a call of this producer may be stuck (`transact`).
+                producer.purge(in_queue=True, in_flight=True, blocking=False)
             except KafkaException:
                 pass  # fatal already: it sends nothing more anyway
         self._producers.clear()
@@ -161,6 +171,7 @@ class TransactionalCommitter(Committer):
         self.claims: Any = None  # Claims, wired after (it needs the committer)
         self.closing = False
         self.transactions = 0  # committed, for the log and the tests
+        self.pool.on_renew = self.reset
 
     @property
     def pool(self) -> TransactionalPool:

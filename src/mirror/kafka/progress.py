@@ -28,6 +28,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -183,14 +184,45 @@ def fence(cluster_name: str, cluster: ClusterConfig, transactional_id: str, time
     log.info("cluster %s: fenced transactional id %s", cluster_name, transactional_id)
 
 
+# librdkafka 2.x can block in send_offsets_to_transaction past its timeout, for good, when the
+# group coordinator went away (confluentinc/librdkafka#5456, #5511: a single-broker target
+# restarting is enough). A transactional call gets this long beyond its own timeout.
+HANG_GRACE = 5.0
+
+
+def _bounded(call: Callable[[float], T], timeout: float) -> T:
+    """`call(timeout)` on a helper thread, given up on after `timeout` + HANG_GRACE: the
+    producer is then abandoned (`TransactionFailed(fenced=True)`) and its id fenced by the
+    next incarnation, whatever the stuck call does when it returns."""
+    box: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            box.append((True, call(timeout)))
+        except BaseException as exc:  # handed to the caller's thread as it is
+            box.append((False, exc))
+
+    thread = threading.Thread(target=run, name="mirror-txn-call", daemon=True)
+    thread.start()
+    thread.join(timeout + HANG_GRACE)
+    if not box:
+        raise TransactionFailed(f"no answer within {timeout + HANG_GRACE:g}s; producer abandoned", fenced=True)
+    ok, value = box[0]
+    if ok:
+        return value  # type: ignore[no-any-return]
+    raise value
+
+
 def transact(what: str, call: Callable[[float], T], timeout: float) -> T:
     """One transactional call of a producer (`call(remaining)`), retried while librdkafka says
-    it is retriable and time is left; a fenced or fatal error is `TransactionFailed(fenced=True)`,
-    one that requires an abort is `TransactionFailed(fenced=False)`."""
+    it is retriable and time is left; a fenced or fatal error (or a call that never returns)
+    is `TransactionFailed(fenced=True)`, one that requires an abort `TransactionFailed(fenced=False)`."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return call(max(0.1, deadline - time.monotonic()))
+            return _bounded(call, max(0.1, deadline - time.monotonic()))
+        except TransactionFailed as exc:
+            raise TransactionFailed(f"{what}: {exc}", fenced=exc.fenced) from exc
         except KafkaException as exc:
             err = exc.args[0]
             if err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):

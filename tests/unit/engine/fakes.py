@@ -297,6 +297,7 @@ def make(
     capacity: int = 100_000,
     producer_cls: type[FakeProducer] = FakeProducer,
     text: str = TEXT,
+    listeners: Iterable[Any] = (),
 ) -> tuple[FlowWorker, FakeConsumer, Target]:
     """A worker of flow `p` (source topic `orders`, 2 partitions, both assigned) on fakes."""
     cfg = config.parse(text, env={})
@@ -314,6 +315,7 @@ def make(
         cfg,
         cfg.flows[0],
         stop=stop,
+        listeners=list(listeners),
         clock=Clock(),
         consumer_factory=lambda name, cluster, settings: consumer,
         producer_factory=producer,
