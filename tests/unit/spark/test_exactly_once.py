@@ -12,12 +12,11 @@ import pytest
 
 import mirror.spark.exactly_once as eos
 import mirror.spark.task as task
-from mirror.config import parse
 from mirror.domain.topics import TopicMapping
 from mirror.kafka.progress import Progress, ProgressPending
 from mirror.spark.exactly_once import mirror_exactly_once, with_progress, writer_id
 from mirror.spark.task import TaskPlan
-from tests.unit.spark.fakes import Delivered
+from tests.unit.spark.fakes import Delivered, task_plan
 
 TOPIC, TARGET = "orders", "src.orders"
 
@@ -99,17 +98,7 @@ def install(monkeypatch: pytest.MonkeyPatch, target: Target) -> None:
 
 
 def plan() -> TaskPlan:
-    config = parse(
-        """\
-clusters:
-  src: {bootstrap: 127.0.0.1:9092}
-  dst: {bootstrap: 127.0.0.1:9093}
-flows:
-  - {name: f, source: src, target: dst, exactly_once: true, topics: {include: [orders]}}
-""",
-        env={},
-    )
-    return TaskPlan(config.flow("f"), config.clusters["dst"])
+    return task_plan("exactly_once: true, ")
 
 
 def rows(offsets: range) -> list[tuple[Any, ...]]:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import mirror.spark.task as task
-from mirror.config import SqliteStoreConfig, parse
+from mirror.config import SqliteStoreConfig
 from mirror.domain.acks import AckBatch
 from mirror.domain.offsetmap import translate
 from mirror.domain.route import route
@@ -25,7 +25,7 @@ from mirror.kafka.reader import TailRecord
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.spark.task import TaskPlan, mirror_partition
 from mirror.store import open_store
-from tests.unit.spark.fakes import Delivered
+from tests.unit.spark.fakes import Delivered, task_plan
 
 TOPIC = "orders"
 
@@ -103,18 +103,7 @@ def install(monkeypatch: pytest.MonkeyPatch, target: TargetPartition) -> None:
 
 
 def plan() -> TaskPlan:
-    config = parse(
-        """\
-clusters:
-  src: {bootstrap: 127.0.0.1:9092}
-  dst: {bootstrap: 127.0.0.1:9093}
-flows:
-  - {name: f, source: src, target: dst, topics: {include: [orders]}}
-""",
-        env={},
-    )
-    flow = config.flow("f")
-    return TaskPlan(flow, config.clusters["dst"])
+    return task_plan()
 
 
 def rows(offsets: range | list[int], tag: str = "v", ts0: int = 1_600_000_000_000) -> list[tuple[Any, ...]]:
