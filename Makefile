@@ -78,12 +78,16 @@ $(VENV)/.bench-installed: pyproject.toml | $(PY)
 bench: bench-setup
 	$(PY) -m bench $(if $(SCALE),--scale,$(if $(QUICK),--quick)) $(BENCH_ARGS)
 
-# ruff (defects and import order), import-linter (the layers of docs/design.md; also run by
-# `make test` through tests/unit/test_layers.py) and mypy on the package.
+# ruff (defects, import order, and the format the unit sizes are counted in), import-linter
+# (the layers of docs/design.md; also run by `make test` through tests/unit/test_layers.py),
+# mypy on the package, and the unit sizes (no class over 400 lines, no function over 80:
+# tools/unit_sizes.py).
 lint: setup
-	$(VENV)/bin/ruff check src failover canary bench tests
+	$(VENV)/bin/ruff check src failover canary bench tests tools
+	$(VENV)/bin/ruff format --check src failover canary bench tests tools
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/mypy src/mirror failover canary
+	$(VENV)/bin/mypy src/mirror failover canary tools
+	$(VENV)/bin/python tools/unit_sizes.py src failover canary
 
 clean-dev:
 	-$(VENV)/bin/mirror dev down --home .mirror/dev

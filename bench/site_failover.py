@@ -9,6 +9,9 @@ process of its own (wall seconds, Python start-up included):
 2. `mirror failover apply --plan PLAN --yes` (one backup, every group moved);
 3. `mirror failover import --backup BACKUP --yes` (every group back).
 
+`--before PYTHON`: an older tree's interpreter does the same three steps first, on the
+same estate (before/after in one sitting, at the same load).
+
 Figures only, never asserted (targets in bench/README.md "Site failover"); JSON under
 bench/results with the machine's load average at start and end.
 """
@@ -96,7 +99,30 @@ metrics: {{host: 127.0.0.1}}
     return path
 
 
-def run(p: SiteParams, out: Path | None = None) -> dict[str, Any]:
+def _contender(res: dict[str, Any], tag: str, py: list[str], cfg: Path, workdir: Path, logs: Path) -> None:
+    """Plan, apply and restore with one tree, timed; figures into `res` (prefixed `tag_`)."""
+    pre = f"{tag}_" if tag else ""
+    plan, backup = workdir / f"{pre}plan.json", workdir / f"{pre}plan.backup.json"
+    steps = [
+        (
+            "plan",
+            [*py, "failover", "plan", "-c", str(cfg), "--from", "east", "--translate", "--out", str(plan), "--json"],
+        ),
+        ("apply", [*py, "failover", "apply", "--plan", str(plan), "--yes", "--json"]),
+        ("restore", [*py, "failover", "import", "--backup", str(backup), "--yes"]),
+    ]
+    for name, argv in steps:
+        s, rc, stdout = _timed(argv, logs / f"{pre}{name}.log", 600)
+        res[f"{pre}{name}_s"], res[f"{pre}{name}_exit"] = round(s, 2), rc
+        _log(f"{tag or 'this tree'} {name}: {s:.2f} s (exit {rc})")
+        if name == "plan" and rc == 0:
+            res[f"{pre}plan_totals"] = json.loads(stdout)["totals"]
+            res[f"{pre}plan_bytes"] = plan.stat().st_size
+        if name == "apply" and rc == 0:
+            res[f"{pre}apply_moved"] = len(json.loads(stdout)["moved"])
+
+
+def run(p: SiteParams, out: Path | None = None, before: str | None = None) -> dict[str, Any]:
     from mirror.devenv.kafka import DevClusters
 
     started = dt.datetime.now(dt.UTC)
@@ -107,6 +133,8 @@ def run(p: SiteParams, out: Path | None = None) -> dict[str, Any]:
     dev = DevClusters(workdir / "clusters")
     py = [sys.executable, "-m", "mirror"]
     res: dict[str, Any] = {"params": asdict(p), "group_partitions": p.groups * p.topics * p.partitions}
+    if before:
+        res["before_python"] = before
     try:
         status = dev.up(["src", "dst"], _free_base_port(2)).status
         src, dst = status["clusters"]["src"]["bootstrap"], status["clusters"]["dst"]["bootstrap"]
@@ -119,37 +147,10 @@ def run(p: SiteParams, out: Path | None = None) -> dict[str, Any]:
         _log(
             f"estate ready ({res['estate_s']} s), mirrored in {res['mirror_caught_up_s']} s; planning {p.groups} groups"
         )
-        plan, backup = workdir / "plan.json", workdir / "plan.backup.json"
-        steps = [
-            (
-                "plan",
-                [
-                    *py,
-                    "failover",
-                    "plan",
-                    "-c",
-                    str(cfg),
-                    "--from",
-                    "east",
-                    "--translate",
-                    "--out",
-                    str(plan),
-                    "--json",
-                ],
-            ),
-            ("apply", [*py, "failover", "apply", "--plan", str(plan), "--yes", "--json"]),
-            ("restore", [*py, "failover", "import", "--backup", str(backup), "--yes"]),
-        ]
-        for name, argv in steps:
-            s, rc, stdout = _timed(argv, logs / f"{name}.log", 600)
-            res[f"{name}_s"], res[f"{name}_exit"] = round(s, 2), rc
-            _log(f"{name}: {s:.2f} s (exit {rc})")
-            if name == "plan" and rc == 0:
-                doc = json.loads(stdout)
-                res["plan_totals"] = doc["totals"]
-                res["plan_bytes"] = plan.stat().st_size
-            if name == "apply" and rc == 0:
-                res["apply_moved"] = len(json.loads(stdout)["moved"])
+        # Each contender fails the same estate over and back: the restore leaves the target as
+        # it found it (no commits), so the next one starts from the same state.
+        for tag, python in ([("before", before)] if before else []) + [("", sys.executable)]:
+            _contender(res, tag, [python, "-m", "mirror"], cfg, workdir, logs)
     finally:
         dev.down()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -169,8 +170,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--partitions", type=int, default=SiteParams.partitions)
     ap.add_argument("--records", type=int, default=SiteParams.records)
     ap.add_argument("--out", type=Path)
+    ap.add_argument(
+        "--before",
+        metavar="PYTHON",
+        help="an older tree's interpreter: it plans, applies and restores the same estate first",
+    )
     a = ap.parse_args(argv)
-    res = run(SiteParams(a.groups, a.topics, a.partitions, a.records), a.out)
+    res = run(SiteParams(a.groups, a.topics, a.partitions, a.records), a.out, a.before)
     return 0 if all(res.get(f"{s}_exit") == 0 for s in ("plan", "apply", "restore")) else 1
 
 

@@ -27,7 +27,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from canary.ledger import Counts, Ledger, Outcome, Probe
 from mirror.config import Config, FlowConfig
 from mirror.domain.naming import target_topic
-from mirror.errors import MirrorError
+from mirror.errors import AuthorizationFailed, MirrorError
 from mirror.kafka import Admin, KafkaError, KafkaException, Message, PartitionReader, make_producer, raise_for
 from mirror.kafka.canary_topic import ensure_canary_topic
 from mirror.metrics import CanaryMetrics
@@ -188,7 +188,7 @@ class FlowProber:
                 )
                 with self._lock:
                     self.ledger.send_failed(probe)
-        self._producer.flush(flush_timeout if flush_timeout is not None else self.config.canary.max_latency)
+        self._flush(flush_timeout if flush_timeout is not None else self.config.canary.max_latency)
         self.publish()
         return sent
 
@@ -218,6 +218,9 @@ class FlowProber:
         if self._seen_target_topic is None:
             self._seen_target_topic = count is not None
         if count is None:
+            # Not listed: missing (the mirror has not made it yet), or hidden from us, which
+            # would otherwise pass for a mirror that never delivers a probe.
+            self._target.require_visible([], existing, "Read", literal=[self.target_topic])
             return False
         new = [(self.target_topic, p) for p in range(count) if (self.target_topic, p) not in self._reader.assigned]
         if new:
@@ -290,6 +293,8 @@ class FlowProber:
         """Attach, send one probe per partition, wait up to max_latency for them, report."""
         try:
             self.attach()
+        except AuthorizationFailed:
+            raise  # not "not readable yet": the round could only report every probe lost
         except MirrorError as exc:
             log.warning("flow %s: canary target not readable yet: %s", self.flow.name, exc)
         self._warm_up()
@@ -326,19 +331,19 @@ class FlowProber:
 
     def close(self) -> None:
         try:
-            self._producer.flush(5)
-        except KafkaException as exc:
-            # A fatal producer error (a missing IdempotentWrite grant, say) surfaces here.
-            err = exc.args[0] if exc.args else None
-            idem = isinstance(err, KafkaError) and err.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
-            raise_for(
-                self.flow.source,
-                f"produce probes to {self.topic!r}",
-                exc,
-                acl=("IdempotentWrite", "cluster", "kafka-cluster") if idem else ("Write", "topic", self.topic),
-            )
+            self._flush(5)
         finally:
             self._reader.close()
+
+    def _flush(self, timeout: float) -> None:
+        """The producer's flush; a fatal producer error (a refused grant) as the project's exception."""
+        try:
+            self._producer.flush(timeout)
+        except KafkaException as exc:
+            # CLUSTER_AUTHORIZATION_FAILED is the idempotent producer refused its id: since
+            # Kafka 3.0 (KIP-679) Write on the topic is what grants it (IdempotentWrite on the
+            # cluster only on older brokers), and Write on the canary topic is what `mirror acls` lists.
+            raise_for(self.flow.source, f"produce probes to {self.topic!r}", exc, acl=("Write", "topic", self.topic))
 
 
 class Prober:

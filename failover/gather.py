@@ -27,7 +27,7 @@ from mirror.domain.naming import target_topic
 from mirror.domain.offsetmap import OffsetSync
 from mirror.errors import ClusterUnavailable, MirrorError, NotFound, UsageError
 from mirror.kafka import Admin, PendingOffsets, TopicPartition, Watermarks, make_consumer
-from mirror.store import FullOffsetStore, sync_tips, sync_windows
+from mirror.store import FullOffsetStore, SyncWindow, group_sync_windows, sync_tips
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ class FlowContext:
     _admins: dict[str, Admin] = field(default_factory=dict)
     # Clusters found not answering: asked once per site plan, not once per flow and group.
     dead: set[str] = field(default_factory=set)
+    lanes: int = 1  # connections per cluster for many groups' requests (`AdminBase`)
 
     @property
     def store(self) -> FullOffsetStore:
@@ -54,7 +55,7 @@ class FlowContext:
 
     def admin(self, cluster: str) -> Admin:
         if cluster not in self._admins:
-            self._admins[cluster] = Admin(cluster, self.config.cluster(cluster))
+            self._admins[cluster] = Admin(cluster, self.config.cluster(cluster), lanes=self.lanes)
         return self._admins[cluster]
 
     @property
@@ -178,6 +179,12 @@ def build_plans(
         if method is Method.TRANSLATE
         else {}
     )
+    # The tips were read before the rows: the rows read after them are then complete up to
+    # them (a store write landing between the reads only adds rows; read after the rows, a
+    # newer write's tip could vouch for rows this plan does not have).
+    windows = group_sync_windows(
+        ctx.store, flow.name, {g: {k: pos.offsets[k] for k in keys_of[g]} for g, pos in positions.items()}
+    )
     for g, pos in positions.items():
         missing = sorted({target.names[t] for t, _ in pos.offsets if target.names[t] not in target.existing})
         if not keys_of[g]:
@@ -192,7 +199,7 @@ def build_plans(
             if store_ends is None:
                 store_ends = {k: end for k, (end, _ms) in ctx.store.source_ends(flow.name).items()}
             ends = {**store_ends, **reads.ends}
-        facts = partition_facts(ctx, method, pos, keys_of[g], target, tips, ends, reads.mirror_committed)
+        facts = partition_facts(method, pos, keys_of[g], target, tips, windows[g], ends, reads.mirror_committed)
         truth = {
             Method.TIMESTAMP: Truth.TIMESTAMPS,
             Method.EARLIEST: Truth.WATERMARKS,
@@ -308,20 +315,16 @@ def read_target(
 
 
 def partition_facts(
-    ctx: FlowContext,
     method: Method,
     pos: Positions,
     keys: list[Key],
     target: TargetReads,
     tips: dict[Key, OffsetSync | None],
+    windows: dict[Key, SyncWindow],
     source_ends: dict[Key, int],
     mirror_committed: dict[Key, int],
 ) -> list[PartitionFacts]:
-    """Everything one group's plan needs per partition (its offset-map rows read in bulk)."""
-    # The tips were read before the rows: the rows read after them are then complete up to
-    # them (a store write landing between the reads only adds rows; read after the rows, a
-    # newer write's tip could vouch for rows this plan does not have).
-    windows = sync_windows(ctx.store, ctx.flow.name, {k: pos.offsets[k] for k in keys})
+    """Everything one group's plan needs per partition (its offset-map rows read beforehand, in bulk)."""
     live = pos.truth is Truth.SOURCE
     facts = []
     for topic, part in keys:

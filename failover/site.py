@@ -24,6 +24,9 @@ from mirror.errors import UsageError
 VERSION = 1
 KIND = "site-failover-plan"
 Key = tuple[str, int]
+# Connections per cluster for a site's group requests (`mirror.kafka.admin.base.AdminBase`
+# says why more than one): hundreds of groups' commits and deletions go over them together.
+LANES = 8
 
 
 def _pairs(offsets: Mapping[Key, int]) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from failover.gather import FlowContext, build_plans
 from failover.offsets_file import coordinated
 from failover.plan import Method, Plan, Truth
-from failover.site import Key, SiteGroup, SitePlan, active
+from failover.site import LANES, Key, SiteGroup, SitePlan, active
 from mirror.config import Config, FlowConfig
 from mirror.errors import ClusterUnavailable, NotFound, UsageError
 from mirror.kafka import Admin
@@ -51,7 +51,7 @@ def build_site_plan(config: Config, store: FullOffsetStore, req: SiteRequest) ->
     flows = site_flows(config, req.site, req.to)
     admins: dict[str, Admin] = {}
     dead: set[str] = set()
-    ctxs = [FlowContext(config, f, lambda: store, _admins=admins, dead=dead) for f in flows]
+    ctxs = [FlowContext(config, f, lambda: store, _admins=admins, dead=dead, lanes=LANES) for f in flows]
     found = discover(ctxs, req.patterns)
     groups: dict[str, SiteGroup] = {}
     for ctx in ctxs:

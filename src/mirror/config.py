@@ -418,6 +418,13 @@ def _topology_problems(
     clusters: Mapping[str, ClusterConfig | None] | None, flows: Sequence[tuple[int, FlowConfig]], canary_topic: str
 ) -> list[ConfigError]:
     """Cross-references pydantic cannot see: cluster names, duplicate flows, loops."""
+    return _reference_problems(clusters, flows) + _collision_problems(flows, canary_topic)
+
+
+def _reference_problems(
+    clusters: Mapping[str, ClusterConfig | None] | None, flows: Sequence[tuple[int, FlowConfig]]
+) -> list[ConfigError]:
+    """Flows naming unknown clusters, or one cluster twice, or another flow's name or pair."""
     out: list[ConfigError] = []
     names: dict[str, int] = {}
     for i, flow in flows:
@@ -459,6 +466,12 @@ def _topology_problems(
             )
         else:
             pairs[pair] = flow.name
+    return out
+
+
+def _collision_problems(flows: Sequence[tuple[int, FlowConfig]], canary_topic: str) -> list[ConfigError]:
+    """Flows whose topics would meet in one target topic, or go round a loop."""
+    out: list[ConfigError] = []
     edges = [FlowEdge(f.name, f.source, f.target, f.rename, tuple(f.topics.include)) for _, f in flows]
     for a, b in find_identity_collisions(edges):
         out.append(

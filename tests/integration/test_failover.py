@@ -1,4 +1,4 @@
-"""Offset map, checkpoints and failover on real Kafka (and real Cassandra): issue 4's "Shown by"."""
+"""Offset map, checkpoints and failover on real Kafka (and real Cassandra)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A whole site failed over in one reviewed plan (issue 26): 3 flows, 20 groups, live workload.
+"""A whole site failed over in one reviewed plan: 3 flows, 20 groups, live workload.
 
 The groups consume on the source while records are produced and mirrored; then the planned
 failover: producers stop, the mirror catches up, the consumers stop, one plan for the site
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -394,3 +395,50 @@ canary: {{topic: canary-{u}}}
         assert v["produced"] > 0 and v["read_before"] > 0 and v["read_after"] > 0, (g, v)
         assert v["lost"] == 0 and v["duplicated"] == 0, (g, v)
     assert "## Per group" in (report / "report.md").read_text()
+
+
+def test_site_plan_at_a_time_moves_each_group_to_its_first_record_from_then(clusters, tmp_path, unique):
+    """`failover plan --from DATACENTER --at TIME` on real brokers: every group of the site
+    starts at the first record stamped TIME or later; groups that consumed exactly the records
+    before TIME then read every record once, on the source and then on the target."""
+    u = unique
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic = f"ts-{u}"
+    create_topic(src, topic, PARTS)
+    base = int(time.time() * 1000) - 600_000
+    p = Producer({"bootstrap.servers": src, "enable.idempotence": True, "linger.ms": 5})
+    for part in range(PARTS):
+        for i in range(10):  # one record per 100 ms: the 6th of each partition is the first at `at`
+            p.produce(topic, value=f"{topic}:{part}:{i}".encode(), partition=part, timestamp=base + 100 * i)
+    assert p.flush(30) == 0
+    at = base + 500
+    cfg = tmp_path / "at.yaml"
+    cfg.write_text(f"""\
+clusters:
+  src: {{bootstrap: "{src}", timeout: 10s, datacenter: east{u}}}
+  dst: {{bootstrap: "{dst}", timeout: 10s, datacenter: west{u}}}
+flows:
+  - {{name: f-{u}, source: src, target: dst, consumer_group: mirror-{u}, topics: {{include: ["{topic}"]}},
+     groups: ["t-{u}-.*"]}}
+offset_store: {{kind: sqlite, path: {tmp_path / "at.db"}}}
+""")
+    assert main(["run", "-c", str(cfg), "--until-caught-up"]) == 0
+    groups = [f"t-{u}-{k}" for k in range(2)]
+    before = {g: _consume(src, g, [topic], at_most=5, timeout=5.0) for g in groups}  # every record before `at`
+    plan_path = tmp_path / "at-plan.json"
+    assert (
+        main(["failover", "plan", "-c", str(cfg), "--from", f"east{u}", "--at", str(at), "--out", str(plan_path)]) == 0
+    )
+    doc = json.loads(plan_path.read_text())
+    assert doc["method"] == "timestamp" and doc["totals"]["groups"] == 2 and doc["totals"]["refused"] == 0, doc
+    for g in doc["groups"]:
+        assert g["truth"] == "target-timestamps", g
+        assert {(q["partition"], q["target_offset"]) for f in g["flows"] for q in f["partitions"]} == {
+            (part, 5) for part in range(PARTS)
+        }, g
+    assert main(["failover", "apply", "--plan", str(plan_path), "--yes"]) == 0
+    for g in groups:
+        after = _consume(dst, g, [f"src.{topic}"], at_most=100, timeout=5.0, to_end=True)
+        counts = Counter(before[g] + after)
+        assert set(counts) == {f"{topic}:{part}:{i}".encode() for part in range(PARTS) for i in range(10)}, g
+        assert max(counts.values()) == 1, (g, counts)

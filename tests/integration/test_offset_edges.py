@@ -1,10 +1,10 @@
-"""Offset translation at its edges, on real clusters (issue 10, points 7 and 8).
+"""Offset translation at its edges, on real clusters.
 
-* 7: partitions nothing was ever mirrored from (empty on both sides, or emptied on the
+* Partitions nothing was ever mirrored from (empty on both sides, or emptied on the
   source below the group's position) still get a checkpoint, a synced offset and a plan
   entry, at the exact target offset (the target's end), not "no translation" (which makes
   the group fall back to auto.offset.reset on the target).
-* 8: with a transactional source, the offset map trails what is on the target by up to a
+* With a transactional source, the offset map trails what is on the target by up to a
   commit interval; a group positioned inside that window must be translated to where it
   re-reads, never past records it has not read. And the checkpointer's offset sync must
   never move a group that `failover apply` just positioned.

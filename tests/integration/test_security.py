@@ -752,7 +752,7 @@ def test_failover_plan_without_one_grant(secured, tmp_path, cluster, role, op):
 def test_spark_run_on_sasl_ssl_clusters_with_scram_and_a_pem_ca(secured, tmp_path, spark_local, capfd):
     """The librdkafka settings of a SASL_SSL (SCRAM-SHA-512, PEM CA) cluster, mapped to the Java
     source's options: the Spark run reads the secured source; the password is never printed.
-    (Issue 11; on this module's secured pair, as the admin user, in the session's Spark.)"""
+    (On this module's secured pair, as the admin user, in the session's Spark.)"""
     from mirror.spark.job import run_flow
     from tests.support.kafkautil import read_partition as read_back
 
@@ -800,7 +800,29 @@ def test_spark_run_on_sasl_ssl_clusters_with_scram_and_a_pem_ca(secured, tmp_pat
     assert secured.passwords["admin"] not in out + err
 
 
-# ---------------------------------------------------------------------------- a whole site (issue 26)
+def _fails_without(sec: Secured, grant, op: str, run, command: str) -> None:
+    """`run()` with one grant (its resource, `op`) withdrawn from the mirror user, restored
+    after: exit 1 and one line naming the principal, the operation (or one it implies) and
+    the resource."""
+    resource = (grant.resource.kind, grant.resource.name, grant.resource.pattern)
+    admin = sec.dev.admin(grant.cluster)
+    admin.delete_acls("User:mirror", {resource: [op]})
+    try:
+        res = run()
+    finally:
+        admin.create_acls("User:mirror", {resource: [op]})
+    where = f"{command} without {op} on {grant.cluster} {resource}"
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert res.returncode == 1 and len(errors) == 1 and "Traceback" not in res.stderr, (
+        f"{where}: {res.returncode} {res.stdout[-1000:]} {res.stderr[-2000:]}"
+    )
+    assert "User:mirror" in errors[0] and any(f"missing {o} on" in errors[0] for o in {op, *IMPLIES.get(op, ())}), (
+        f"{where}: {errors[0]}"
+    )
+    assert grant.resource.name.rstrip("-.") in errors[0], f"{where}: {errors[0]}"
+
+
+# ---------------------------------------------------------------------------- a whole site
 
 SITE_COMMANDS = (
     "failover plan --from",
@@ -914,20 +936,175 @@ def test_site_failover_commands_without_one_grant(secured, tmp_path):
                 if per_cluster and g.cluster != cluster:
                     continue
                 for op in g.operations:
-                    resource = (g.resource.kind, g.resource.name, g.resource.pattern)
                     reset(command, cluster)
-                    admin = secured.dev.admin(g.cluster)
-                    admin.delete_acls("User:mirror", {resource: [op]})
-                    try:
-                        res = _mirror(*argv, timeout=90)
-                    finally:
-                        admin.create_acls("User:mirror", {resource: [op]})
-                    where = f"{command} without {op} on {g.cluster} {resource}"
-                    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
-                    assert res.returncode == 1 and len(errors) == 1 and "Traceback" not in res.stderr, (
-                        f"{where}: {res.returncode} {res.stderr[-2000:]}"
-                    )
-                    assert "User:mirror" in errors[0] and any(
-                        f"missing {o} on" in errors[0] for o in {op, *IMPLIES.get(op, ())}
-                    ), f"{where}: {errors[0]}"
-                    assert g.resource.name.rstrip("-.") in errors[0], f"{where}: {errors[0]}"
+                    _fails_without(secured, g, op, lambda argv=argv: _mirror(*argv, timeout=90), command)
+
+
+def test_site_apply_refused_halfway_then_run_again_finishes_the_rest(secured, tmp_path):
+    """`failover apply --plan` stopped halfway on a real broker: the target refuses one
+    group's commit (its Read grant withdrawn after the plan), the others are moved; the same
+    command run again (the grant back) keeps the first run's backup, leaves the groups already
+    moved as they are, moves the rest and says so."""
+    u = uuid.uuid4().hex[:6]
+    commands = ("run", "failover plan --from", "failover apply --plan")
+    cfg = _config(secured, tmp_path, u, timeout="3s", commands=commands)
+    cfg.write_text(cfg.read_text().replace(f'groups: ["billing-{u}"]', f'groups: ["billing-{u}", "orders-{u}"]'))
+    secured.dev.grant(load(cfg), commands=commands)
+    t, n = f"sec-{u}-t", 2
+    _produce(secured, t, 100, n)
+    want = {f"billing-{u}": {0: 10, 1: 20}, f"orders-{u}": {0: 30, 1: 40}}
+    for group, offsets in want.items():
+        _commit_group(secured, group, t, offsets)
+    assert (res := _mirror("run", "-c", str(cfg), "--until-caught-up")).returncode == 0, res.stderr[-2000:]
+    plan, backup = tmp_path / "site.json", tmp_path / "site.backup.json"
+    res = _mirror("failover", "plan", "-c", str(cfg), "--from", "ssrc", "--translate", "--out", str(plan))
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads(plan.read_text())
+    planned = {g["group"]: {r["partition"]: r["offset"] for r in g["offsets"]} for g in doc["groups"]}
+    assert planned == want, planned  # a fresh topic mirrored one to one
+
+    def on_target(group: str) -> dict[int, int]:
+        c = Consumer({**secured.admin_settings("sdst"), "group.id": group, "enable.auto.commit": False})
+        try:
+            committed = c.committed([TopicPartition(f"ssrc.{t}", p) for p in range(n)], timeout=10)
+        finally:
+            c.close()
+        return {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
+
+    orders = ("group", f"orders-{u}", "literal")
+    admin = secured.dev.admin("sdst")
+    admin.create_acls("User:mirror", {orders: ["Describe"]})  # still visible: apply's checks pass, its commit not
+    admin.delete_acls("User:mirror", {orders: ["Read"]})
+    try:
+        first = _mirror("failover", "apply", "--plan", str(plan), "--yes", timeout=90)
+    finally:
+        admin.create_acls("User:mirror", {orders: ["Read"]})
+        admin.delete_acls("User:mirror", {orders: ["Describe"]})
+    errors = [line for line in first.stderr.splitlines() if line.startswith("Error:")]
+    assert first.returncode == 1 and len(errors) == 1 and "Traceback" not in first.stderr, first.stderr[-3000:]
+    assert f"missing Read on group 'orders-{u}'" in errors[0], errors[0]
+    assert "moved at least 1 of 2 groups; run the same command again" in errors[0], errors[0]
+    assert on_target(f"billing-{u}") == want[f"billing-{u}"] and on_target(f"orders-{u}") == {}
+    written = backup.read_bytes()
+
+    again = _mirror("failover", "apply", "--plan", str(plan), "--yes", timeout=90)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming: 1 group(s) already moved by an earlier run are left as they are; backup {backup}" in (
+        again.stdout
+    ), again.stdout
+    assert f"[1/1] orders-{u} -> sdst: 2 partitions set" in again.stdout, again.stdout
+    assert "moved 1 group(s), 1 already moved by an earlier run" in again.stdout, again.stdout
+    assert backup.read_bytes() == written  # the offsets from before anything moved, kept
+    assert {g: on_target(g) for g in want} == want
+    third = _mirror("failover", "apply", "--plan", str(plan), "--yes", "--json")
+    assert third.returncode == 0 and json.loads(third.stdout)["moved"] == [], third.stdout + third.stderr[-2000:]
+
+
+def _as_admin(sec: Secured, cfg: Path, u: str) -> Path:
+    """The same config, logged in as the admin (a super user): runs what a test does not check."""
+    text = cfg.read_text()
+    for name in NAMES:
+        text = text.replace(json.dumps(sec.nodes[name].client("mirror")), json.dumps(sec.nodes[name].client("admin")))
+    path = cfg.with_name(f"admin-{u}.yaml")
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.timeout(600)
+def test_canary_without_one_grant(secured, tmp_path):
+    """Every grant `mirror acls` lists for `canary` is one `mirror canary once` notices: removed
+    alone, it fails with one line naming it. The mirror it probes runs as the admin; the topic's
+    Create last, with the topic gone (a canary that finds it needs no Create)."""
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, timeout="3s", commands=("canary",))
+    config = load(cfg)
+    grants = [(g, op) for g in required_grants(config, ("canary",)) for op in g.operations]
+    assert {(g.cluster, _role(g.resource.kind, g.resource.name, u), op) for g, op in grants} == {
+        ("ssrc", "canary", "Create"),
+        ("ssrc", "canary", "Write"),
+        ("sdst", "canary", "Read"),
+        ("sdst", "reader", "Read"),
+    }
+    grants.sort(key=lambda x: x[1] == "Create")
+    mirror = MirrorProcess(_as_admin(secured, cfg, u))
+    once = ("canary", "once", "-c", str(cfg), "--json")
+    try:
+        wait_for(lambda: _mirror(*once).returncode == 0, 120, "a canary round with every grant", detail=mirror.output)
+        for g, op in grants:
+            if op == "Create":
+                secured.dev.admin("ssrc").delete_topics([f"canary-{u}"])
+            _fails_without(secured, g, op, lambda: _mirror(*once, timeout=90), "canary")
+    finally:
+        mirror.stop()
+
+
+DRILL_RUNBOOK = """\
+# Runbook: one group to the DR cluster, for a drill's least privilege
+
+## 1. Stop the group
+
+manual: stop-group — its owner stops it on the primary.
+
+## 2. Move it
+
+```sh
+mirror failover apply -c $CONFIG --flow $FLOW --group $GROUP --translate --yes --backup before-dr.json
+```
+expect: exit 0
+
+## 3. Start it on the DR cluster
+
+manual: start-group — its owner starts it there.
+
+## 4. End of the drill
+
+manual: stop-dr-group — it reads what reached the DR cluster, then stops.
+"""
+
+
+@pytest.mark.timeout(900)
+def test_drill_without_one_grant(secured, tmp_path):
+    """Every grant `mirror acls` lists for `drill` is one a drill notices: removed alone (the
+    runbook's `failover apply` granted too), the drill fails with one line naming it. The
+    mirror runs as the admin; the workload topic's Create last, with the topic gone."""
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, timeout="3s", commands=("drill", "failover apply"))
+    # One store for the mirror and the drill's commands (which run in the report folder).
+    cfg.write_text(cfg.read_text().replace(f"path: offsets-{u}.db", f"path: {tmp_path / 'offsets.db'}"))
+    config = load(cfg)
+    runbook = tmp_path / "drill-acls.md"
+    runbook.write_text(DRILL_RUNBOOK)
+    topic = f"sec-{u}-drill"
+    grants = sorted(
+        ((g, op) for g in required_grants(config, ("drill",)) for op in g.operations), key=lambda x: x[1] == "Create"
+    )
+    assert {(g.cluster, _role(g.resource.kind, g.resource.name, u), op) for g, op in grants} == {
+        ("ssrc", "topics", "Create"),
+        ("ssrc", "topics", "Write"),
+        ("ssrc", "topics", "Read"),
+        ("ssrc", "mirror-group", "Describe"),
+        ("ssrc", "reader", "Read"),
+        ("ssrc", "groups", "Read"),
+        ("sdst", "topics", "Read"),
+        ("sdst", "groups", "Read"),
+    }
+
+    # The lag at the cutover reads the first unmirrored record at the mirror's committed
+    # position; only a partition the mirror never committed is read by the reader group's
+    # stored offset (OffsetFetch: the group ACL). The mirror is caught up here: not noticed.
+    grants = [(g, op) for g, op in grants if g.resource.name != "mirror-reader-"]
+
+    def drill(report: str) -> subprocess.CompletedProcess:
+        argv = ["drill", str(runbook), "-c", str(cfg), "--flow", f"f-{u}", "--group", f"billing-{u}"]
+        return _mirror(*argv, "--topic", topic, "--partitions", "2", "--yes", "--report", str(tmp_path / report))
+
+    mirror = MirrorProcess(_as_admin(secured, cfg, u))
+    try:
+        ok = drill("all-grants")
+        assert ok.returncode == 0, ok.stdout[-2000:] + ok.stderr[-3000:] + mirror.output()[-2000:]
+        for i, (g, op) in enumerate(grants):
+            if op == "Create":
+                secured.dev.admin("ssrc").delete_topics([topic])
+            _fails_without(secured, g, op, lambda i=i: drill(f"without-{i}"), "drill")
+    finally:
+        mirror.stop()

@@ -1,4 +1,4 @@
-"""`mirror spark submit` on a real standalone cluster and real Kafka: issue 22, Build item 1.
+"""`mirror spark submit` on a real standalone cluster and real Kafka.
 
 The cluster's worker shares nothing with the driver but the Spark installation: it runs in
 its own directory with a PATH whose Python is a bare interpreter (no mirror, no

@@ -141,7 +141,7 @@ def parse_broker_config(items: tuple[str, ...]) -> dict[str, str]:
 @click.option("--json", "as_json", is_flag=True)
 def status(home: Path, as_json: bool) -> None:
     """Show the clusters under --home and whether they run."""
-    st = DevClusters(home).status()
+    info = DevClusters(home).status()
     if as_json:
         out = {
             "clusters": {
@@ -151,27 +151,29 @@ def status(home: Path, as_json: bool) -> None:
                     "security": c["security"],
                     "client": c["client"],
                 }
-                for n, c in st["clusters"].items()
+                for n, c in info["clusters"].items()
             },
             "cassandra": {
-                k: v for k, v in st["cassandra"].items() if k in ("contact_point", "running", "username", "password")
+                k: v for k, v in info["cassandra"].items() if k in ("contact_point", "running", "username", "password")
             }
-            if st["cassandra"]
+            if info["cassandra"]
             else None,
-            "spark": {"master": st["spark"]["master"], "running": st["spark"]["running"]} if st["spark"] else None,
+            "spark": {"master": info["spark"]["master"], "running": info["spark"]["running"]}
+            if info["spark"]
+            else None,
         }
-        out["passwords"] = st["passwords"]
+        out["passwords"] = info["passwords"]
         click.echo(json.dumps(out, indent=2))
         return
-    if not st["clusters"]:
+    if not info["clusters"]:
         click.echo(f"no dev clusters under {home}")
-    for name, c in st["clusters"].items():
+    for name, c in info["clusters"].items():
         click.echo(f"{name}: {c['bootstrap']} {'running' if c['running'] else 'stopped'}")
-    if st["cassandra"]:
-        c = st["cassandra"]
+    if info["cassandra"]:
+        c = info["cassandra"]
         click.echo(f"cassandra: {c['contact_point']} {'running' if c['running'] else 'stopped'}")
-    if st["spark"]:
-        click.echo(f"spark: {st['spark']['master']} {'running' if st['spark']['running'] else 'stopped'}")
+    if info["spark"]:
+        click.echo(f"spark: {info['spark']['master']} {'running' if info['spark']['running'] else 'stopped'}")
 
 
 def _grant(home: Path, config_path: Path) -> None:

@@ -115,6 +115,7 @@ def _measure_lag(config: Config, flows: list[FlowConfig]) -> Callable[[], tuple[
                     target=Admin(flow.target, config.cluster(flow.target)),
                     reader=reader,
                     with_groups=False,
+                    strict=True,  # a missing grant fails the drill's step, naming it
                 )
             finally:
                 reader.close()

@@ -18,7 +18,7 @@ from failover.failback import report, reversed_flow, scrape
 from failover.gather import FlowContext
 from failover.offsets_file import read_json
 from failover.plan import Method
-from failover.site import SitePlan, read_plan
+from failover.site import LANES, SitePlan, read_plan
 from failover.siteapply import apply_site, default_backup, read_backup, restore_backup
 from failover.sitegather import SiteRequest, build_site_plan, site_flows
 from mirror.cli import AppContext
@@ -38,7 +38,7 @@ def _admins(config: Config) -> Any:
 
     def admin(name: str) -> Admin:
         if name not in cache:
-            cache[name] = Admin(name, config.cluster(name))
+            cache[name] = Admin(name, config.cluster(name), lanes=LANES)
         return cache[name]
 
     return admin
@@ -172,7 +172,7 @@ def failback_site(config: Config, site: str, do_scrape: bool, as_json: bool) -> 
     store = open_store(config.offset_store)
     admins: dict[str, Admin] = {}
     try:
-        ctxs = [FlowContext(config, f, lambda: store, _admins=admins) for f in flows]
+        ctxs = [FlowContext(config, f, lambda: store, _admins=admins, lanes=LANES) for f in flows]
         reports = [report(ctx) for ctx in ctxs]
         if do_scrape:
             busy = [

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 from pathlib import Path
 
 import click
 
 from mirror.cli import AppContext, config_option, pass_app
+from mirror.cli.signals import stop_on_signals
 from mirror.monitor import exporter as mon
 
 
@@ -48,15 +47,13 @@ def monitor(
 ) -> None:
     """Serve lag, flow status and checkpoint ages on /metrics, gathered every --interval in the background."""
     config = app.config(config_path)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    mon.run(
-        config,
-        port=config.metrics.port if port is None else port,
-        host=config.metrics.host if host is None else host,
-        stop=stop,
-        deadline=scrape_timeout,
-        interval=interval,
-        flows=config.select_flows(flows),
-    )
+    with stop_on_signals() as signals:
+        mon.run(
+            config,
+            port=config.metrics.port if port is None else port,
+            host=config.metrics.host if host is None else host,
+            stop=signals.stop,
+            deadline=scrape_timeout,
+            interval=interval,
+            flows=config.select_flows(flows),
+        )

@@ -1,8 +1,10 @@
-"""`mirror spark run`: the same flow, mirrored by a Spark Structured Streaming query."""
+"""`mirror spark run` and `mirror spark submit`: a flow mirrored by a Spark Structured Streaming query."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -11,6 +13,52 @@ from mirror.cli.signals import stop_on_signals
 from mirror.errors import ExitCode
 from mirror.spark.submit import DEPLOY_MODES
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+# The options `spark run` and `spark submit` share: one flow's job, wherever its driver runs.
+_FLOW_JOB_OPTIONS = (
+    config_option,
+    click.option("--flow", "flow_name", required=True, help="The flow to mirror (one per Spark application)."),
+    click.option(
+        "--until-caught-up",
+        is_flag=True,
+        help="Mirror what the source holds at start (Trigger.AvailableNow), commit, exit 0.",
+    ),
+    click.option(
+        "--checkpoint",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Spark checkpoint directory of this flow (default: <spark.checkpoint_dir>/<flow>, kept across "
+        "restarts; the flow's group says where to resume).",
+    ),
+    click.option(
+        "--metrics-port",
+        type=click.IntRange(0, 65535),
+        default=None,
+        help="The driver serves Prometheus metrics on this port (the mirror's and Spark's progress).",
+    ),
+    click.option(
+        "--max-records-per-batch",
+        type=click.IntRange(1),
+        default=None,
+        help="Cap a micro-batch (Spark's maxOffsetsPerTrigger).",
+    ),
+    click.option(
+        "--conf",
+        "spark_conf",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="A Spark setting (repeatable), as spark-submit's --conf, e.g. spark.executor.memory=2g.",
+    ),
+)
+
+
+def _flow_job_options(f: F) -> F:
+    """Add the options `spark run` and `spark submit` share, in this order in --help."""
+    for option in reversed(_FLOW_JOB_OPTIONS):
+        f = option(f)
+    return f
+
 
 @click.group()
 def spark() -> None:
@@ -18,33 +66,8 @@ def spark() -> None:
 
 
 @spark.command("run")
-@config_option
-@click.option("--flow", "flow_name", required=True, help="The flow to mirror (one per Spark application).")
+@_flow_job_options
 @click.option("--master", default=None, help="Spark master URL, e.g. spark://127.0.0.1:7077; default local[*].")
-@click.option(
-    "--until-caught-up",
-    is_flag=True,
-    help="Mirror what the source holds at start (Trigger.AvailableNow), commit, exit 0.",
-)
-@click.option(
-    "--checkpoint",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Spark checkpoint directory of this flow (default: <spark.checkpoint_dir>/<flow>, kept across "
-    "restarts; the flow's group says where to resume).",
-)
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="Serve Prometheus metrics on this port (the mirror's and Spark's progress).",
-)
-@click.option(
-    "--max-records-per-batch",
-    type=click.IntRange(1),
-    default=None,
-    help="Cap a micro-batch (Spark's maxOffsetsPerTrigger).",
-)
 @click.option(
     "--ui-port",
     type=click.IntRange(0, 65535),
@@ -52,13 +75,6 @@ def spark() -> None:
     help="Port of the Spark UI (default 4040; the next free one if taken; 0: any).",
 )
 @click.option("--no-ui", is_flag=True, help="Do not start the Spark UI.")
-@click.option(
-    "--conf",
-    "spark_conf",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="A Spark setting (repeatable), as spark-submit's --conf, e.g. spark.cores.max=2.",
-)
 @pass_app
 def run(
     app: AppContext,
@@ -103,8 +119,7 @@ def run(
 
 
 @spark.command("submit")
-@config_option
-@click.option("--flow", "flow_name", required=True, help="The flow to mirror (one per Spark application).")
+@_flow_job_options
 @click.option(
     "--master", required=True, help="Spark master URL: spark://HOST:PORT, yarn, k8s://https://HOST:PORT or local[N]."
 )
@@ -114,32 +129,6 @@ def run(
     default="client",
     show_default=True,
     help="Where the driver runs: here (client) or on the cluster (cluster: YARN and Kubernetes only).",
-)
-@click.option("--until-caught-up", is_flag=True, help="Mirror what the source holds at start, commit, exit 0.")
-@click.option(
-    "--checkpoint",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Spark checkpoint directory of this flow (as for `spark run`).",
-)
-@click.option(
-    "--max-records-per-batch",
-    type=click.IntRange(1),
-    default=None,
-    help="Cap a micro-batch (Spark's maxOffsetsPerTrigger).",
-)
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="The driver serves Prometheus metrics on this port.",
-)
-@click.option(
-    "--conf",
-    "confs",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="A Spark setting for spark-submit (repeatable), e.g. spark.executor.memory=2g.",
 )
 @click.option(
     "--package-dir",
@@ -164,7 +153,7 @@ def submit(
     checkpoint: Path | None,
     max_records_per_batch: int | None,
     metrics_port: int | None,
-    confs: tuple[str, ...],
+    spark_conf: tuple[str, ...],
     package_dir: Path | None,
     dry_run: bool,
 ) -> int:
@@ -185,7 +174,7 @@ def submit(
         checkpoint,
         max_records_per_batch,
         metrics_port,
-        parse_conf(confs),
+        parse_conf(spark_conf),
         flags,
     )
     if not dry_run:  # before building anything; a usage error before a runtime one

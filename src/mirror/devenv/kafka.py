@@ -335,7 +335,7 @@ class DevClusters:
         (self.home / self.STATE).write_text(json.dumps(state, indent=2))
 
     def nodes(self) -> list[KafkaNode]:
-        st = self._state()
+        state = self._state()
         return [
             KafkaNode(
                 ClusterSpec(n, c["port"], self.home),
@@ -343,7 +343,7 @@ class DevClusters:
                 security=c.get("security", "plaintext"),
                 extra_security=c.get("extra_security", ()),
             )
-            for n, c in st["clusters"].items()
+            for n, c in state["clusters"].items()
         ]
 
     def node(self, name: str) -> KafkaNode:
@@ -368,10 +368,33 @@ class DevClusters:
         """Start the named clusters; `broker_config` lines are added to every broker's
         server.properties (and remembered, so a restart of the node keeps them)."""
         state = self._state()
-        started, running = [], []
+        started: list[str] = []
+        running: list[str] = []
         nodes = [
             KafkaNode(s, heap, broker_config, security, extra_security) for s in specs(names, base_port, self.home)
         ]
+        self._check_prior(state, nodes)
+        try:
+            self._start_kafka(state, nodes, started, running)
+            if cassandra:
+                self._start_cassandra(state, base_port, security, started, running)
+            if spark:
+                self._start_spark(state, base_port, spark_workers, started, running)
+        except BaseException:
+            # Leave nothing half-started behind: stop what this call started.
+            for node in nodes:
+                if node.spec.name in started:
+                    node.stop(kill=True)
+            if "cassandra" in started:
+                CassandraNode(self.home, base_port - 50).stop(kill=True)
+            if any(s.startswith("spark-") for s in started):
+                SparkDev(self.home, base_port).stop(kill=True)
+            raise
+        return UpResult(started, running, self.status())
+
+    def _check_prior(self, state: dict, nodes: Sequence[KafkaNode]) -> None:
+        """Refuse to start a cluster with another security mode than its data was formatted
+        with, or on another port than where it already runs."""
         for node in nodes:
             prior = state["clusters"].get(node.spec.name)
             if (
@@ -391,62 +414,57 @@ class DevClusters:
                         f"cluster {node.spec.name!r} already runs on port {prior['port']}, not {node.spec.port}",
                         hint="run `mirror dev down` first to move it",
                     )
-        try:
-            for node in nodes:
-                if node.pid() is not None:
-                    running.append(node.spec.name)
-                    continue
-                node.start()
-                started.append(node.spec.name)
-                state["clusters"][node.spec.name] = {
-                    "port": node.spec.port,
-                    "bootstrap": node.spec.bootstrap,
-                    "broker_config": node.broker_config,
-                    "security": node.security.value,
-                    "extra_security": [m.value for m in node.extra_ports],
-                }
-                self._save(state)
-            for node in nodes:
-                node.wait_ready()
-            if cassandra:
-                # With --security the store is secured too: PasswordAuthenticator, and a
-                # `mirror` role with the mirror user's password.
-                auth = Security(security) is not Security.PLAINTEXT
-                cas = CassandraNode(self.home, base_port - 50, auth=auth)
-                if cas.pid() is None:
-                    cas.start()
-                    started.append("cassandra")
-                else:
-                    running.append("cassandra")
-                state["cassandra"] = {"port": cas.port, "contact_point": cas.contact_point, "auth": auth}
-                self._save(state)
-                cas.wait_ready()
-                if auth:
-                    cas.create_role("mirror", Material(self.home).passwords()["mirror"])
-            if spark:
-                sp = SparkDev(self.home, base_port, spark_workers)
-                new = sp.start()
-                started += new
-                if not new:
-                    running.append("spark")
-                state["spark"] = {
-                    "base_port": base_port,
-                    "master": sp.master_url,
-                    "workers": max(spark_workers, (state.get("spark") or {}).get("workers", 1)),
-                }
-                self._save(state)
-                sp.wait_ready()
-        except BaseException:
-            # Leave nothing half-started behind: stop what this call started.
-            for node in nodes:
-                if node.spec.name in started:
-                    node.stop(kill=True)
-            if "cassandra" in started:
-                CassandraNode(self.home, base_port - 50).stop(kill=True)
-            if any(s.startswith("spark-") for s in started):
-                SparkDev(self.home, base_port).stop(kill=True)
-            raise
-        return UpResult(started, running, self.status())
+
+    def _start_kafka(self, state: dict, nodes: Sequence[KafkaNode], started: list[str], running: list[str]) -> None:
+        """Start the brokers not running yet, each remembered as soon as it is started; wait for all."""
+        for node in nodes:
+            if node.pid() is not None:
+                running.append(node.spec.name)
+                continue
+            node.start()
+            started.append(node.spec.name)
+            state["clusters"][node.spec.name] = {
+                "port": node.spec.port,
+                "bootstrap": node.spec.bootstrap,
+                "broker_config": node.broker_config,
+                "security": node.security.value,
+                "extra_security": [m.value for m in node.extra_ports],
+            }
+            self._save(state)
+        for node in nodes:
+            node.wait_ready()
+
+    def _start_cassandra(
+        self, state: dict, base_port: int, security: Security | str, started: list[str], running: list[str]
+    ) -> None:
+        # With --security the store is secured too: PasswordAuthenticator, and a
+        # `mirror` role with the mirror user's password.
+        auth = Security(security) is not Security.PLAINTEXT
+        cas = CassandraNode(self.home, base_port - 50, auth=auth)
+        if cas.pid() is None:
+            cas.start()
+            started.append("cassandra")
+        else:
+            running.append("cassandra")
+        state["cassandra"] = {"port": cas.port, "contact_point": cas.contact_point, "auth": auth}
+        self._save(state)
+        cas.wait_ready()
+        if auth:
+            cas.create_role("mirror", Material(self.home).passwords()["mirror"])
+
+    def _start_spark(self, state: dict, base_port: int, workers: int, started: list[str], running: list[str]) -> None:
+        sp = SparkDev(self.home, base_port, workers)
+        new = sp.start()
+        started += new
+        if not new:
+            running.append("spark")
+        state["spark"] = {
+            "base_port": base_port,
+            "master": sp.master_url,
+            "workers": max(workers, (state.get("spark") or {}).get("workers", 1)),
+        }
+        self._save(state)
+        sp.wait_ready()
 
     def status(self) -> dict:
         """The `dev status --json` shape of docs/design.md, plus liveness for people."""

@@ -48,6 +48,7 @@ COMMANDS = (
     "failover apply --plan",
     "failover import --backup",
     "failback --from",
+    "drill",
 )
 
 _REGEX_CHARS = set(".^$*+?{}[]\\|()")
@@ -201,6 +202,7 @@ def flow_grants(config: Topology, flow: Flow) -> list[Grant]:
         _failover_grants,
         _site_grants,
         _failback_grants,
+        _drill_grants,
     ):
         commands(flow, res, add)
     return out
@@ -388,6 +390,29 @@ def _failback(command: str, s: str, t: str, fr: _FlowResources, add: _Add) -> No
     add(command, s, fr.mirror_group, ["Describe", "Delete"], "the mirror's positions; deleted with the flow's groups")
     for r, exact in fr.groups:
         add(command, s, r, ["Describe", "Delete"], _note(exact, "delete the flow's groups on the old primary"))
+
+
+def _drill_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
+    """drill: its workload plays the application (makes its topic, which the flow mirrors,
+    writes it, reads it as the drilled group on the primary, then the copies on the DR
+    cluster) and measures the flow's lag at the cutover as `lag` does. The runbook's own
+    commands (`failover apply`, `lag`, ...) need their grants too, listed under their names."""
+    s, t = fr.s, fr.t
+    for r, exact in fr.src_topics:
+        add(
+            "drill",
+            s,
+            r,
+            ["Create", "Write", "Read"],
+            _note(exact, "the workload's topic (--topic): made, written, read"),
+        )
+    add("drill", s, fr.mirror_group, ["Describe"], "the mirror's positions: the lag at the cutover")
+    add("drill", s, fr.reader, ["Read"], "the assign-only reader of the oldest unmirrored record (commits nothing)")
+    for r, exact in fr.groups:
+        add("drill", s, r, ["Read"], _note(exact, "the drilled group consumes and commits on the primary"))
+        add("drill", t, r, ["Read"], _note(exact, "the drilled group consumes and commits on the DR cluster"))
+    for r, exact in fr.dst_topics:
+        add("drill", t, r, ["Read"], _note(exact, "the drilled group reads the copies; their ends for the lag"))
 
 
 def required_grants(config: Topology, commands: Iterable[str] = COMMANDS) -> list[Grant]:

@@ -24,13 +24,13 @@ The rules that keep "nothing lost" true, in one place:
 
 How an engine drives it, per partition (`PartitionLedger`):
 
-    seg = Segment(first_offset)           # per segment
-    seg.add(offset, size, timestamp)      # per record (a streaming hot path may inline it)
-    st.begin(seg)                         # produced: in flight, in produce order
-    st.placed(seg, t_first)               # the first record's target offset, if known
-    st.settled(seg) and st.acked(seg, t_last)   # the last record stored at t_last
-    st.settled(seg) and st.refused(seg)         # or: the target refused it for good
-    st.settled(seg) and st.purged(seg)          # or: dropped before the target answered
+    seg = Segment(first_offset)             # per segment
+    seg.add(offset, size, timestamp)        # per record (a streaming hot path may inline it)
+    part.begin(seg)                         # produced: in flight, in produce order
+    part.placed(seg, t_first)               # the first record's target offset, if known
+    part.settled(seg) and part.acked(seg, t_last)   # the last record stored at t_last
+    part.settled(seg) and part.refused(seg)         # or: the target refused it for good
+    part.settled(seg) and part.purged(seg)          # or: dropped before the target answered
 
 The native engine (`mirror.engine.worker`) asks the producer for a delivery report on each
 segment's first and last record only and feeds those reports in as they come. A batch engine

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mirror.config import Config, FlowConfig
-from mirror.domain.runbook import Block, Command, Manual, Runbook, RunbookError, Step, check, cost
+from mirror.domain.runbook import Block, Command, Manual, Runbook, RunbookError, Step, check
 from mirror.drill.report import render_markdown
 from mirror.drill.site import SiteWorkload, load_snapshot
-from mirror.drill.workload import DR, PRIMARY, Workload, WorkloadState
-from mirror.errors import ExitCode, MirrorError, UsageError
+from mirror.drill.workload import DR, PRIMARY, Workload, WorkloadState, snapshot_cost
+from mirror.errors import AuthorizationFailed, ExitCode, MirrorError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -336,24 +336,23 @@ class Drill:
             )
             self.report["workload"] = {"topic": self.req.topic, "dr_topic": self.workload.dr_topic, **site}
             return
-        st = self.workload.snapshot()
-        if st["cutover_ms"] is not None and st["first_dr_read_ms"] is not None:
-            self.report["rto_seconds"] = round((st["first_dr_read_ms"] - st["cutover_ms"]) / 1000, 3)
-            self.report["rto_basis"] = st["rto_basis"]
-        to_int = lambda d: {int(p): s for p, s in d.items()}  # noqa: E731
-        c = cost(to_int(st["produced"]), to_int(st["reads"][PRIMARY]), to_int(st["reads"][DR]))
+        snap = self.workload.snapshot()
+        if snap["cutover_ms"] is not None and snap["first_dr_read_ms"] is not None:
+            self.report["rto_seconds"] = round((snap["first_dr_read_ms"] - snap["cutover_ms"]) / 1000, 3)
+            self.report["rto_basis"] = snap["rto_basis"]
+        c = snapshot_cost(snap)
         self.report["workload"] = {
-            "topic": st["topic"],
+            "topic": snap["topic"],
             "dr_topic": self.workload.dr_topic,
-            "run": st["run"],
-            "partitions": st["partitions"],
+            "run": snap["run"],
+            "partitions": snap["partitions"],
             "produced": c.produced,
             "read_before": c.read_before,
             "read_after": c.read_after,
             "lost": c.lost,
             "duplicated": c.duplicated,
             "per_partition": {str(p): v for p, v in c.per_partition.items()},
-            "final": st["consuming_on"] is None and not st["producing"],
+            "final": snap["consuming_on"] is None and not snap["producing"],
         }
 
     # -- the run
@@ -576,6 +575,8 @@ class Drill:
     def _rpo(self, entry: dict[str, Any]) -> None:
         try:
             records, seconds = self.measure_lag()
+        except AuthorizationFailed:
+            raise  # a grant missing: no later step measures it either
         except MirrorError as exc:
             entry["rpo_error"] = str(exc)
             return

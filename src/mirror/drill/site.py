@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mirror.config import Config, FlowConfig
-from mirror.domain.runbook import cost
-from mirror.drill.workload import DR, PRIMARY, Workload, WorkloadState
+from mirror.drill.workload import Workload, WorkloadState, snapshot_cost
 
 
 @dataclass
@@ -132,9 +131,8 @@ class SiteWorkload:
         groups = {}
         firsts = []
         for g, w in self.workloads.items():
-            st = w.snapshot()
-            to_int = lambda d: {int(p): s for p, s in d.items()}  # noqa: E731
-            c = cost(to_int(st["produced"]), to_int(st["reads"][PRIMARY]), to_int(st["reads"][DR]))
+            snap = w.snapshot()
+            c = snapshot_cost(snap)
             groups[g] = {
                 "flow": w.flow.name,
                 "dr_topic": w.dr_topic,
@@ -143,9 +141,9 @@ class SiteWorkload:
                 "read_after": c.read_after,
                 "lost": c.lost,
                 "duplicated": c.duplicated,
-                "first_dr_read_ms": st["first_dr_read_ms"],
+                "first_dr_read_ms": snap["first_dr_read_ms"],
             }
-            firsts.append(st["first_dr_read_ms"])
+            firsts.append(snap["first_dr_read_ms"])
         rto = None
         if self.state.cutover_ms is not None and firsts and all(f is not None for f in firsts):
             rto = round((max(firsts) - self.state.cutover_ms) / 1000, 3)

@@ -12,6 +12,7 @@ Records of other runs (last night's drill) share the topic and are skipped, not 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -23,6 +24,7 @@ from typing import Any
 
 from mirror.config import Config, FlowConfig
 from mirror.domain.naming import target_topic
+from mirror.domain.runbook import Cost, cost
 from mirror.errors import ClusterUnavailable, MirrorError
 from mirror.kafka import (
     Admin,
@@ -33,11 +35,22 @@ from mirror.kafka import (
     TopicPartition,
     make_consumer,
     make_producer,
+    raise_for,
+    raise_if_refused,
 )
 
 log = logging.getLogger(__name__)
 
 PRIMARY, DR = "primary", "dr"
+
+
+def snapshot_cost(snap: dict[str, Any]) -> Cost:
+    """Records lost and duplicated, per a `Workload.snapshot` (its partitions are JSON strings)."""
+
+    def by_partition(d: dict[str, list[int]]) -> dict[int, list[int]]:
+        return {int(p): s for p, s in d.items()}
+
+    return cost(by_partition(snap["produced"]), by_partition(snap["reads"][PRIMARY]), by_partition(snap["reads"][DR]))
 
 
 @dataclass
@@ -108,6 +121,19 @@ def _caught_up(consumer: Consumer) -> bool:
         return False
 
 
+def _fatal_cause(producer: Any, exc: KafkaException) -> KafkaException:
+    """What a producer's fatal error is (produce says only "Local: Fatal error"): flush
+    raises it with its cause, a refused idempotence id say (no Write on the topic: KIP-679).
+    confluent-kafka may raise it while serving a delivery report, hence SystemError."""
+    try:
+        producer.flush(0)
+    except KafkaException as cause:
+        return cause
+    except SystemError:
+        pass
+    return exc
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -176,10 +202,15 @@ class Workload:
         )
         with self.lock:
             seqs = {p: (max(self.state.produced.get(p, [-1]) or [-1]) + 1) for p in range(self.state.partitions)}
+        failed: list[KafkaError] = []
+        topic, what = self.state.topic, f"produce to {self.state.topic!r}"
 
         def acked(err: KafkaError | None, msg: Message) -> None:
+            if err is not None:
+                failed.append(err)  # nothing asked of `msg`: a fatal error's report comes with one pending
+                return
             value = msg.value()
-            if err is None and value is not None:  # the workload's own records always have one
+            if value is not None:  # the workload's own records always have one
                 doc = json.loads(value)
                 with self.lock:
                     self.state.produced.setdefault(doc["p"], []).append(doc["seq"])
@@ -189,20 +220,24 @@ class Workload:
                 for p in range(self.state.partitions):
                     value = json.dumps({"run": self.state.run, "p": p, "seq": seqs[p]}).encode()
                     try:
-                        producer.produce(
-                            self.state.topic, value=value, key=str(p).encode(), partition=p, on_delivery=acked
-                        )
+                        producer.produce(topic, value=value, key=str(p).encode(), partition=p, on_delivery=acked)
                         seqs[p] += 1
                     except BufferError:
                         pass
                 producer.poll(0)
+                errs, failed[:] = list(failed), []
+                for err in errs:
+                    raise_if_refused(self.flow.source, what, err, group=self.group, topic=topic, op="Write")
                 stop.wait(self.interval)
+        except KafkaException as exc:  # fatal: produce says only "Local: Fatal error"
+            raise_for(self.flow.source, what, _fatal_cause(producer, exc), acl=("Write", "topic", topic))
         finally:
             # Only acknowledged records count as produced; what the primary never confirmed
             # (it died) is dropped here rather than delivered when it comes back.
-            producer.flush(15)
-            producer.purge()
-            producer.flush(0)
+            with contextlib.suppress(KafkaException, SystemError):  # a fatal error: raised above
+                producer.flush(15)
+                producer.purge()
+                producer.flush(0)
 
     # -- consumer
     def start_consumer(self, side: str) -> None:
@@ -232,7 +267,9 @@ class Workload:
                 batch = consumer.consume(500, timeout=0.2)
                 got = []
                 for msg in batch:
-                    if msg.error() is not None:
+                    err = msg.error()
+                    if err is not None:
+                        raise_if_refused(cluster, f"consume {topic!r}", err, group=self.group, topic=topic)
                         continue
                     value = msg.value()
                     if value is None:
@@ -256,6 +293,7 @@ class Workload:
                 try:
                     consumer.commit(asynchronous=False)
                 except KafkaException as exc:
+                    raise_if_refused(cluster, "commit", exc.args[0], group=self.group, topic=topic)
                     self.errors.append(f"commit on {cluster}: {exc}")
                     log.warning("drill consumer: commit on %s failed: %s", cluster, exc)
                 now = self.clock()
@@ -275,6 +313,8 @@ class Workload:
             with self.lock:
                 if any(self.state.reads[side].values()) or (side == DR and self.state.first_dr_read_ms is not None):
                     return
+            if self.errors:  # a producer or consumer stopped (a refused grant): waiting on would not help
+                raise MirrorError("; ".join(self.errors))
             time.sleep(0.1)
         cluster = self.flow.source if side == PRIMARY else self.flow.target
         raise ClusterUnavailable(

@@ -20,7 +20,7 @@ from confluent_kafka import (
 
 from mirror.kafka.admin import Admin, PendingOffsets, Watermarks
 from mirror.kafka.clients import client_settings, make_consumer, make_producer
-from mirror.kafka.errors import is_retriable, raise_for
+from mirror.kafka.errors import is_retriable, raise_for, raise_if_refused
 from mirror.kafka.offsets import commit_offsets, committed_offsets
 from mirror.kafka.reader import PartitionReader, Record
 
@@ -46,6 +46,7 @@ __all__ = [
     "make_consumer",
     "make_producer",
     "raise_for",
+    "raise_if_refused",
 ]
 
 OFFSET_BEGINNING = confluent_kafka.OFFSET_BEGINNING

@@ -170,6 +170,17 @@ def authorization_error(
     )
 
 
+def raise_if_refused(cluster: str, what: str, err: KafkaError, *, group: str, topic: str, op: str = "Read") -> None:
+    """A client's error event that is a refused grant, raised naming it: a consumer or
+    producer gets those as events (message errors, delivery reports), not exceptions, and
+    would otherwise go on retrying as if the cluster were slow. A refused idempotence id
+    (CLUSTER_AUTHORIZATION_FAILED) is `op` on the topic: since Kafka 3.0 (KIP-679) that grants it."""
+    if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        raise authorization_error(cluster, err, what, ("Read", "group", group))
+    if err.code() in AUTHORIZATION:
+        raise authorization_error(cluster, err, what, (op, "topic", topic))
+
+
 def raise_for(
     cluster: str, what: str, exc: BaseException, timeout: float | None = None, acl: tuple[str, str, str] | None = None
 ) -> None:

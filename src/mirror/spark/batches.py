@@ -10,15 +10,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from mirror.domain.acks import AckBatch
 from mirror.domain.topics import TopicMapping
+from mirror.engine.status import FlowState, FlowStatus
 from mirror.errors import OffsetStoreError
 from mirror.run.supervisor import restart_delay
 from mirror.spark.arrow import COLUMNS, RESULT_SCHEMA, mirror_arrow, results_of
+from mirror.spark.checkpoint import batch_ends
 from mirror.spark.commits import GroupCommits, Partition
 from mirror.spark.task import TaskPlan, TaskResult
 
@@ -40,6 +44,7 @@ class Batches:
         *,
         metrics: Any = None,
         stop: threading.Event | None = None,
+        status: FlowStatus | None = None,
     ) -> None:
         self.flow = flow
         self.source = source
@@ -48,16 +53,20 @@ class Batches:
         self.commits = commits
         self.metrics = metrics
         self.stop = stop or threading.Event()
+        self.status = status or FlowStatus(flow)
         self.limits: dict[str, int] = {}  # target topic -> max.message.bytes (`TaskPlan.limits`)
         self.store_backoff = STORE_BACKOFF  # first wait after an offset-store failure
         self.records = 0
         self.skipped = 0
         self._parts: list[Partition] = []
+        self._checkpoint = Path()
         self._settled: set[Partition] = set()  # partitions with a batch completed in this query (`TaskPlan.settled`)
 
-    def start_query(self, mappings: list[TopicMapping]) -> None:
-        """A new query starts at the group's offsets: the target may be ahead of any partition."""
+    def start_query(self, mappings: list[TopicMapping], checkpoint: Path) -> None:
+        """A new query over `mappings`, checkpointed at `checkpoint`. It starts at the group's
+        offsets (or resumes where they lie): the target may be ahead of any partition."""
         self._parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
+        self._checkpoint = checkpoint
         self._settled = set()
 
     def on_batch(self, df: Any, batch_id: int) -> None:
@@ -65,12 +74,17 @@ class Batches:
         # The source ends now (after the batch was planned): a target copy naming an offset at
         # or past them is not of this topic's records (a recreated topic); see `replay_check`.
         t0 = time.monotonic()
-        ends = self.source.end_offsets(self._parts)
-        plan = replace(self.plan, source_ends=ends, limits=self.limits, settled=frozenset(self._settled))
+        source_ends = self.source.end_offsets(self._parts)
+        plan = replace(self.plan, source_ends=source_ends, limits=self.limits, settled=frozenset(self._settled))
         t1 = time.monotonic()
         results = results_of(df.selectExpr(*COLUMNS).mapInArrow(partial(mirror_arrow, plan), RESULT_SCHEMA).collect())
         t2 = time.monotonic()
-        self.finish(batch_id, results)
+        ends = batch_ends(self._checkpoint, batch_id)
+        if ends is None:  # not expected: Spark wrote it before the batch ran
+            log.warning(
+                "flow %s: batch %d: its offset range is unreadable; committing its records only", self.flow, batch_id
+            )
+        self.finish(batch_id, results, ends or {})
         # Their next batch starts where this one ended, and the target holds nothing past it.
         self._settled.update((r.topic, r.partition) for r in results)
         log.debug(
@@ -86,8 +100,14 @@ class Batches:
             (time.monotonic() - t2) * 1000,
         )
 
-    def finish(self, batch_id: int, results: list[TaskResult]) -> None:
-        """The driver's part of a batch once the tasks produced it: rows stored, then the commit."""
+    def finish(self, batch_id: int, results: list[TaskResult], ends: Mapping[Partition, int]) -> None:
+        """The driver's part of a batch once the tasks produced it: rows stored, then the commit.
+
+        The group is committed at the batch's range `ends` (Spark's offset log), not only past
+        its last records: a range may end in transaction markers or aborted records, and Spark
+        records the batch complete as soon as this returns. A driver dying then must find the
+        group at the end of the range, or the restart cannot resume the checkpoint.
+        """
         batches = [
             AckBatch(
                 self.flow,
@@ -121,7 +141,10 @@ class Batches:
                 batch_id,
                 sum(r.skipped for r in results),
             )
-        self.commits.commit({(r.topic, r.partition): r.next_offset for r in results})
+        positions = dict(ends)
+        for r in results:
+            positions[(r.topic, r.partition)] = max(r.next_offset, positions.get((r.topic, r.partition), -1))
+        self.commits.commit(positions)
 
     def _store_rows(self, batch_id: int) -> None:
         """Flush the recorder, retrying with backoff while the store fails (as `mirror run`
@@ -132,13 +155,20 @@ class Batches:
         while True:
             try:
                 self.recorder.flush()
+                if failures:
+                    self.status.set(FlowState.RUNNING, "the offset store answers again")
                 return
-            except OffsetStoreError:
+            except OffsetStoreError as exc:
                 failures += 1
                 if self.stop.is_set():
                     raise
+                self.status.set(FlowState.RETRYING, f"batch held back: {exc}")
                 delay = restart_delay(failures, base=self.store_backoff, cap=STORE_BACKOFF_MAX)
                 log.debug(
-                    "flow %s: batch %d: store failure %d, retrying in %.1fs", self.flow, batch_id, failures, delay
+                    "flow %s: batch %d: offset store failure %d, retrying in %.1fs",
+                    self.flow,
+                    batch_id,
+                    failures,
+                    delay,
                 )
                 self.stop.wait(delay)  # a stop meanwhile: one last attempt, then raise above

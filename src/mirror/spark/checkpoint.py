@@ -16,8 +16,9 @@ the target is skipped (`mirror.spark.task`). With `exactly_once` the positions c
 the target's progress (`mirror.spark.exactly_once`), where such a query starts.
 
 The layout read here is Spark's offset log (`offsets/<batch id>`: a version line, a metadata
-line, then one line per source; the Kafka source's is `{"topic": {"partition": offset}}`)
-and its commit log (`commits/<batch id>` once the batch completed).
+line, then one line per source; the Kafka source's is `{"topic": {"partition": offset}}`),
+its commit log (`commits/<batch id>` once the batch completed) and the Kafka source's first
+offsets (`sources/0/0`). Spark writes each file whole (a rename), so a file is there or not.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from mirror.config import Config, FlowConfig
 
@@ -41,40 +43,77 @@ def resume_problem(location: Path, starting: Mapping[str, Mapping[str, int]]) ->
     (`starting`, as passed to Spark's `startingOffsets`); None when it may (or there is
     nothing to resume).
 
-    The group's offset of a partition lies, after a driver stopped or died:
-    * at the end of the newest batch, once Spark recorded that batch as complete; the
-      query then resumes there;
-    * between the ends of the two newest batches while the newest one is incomplete (its
-      tasks may have produced and the group committed part of it); Spark then replans
-      that batch from the older end, and its replayed records are skipped on the target.
+    Resumed, Spark replays the newest batch if it is incomplete (from the end of the batch
+    before it, or from the query's first offsets for batch 0) and otherwise goes on from its
+    end. The group's offset of each partition lies within that replayed range (or at the end
+    of a complete batch): `mirror.spark.batches` commits a batch's whole range, transaction
+    markers included, before Spark records the batch complete, and the tasks commit only
+    within the batch being run. A partition the group never committed resumes only where the
+    checkpoint never moved it past its first offset.
     """
     batches = _batch_ids(location / "offsets")
     if not batches:
         return None
     newest = batches[-1]
-    end = _read_offsets(location / "offsets" / str(newest))
+    end = batch_ends(location, newest)
     if end is None:
         return f"its offset log of batch {newest} is unreadable"
     group = {(t, int(p)): o for t, parts in starting.items() for p, o in parts.items()}
     if set(group) != set(end):
         return "it covers other partitions than the flow's"
-    if (location / "commits" / str(newest)).exists():
-        low = end
-    elif (
-        newest - 1 in batches
-        and (older := _read_offsets(location / "offsets" / str(newest - 1))) is not None
-        and set(older) == set(end)
-    ):
-        low = older
-    else:
-        return f"its first batch ({newest}) never completed"
-    behind = sorted(tp for tp, o in group.items() if not low[tp] <= o <= end[tp])
-    if behind:
-        t, p = behind[0]
-        return (
-            f"the group's offset of {t}[{p}] ({group[(t, p)]}) is outside the checkpoint's {low[(t, p)]}..{end[(t, p)]}"
-        )
+    low = _replayed_from(location, batches, end)
+    if isinstance(low, str):
+        return low
+    first: Positions | None = None
+    for (t, p), offset in sorted(group.items()):
+        if low[(t, p)] <= offset <= end[(t, p)]:
+            continue
+        if offset < 0:  # never committed: Spark's first offset of it was the log start
+            first = first if first is not None else _first_offsets(location) or {}
+            if first.get((t, p)) == low[(t, p)]:
+                continue
+        return f"the group's offset of {t}[{p}] ({offset}) is outside the checkpoint's {low[(t, p)]}..{end[(t, p)]}"
     return None
+
+
+def batch_ends(location: Path, batch: int) -> Positions | None:
+    """Batch `batch`'s end offsets as Spark's offset log records them (written before the
+    batch runs); None when unreadable."""
+    return _read_offsets(location / "offsets" / str(batch))
+
+
+def has_batches(location: Path) -> bool:
+    """Whether the query at `location` planned any batch (there is something to resume)."""
+    return bool(_batch_ids(location / "offsets"))
+
+
+def _replayed_from(location: Path, batches: list[int], end: Positions) -> Positions | str:
+    """Where a resumed query starts each partition: the newest batch's end once complete,
+    else where that batch starts (Spark plans it again with the same range)."""
+    newest = batches[-1]
+    if (location / "commits" / str(newest)).exists():
+        return end
+    if newest == 0:
+        first = _first_offsets(location)
+        if first is None or set(first) != set(end):
+            return "its first batch (0) never completed and its first offsets are unreadable"
+        return first
+    older = _read_offsets(location / "offsets" / str(newest - 1)) if newest - 1 in batches else None
+    if older is None or set(older) != set(end):
+        return f"its batch {newest} never completed and the batch before it is unreadable"
+    return older
+
+
+def _first_offsets(location: Path) -> Positions | None:
+    """The Kafka source's first offsets of the query (`sources/0/0`: a NUL byte, a version
+    line, then `{"topic": {"partition": offset}}`); None when unreadable."""
+    try:
+        lines = (location / "sources" / "0" / "0").read_text().lstrip("\0").splitlines()
+        if len(lines) < 2 or not lines[0].startswith("v"):
+            return None
+        return _positions(json.loads(lines[1]))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
 
 
 def _batch_ids(folder: Path) -> list[int]:
@@ -89,7 +128,10 @@ def _read_offsets(path: Path) -> Positions | None:
         lines = path.read_text().splitlines()
         if len(lines) < 3 or not lines[0].startswith("v"):
             return None
-        doc = json.loads(lines[2])
-        return {(t, int(p)): int(o) for t, parts in doc.items() for p, o in parts.items()}
+        return _positions(json.loads(lines[2]))
     except (OSError, ValueError, AttributeError, TypeError):
         return None
+
+
+def _positions(doc: Any) -> Positions:
+    return {(t, int(p)): int(o) for t, parts in doc.items() for p, o in parts.items()}

@@ -86,9 +86,9 @@ class GroupCommits:
     def commit_progress(self, progress: Mapping[str, Any] | None) -> None:
         """Commit the end offsets of the last completed batch (a query's `lastProgress`).
 
-        A batch's records may end before its offset range does (transaction markers, aborted
-        records): the tasks only see records, so the range end comes from the query's
-        progress, once the batch (rows stored included) is complete.
+        Each batch commits its range end itself (`Batches.finish`, from Spark's offset log);
+        this is the same end as the query reports it, for a batch whose offset log could not
+        be read: a range may end past its last record (transaction markers, aborted records).
         """
         if not progress:
             return

@@ -37,12 +37,13 @@ from urllib.parse import urlparse
 
 from mirror.config import Config, FlowConfig
 from mirror.domain.topics import TopicMapping, match_topics
+from mirror.engine.status import FlowState, FlowStatus
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
 from mirror.errors import MirrorError, UnsafeOperation, UsageError
 from mirror.kafka import Admin
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.spark.batches import Batches
-from mirror.spark.checkpoint import default_checkpoint, resume_problem
+from mirror.spark.checkpoint import default_checkpoint, has_batches, resume_problem
 from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.commits import GroupCommits
 from mirror.spark.exactly_once import ProgressStarts
@@ -135,6 +136,7 @@ class SparkFlow:
         max_records_per_batch: int | None = None,
         metrics: Any = None,
         stop: threading.Event | None = None,
+        status: FlowStatus | None = None,
     ) -> None:
         self.config = config
         self.flow = flow
@@ -144,6 +146,7 @@ class SparkFlow:
         self.max_records_per_batch = max_records_per_batch
         self.metrics = metrics
         self.stop = stop or threading.Event()
+        self.status = status or FlowStatus(flow.name)  # as `mirror run` reports it (`mirror_flow_state`)
         self._batches: Batches | None = None
 
     @property
@@ -188,7 +191,9 @@ class SparkFlow:
         )
         self._starts = StartingOffsets(name, group, self._source, self._target, recorder, self._commits, progress)
         plan = TaskPlan(self.flow, self.config.clusters[self.flow.target])
-        self._batches = Batches(name, self._source, plan, recorder, self._commits, metrics=self.metrics, stop=self.stop)
+        self._batches = Batches(
+            name, self._source, plan, recorder, self._commits, metrics=self.metrics, stop=self.stop, status=self.status
+        )
         self._watch = TopicWatch(self.config, self.flow, self._source, self._target)
         try:
             while not self.stop.is_set():
@@ -223,7 +228,6 @@ class SparkFlow:
     def _run_query(self, spark: Any, mappings: list[TopicMapping]) -> bool:
         """Run one query over `mappings`; True when it stopped because the matched topics changed."""
         assert self._batches is not None
-        self._batches.start_query(mappings)
         starts = self._starts.decide(mappings)
         reader = self._reader(spark, mappings, starts.offsets)
         # What a task's Python worker takes in at once (`mirror.spark.arrow`); the query's
@@ -232,8 +236,11 @@ class SparkFlow:
         spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch", str(int(self.flow.spark.max_bytes_per_chunk)))
         with ExitStack() as stack:
             location = self._checkpoint_location(stack, mappings, starts)
+            self._batches.start_query(mappings, location)
             writer = (
-                reader.load().writeStream.foreachBatch(self._batches.on_batch).option("checkpointLocation", location)
+                reader.load()
+                .writeStream.foreachBatch(self._batches.on_batch)
+                .option("checkpointLocation", str(location))
             )
             writer = (
                 writer.trigger(availableNow=True)
@@ -271,29 +278,35 @@ class SparkFlow:
             "maxOffsetsPerTrigger", str(self.max_records_per_batch or self.flow.spark.max_records_per_batch)
         )
 
-    def _checkpoint_location(self, stack: ExitStack, mappings: list[TopicMapping], starts: Starts) -> str:
+    def _checkpoint_location(self, stack: ExitStack, mappings: list[TopicMapping], starts: Starts) -> Path:
         """The query's checkpoint: the flow's, kept only where it resumes where the group says."""
         if self.checkpoint is None:
-            return str(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"mirror-spark-{self.flow.name}-")))
-        location = str(self.checkpoint)
+            return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"mirror-spark-{self.flow.name}-")))
         # The group, not Spark's checkpoint, says where to start: a query resumed from a
         # checkpoint ignores startingOffsets, so a partition started again from the
         # beginning (`StartingOffsets`) needs the checkpoint gone too.
-        if self._query_topics_changed(mappings) or starts.restarted:
-            shutil.rmtree(location, ignore_errors=True)
-        elif why := resume_problem(self.checkpoint, starts.offsets):
-            log.info(
-                "flow %s: not resuming the Spark checkpoint %s: %s; starting from the group's offsets",
-                self.flow.name,
-                location,
-                why,
-            )
-            shutil.rmtree(location, ignore_errors=True)
-        return location
+        topics_changed = self._query_topics_changed(mappings)  # always: it records this query's topics
+        why = (
+            "the flow's topics or their partition counts changed"
+            if topics_changed
+            else "a partition starts again from the beginning"
+            if starts.restarted
+            else resume_problem(self.checkpoint, starts.offsets)
+        )
+        if why:
+            if has_batches(self.checkpoint):
+                log.warning(
+                    "flow %s: not resuming the Spark checkpoint %s: %s; starting from the group's offsets",
+                    self.flow.name,
+                    self.checkpoint,
+                    why,
+                )
+            shutil.rmtree(self.checkpoint, ignore_errors=True)
+        return self.checkpoint
 
     def _await(self, query: Any, mappings: list[TopicMapping]) -> bool:
-        """Wait for the running query, committing each completed batch's range end; True when
-        it must restart because the matched topics changed, False once stopped or caught up."""
+        """Wait for the running query; True when it must restart because the matched topics
+        changed, False once stopped or caught up."""
         next_refresh = time.monotonic() + self.flow.refresh_interval
         while query.isActive:
             try:
@@ -304,6 +317,7 @@ class SparkFlow:
                 ) from None
             self._commits.commit_progress(query.lastProgress)
             if self.stop.is_set():
+                self.status.set(FlowState.STOPPING, "stop requested")
                 return False
             if self.until_caught_up or time.monotonic() < next_refresh:
                 continue
@@ -316,6 +330,8 @@ class SparkFlow:
         if exc is not None:
             raise MirrorError(f"flow {self.flow.name}: the Spark query failed: {_first_line(str(exc))}")
         self._commits.commit_progress(query.lastProgress)
+        if self.until_caught_up:
+            self.status.set(FlowState.CAUGHT_UP, "every matched partition mirrored and committed")
         return False
 
     def _query_topics_changed(self, mappings: list[TopicMapping]) -> bool:
@@ -478,7 +494,8 @@ def run_flow(
             from mirror.spark.progress import listen
 
             stack.callback(
-                spark.streams.removeListener, listen(spark, flow.name, f"mirror-{flow.name}", run_metrics.registry)
+                spark.streams.removeListener,
+                listen(spark, flow.name, f"mirror-{flow.name}", run_metrics.registry, job.status),
             )
         job.run(spark)
         return job

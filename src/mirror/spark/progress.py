@@ -1,7 +1,8 @@
 """Spark's progress of a flow's query, as Prometheus metrics: a `StreamingQueryListener`.
 
 `mirror spark run --metrics-port` serves the metrics `mirror run` serves (records, bytes,
-acknowledged positions: fed per batch by `SparkFlow`; `mirror_flow_state`: fed here), so
+acknowledged positions: fed per batch by `SparkFlow`; `mirror_flow_state`: the run's
+`FlowStatus`, set here as the query starts and ends and by the run itself), so
 the dashboard and alert rules read both engines alike, plus what only Spark knows: each
 micro-batch's duration, input and processing rates, and how far the query's newest batch
 ends behind the source. Lag and the flow's status stay `mirror monitor`'s: it judges any
@@ -20,7 +21,7 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
-from mirror.engine.worker import FlowState
+from mirror.engine.status import FlowState, FlowStatus
 from mirror.metrics import FlowStateCollector, SparkMetrics
 
 log = logging.getLogger(__name__)
@@ -52,20 +53,24 @@ def _offsets(raw: Any) -> dict[tuple[str, int], int]:
 
 
 class FlowProgress(StreamingQueryListener):
-    """Listens to the query named `query_name` (one flow's); other queries of the session are ignored."""
+    """Listens to the query named `query_name` (one flow's); other queries of the session are ignored.
 
-    def __init__(self, flow: str, query_name: str, metrics: SparkMetrics, registry: Any) -> None:
+    The flow's state is `status`, shared with the run: the query's start and end set running,
+    stopped or failed here; the run sets retrying (the offset store failing), stopping and
+    caught_up, the states `mirror run` reports too."""
+
+    def __init__(self, flow: str, query_name: str, metrics: SparkMetrics, registry: Any, status: FlowStatus) -> None:
         self.flow = flow
         self.query_name = query_name
         self.metrics = metrics
-        self.state = FlowState.STARTING
+        self.status = status
         self._ids: set[str] = set()
-        FlowStateCollector(lambda: {self.flow: self.state.value}, [s.value for s in FlowState], registry)
+        FlowStateCollector(lambda: {self.flow: self.status.state.value}, [s.value for s in FlowState], registry)
 
     def onQueryStarted(self, event: Any) -> None:
         if event.name == self.query_name:
             self._ids.add(str(event.id))
-            self.state = FlowState.RUNNING
+            self.status.set(FlowState.RUNNING, "the Spark query started")
 
     def onQueryProgress(self, event: Any) -> None:
         try:
@@ -81,11 +86,14 @@ class FlowProgress(StreamingQueryListener):
     def onQueryTerminated(self, event: Any) -> None:
         if str(event.id) in self._ids:
             # A query restarted for new topics is running again a moment later (onQueryStarted).
-            self.state = FlowState.FAILED if event.exception else FlowState.STOPPED
+            if event.exception:
+                self.status.set(FlowState.FAILED, str(event.exception).strip().split("\n", 1)[0])
+            else:
+                self.status.set(FlowState.STOPPED, "the Spark query stopped")
 
 
-def listen(spark: Any, flow: str, query_name: str, registry: Any) -> FlowProgress:
+def listen(spark: Any, flow: str, query_name: str, registry: Any, status: FlowStatus) -> FlowProgress:
     """Register a `FlowProgress` for the flow's query on `spark`; remove it with `spark.streams.removeListener`."""
-    listener = FlowProgress(flow, query_name, SparkMetrics(registry), registry)
+    listener = FlowProgress(flow, query_name, SparkMetrics(registry), registry, status)
     spark.streams.addListener(listener)
     return listener

@@ -100,6 +100,28 @@ def sync_windows(
     }
 
 
+def group_sync_windows(
+    store: FullOffsetStore, flow: str, positions: Mapping[str, Mapping[tuple[str, int], int]]
+) -> dict[str, dict[tuple[str, int], SyncWindow]]:
+    """`sync_windows` of many groups (group -> its positions), one bulk read per round.
+
+    A site's groups mostly stand at the same offsets of the same partitions (they read the
+    same topics, caught up): each distinct (partition, position) is read once, and a round
+    asks for one position of every partition, so there are as many rounds as the most
+    positions any one partition has, not one per group.
+    """
+    wanted: dict[tuple[str, int], list[int]] = {}
+    for offsets in positions.values():
+        for key, pos in offsets.items():
+            wanted.setdefault(key, []).append(pos)
+    distinct = {k: sorted(set(v)) for k, v in wanted.items()}
+    found: dict[tuple[tuple[str, int], int], SyncWindow] = {}
+    for i in range(max((len(v) for v in distinct.values()), default=0)):
+        batch = {k: v[i] for k, v in distinct.items() if i < len(v)}
+        found.update({(k, batch[k]): w for k, w in sync_windows(store, flow, batch).items()})
+    return {g: {k: found[(k, pos)] for k, pos in offsets.items()} for g, offsets in positions.items()}
+
+
 def checkpointed_groups(store: FullOffsetStore, flow: str) -> list[str]:
     """The groups a flow holds checkpoints of (what a site failover plans when the source is gone)."""
     bulk = getattr(store, "checkpointed_groups", None)

@@ -149,3 +149,18 @@ def test_visibility_probes_ask_for_what_no_listed_topic_matches():
     probes = visibility_probes(["orders\\..*", "users", "payments", "pay\\..*", "audit-[0-9]+", ".*"], listed)
     # Matched by a listed topic: nothing to ask; a literal name: itself; a regex: its prefix.
     assert probes == {"payments": "payments", "pay\\..*": "pay.", "audit-[0-9]+": "audit-"}
+
+
+def test_drill_plays_the_application_on_both_sides_and_measures_the_lag():
+    drill = [g for g in _grants() if g.command == "drill"]
+    source, target = cluster_bindings(drill, "nyc"), cluster_bindings(drill, "sf")
+    assert source[Resource("topic", "orders.", "prefixed")] == ("Create", "Write", "Read")
+    assert source[Resource("group", "billing", "prefixed")] == ("Read",)
+    assert source[Resource("group", "mirror.f")] == ("Describe",)
+    assert source[Resource("group", "mirror-reader-", "prefixed")] == ("Read",)
+    assert target == {
+        Resource("topic", "nyc.orders.", "prefixed"): ("Read",),
+        Resource("topic", "nyc.users"): ("Read",),
+        Resource("topic", "nyc.pay", "prefixed"): ("Read",),
+        Resource("group", "billing", "prefixed"): ("Read",),
+    }

@@ -5,7 +5,7 @@ that hands out scripted batches, a target that stores records (or holds or purge
 answers delivery reports in order per partition. Every commit is checked against the target
 when it is made: a committed offset is safe only if the target holds every source record
 before it. The real clients are covered by tests/integration (test_mirror_datapath,
-test_hardening, test_mirror_lifecycle).
+test_datapath_faults, test_mirror_lifecycle).
 """
 
 from __future__ import annotations

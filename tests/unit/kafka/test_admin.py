@@ -94,3 +94,65 @@ def test_flow_admins_are_made_at_first_use_once_and_given_ones_are_kept(monkeypa
     assert made == ["nyc@127.0.0.1:1", "sf@127.0.0.1:2"]
     given = object()
     assert admin_module.FlowAdmins(cfg, cfg.flows[0], source=given).source is given  # type: ignore[arg-type]
+
+
+class AnsweringClient:
+    """An AdminClient that answers every group request at once and records which groups it was asked about."""
+
+    made: list[AnsweringClient] = []
+
+    def __init__(self, _settings: Any = None) -> None:
+        self.asked: list[str] = []
+        AnsweringClient.made.append(self)
+
+    def poll(self, _timeout: float) -> int:
+        return 0
+
+    def _answered(self, groups: Any, value: Any = None) -> dict[str, Future[Any]]:
+        out = {}
+        for g in groups:
+            self.asked.append(g)
+            out[g] = Future()
+            out[g].set_result(value)
+        return out
+
+    def delete_consumer_groups(self, groups: Any, **_kw: Any) -> dict[str, Future[Any]]:
+        return self._answered(groups)
+
+    def alter_consumer_group_offsets(self, requests: Any, **_kw: Any) -> dict[str, Future[Any]]:
+        class Answer:
+            topic_partitions: list[Any] = []
+
+        return self._answered([r.group_id for r in requests], Answer())
+
+
+def test_lanes_spread_many_groups_over_connections_each_group_keeping_to_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A site's hundreds of groups go over several connections (a broker answers one request
+    per connection at a time), opened at first use; one group's requests always take the same
+    lane, so they reach the broker in the order they were sent."""
+    monkeypatch.setattr("mirror.kafka.admin.base.AdminClient", AnsweringClient)
+    AnsweringClient.made = []
+    admin = Admin("dst", ClusterConfig(bootstrap="127.0.0.1:1", timeout=1), lanes=4)
+    assert len(AnsweringClient.made) == 1  # the others only when a group needs them
+    groups = [f"g{i}" for i in range(40)]
+    admin.delete_groups(groups)
+    for g in groups:
+        admin.alter_group_offsets(g, {("t", 0): 1})
+    clients = AnsweringClient.made
+    assert len(clients) == 4
+    assert sorted(g for c in clients for g in c.asked) == sorted(groups * 2)  # each request sent once
+    for c in clients:
+        assert c.asked, "every lane carries some of 40 groups"
+        mine = set(c.asked)
+        assert all(g not in mine for other in clients if other is not c for g in other.asked)
+
+
+def test_one_lane_by_default_and_with_a_client_handed_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("mirror.kafka.admin.base.AdminClient", AnsweringClient)
+    AnsweringClient.made = []
+    Admin("dst", ClusterConfig(bootstrap="127.0.0.1:1", timeout=1)).delete_groups([f"g{i}" for i in range(10)])
+    given = AnsweringClient()
+    Admin("dst", ClusterConfig(bootstrap="127.0.0.1:1", timeout=1), client=given, lanes=8).delete_groups(["a", "b"])
+    assert len(AnsweringClient.made) == 2 and given.asked == ["a", "b"]

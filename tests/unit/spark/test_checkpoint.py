@@ -84,3 +84,32 @@ def test_the_default_checkpoint_is_per_flow_beside_the_config_file(tmp_path, mon
     path.write_text(body + "spark: {checkpoint_dir: /var/lib/mirror/spark}\n")
     config = load(path)
     assert default_checkpoint(config, config.flow("f")) == Path("/var/lib/mirror/spark/f")
+
+
+def write_first_offsets(location: Path, starts: dict[str, dict[str, int]]) -> None:
+    """The Kafka source's first offsets of the query, as Spark writes them (a NUL byte first)."""
+    (location / "sources" / "0").mkdir(parents=True, exist_ok=True)
+    (location / "sources" / "0" / "0").write_text(f"\0v1\n{json.dumps(starts)}")
+
+
+def test_an_unfinished_first_batch_resumes_from_the_querys_first_offsets(tmp_path):
+    """The driver died in the query's first batch: Spark plans batch 0 again from the source's
+    first offsets; a partition the group never committed (-2) started at the log start."""
+    q = tmp_path / "query"
+    write_batch(q, 0, group(p0=100, p1=50), committed=False)
+    write_first_offsets(q, group(p0=10, p1=0))
+    assert resume_problem(q, {"t": {"0": 10, "1": -2}}) is None
+    assert resume_problem(q, group(p0=60, p1=50)) is None  # the batch's commit is the last step
+    assert "t[0] (9) is outside the checkpoint's 10..100" in (resume_problem(q, group(p0=9, p1=0)) or "")
+    write_batch(q, 0, group(p0=100, p1=50), committed=True)
+    assert "t[1] (-2) is outside the checkpoint's 50..50" in (
+        resume_problem(q, {"t": {"0": 100, "1": -2}}) or ""
+    )  # the group lost what the checkpoint went past
+    write_batch(q, 0, group(p0=100, p1=0), committed=True)
+    assert resume_problem(q, {"t": {"0": 100, "1": -2}}) is None  # an empty partition never moved
+
+
+def test_an_unfinished_batch_whose_predecessor_is_gone_is_not_resumed(tmp_path):
+    q = tmp_path / "query"
+    write_batch(q, 5, group(p0=100), committed=False)
+    assert "batch 5 never completed and the batch before it is unreadable" in (resume_problem(q, group(p0=100)) or "")

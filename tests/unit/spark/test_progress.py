@@ -55,3 +55,31 @@ def test_offsets_as_json_strings_are_read_too():
     source = {**PROGRESS["sources"][0], "endOffset": '{"t":{"0":5}}', "latestOffset": '{"t":{"0":9}}'}
     observe_progress(SparkMetrics(reg), "f", {**PROGRESS, "sources": [source]})
     assert sample(reg, "mirror_spark_offsets_behind_latest", flow="f", topic="t", partition="0") == 4
+
+
+def test_the_flow_state_follows_the_query_and_the_runs_own_states():
+    """`mirror_flow_state` reads the run's `FlowStatus`: the query's start and end set it here,
+    the run sets what `mirror run` reports beside them (retrying, stopping, caught_up)."""
+    from types import SimpleNamespace
+
+    from mirror.engine.status import FlowState, FlowStatus
+    from mirror.spark.progress import FlowProgress
+
+    reg = CollectorRegistry()
+    status = FlowStatus("f")
+    listener = FlowProgress("f", "mirror-f", SparkMetrics(reg), reg, status)
+
+    def state() -> str:
+        return next(s for s in FlowState if sample(reg, "mirror_flow_state", flow="f", state=s.value) == 1).value
+
+    assert state() == "starting"
+    listener.onQueryStarted(SimpleNamespace(name="other", id="q0"))  # another query of the session
+    assert state() == "starting"
+    listener.onQueryStarted(SimpleNamespace(name="mirror-f", id="q1"))
+    assert state() == "running"
+    status.set(FlowState.RETRYING, "batch held back: offset store write failed")  # as `Batches` does
+    assert state() == "retrying"
+    listener.onQueryTerminated(SimpleNamespace(id="q0", exception=None))
+    assert state() == "retrying"
+    listener.onQueryTerminated(SimpleNamespace(id="q1", exception="StreamingQueryException: boom\n\tat ..."))
+    assert state() == "failed" and status.reason == "StreamingQueryException: boom"

@@ -12,6 +12,7 @@ import pytest
 
 from mirror.config import SqliteStoreConfig, parse
 from mirror.domain.topics import TopicMapping
+from mirror.engine.status import FlowState, FlowStatus
 from mirror.errors import OffsetStoreError
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.spark.batches import Batches
@@ -46,6 +47,17 @@ class FlakyStore:
         return getattr(self.inner, name)
 
 
+class RecordedStatus(FlowStatus):
+    def __init__(self, flow: str) -> None:
+        super().__init__(flow)
+        self.changes: list[str] = []
+
+    def set(self, state: FlowState, reason: str) -> None:
+        if state != self.state:
+            self.changes.append(state.value)
+        super().set(state, reason)
+
+
 class SourceAdmin:
     def __init__(self, log: list[str]) -> None:
         self.log = log
@@ -72,7 +84,8 @@ def flow_with(
     source = SourceAdmin(events)
     commits = GroupCommits("f", flow.group_id, source, TargetAdmin())
     commits.use([TopicMapping("orders", "src.orders", 1)], {})
-    job = Batches("f", source, TaskPlan(flow, config.clusters["dst"]), recorder, commits, stop=stop)
+    plan = TaskPlan(flow, config.clusters["dst"])
+    job = Batches("f", source, plan, recorder, commits, stop=stop, status=RecordedStatus("f"))
     job.store_backoff = 0.001
     return job, source, events
 
@@ -83,7 +96,9 @@ def result() -> TaskResult:
 
 def test_an_offset_store_that_fails_for_a_while_delays_the_commit_instead_of_killing_the_run(tmp_path: Path) -> None:
     job, source, events = flow_with(tmp_path, failures=3)
-    job.finish(0, [result()])
+    assert isinstance(job.status, RecordedStatus)
+    job.finish(0, [result()], {})
+    assert job.status.changes == ["retrying", "running"]  # as `mirror run` reports a commit held back
     # retried with backoff until the rows are stored, and only then the group commit (invariant 1)
     assert events == ["store failed"] * 3 + ["rows stored", "group committed"]
     assert source.commits == [{("orders", 0): 100}]
@@ -96,5 +111,16 @@ def test_a_stop_while_the_store_fails_ends_the_batch_without_a_commit(tmp_path: 
     job.store_backoff = 0.05
     threading.Timer(0.2, stop.set).start()
     with pytest.raises(OffsetStoreError):
-        job.finish(0, [result()])
+        job.finish(0, [result()], {})
     assert source.commits == [] and "group committed" not in events
+
+
+def test_a_batch_commits_its_whole_offset_range_once_its_rows_are_stored(tmp_path: Path) -> None:
+    """The batch's records end at 100, its range (Spark's offset log) at 103: transaction
+    markers or aborted records. Spark records the batch complete once the handler returns, so
+    the group must stand at 103 by then, or a driver dying next cannot resume the checkpoint.
+    A partition of the range without records moves too."""
+    job, source, events = flow_with(tmp_path, failures=0)
+    job.finish(4, [result()], {("orders", 0): 103, ("orders", 1): 7})
+    assert events == ["rows stored", "group committed"]
+    assert source.commits == [{("orders", 0): 103, ("orders", 1): 7}]

@@ -1,6 +1,6 @@
 """A task's data path as it streams: chunks produced as they arrive, the target's
 tail read only where it may hold copies already, the offset map's pairs unchanged. Driven
-through `mirror_chunks` with the in-memory target partition of the review tests (no Spark,
+through `mirror_chunks` with the in-memory target partition of test_task_replay (no Spark,
 no Kafka)."""
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ cluster's timeout, and Kafka's errors turned into this project's exceptions."""
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -15,20 +16,42 @@ from mirror.kafka.errors import HINT_UNREACHABLE, authentication_error, raise_fo
 
 
 class AdminBase:
-    """The connection and error handling the admin's parts (topics, configs, offsets, groups, ACLs) share."""
+    """The connection and error handling the admin's parts (topics, configs, offsets, groups, ACLs) share.
 
-    def __init__(self, name: str, cluster: ClusterConfig, *, client: Any = None) -> None:
+    `lanes`: connections for requests about many groups at once (a site's failover). A
+    broker works on one request per connection at a time (it reads the next only once it has
+    answered), and an offset commit or a group deletion waits for its write to the offsets
+    topic: hundreds of groups' requests over one connection wait for those writes in turn.
+    Over several connections the broker has several in hand and its group coordinator
+    writes them together. Each group keeps to one lane, so its own requests stay in order.
+    """
+
+    def __init__(self, name: str, cluster: ClusterConfig, *, client: Any = None, lanes: int = 1) -> None:
         """`client`: an AdminClient made elsewhere (tests hand in one that never answers); by default one from the
-        cluster's settings.
+        cluster's settings. Lanes past the first are opened at their first use (none with `client`).
         """
         self.name = name
         self.timeout = cluster.timeout
         self._client = client if client is not None else AdminClient(client_settings(name, cluster))
+        self._cluster = cluster
+        self._lanes: list[Any] = [self._client] + [None] * (max(1, lanes) - 1 if client is None else 0)
+
+    def _lane(self, group: str) -> Any:
+        """The client a group's requests go through (always the same one for a group)."""
+        i = zlib.crc32(group.encode()) % len(self._lanes)
+        if self._lanes[i] is None:
+            self._lanes[i] = AdminClient(client_settings(self.name, self._cluster))
+        return self._lanes[i]
+
+    def _poll(self) -> None:
+        for client in self._lanes:
+            if client is not None:
+                client.poll(0)
 
     def _raise(
         self, what: str, exc: BaseException, timeout: float | None = None, acl: tuple[str, str, str] | None = None
     ) -> None:
-        self._client.poll(0)  # serve error_cb: a refused login is recorded there
+        self._poll()  # serve error_cb: a refused login is recorded there
         raise_for(self.name, what, exc, timeout, acl)
 
     def _result(self, what: str, future: Any, acl: tuple[str, str, str] | None = None) -> Any:
@@ -45,7 +68,7 @@ class AdminBase:
         try:
             return future.result(timeout=self.timeout)
         except TimeoutError as exc:
-            self._client.poll(0)
+            self._poll()
             refused = security_error(self.name)
             if refused is not None:
                 raise authentication_error(self.name, refused) from None

@@ -82,7 +82,8 @@ class GroupAdmin(AdminBase):
                 for chunk in chunks(list(partitions))
             ]
         # One group per call: librdkafka's ListConsumerGroupOffsets takes exactly one.
-        futures = [self._client.list_consumer_group_offsets([r], request_timeout=self.timeout)[group] for r in requests]
+        lane = self._lane(group)
+        futures = [lane.list_consumer_group_offsets([r], request_timeout=self.timeout)[group] for r in requests]
 
         def wait() -> list[TopicPartition]:
             out: list[TopicPartition] = []
@@ -107,7 +108,7 @@ class GroupAdmin(AdminBase):
         while True:
             started = time.monotonic()
             try:
-                futs = self._client.describe_consumer_groups([group], request_timeout=self.timeout)
+                futs = self._lane(group).describe_consumer_groups([group], request_timeout=self.timeout)
                 self._result(f"find the coordinator of group {group!r}", futs[group], ("Describe", "group", group))
                 return
             except ClusterUnavailable:
@@ -120,7 +121,7 @@ class GroupAdmin(AdminBase):
     def group_members(self, group: str) -> int:
         """Active members of a group (0 for an empty, dead or unknown group)."""
         self._wait_for_coordinator(group)  # a new cluster answers NOT_COORDINATOR for a moment
-        futs = self._client.describe_consumer_groups([group], request_timeout=self.timeout)
+        futs = self._lane(group).describe_consumer_groups([group], request_timeout=self.timeout)
         desc = self._result(f"describe group {group!r}", futs[group], ("Describe", "group", group))
         return len(desc.members or [])
 
@@ -152,14 +153,18 @@ class GroupAdmin(AdminBase):
         wanted = list(groups)
         states = self.group_states()
         unlisted = [g for g in wanted if g not in states]
-        if unlisted:
-            for g, fut in self._client.describe_consumer_groups(unlisted, request_timeout=self.timeout).items():
-                desc = self._result(f"describe group {g!r}", fut, ("Describe", "group", g))
-                states[g] = str(getattr(desc.state, "name", desc.state))
+        futs = {
+            g: fut
+            for lane, mine in self._by_lane(unlisted)
+            for g, fut in lane.describe_consumer_groups(mine, request_timeout=self.timeout).items()
+        }
+        for g, fut in futs.items():
+            desc = self._result(f"describe group {g!r}", fut, ("Describe", "group", g))
+            states[g] = str(getattr(desc.state, "name", desc.state))
         return {g: states[g] for g in wanted}
 
     def group_state(self, group: str) -> str:
-        futs = self._client.describe_consumer_groups([group], request_timeout=self.timeout)
+        futs = self._lane(group).describe_consumer_groups([group], request_timeout=self.timeout)
         desc = self._result(f"describe group {group!r}", futs[group], ("Describe", "group", group))
         return str(getattr(desc.state, "name", desc.state))
 
@@ -190,7 +195,7 @@ class GroupAdmin(AdminBase):
             TopicPartition(t, p, o, metadata=m) if (m := meta((t, p))) else TopicPartition(t, p, o)
             for (t, p), o in offsets.items()
         ]
-        futs = self._client.alter_consumer_group_offsets(
+        futs = self._lane(group).alter_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(group, tps)], request_timeout=self.timeout
         )
         return lambda: self._altered(group, futs[group])
@@ -199,7 +204,10 @@ class GroupAdmin(AdminBase):
         res = self._result(f"set offsets of group {group!r}", fut, ("Read", "group", group))
         for tp in res.topic_partitions:
             if tp.error is not None and tp.error.code() in AUTHORIZATION:
-                raise authorization_error(self.name, tp.error, f"set {group!r} offsets", ("Read", "topic", tp.topic))
+                # librdkafka puts a refused group (GROUP_AUTHORIZATION_FAILED) on every partition too.
+                group_refused = tp.error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+                need = ("Read", "group", group) if group_refused else ("Read", "topic", tp.topic)
+                raise authorization_error(self.name, tp.error, f"set {group!r} offsets", need)
             if tp.error is not None:
                 raise KafkaOperationError(
                     f"cluster {self.name!r}: cannot set {group!r} offset of {tp.topic}[{tp.partition}]: "
@@ -207,11 +215,22 @@ class GroupAdmin(AdminBase):
                 )
 
     def delete_groups(self, groups: Iterable[str]) -> None:
-        groups = list(groups)
-        if groups:
-            for group, fut in self._client.delete_consumer_groups(groups, request_timeout=self.timeout).items():
-                try:
-                    self._answer(f"delete group {group!r}", fut)
-                except KafkaException as exc:
-                    if exc.args[0].code() != KafkaError.GROUP_ID_NOT_FOUND:
-                        self._raise(f"delete group {group!r}", exc, self.timeout, ("Delete", "group", group))
+        futs = {
+            g: fut
+            for lane, mine in self._by_lane(groups)
+            for g, fut in lane.delete_consumer_groups(mine, request_timeout=self.timeout).items()
+        }
+        for group, fut in futs.items():
+            try:
+                self._answer(f"delete group {group!r}", fut)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.GROUP_ID_NOT_FOUND:
+                    self._raise(f"delete group {group!r}", exc, self.timeout, ("Delete", "group", group))
+
+    def _by_lane(self, groups: Iterable[str]) -> list[tuple[Any, list[str]]]:
+        """The groups split by the lane each goes through (one request per lane where the API takes many)."""
+        out: dict[int, tuple[Any, list[str]]] = {}
+        for g in groups:
+            lane = self._lane(g)
+            out.setdefault(id(lane), (lane, []))[1].append(g)
+        return list(out.values())

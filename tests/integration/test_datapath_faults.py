@@ -1,4 +1,4 @@
-"""Issue 10, the data path: brokers with Kafka's defaults (auto-create on), hostile topic
+"""The data path under faults: brokers with Kafka's defaults (auto-create on), hostile topic
 settings, added partitions, zombie workers, fatal records under restarts, a dead offset store.
 
 Every test runs on the session's real clusters, which run with Kafka's own defaults.
