@@ -16,6 +16,7 @@ import argparse
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -385,6 +386,45 @@ def latencies_ms(bootstrap: str, topic: str, partitions: int, skip_before_us: in
     finally:
         c.close()
     return out
+
+
+class LiveTail(threading.Thread):
+    """Reads a target topic read_committed while it fills, noting when each stamped record
+    became readable: the latency of a copy written in transactions, whose records are appended
+    (their append time) up to a commit interval before a read_committed consumer may see them.
+    Includes this consumer's own fetch wait (fetch.wait.max.ms=10) and its share of the CPU."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        super().__init__(name="bench-live-tail", daemon=True)
+        self._c = _consumer(
+            bootstrap,
+            **{"fetch.max.bytes": 52428800, "enable.partition.eof": False, "isolation.level": "read_committed"},
+        )
+        self._c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        self._halt = threading.Event()
+        self.samples: list[tuple[int, float]] = []  # (stamped produce time in us, seen at in ms)
+        self.count = 0
+
+    def run(self) -> None:
+        unpack = _STAMP.unpack_from
+        while not self._halt.is_set():
+            batch = self._c.consume(10000, 0.1)
+            seen_ms = time.time() * 1000.0
+            for msg in batch:
+                if msg.error():
+                    continue
+                self.count += 1
+                value = msg.value()
+                if value is not None and len(value) >= 8:
+                    self.samples.append((unpack(value)[0], seen_ms))
+
+    def latencies_ms(self, skip_before_us: int = 0) -> list[float]:
+        return [seen - sent / 1000.0 for sent, seen in self.samples if sent >= skip_before_us]
+
+    def close(self) -> None:
+        self._halt.set()
+        self.join(10)
+        self._c.close()
 
 
 # ---------------------------------------------------------------------------- steady load

@@ -46,11 +46,13 @@ def _writer(bootstrap: str, writer_id: str) -> Producer:
     return producer
 
 
-def _write(producer: Producer, topic: str, values: list[bytes]) -> None:
+def _write(producer: Producer, topic: str, values: list[bytes], group: ProgressGroup, writer: str, at: int) -> None:
+    """A transaction of `values` with progress `at` (left open: the caller commits or not)."""
     producer.begin_transaction()
     for v in values:
         producer.produce(topic, v, partition=0)
     producer.flush(30)
+    producer.send_offsets_to_transaction(progress_offsets({(topic, 0): at}, writer), group.metadata(), 30)
 
 
 @pytest.fixture
@@ -70,8 +72,7 @@ def test_progress_commits_with_a_memberless_group(target):
     bootstrap, cluster, topic, group = target
     writer = new_writer_id("t")
     producer = _writer(bootstrap, writer)
-    _write(producer, topic, [b"a", b"b", b"c"])
-    producer.send_offsets_to_transaction(progress_offsets({(topic, 0): 103}, writer), group.metadata(), 30)
+    _write(producer, topic, [b"a", b"b", b"c"], group, writer, 103)
     producer.commit_transaction(30)
     got = read_progress("dst", cluster, group.group, [(topic, 0)], 10)
     assert got[(topic, 0)].next_offset == 103
@@ -83,11 +84,9 @@ def test_pending_progress_is_not_read_as_done(target):
     bootstrap, cluster, topic, group = target
     writer = new_writer_id("t")
     producer = _writer(bootstrap, writer)
-    _write(producer, topic, [b"a"])
-    producer.send_offsets_to_transaction(progress_offsets({(topic, 0): 10}, writer), group.metadata(), 30)
+    _write(producer, topic, [b"a"], group, writer, 10)
     producer.commit_transaction(30)
-    _write(producer, topic, [b"b"])
-    producer.send_offsets_to_transaction(progress_offsets({(topic, 0): 20}, writer), group.metadata(), 30)
+    _write(producer, topic, [b"b"], group, writer, 20)
     with pytest.raises(ProgressPending):
         group.read([(topic, 0)], 3)
     # The last committed progress, pending or not: where a new owner learns whom to fence.
@@ -100,11 +99,9 @@ def test_fence_aborts_the_zombie_and_fails_its_commit(target):
     bootstrap, cluster, topic, group = target
     writer = new_writer_id("t")
     zombie = _writer(bootstrap, writer)
-    _write(zombie, topic, [b"kept"])
-    zombie.send_offsets_to_transaction(progress_offsets({(topic, 0): 1}, writer), group.metadata(), 30)
+    _write(zombie, topic, [b"kept"], group, writer, 1)
     zombie.commit_transaction(30)
-    _write(zombie, topic, [b"zombie-1", b"zombie-2"])
-    zombie.send_offsets_to_transaction(progress_offsets({(topic, 0): 3}, writer), group.metadata(), 30)
+    _write(zombie, topic, [b"zombie-1", b"zombie-2"], group, writer, 3)
 
     fence("dst", cluster, writer, 30)
 

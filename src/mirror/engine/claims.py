@@ -31,7 +31,7 @@ from mirror.engine.assignment import AssignedPartition
 from mirror.engine.gate import ReadGate
 from mirror.engine.transactions import TransactionalCommitter, TransactionalPool
 from mirror.errors import ClusterUnavailable, MirrorError
-from mirror.kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+from mirror.kafka import OFFSET_BEGINNING
 from mirror.kafka.progress import Progress, ProgressPending, fence
 from mirror.kafka.settings import TRANSACTION_TIMEOUT_MS
 
@@ -167,7 +167,4 @@ class Claims:
                 time.sleep(0.2)
 
     def _seek(self, tp: SourcePartition, offset: int) -> None:
-        try:
-            self._consumer.seek(TopicPartition(tp[0], tp[1], offset))
-        except KafkaException as exc:
-            log.info("flow %s: seek %s[%d]: %s", self.flow.name, tp[0], tp[1], exc.args[0].str())
+        self._committer.seek(tp, offset)

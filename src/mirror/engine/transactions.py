@@ -57,6 +57,9 @@ class TxnState:
     def __init__(self) -> None:
         self.doomed: str | None = None
         self.fenced = False
+        # Partitions sought back to their progress since the last batch: the worker drops
+        # their records from the next batch and seeks them again (`TransactionalCommitter.seek`).
+        self.reseek: dict[SourcePartition, int] = {}
 
     def doom(self, reason: str, *, fenced: bool = False) -> None:
         if self.doomed is None:
@@ -247,14 +250,17 @@ class TransactionalCommitter(Committer):
         """Wait for every report of what the transaction wrote; close open segments (a run cut
         by a full queue): their records are in the transaction, so the progress must cover them."""
         producer = self.pool.for_topic(None)
-        producer.flush(DRAIN_TIMEOUT)
+        # A target that cannot take the queue within its timeout is away: the transaction
+        # is aborted and copied again from the progress (waiting longer saves nothing).
+        wait = min(DRAIN_TIMEOUT, self._target.timeout)
+        producer.flush(wait)
         self.reports.serve(0)
         for part in self._ledger:
             seg = part.open
             if seg is not None and not part.flushed(seg):
                 self.txn.doom(f"{part.route.target_topic}[{part.route.partition}]: a cut run's placement is unknown")
         if self._ledger.inflight_records():
-            self.txn.doom(f"records not acknowledged within {DRAIN_TIMEOUT:.0f}s")
+            self.txn.doom(f"records not acknowledged within {wait:g}s")
 
     def drop_open(self, parts: Mapping[SourcePartition, AssignedPartition]) -> None:
         """Revoked or stopping: an open segment's records are in the transaction; keep them."""
@@ -333,12 +339,33 @@ class TransactionalCommitter(Committer):
             fresh.target_id, fresh.committed = part.target_id, part.committed
             ledger.assign(tp, fresh)
             if seek and tp in self.progress:
-                try:
-                    self._consumer.seek(TopicPartition(tp[0], tp[1], self.progress[tp]))
-                except KafkaException as exc:
-                    log.info("flow %s: seek %s[%d]: %s", self.flow.name, tp[0], tp[1], exc.args[0].str())
+                self.seek(tp, self.progress[tp])
         if seek and self._gate.paused:
             self._gate.resume()  # only if nothing else holds reading (a fence, the offset store)
+
+    def seek(self, tp: SourcePartition, offset: int) -> None:
+        """Read `tp` again from `offset`, and again after the batch being consumed now.
+
+        Called inside a rebalance callback, the batch `consume` returns may hold records of
+        `tp` collected before this seek (and others fetched after it): none may be forwarded,
+        or progress would move past records not yet copied. `after_consume` drops them and
+        seeks once more, when no batch is in the making."""
+        self.txn.reseek[tp] = offset
+        try:
+            self._consumer.seek(TopicPartition(tp[0], tp[1], offset))
+        except KafkaException as exc:
+            log.info("flow %s: seek %s[%d]: %s", self.flow.name, tp[0], tp[1], exc.args[0].str())
+
+    def after_consume(self, msgs: list[Any]) -> list[Any]:
+        """The batch without records of partitions sought back while it was made (see `seek`)."""
+        again, self.txn.reseek = self.txn.reseek, {}
+        for tp, offset in again.items():
+            if tp in self._ledger.parts:
+                try:
+                    self._consumer.seek(TopicPartition(tp[0], tp[1], offset))
+                except KafkaException as exc:
+                    log.info("flow %s: seek %s[%d]: %s", self.flow.name, tp[0], tp[1], exc.args[0].str())
+        return [m for m in msgs if (m.topic(), m.partition()) not in again]
 
     def lost(self) -> None:
         """Partitions were lost (another worker may own them): what this transaction wrote

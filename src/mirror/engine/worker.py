@@ -408,6 +408,8 @@ class FlowWorker:
             msgs = self._consumer.consume(CONSUME_BATCH, 0) or self._consumer.consume(1, 0.1)
             if fence.check():
                 msgs = []  # read before the freeze; re-read from the committed offsets
+            if self.txn is not None and self.txn.reseek:
+                msgs = self.committer.after_consume(msgs)  # type: ignore[attr-defined]  # exactly_once
             if msgs:
                 self.forwarder.forward(msgs)
             self.reports.serve(0)
@@ -416,6 +418,7 @@ class FlowWorker:
             if failures.failure is not None and not watch.recovered():
                 raise failures.failure
             if self.clock() >= next_commit:
+                tick = self.clock()
                 # The commit may block and is not a freeze (`awake` below); a freeze before
                 # it (while reports were served, say) must not hide behind it.
                 fence.check()
@@ -423,7 +426,9 @@ class FlowWorker:
                 committer.commit()
                 gate.hold_back(backlog_full(self.listeners))
                 fence.awake()
-                next_commit = fence.running_at + self.flow.commit_interval
+                # exactly_once: a record is readable on the target only once its transaction
+                # commits, so transactions start a commit interval apart, the commit included.
+                next_commit = (tick if self.txn is not None else fence.running_at) + self.flow.commit_interval
                 if self.until_caught_up and committer.caught_up():
                     self.status.set(FlowState.CAUGHT_UP, "every matched partition mirrored and committed")
                     return

@@ -15,7 +15,7 @@ import pytest
 from mirror.domain.acks import AckBatch
 from mirror.kafka import KafkaError, KafkaException
 from mirror.kafka.progress import Progress
-from tests.unit.engine.fakes import P0, P1, FakeProducer, Report, Target, batch, run
+from tests.unit.engine.fakes import P0, P1, FakeProducer, Target, batch, run
 
 TEXT = """\
 clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}
@@ -34,7 +34,8 @@ class TxnTarget(Target):
 
 
 class TxnProducer(FakeProducer):
-    """A transactional producer on `TxnTarget`; `answer` "fail" fails a record's report."""
+    """A transactional producer on `TxnTarget`; `answer` "fail" fails a record, and then
+    (as librdkafka) the transaction can only abort."""
 
     target: TxnTarget
 
@@ -42,7 +43,6 @@ class TxnProducer(FakeProducer):
         super().__init__(target, capacity)
         self.written: list[tuple[tuple[str, int], int]] = []  # this transaction's records
         self.offsets: list[Any] = []
-        self.failed = False
 
     def init_transactions(self, timeout: float) -> None:
         pass
@@ -50,26 +50,12 @@ class TxnProducer(FakeProducer):
     def begin_transaction(self) -> None:
         self.written, self.offsets, self.failed = [], [], False
 
-    def poll(self, timeout: float = 0) -> int:
-        left, held = [], set()
-        for tp, offset, cb in self.queue:
-            what = "hold" if tp in held else self.target.answer(tp, offset)
-            if what == "hold":
-                held.add(tp)
-                left.append((tp, offset, cb))
-                continue
-            if what == "fail":
-                self.failed = True  # as librdkafka: the transaction can only abort now
-                if cb is not None:
-                    cb(KafkaError(KafkaError._MSG_TIMED_OUT), Report(-1))
-                continue
-            log = self.target.log.setdefault(tp, [])
-            log.append("r")
-            self.written.append((tp, offset))
-            if cb is not None:
-                cb(None, Report(len(log) - 1))
-        self.queue = left
-        return 0
+    def write(self, tp: tuple[str, int], offset: int) -> int:
+        """Written, not visible: a record takes its offset now, and is stored at the commit."""
+        log = self.target.log.setdefault(tp, [])
+        log.append("r")
+        self.written.append((tp, offset))
+        return len(log) - 1
 
     def send_offsets_to_transaction(self, offsets: list[Any], metadata: Any, timeout: float) -> None:
         self.offsets += offsets
@@ -206,6 +192,4 @@ def test_every_commit_marker_moves_the_offset_map(target):
     syncs = [s for b in acks.batches if b.partition == 0 for s in b.syncs]
     # transactions of 5 records, each followed by its marker: target - source grows by one each time
     assert syncs == [(0, 0), (5, 6), (10, 12)], syncs
-    log = target.log[P0]
-    for src, tgt in syncs:
-        assert log[tgt] == "r"
+    assert all(target.log[P0][tgt] == "r" for _, tgt in syncs)  # rows point at records, never at markers
