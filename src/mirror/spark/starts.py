@@ -132,9 +132,9 @@ class StartingOffsets:
 
     def decide(self, mappings: list[TopicMapping]) -> Starts:
         """The start of a query over `mappings`; the group and `commits` are set to it."""
-        committed = self.source.group_offsets_with_metadata(self.group)
+        group = committed = self.source.group_offsets_with_metadata(self.group)
         if self.progress is not None:
-            committed = self.progress.committed(committed, mappings)
+            committed = self.progress.committed(group, mappings)
         target_ids = self.target.topic_ids(sorted({m.target for m in mappings}))
         self.commits.use(mappings, target_ids)
         source_ids = self.source.topic_ids(sorted({m.source for m in mappings}))
@@ -145,6 +145,12 @@ class StartingOffsets:
         starts = plan_starts(mappings, committed, marks, target_ids, self.created, recreated)
         for warning in starts.warnings:
             log.warning("flow %s: %s", self.flow, warning)
+        if self.progress is not None:
+            # The target committed past the group (a driver killed between a batch's
+            # transactions and its group commit): the group catches up now, or a partition
+            # with nothing left to copy would keep it behind for good.
+            self.commits.start({tp: group[tp][0] for tp in starts.at if tp in group}, ())
+            self.commits.commit(starts.at)
         self.commits.start(starts.at, starts.earliest)
         if starts.stale:
             try:
