@@ -219,6 +219,8 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
     """Every row of the benchmark, in table order (unavailable ones included, labelled)."""
     specs = [
         Spec("mirror", "mirror run (1 worker)", "mirror"),
+        # exactly_once: a target transaction per commit interval (engine/transactions.py).
+        Spec("mirror-eos", "mirror run (1 worker), exactly_once", "mirror", options={"flow": {"exactly_once": True}}),
         Spec("mirror-w2", "mirror run --workers 2", "mirror", workers=2),
         Spec(
             "mm2",
@@ -307,6 +309,15 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
         )
     )
     specs.append(Spec("spark", "mirror spark run (local mode)", "spark"))
+    specs.append(
+        Spec(
+            "spark-eos",
+            "mirror spark run, exactly_once (local mode)",
+            "spark",
+            opt_in=True,
+            options={"flow": {"exactly_once": True}},
+        )
+    )
     specs.append(
         Spec(
             "spark-standalone",

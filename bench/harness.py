@@ -139,6 +139,7 @@ def _alias(spec: Spec, phase: str, rep: int) -> str:
         "mirror-lowmem": "mb",
         "ceiling-rdk": "cr",
         "spark": "s1",
+        "spark-eos": "s4",
         "spark-standalone": "s2",
         "spark-standalone-w2": "s3",
         "plain-spark": "s0",
@@ -197,7 +198,8 @@ def throughput_run(env: Env, spec: Spec, p: Params, rep: int) -> dict[str, Any]:
             result["error"] = err
             return result
         t0 = time.monotonic()
-        span = load.target_span(env.dst, target, p.partitions)
+        txn = bool(spec.options.get("flow", {}).get("exactly_once"))  # commit markers take target offsets
+        span = load.target_span(env.dst, target, p.partitions, transactional=txn)
         result.update(
             records=span.records,
             seconds=round(span.seconds, 3),
@@ -209,7 +211,7 @@ def throughput_run(env: Env, spec: Spec, p: Params, rep: int) -> dict[str, Any]:
             append_time=span.append_time,
         )
         result["verified"] = span.records == p.records and load.same_edges(
-            env.src, SOURCE_TOPIC, env.dst, target, p.partitions
+            env.src, SOURCE_TOPIC, env.dst, target, p.partitions, transactional=txn
         )
         result["ok"] = result["verified"] and span.append_time
         result["overhead_s"]["verify"] = round(time.monotonic() - t0, 2)
@@ -238,6 +240,12 @@ def latency_run(env: Env, spec: Spec, p: Params, rep: int, rate: float) -> dict[
     load.create_target_topic(env.dst, target, p.partitions)
     ends = load.EndOffsets(env.dst, target, p.partitions)
     result: dict[str, Any] = {"rep": rep, "alias": alias, "rate": round(rate, 1), "ok": False}
+    # A copy written in transactions is readable only once committed (and its commit markers
+    # take target offsets): it is timed and counted by a read_committed consumer tailing it.
+    tail = load.LiveTail(env.dst, target, p.partitions) if spec.options.get("flow", {}).get("exactly_once") else None
+    arrived = (lambda: tail.count) if tail is not None else ends.total
+    if tail is not None:
+        tail.start()
     cont = spec.start(env, alias, topic, target, daemon=True)
     try:
         # Warm-up: one record per partition must come through before the clock starts, so
@@ -248,7 +256,7 @@ def latency_run(env: Env, spec: Spec, p: Params, rep: int, rate: float) -> dict[
         if warm.returncode != 0:
             raise RuntimeError(f"latency warm-up load failed: {warm.stderr[-500:]}")
         warm_n = int(warm.stdout.strip().splitlines()[-1])
-        err = _wait(cont, lambda: ends.total() >= warm_n, p.run_timeout, exits=False)
+        err = _wait(cont, lambda: arrived() >= warm_n, p.run_timeout, exits=False)
         if err:
             result["error"] = "warm-up never arrived: " + err
             return result
@@ -264,14 +272,19 @@ def latency_run(env: Env, spec: Spec, p: Params, rep: int, rate: float) -> dict[
         if run.returncode != 0:
             raise RuntimeError(f"latency load failed: {run.stderr[-500:]}")
         sent = int(run.stdout.strip().splitlines()[-1])
-        err = _wait(cont, lambda: ends.total() >= warm_n + sent, 120, exits=False)
+        err = _wait(cont, lambda: arrived() >= warm_n + sent, 120, exits=False)
         usage = cont.finish()
         result.update(sent=sent, peak_rss_mb=round(usage.peak_rss_mb, 1), cpu_s=round(usage.cpu_seconds, 2))
         if err:
             result["error"] = "load never fully arrived: " + err
             return result
+        skip = t0_us + int(p.latency_warmup * 1e6)
+        if tail is not None:
+            appended = sorted(load.latencies_ms(env.dst, target, p.partitions, skip_before_us=skip))
+            if appended:
+                result["append_p99_ms"] = round(_pct(appended, 99), 2)  # what the other rows measure
         lat = sorted(
-            load.latencies_ms(env.dst, target, p.partitions, skip_before_us=t0_us + int(p.latency_warmup * 1e6))
+            tail.latencies_ms(skip) if tail is not None else load.latencies_ms(env.dst, target, p.partitions, skip)
         )
         if not lat:
             result["error"] = "no latency samples"
@@ -287,6 +300,8 @@ def latency_run(env: Env, spec: Spec, p: Params, rep: int, rate: float) -> dict[
     finally:
         cont.stop()
         ends.close()
+        if tail is not None:
+            tail.close()
         load.delete_topics(env.dst, [target])
         load.delete_topics(env.src, [topic])
 
@@ -513,7 +528,9 @@ def _latency_phase(
     """Latency at one fixed rate below every contender's capacity; returns that rate (None: not measured).
 
     The ceiling's latency is the floor this machine allows (a reference, not a target)."""
-    lat_specs = [s for s in runnable if s.key in ("mirror", "mm2", "ceiling") or (s.opt_in and s.kind != "spark")]
+    lat_specs = [
+        s for s in runnable if s.key in ("mirror", "mirror-eos", "mm2", "ceiling") or (s.opt_in and s.kind != "spark")
+    ]
     if not lat_specs or p.latency_reps <= 0:
         return None
     latency_rate = p.latency_rate or _latency_rate(

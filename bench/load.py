@@ -16,6 +16,7 @@ import argparse
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from mirror.kafka.errors import is_retriable
 
 _ROOT = Path(__file__).resolve().parent.parent  # the checkout: `-m bench.load` resolves from here
 _STAMP = struct.Struct(">q")  # produce wall-clock time in microseconds, at the head of a latency record
@@ -204,8 +207,9 @@ def commit_group(bootstrap: str, group: str, topic: str, offsets: Mapping[int, i
                 return
             except KafkaException as exc:
                 # A coordinator still loading its offsets (COORDINATOR_LOAD_IN_PROGRESS) or
-                # moving answers with a retriable error: ask again until the deadline.
-                if not exc.args[0].retriable() or time.monotonic() > deadline:
+                # moving: ask again until the deadline. librdkafka does not mark these
+                # retriable on a synchronous commit, so the mirror's own rule decides.
+                if not is_retriable(exc.args[0]) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
     finally:
@@ -283,11 +287,38 @@ def _edges(c: Consumer, topic: str, partitions: int) -> tuple[list[int], dict[in
     return counts, firsts, lasts
 
 
-def target_span(bootstrap: str, topic: str, partitions: int) -> TargetSpan:
-    """Count, first and last append time of a mirrored topic (two fetches in all)."""
+def _scan_edges(c: Consumer, topic: str, partitions: int) -> tuple[list[int], dict[int, Any], dict[int, Any]]:
+    """As `_edges`, for a topic written in transactions: commit markers take offsets, so the
+    records are counted by reading them all (read_committed), and the last one is the last read."""
+    counts = [0] * partitions
+    firsts: dict[int, Any] = {}
+    lasts: dict[int, Any] = {}
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    left = set(range(partitions))
+    idle_since = time.monotonic()
+    while left and time.monotonic() - idle_since < 30:
+        for msg in c.consume(10000, 0.5):
+            err = msg.error()
+            if err is not None:
+                if err.code() == err._PARTITION_EOF:
+                    left.discard(msg.partition())
+                    continue
+                raise KafkaException(err)
+            p: int = msg.partition()  # type: ignore[assignment]  # a record's partition is set
+            counts[p] += 1
+            firsts.setdefault(p, msg)
+            lasts[p] = msg
+            idle_since = time.monotonic()
+    c.unassign()
+    return counts, firsts, lasts
+
+
+def target_span(bootstrap: str, topic: str, partitions: int, *, transactional: bool = False) -> TargetSpan:
+    """Count, first and last append time of a mirrored topic (two fetches in all; a whole
+    read when the copy was written in transactions)."""
     c = _consumer(bootstrap)
     try:
-        counts, firsts, lasts = _edges(c, topic, partitions)
+        counts, firsts, lasts = (_scan_edges if transactional else _edges)(c, topic, partitions)
         msgs = [m for m in (*firsts.values(), *lasts.values()) if m is not None]
         append = all(m.timestamp()[0] == TIMESTAMP_LOG_APPEND_TIME for m in msgs)
         first = min((m.timestamp()[1] for m in firsts.values() if m is not None), default=0)
@@ -297,7 +328,15 @@ def target_span(bootstrap: str, topic: str, partitions: int) -> TargetSpan:
         c.close()
 
 
-def same_edges(src_bootstrap: str, src_topic: str, dst_bootstrap: str, dst_topic: str, partitions: int) -> bool:
+def same_edges(
+    src_bootstrap: str,
+    src_topic: str,
+    dst_bootstrap: str,
+    dst_topic: str,
+    partitions: int,
+    *,
+    transactional: bool = False,
+) -> bool:
     """Same per-partition counts, and identical first and last records (key and value) on both sides.
 
     A cheap content check on top of the counts: records landed in the same partition,
@@ -306,7 +345,7 @@ def same_edges(src_bootstrap: str, src_topic: str, dst_bootstrap: str, dst_topic
     cs, ct = _consumer(src_bootstrap), _consumer(dst_bootstrap)
     try:
         s_counts, s_first, s_last = _edges(cs, src_topic, partitions)
-        t_counts, t_first, t_last = _edges(ct, dst_topic, partitions)
+        t_counts, t_first, t_last = (_scan_edges if transactional else _edges)(ct, dst_topic, partitions)
         if s_counts != t_counts:
             return False
         for s_side, t_side in ((s_first, t_first), (s_last, t_last)):
@@ -350,6 +389,45 @@ def latencies_ms(bootstrap: str, topic: str, partitions: int, skip_before_us: in
     finally:
         c.close()
     return out
+
+
+class LiveTail(threading.Thread):
+    """Reads a target topic read_committed while it fills, noting when each stamped record
+    became readable: the latency of a copy written in transactions, whose records are appended
+    (their append time) up to a commit interval before a read_committed consumer may see them.
+    Includes this consumer's own fetch wait (fetch.wait.max.ms=10) and its share of the CPU."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        super().__init__(name="bench-live-tail", daemon=True)
+        self._c = _consumer(
+            bootstrap,
+            **{"fetch.max.bytes": 52428800, "enable.partition.eof": False, "isolation.level": "read_committed"},
+        )
+        self._c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        self._halt = threading.Event()
+        self.samples: list[tuple[int, float]] = []  # (stamped produce time in us, seen at in ms)
+        self.count = 0
+
+    def run(self) -> None:
+        unpack = _STAMP.unpack_from
+        while not self._halt.is_set():
+            batch = self._c.consume(10000, 0.1)
+            seen_ms = time.time() * 1000.0
+            for msg in batch:
+                if msg.error():
+                    continue
+                self.count += 1
+                value = msg.value()
+                if value is not None and len(value) >= 8:
+                    self.samples.append((unpack(value)[0], seen_ms))
+
+    def latencies_ms(self, skip_before_us: int = 0) -> list[float]:
+        return [seen - sent / 1000.0 for sent, seen in self.samples if sent >= skip_before_us]
+
+    def close(self) -> None:
+        self._halt.set()
+        self.join(10)
+        self._c.close()
 
 
 # ---------------------------------------------------------------------------- steady load

@@ -78,6 +78,11 @@ def properties(
         # Start-up only: skip the reflective classpath scan for Connect plugins (Connect's own
         # start-up warning recommends it); no effect on the data path.
         "plugin.discovery = service_load",
+        # Dedicated mode hands its Connect worker (which runs on the target) only the
+        # target-prefixed keys and a few top-level ones (offset.storage.*, ...): without the
+        # prefix the two worker settings above are ignored (its log shows 60000 and hybrid_warn).
+        f"{target_alias}.offset.flush.interval.ms = 10000",
+        f"{target_alias}.plugin.discovery = service_load",
     ]
     for key, value in producer.items():
         lines.append(f"{target_alias}.producer.{key} = {_java_value(value)}")

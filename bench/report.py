@@ -44,6 +44,10 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a is not None and b else None
 
 
+def _difference(a: float | None, b: float | None) -> float | None:
+    return round(a - b, 1) if a is not None and b is not None else None
+
+
 def summarise(
     *,
     params: dict[str, Any],
@@ -95,6 +99,10 @@ def summarise(
     ratios = {
         "mirror/mm2": _ratio(tput("mirror"), tput("mm2")),
         "mirror/ceiling": _ratio(tput("mirror"), tput("ceiling")),
+        "mirror-eos/mirror": _ratio(tput("mirror-eos"), tput("mirror")),
+        "mirror-eos - mirror p99 latency (ms)": _difference(
+            _median(lat_by_key.get("mirror-eos"), "p99_ms"), _median(lat_by_key.get("mirror"), "p99_ms")
+        ),
         "mirror-w2/mm2-t2": _ratio(tput("mirror-w2"), tput("mm2-t2")),
         "mirror-w2/mirror": _ratio(tput("mirror-w2"), tput("mirror")),
         "mirror-w2/ceiling": _ratio(tput("mirror-w2"), tput("ceiling")),
@@ -139,6 +147,12 @@ def summarise(
     targets = [
         _target("one worker >= 2x MirrorMaker 2 throughput", ratios["mirror/mm2"], lambda v: v >= 2.0),
         _target("one worker >= 70% of the raw ceiling", ratios["mirror/ceiling"], lambda v: v >= 0.7),
+        _target("exactly_once >= 0.8x at-least-once throughput", ratios["mirror-eos/mirror"], lambda v: v >= 0.8),
+        _target(
+            "exactly_once p99 latency at most one commit interval (1 s) above at-least-once (ms)",
+            ratios["mirror-eos - mirror p99 latency (ms)"],
+            lambda v: v <= 1000.0,
+        ),
         _target(
             "p99 latency no worse than MirrorMaker 2 (ratio <= 1)", ratios["mirror/mm2 p99 latency"], lambda v: v <= 1.0
         ),

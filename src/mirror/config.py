@@ -133,6 +133,10 @@ class FlowConfig(_Model):
     # no members there, and surprising if nobody asked for it.
     sync_group_offsets: bool = False
     commit_interval: Duration = 1.0  # source offset commits are batched this often
+    # Off by default: at-least-once is the faster mode, and duplicates after a crash are fine for
+    # consumers with idempotent keys. On: the target holds every source record once for its
+    # read_committed consumers (a target transaction per commit_interval; docs/design.md).
+    exactly_once: bool = False
     # Target topics follow their source's copied configs (retention, cleanup.policy, ...)
     # and partition increases. Off when the target's owners manage their topics themselves
     # (partitions are still grown before mirroring: records keep their partition number).
@@ -147,6 +151,12 @@ class FlowConfig(_Model):
     @property
     def group_id(self) -> str:
         return self.consumer_group or f"mirror.{self.name}"
+
+    @property
+    def progress_group(self) -> str:
+        """The group on the target whose offsets, written in the copy's transactions, say how
+        far an exactly-once copy got (`mirror.kafka.progress`)."""
+        return f"mirror-eos.{self.name}"
 
     def topic_filter(self, canary_topic: str | None = None) -> TopicFilter:
         return TopicFilter.of(self.topics.include, self.topics.exclude, [canary_topic] if canary_topic else [])
@@ -580,8 +590,8 @@ _PRODUCER_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "transactional.id": (
         _never,
-        "is not supported: the mirror's producer is idempotent, not transactional, and a transactional "
-        "producer refuses records sent outside a transaction",
+        "cannot be set here: with exactly_once the mirror gives each worker its own id (and fences the "
+        "previous writers'); without it, a transactional producer refuses records sent outside a transaction",
     ),
 }
 # One assignor, never a list: every worker of a flow must speak the same rebalance protocol.
@@ -679,7 +689,56 @@ def _client_problems(
         out += _setting_problems(f"flows[{i}].producer", flow.producer, {**_PRODUCER_RULES, **_COMMON_RULES})
         out += _setting_problems(f"flows[{i}].consumer", flow.consumer, {**_CONSUMER_RULES, **_COMMON_RULES})
         out += _timing_problems(f"flows[{i}].consumer", flow.consumer)
+        out += _transaction_problems(f"flows[{i}]", flow)
     return out
+
+
+# Exactly-once: how long a transaction may stay open before the target's coordinator aborts
+# it (mirror.kafka.settings uses it; it lives here because the rule below judges overrides
+# against it). It bounds how long a writer that died unfenced holds back read_committed
+# consumers of the partitions it wrote, and must leave room for a commit interval and a slow commit.
+TRANSACTION_TIMEOUT_MS = 60_000
+# The broker's default transaction.max.timeout.ms: a longer transaction timeout fails every
+# exactly-once producer's init on a default broker.
+MAX_TRANSACTION_TIMEOUT_MS = 900_000
+
+
+def _transaction_problems(path: str, flow: FlowConfig) -> list[ConfigError]:
+    """Settings that break exactly-once transactions (or mean nothing without them)."""
+    raw = flow.producer.get("transaction.timeout.ms", flow.producer.get("topic.transaction.timeout.ms"))
+    if not flow.exactly_once:
+        if raw is None:
+            return []
+        return [
+            ConfigError(
+                f"{path}.producer.transaction.timeout.ms",
+                "refused: the producer is transactional only with exactly_once: true",
+                hint="remove it, or set exactly_once: true",
+            )
+        ]
+    if raw is not None and not (_text(raw).isdigit() and 1 <= int(_text(raw)) <= MAX_TRANSACTION_TIMEOUT_MS):
+        return [
+            ConfigError(
+                f"{path}.producer.transaction.timeout.ms",
+                f"{str(raw)!r} refused: must be a whole number of milliseconds up to {MAX_TRANSACTION_TIMEOUT_MS} "
+                "(the broker's default transaction.max.timeout.ms)",
+            )
+        ]
+    timeout_ms = int(_text(raw)) if raw is not None else TRANSACTION_TIMEOUT_MS
+    # A transaction stays open for a commit interval, then commits: with less than three
+    # intervals of room, a slow commit or a short target hiccup makes the coordinator abort
+    # it, and the copy starts over from the last progress again and again.
+    if flow.commit_interval * 3 * 1000 > timeout_ms:
+        key = "producer.transaction.timeout.ms" if raw is not None else "commit_interval"
+        return [
+            ConfigError(
+                f"{path}.{key}",
+                f"refused: with exactly_once a transaction stays open for commit_interval "
+                f"({flow.commit_interval:g}s), which must be at most a third of transaction.timeout.ms ({timeout_ms})",
+                hint="lower commit_interval or raise producer.transaction.timeout.ms",
+            )
+        ]
+    return []
 
 
 # A worker that has not run for session.timeout.ms - heartbeat.interval.ms fences itself

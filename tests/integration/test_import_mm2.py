@@ -42,6 +42,7 @@ def mm2_properties(src: str, dst: str, topic: str, group: str, flush_ms: int) ->
         [
             f"src->dst.groups = {group}",
             f"offset.flush.interval.ms = {flush_ms}",
+            f"dst.offset.flush.interval.ms = {flush_ms}",  # the key the dedicated-mode worker reads
             "refresh.topics.interval.seconds = 1",
             "refresh.groups.interval.seconds = 1",
             "emit.checkpoints.interval.seconds = 1",

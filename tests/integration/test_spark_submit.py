@@ -78,6 +78,13 @@ def foreign_cluster(tmp_path_factory: pytest.TempPathFactory):
         spark.stop()
 
 
+@pytest.fixture(scope="module")
+def package_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One --package-dir for the module's submits: mirror.pex is built once (tens of seconds of
+    pex) and reused while the sources are unchanged, as on a user's machine."""
+    return tmp_path_factory.mktemp("spark-packages")
+
+
 def submit(config: Path, flow: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """`mirror spark submit` as a user runs it: a child process, from another directory.
     Its output also goes to a file beside the config, to read while it runs."""
@@ -124,7 +131,7 @@ def test_bare_python_cannot_run_mirror():
 
 @pytest.mark.timeout(2 * SUBMIT_TIMEOUT + 120)
 def test_submit_mirrors_exactly_with_executors_on_a_foreign_python(
-    clusters, write_config, unique, tmp_path, foreign_cluster
+    clusters, write_config, unique, tmp_path, foreign_cluster, package_dir
 ):
     spark, starts = foreign_cluster
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
@@ -132,7 +139,7 @@ def test_submit_mirrors_exactly_with_executors_on_a_foreign_python(
     config = write_config(flow_yaml(unique, f"sp-{unique}-.*", tmp_path / "offsets.db"))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    packages = tmp_path / "packages"
+    packages = package_dir
 
     dry = submit(
         config,
@@ -251,7 +258,7 @@ def test_cluster_deploy_mode_is_refused_on_standalone_as_spark_itself_refuses_it
 
 @pytest.mark.timeout(2 * SUBMIT_TIMEOUT + 120)
 def test_sigterm_stops_a_submitted_flow_and_a_later_run_mirrors_the_rest_exactly(
-    clusters, write_config, unique, tmp_path, foreign_cluster
+    clusters, write_config, unique, tmp_path, foreign_cluster, package_dir
 ):
     """SIGTERM to `mirror spark submit` reaches the Python driver, which stops its query and
     its session and exits 0 (and spark-submit with it); a later run mirrors the rest exactly."""
@@ -260,7 +267,7 @@ def test_sigterm_stops_a_submitted_flow_and_a_later_run_mirrors_the_rest_exactly
     topics = load_data(src, unique, records=RECORDS // 20)
     plain = f"sp-{unique}-plain"
     config = write_config(flow_yaml(unique, f"sp-{unique}-.*", tmp_path / "offsets.db"))
-    packages = tmp_path / "packages"
+    packages = package_dir
     log = tmp_path / "submit.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(

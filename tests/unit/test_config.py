@@ -149,3 +149,15 @@ def test_relative_sqlite_path_is_taken_from_the_state_dir_when_one_is_set(tmp_pa
     assert config.load(path, env=env).offset_store.path == str(tmp_path / "state" / ".mirror" / "offsets.db")
     path.write_text(path.read_text() + "offset_store: {kind: sqlite, path: /data/offsets.db}\n")
     assert config.load(path, env=env).offset_store.path == "/data/offsets.db"
+
+
+def test_exactly_once_is_off_by_default_and_names_its_progress_group():
+    cfg = config.parse(
+        "clusters: {a: {bootstrap: '127.0.0.1:1'}, b: {bootstrap: '127.0.0.1:2'}}\n"
+        "flows: [{name: f, source: a, target: b, topics: {include: [x]}},"
+        " {name: g, source: b, target: a, topics: {include: [y]}, exactly_once: true}]\n",
+        env={},
+    )
+    assert not cfg.flow("f").exactly_once
+    assert cfg.flow("g").exactly_once
+    assert cfg.flow("g").progress_group == "mirror-eos.g"

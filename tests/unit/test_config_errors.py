@@ -133,6 +133,26 @@ CASES = {
         GOOD_CLUSTERS + GOOD_FLOW + "  - {name: again, source: nyc, target: sf, topics: {include: [x]}}\n",
         "flows[1]: flow 'again' mirrors nyc -> sf like flow 'nyc-to-sf'",
     ),
+    "exactly_once_commit_interval_too_long": (
+        GOOD_CLUSTERS + GOOD_FLOW + "    exactly_once: true\n    commit_interval: 30s\n",
+        "flows[0].commit_interval: refused: with exactly_once a transaction stays open for commit_interval",
+    ),
+    "exactly_once_transaction_timeout_too_short": (
+        GOOD_CLUSTERS + GOOD_FLOW + "    exactly_once: true\n    producer: {transaction.timeout.ms: 2000}\n",
+        "flows[0].producer.transaction.timeout.ms: refused: with exactly_once",
+    ),
+    "exactly_once_transaction_timeout_above_broker_max": (
+        GOOD_CLUSTERS + GOOD_FLOW + "    exactly_once: true\n    producer: {transaction.timeout.ms: 3600000}\n",
+        "flows[0].producer.transaction.timeout.ms: '3600000' refused",
+    ),
+    "transaction_timeout_without_exactly_once": (
+        GOOD_CLUSTERS + GOOD_FLOW + "    producer: {transaction.timeout.ms: 120000}\n",
+        "flows[0].producer.transaction.timeout.ms: refused: the producer is transactional only with exactly_once",
+    ),
+    "exactly_once_own_transactional_id": (
+        GOOD_CLUSTERS + GOOD_FLOW + "    exactly_once: true\n    producer: {transactional.id: mine}\n",
+        "flows[0].producer.transactional.id: refused: transactional.id cannot be set here",
+    ),
     "bool_as_duration": (
         GOOD_CLUSTERS + GOOD_FLOW + "canary: {max_latency: yes}\n",
         "canary.max_latency: expected a duration",
@@ -268,7 +288,7 @@ GUARANTEE_CASES = {
         "producer",
         "transactional.id",
         "tx-1",
-        "flows[0].producer.transactional.id: refused: transactional.id is not supported",
+        "flows[0].producer.transactional.id: refused: transactional.id cannot be set here",
     ),
     "producer_auto_create": (
         "producer",

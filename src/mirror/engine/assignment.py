@@ -29,6 +29,7 @@ from mirror.kafka import (
 
 if TYPE_CHECKING:
     from mirror.engine.admins import AdminPair
+    from mirror.engine.claims import Claims
     from mirror.engine.committer import Committer
     from mirror.engine.delivery import DeliveryReports
     from mirror.engine.fence import Fence
@@ -117,8 +118,10 @@ class Assignment:
         fence: Fence,
         committer: Committer,
         reports: DeliveryReports,
+        claims: Claims | None = None,
     ) -> None:
         self.flow, self._source, self._consumer = flow, source, consumer
+        self._claims = claims  # exactly_once: fence, read the progress, claim (engine/claims.py)
         self._ledger, self._listeners, self._tags, self._admins = ledger, listeners, tags, admins
         self.eager = eager  # an eager assignor (roundrobin, range): whole assignments, not increments
         self._pool, self._gate, self._fence, self._committer, self._reports = pool, gate, fence, committer, reports
@@ -188,9 +191,14 @@ class Assignment:
             # records the new topic never received.
             for listener in self._listeners:
                 listener.on_reset(self.flow.name, sorted(start))
+        # exactly_once: where the target's progress says (the source group's offsets only
+        # where there is none yet); the group is still rewound where `start` says.
+        at = start
+        if self._claims is not None:
+            at = {**start, **self._claims.on_assign([(tp.topic, tp.partition) for tp in partitions], start, read)}
         chosen = [
-            TopicPartition(tp.topic, tp.partition, start[(tp.topic, tp.partition)])
-            if (tp.topic, tp.partition) in start
+            TopicPartition(tp.topic, tp.partition, at[(tp.topic, tp.partition)])
+            if (tp.topic, tp.partition) in at
             else tp
             for tp in partitions
         ]
@@ -309,8 +317,7 @@ class Assignment:
         keys = {(tp.topic, tp.partition) for tp in partitions}
         revoked = {k: self._ledger.parts[k] for k in keys if k in self._ledger.parts}
         self._gate.drop_pending(keys)
-        for part in revoked.values():
-            part.drop_open()
+        self._committer.drop_open(revoked)
         self._drain(revoked)
         try:
             self._committer.commit(revoked)
@@ -343,6 +350,7 @@ class Assignment:
 
     def on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         # Another worker owns these now; committing would overwrite its progress.
+        self._committer.lost()
         keys = {(tp.topic, tp.partition) for tp in partitions}
         self._gate.drop_pending(keys)
         for k in keys:

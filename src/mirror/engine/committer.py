@@ -103,6 +103,15 @@ class Committer:
             return
         Ledger.committed(parts, positions)
 
+    def drop_open(self, parts: Mapping[SourcePartition, AssignedPartition]) -> None:
+        """Revoked or stopping: an open segment's rest will never be produced (its records
+        stay uncommitted and are re-read by the next owner)."""
+        for part in parts.values():
+            part.drop_open()
+
+    def lost(self) -> None:
+        """Partitions were lost to another worker (nothing to do: they are simply not committed)."""
+
     def note_ends(self, mappings: Sequence[TopicMapping]) -> None:
         """With `until_caught_up`: the end offsets to reach, read once (the first refresh)."""
         if self._caught_up_at is None and self._until_caught_up:

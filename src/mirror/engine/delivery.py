@@ -30,6 +30,7 @@ from mirror.kafka.errors import (
 
 if TYPE_CHECKING:
     from mirror.engine.target_watch import RefreshRequests
+    from mirror.engine.transactions import TxnState
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +64,12 @@ class DeliveryReports:
         status: FlowStatus,
         fence: Fence,
         refresh: RefreshRequests,
+        txn: TxnState | None = None,
     ) -> None:
         self.flow = flow
+        # exactly_once: the open transaction, which any failed report (or one of a record
+        # nothing counts) must keep from committing; None: at-least-once.
+        self.txn = txn
         self._ledger, self._pool, self._failures, self._status, self._fence, self._refresh = (
             ledger,
             pool,
@@ -82,6 +87,8 @@ class DeliveryReports:
     def on_segment_start(self, part: AssignedPartition, seg: Segment, err: KafkaError | None, msg: Message) -> None:
         """Delivery report of a segment's first record."""
         if seg.dead:
+            if self.txn is not None and err is None:
+                self.txn.doom("a record nothing counts was written")
             return
         if err is None:
             # A DUPLICATE_SEQUENCE_NUMBER "success" carries no offset (-1): unknown placement.
@@ -93,6 +100,8 @@ class DeliveryReports:
     def on_segment_end(self, part: AssignedPartition, seg: Segment, err: KafkaError | None, msg: Message) -> None:
         """Delivery report of a segment's last record: the whole segment is acknowledged."""
         if not part.settled(seg):
+            if self.txn is not None and err is None and seg.dead:
+                self.txn.doom("a record nothing counts was written")
             return  # purged, or its partition was handed over with this segment cut short
         if err is not None:
             self._failed(part, seg, err)
@@ -116,13 +125,20 @@ class DeliveryReports:
         part.acked(seg, t_last)
 
     def _failed(self, part: AssignedPartition, seg: Segment, err: KafkaError) -> None:
+        code = err.code()
+        if self.txn is not None:
+            # The transaction aborts whatever the error; only a refusal the record itself
+            # causes (its size, a grant, its topic gone) is handled as at-least-once does.
+            self.txn.doom(f"{part.route.target_topic}[{part.route.partition}]: {err.str()}")
+            if code not in AUTHORIZATION and code not in SIZE_ERRORS and code not in GONE_ERRORS:
+                part.purged(seg)
+                return
         if self._pool.purging:
             # A report of a producer being dropped (a recreated topic refusing records queued
             # for the old one, or the purge itself): its records are re-read and produced
             # anew by a new producer, which meets any real refusal again.
             part.purged(seg)
             return
-        code = err.code()
         if code in AUTHORIZATION:
             # A missing grant is the operator's to fix, not the record's: say which one.
             part.fail_at(seg.first)
@@ -175,6 +191,11 @@ class DeliveryReports:
             log.debug("flow %s: a producer being dropped failed after its purge: %s", self.flow.name, err.str())
             return
         self._pool.died()
+        if self.txn is not None and denied_in_fatal(err) is None:
+            # Fenced (another writer took this id), or the producer failed: its transaction
+            # never commits; the worker drops it and claims its partitions again.
+            self.txn.doom(err.str(), fenced=True)
+            return
         if isinstance(self._failures.failure, (FatalProduceError, AuthorizationFailed)):
             return
         denied = denied_in_fatal(err)

@@ -50,6 +50,7 @@ from mirror.domain.acks import AckListener, SourcePartition, backlog_full
 from mirror.domain.ledger import Ledger, Segment
 from mirror.engine.admins import AdminFactory, AdminPair
 from mirror.engine.assignment import DRAIN_TIMEOUT, AssignedPartition, Assignment, CommitTags
+from mirror.engine.claims import Claims
 from mirror.engine.committer import Committer
 from mirror.engine.delivery import DeliveryReports
 from mirror.engine.failures import Failures
@@ -60,6 +61,7 @@ from mirror.engine.producers import ClientFactory, ProducerPool
 from mirror.engine.resync import Resync
 from mirror.engine.status import FlowState, FlowStatus
 from mirror.engine.target_watch import RefreshRequests, TargetWatch, some
+from mirror.engine.transactions import TransactionalCommitter, TransactionalPool, TxnState
 from mirror.errors import MirrorError
 from mirror.kafka import Admin, KafkaException, make_consumer, make_producer
 from mirror.kafka.settings import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
@@ -182,7 +184,13 @@ class FlowWorker:
         # librdkafka trims the strategy's name too.
         eager = str(consumer_cfg["partition.assignment.strategy"]).strip() != "cooperative-sticky"
         self._consumer = consumer = self._make_consumer(f.source, self._source, consumer_cfg)
-        self.pool = pool = ProducerPool(f, self._target, producer_cfg, self._make_producer)
+        if f.exactly_once:
+            self.txn: TxnState | None = TxnState()
+            pool: ProducerPool = TransactionalPool(f, self._target, producer_cfg, self._make_producer, self.txn)
+        else:
+            self.txn = None
+            pool = ProducerPool(f, self._target, producer_cfg, self._make_producer)
+        self.pool = pool
         self._wire(consumer, pool, consumer_cfg, eager)
         self.status.set(FlowState.RUNNING, "started")
 
@@ -204,6 +212,10 @@ class FlowWorker:
         # Frozen (SIGSTOP, a VM pause, a stalled host) for longer than this, the group may
         # have given this worker's partitions to another: see `Fence`.
         fence_after = (int(consumer_cfg["session.timeout.ms"]) - int(consumer_cfg["heartbeat.interval.ms"])) / 1000
+        if f.exactly_once:
+            # Not needed: a frozen worker's transaction is fenced by whoever took its
+            # partitions, so nothing it still sends can commit.
+            fence_after = float("inf")
         self.fence = Fence(
             f,
             self._source,
@@ -221,9 +233,7 @@ class FlowWorker:
         """A record's path: the committer, the delivery reports and the forwarder."""
         f, ledger, status, failures, gate = self.flow, self.ledger, self.status, self.failures, self.gate
         tags, fence, requests = self.tags, self.fence, self.requests
-        self.committer = Committer(
-            f,
-            consumer,
+        units: dict[str, Any] = dict(
             until_caught_up=self.until_caught_up,
             ledger=ledger,
             listeners=self.listeners,
@@ -234,8 +244,13 @@ class FlowWorker:
             status=status,
             admins=self.admins,
         )
+        self.committer: Committer
+        if self.txn is not None:
+            self.committer = TransactionalCommitter(f, consumer, target=self._target, txn=self.txn, **units)
+        else:
+            self.committer = Committer(f, consumer, **units)
         self.reports = reports = DeliveryReports(
-            f, ledger=ledger, pool=pool, failures=failures, status=status, fence=fence, refresh=requests
+            f, ledger=ledger, pool=pool, failures=failures, status=status, fence=fence, refresh=requests, txn=self.txn
         )
         compressed = pool.settings.get("compression.type", "none") not in ("none", None)
         self.forwarder = Forwarder(
@@ -258,6 +273,18 @@ class FlowWorker:
         """The group's and the target's changes: the assignment, resync and the target watch."""
         f, ledger, listeners, gate, fence = self.flow, self.ledger, self.listeners, self.gate, self.fence
         tags, committer, reports = self.tags, self.committer, self.reports
+        claims = None
+        if isinstance(committer, TransactionalCommitter):
+            committer.reports = reports
+            committer.claims = claims = Claims(
+                f,
+                self._target,
+                consumer,
+                ledger=ledger,
+                committer=committer,
+                pool=committer.pool,
+                gate=gate,
+            )
         self.assignment = assignment = Assignment(
             f,
             self._source,
@@ -272,6 +299,7 @@ class FlowWorker:
             fence=fence,
             committer=committer,
             reports=reports,
+            claims=claims,
         )
         resync = Resync(
             f,
@@ -313,8 +341,7 @@ class FlowWorker:
         """Drain, flush, commit, close: in that order, whatever happened before."""
         self.status.set(FlowState.STOPPING, "draining")
         self.gate.drop_pending()  # never produced; uncommitted, so the next owner re-reads them
-        for part in self.ledger:
-            part.drop_open()
+        self.committer.drop_open(dict(self.ledger.parts))
         # After a fatal producer error the reports of what was in flight still come (failed
         # or acknowledged) and are counted; only their wait is shorter.
         deadline = self.clock() + (FATAL_DRAIN_TIMEOUT if self.pool.dead else DRAIN_TIMEOUT)
@@ -333,9 +360,13 @@ class FlowWorker:
             # gave up on records is still a stop, not a failure.
             self.pool.purge(self.reports.serve)
         try:
+            if isinstance(self.committer, TransactionalCommitter):
+                self.committer.closing = True  # hand every partition over: its next owner fences nobody
             self.committer.commit()
         except MirrorError as exc:
             log.warning("flow %s: final commit failed: %s", self.flow.name, exc)
+        if isinstance(self.committer, TransactionalCommitter):
+            self.committer.close()
         try:
             self._consumer.close()
         except KafkaException as exc:
@@ -377,6 +408,8 @@ class FlowWorker:
             msgs = self._consumer.consume(CONSUME_BATCH, 0) or self._consumer.consume(1, 0.1)
             if fence.check():
                 msgs = []  # read before the freeze; re-read from the committed offsets
+            if self.txn is not None and self.txn.reseek:
+                msgs = self.committer.after_consume(msgs)  # type: ignore[attr-defined]  # exactly_once
             if msgs:
                 self.forwarder.forward(msgs)
             self.reports.serve(0)
@@ -385,6 +418,7 @@ class FlowWorker:
             if failures.failure is not None and not watch.recovered():
                 raise failures.failure
             if self.clock() >= next_commit:
+                tick = self.clock()
                 # The commit may block and is not a freeze (`awake` below); a freeze before
                 # it (while reports were served, say) must not hide behind it.
                 fence.check()
@@ -392,7 +426,9 @@ class FlowWorker:
                 committer.commit()
                 gate.hold_back(backlog_full(self.listeners))
                 fence.awake()
-                next_commit = fence.running_at + self.flow.commit_interval
+                # exactly_once: a record is readable on the target only once its transaction
+                # commits, so transactions start a commit interval apart, the commit included.
+                next_commit = (tick if self.txn is not None else fence.running_at) + self.flow.commit_interval
                 if self.until_caught_up and committer.caught_up():
                     self.status.set(FlowState.CAUGHT_UP, "every matched partition mirrored and committed")
                     return

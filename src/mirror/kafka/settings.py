@@ -5,9 +5,10 @@ Flow `consumer:` / `producer:` overrides are merged over these.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from mirror.config import CONSUMER_TIMINGS
+from mirror.config import CONSUMER_TIMINGS, TRANSACTION_TIMEOUT_MS
 
 # Source consumer: read only committed data (aborted transactions never reach the target),
 # commit only what the worker says, cooperative rebalancing so a new worker or a new topic
@@ -77,3 +78,21 @@ def batch_size_for(configured: int, limit: int | None) -> int:
     if limit is not None and limit < configured:
         return max(1024, limit - BATCH_MARGIN)
     return configured
+
+
+def transactional_settings(transactional_id: str, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Producer settings for a transactional writer with `transactional_id` (over `base`, the
+    flow's producer settings; the defaults if None).
+
+    No gapless guarantee and no infinite message timeout: a transaction that fails anywhere is
+    aborted whole and its records copied again from the committed progress, so a failed batch
+    cannot leave a gap, and librdkafka requires message.timeout.ms within transaction.timeout.ms
+    (it derives it from the transaction timeout when left unset).
+    """
+    settings = dict(PRODUCER_DEFAULTS if base is None else base)
+    settings.pop("enable.gapless.guarantee", None)
+    settings.pop("message.timeout.ms", None)
+    settings.setdefault("transaction.timeout.ms", TRANSACTION_TIMEOUT_MS)
+    settings["transactional.id"] = transactional_id
+    settings["enable.idempotence"] = True
+    return settings

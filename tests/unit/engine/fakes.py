@@ -79,6 +79,7 @@ class FakeProducer:
         self.target, self.capacity = target, capacity
         self.queue: list[tuple[tuple[str, int], int, Any]] = []  # (source partition, source offset, on_delivery)
         self.asked: list[tuple[int, bool]] = []  # (source offset, asked for a report)
+        self.failed = False  # a write failed
 
     def produce(
         self,
@@ -122,12 +123,22 @@ class FakeProducer:
                 if cb is not None:
                     cb(KafkaError(KafkaError._PURGE_QUEUE), Report(-1))
                 continue
-            log = self.target.stored.setdefault(tp, [])
-            log.append(offset)
+            if what == "fail":  # the write failed (a transactional target's subclass aborts on it)
+                self.failed = True
+                if cb is not None:
+                    cb(KafkaError(KafkaError._MSG_TIMED_OUT), Report(-1))
+                continue
+            at = self.write(tp, offset)
             if cb is not None:
-                cb(None, Report(len(log) - 1))
+                cb(None, Report(at))
         self.queue = left
         return served
+
+    def write(self, tp: tuple[str, int], offset: int) -> int:
+        """Store a record on the target; returns its target offset."""
+        log = self.target.stored.setdefault(tp, [])
+        log.append(offset)
+        return len(log) - 1
 
     def flush(self, timeout: float = 0) -> int:
         self.poll()
@@ -297,6 +308,7 @@ def make(
     capacity: int = 100_000,
     producer_cls: type[FakeProducer] = FakeProducer,
     text: str = TEXT,
+    listeners: Iterable[Any] = (),
 ) -> tuple[FlowWorker, FakeConsumer, Target]:
     """A worker of flow `p` (source topic `orders`, 2 partitions, both assigned) on fakes."""
     cfg = config.parse(text, env={})
@@ -314,6 +326,7 @@ def make(
         cfg,
         cfg.flows[0],
         stop=stop,
+        listeners=list(listeners),
         clock=Clock(),
         consumer_factory=lambda name, cluster, settings: consumer,
         producer_factory=producer,

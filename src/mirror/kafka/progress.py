@@ -1,0 +1,233 @@
+"""Exactly-once progress: how far a flow's copy got, committed on the target in its transactions.
+
+With `exactly_once`, a transaction on the target holds a run of copied records *and*, in the
+flow's progress group (`FlowConfig.progress_group`), one offset per target partition it wrote:
+the next source offset to copy, with the writer's transactional.id as the offset's metadata.
+Both become visible together or not at all, so the progress group says exactly which source
+records the target holds (read_committed), whatever crashed.
+
+The progress group never has members: its group metadata comes from a consumer that never
+subscribes (generation -1, no member id), which the broker accepts for a transactional offset
+commit as it does for a simple (assign-only) consumer's commit.
+
+Invariants:
+
+* Progress is read with `require_stable` (a read_committed consumer asks for it): an offset
+  sent in a transaction not yet committed or aborted is never read as done. librdkafka retries
+  the broker's UNSTABLE_OFFSET_COMMIT until the timeout, so a pending transaction reads as a
+  timeout, never as a value.
+* `fence(id)` bumps the epoch of a transactional.id and aborts its open transaction (what
+  `init_transactions` does for a new producer with that id): every later call of the producer
+  that held it fails with a fatal fenced error, so it can never commit again.
+* A writer records its id in the progress of every partition it holds (`claim`) before it writes
+  a record there, so whoever takes a partition over knows whom to fence, even if the writer
+  died inside its first transaction. The empty metadata (`RELEASED`) says the writer let the
+  partition go cleanly (it committed on revoke): the next owner has no one to fence.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from mirror.config import ClusterConfig
+from mirror.errors import MirrorError
+from mirror.kafka.clients import client_settings
+from mirror.kafka.errors import raise_for
+from mirror.kafka.offsets import committed_offsets
+from mirror.kafka.settings import transactional_settings
+
+log = logging.getLogger(__name__)
+
+# The metadata of a partition's progress whose writer released it (no one to fence).
+RELEASED = ""
+
+# A target partition: (target topic, partition number; the source partition's number).
+TargetPartition = tuple[str, int]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A target partition's committed progress: the next source offset to copy, and who wrote it."""
+
+    next_offset: int
+    writer_id: str | None  # None: released, or written by something that did not say
+
+
+class TransactionFailed(MirrorError):
+    """A transaction could not be committed; nothing it wrote counts.
+
+    `fenced`: the producer can never be used again (another writer took its transactional.id's
+    epoch, or it failed for good); otherwise the transaction was aborted, or must be, and the
+    producer may begin another.
+    """
+
+    def __init__(self, message: str, *, fenced: bool) -> None:
+        super().__init__(message)
+        self.fenced = fenced
+
+
+class ProgressPending(MirrorError):
+    """The progress of some partition is still in an open transaction (another writer's)."""
+
+
+def new_writer_id(flow: str) -> str:
+    """A transactional.id for one incarnation of a flow's worker: never used before, never again."""
+    return f"mirror.{flow}.{uuid.uuid4().hex[:12]}"
+
+
+def progress_offsets(next_offsets: Mapping[TargetPartition, int], writer_id: str | None) -> list[TopicPartition]:
+    """The offsets a transaction sends to the progress group: next source offset, writer id as metadata."""
+    meta = writer_id if writer_id is not None else RELEASED
+    return [
+        TopicPartition(topic, partition, offset, metadata=meta) for (topic, partition), offset in next_offsets.items()
+    ]
+
+
+def _parse(tps: Iterable[TopicPartition]) -> dict[TargetPartition, Progress]:
+    out: dict[TargetPartition, Progress] = {}
+    for tp in tps:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+        if tp.offset >= 0:
+            out[(tp.topic, tp.partition)] = Progress(tp.offset, tp.metadata or None)
+    return out
+
+
+class ProgressGroup:
+    """The flow's progress group on the target, seen from a consumer that never subscribes.
+
+    Gives the group metadata a transaction's `send_offsets_to_transaction` needs, and reads
+    the committed progress: `stable` (pending transactions are waited for) or not (the last
+    committed progress, whatever is pending: how a new owner learns whom to fence).
+    """
+
+    def __init__(self, cluster_name: str, cluster: ClusterConfig, group: str) -> None:
+        self.cluster_name = cluster_name
+        self.group = group
+        self._cluster = cluster
+        self._stable = self._consumer("read_committed")
+        self._unstable: Consumer | None = None
+
+    def _consumer(self, isolation: str) -> Consumer:
+        settings = {"group.id": self.group, "enable.auto.commit": False, "isolation.level": isolation}
+        return Consumer(client_settings(f"{self.cluster_name}-progress", self._cluster, settings))
+
+    def metadata(self) -> Any:
+        return self._stable.consumer_group_metadata()
+
+    def read(
+        self, partitions: Iterable[TargetPartition], timeout: float, *, stable: bool = True
+    ) -> dict[TargetPartition, Progress]:
+        """The committed progress of `partitions` (absent: none yet).
+
+        Raises ProgressPending when `stable` and a partition's progress is still in an open
+        transaction after `timeout`, ClusterUnavailable / KafkaOperationError otherwise.
+        """
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        if not tps:
+            return {}
+        if stable:
+            consumer = self._stable
+        else:
+            if self._unstable is None:
+                self._unstable = self._consumer("read_uncommitted")
+            consumer = self._unstable
+        try:
+            return _parse(committed_offsets(consumer, tps, timeout))
+        except KafkaException as exc:
+            err = exc.args[0]
+            if stable and err.code() in (KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT):
+                raise ProgressPending(
+                    f"cluster {self.cluster_name!r}: progress group {self.group!r} still has an open "
+                    f"transaction's offsets after {timeout:g}s"
+                ) from exc
+            raise_for(self.cluster_name, f"read the progress of group {self.group!r}", exc, timeout)
+            raise  # unreachable: raise_for always raises
+
+    def close(self) -> None:
+        for consumer in (self._stable, self._unstable):
+            if consumer is not None:
+                consumer.close()
+
+
+def read_progress(
+    cluster_name: str, cluster: ClusterConfig, group: str, partitions: Iterable[TargetPartition], timeout: float
+) -> dict[TargetPartition, Progress]:
+    """The stable committed progress of `partitions` in `group` (see `ProgressGroup.read`)."""
+    progress = ProgressGroup(cluster_name, cluster, group)
+    try:
+        return progress.read(partitions, timeout)
+    finally:
+        progress.close()
+
+
+def fence(cluster_name: str, cluster: ClusterConfig, transactional_id: str, timeout: float) -> None:
+    """Fence every producer that used `transactional_id`: its open transaction is aborted and
+    its next transactional call fails with a fatal fenced error."""
+    producer = Producer(client_settings(f"{cluster_name}-fence", cluster, transactional_settings(transactional_id)))
+    try:
+        producer.init_transactions(timeout)
+    except KafkaException as exc:
+        raise_for(cluster_name, f"fence transactional id {transactional_id!r}", exc, timeout)
+    finally:
+        producer.flush(0)
+    log.info("cluster %s: fenced transactional id %s", cluster_name, transactional_id)
+
+
+# librdkafka 2.x can block in send_offsets_to_transaction past its timeout, for good, when the
+# group coordinator went away (confluentinc/librdkafka#5456, #5511: a single-broker target
+# restarting is enough). A transactional call gets this long beyond its own timeout.
+HANG_GRACE = 5.0
+
+
+def _bounded(call: Callable[[float], T], timeout: float) -> T:
+    """`call(timeout)` on a helper thread, given up on after `timeout` + HANG_GRACE: the
+    producer is then abandoned (`TransactionFailed(fenced=True)`) and its id fenced by the
+    next incarnation, whatever the stuck call does when it returns."""
+    box: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            box.append((True, call(timeout)))
+        except BaseException as exc:  # handed to the caller's thread as it is
+            box.append((False, exc))
+
+    thread = threading.Thread(target=run, name="mirror-txn-call", daemon=True)
+    thread.start()
+    thread.join(timeout + HANG_GRACE)
+    if not box:
+        raise TransactionFailed(f"no answer within {timeout + HANG_GRACE:g}s; producer abandoned", fenced=True)
+    ok, value = box[0]
+    if ok:
+        return value  # type: ignore[no-any-return]
+    raise value
+
+
+def transact(what: str, call: Callable[[float], T], timeout: float) -> T:
+    """One transactional call of a producer (`call(remaining)`), retried while librdkafka says
+    it is retriable and time is left; a fenced or fatal error (or a call that never returns)
+    is `TransactionFailed(fenced=True)`, one that requires an abort `TransactionFailed(fenced=False)`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return _bounded(call, max(0.1, deadline - time.monotonic()))
+        except TransactionFailed as exc:
+            raise TransactionFailed(f"{what}: {exc}", fenced=exc.fenced) from exc
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
+                raise TransactionFailed(f"{what}: {err.str()}", fenced=True) from exc
+            if err.txn_requires_abort():
+                raise TransactionFailed(f"{what}: {err.str()}", fenced=False) from exc
+            if not err.retriable() or time.monotonic() >= deadline:
+                raise TransactionFailed(f"{what}: {err.str()}", fenced=False) from exc
