@@ -311,6 +311,15 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
     specs.append(Spec("spark", "mirror spark run (local mode)", "spark"))
     specs.append(
         Spec(
+            "spark-eos",
+            "mirror spark run, exactly_once (local mode)",
+            "spark",
+            opt_in=True,
+            options={"flow": {"exactly_once": True}},
+        )
+    )
+    specs.append(
+        Spec(
             "spark-standalone",
             "mirror spark run (standalone, 1 worker core)",
             "spark",

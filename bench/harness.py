@@ -139,6 +139,7 @@ def _alias(spec: Spec, phase: str, rep: int) -> str:
         "mirror-lowmem": "mb",
         "ceiling-rdk": "cr",
         "spark": "s1",
+        "spark-eos": "s4",
         "spark-standalone": "s2",
         "spark-standalone-w2": "s3",
         "plain-spark": "s0",

@@ -74,3 +74,19 @@ def spark_local():
         yield spark
     finally:
         spark.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """`mirror dev up --spark`'s standalone master and worker (no Kafka: the session's clusters serve)."""
+    from mirror.devenv.kafka import DevClusters
+    from tests.support.clusters import free_base_port
+
+    home = tmp_path_factory.mktemp("spark-dev")
+    dev = DevClusters(home)
+    base = free_base_port(0, extra_below=30)
+    result = dev.up([], base, spark=True)
+    try:
+        yield home, result.status["spark"]["master"]
+    finally:
+        dev.down()

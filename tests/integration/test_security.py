@@ -573,7 +573,7 @@ IMPLIES = {
 LAG_GRANTS = [
     ("ssrc", "topics", "Read"),
     ("ssrc", "mirror-group", "Describe"),
-    ("ssrc", "reader", "Read"),
+    ("ssrc", "reader", "Describe"),
     ("ssrc", "groups", "Describe"),
     ("sdst", "topics", "Describe"),
     ("sdst", "groups", "Describe"),
@@ -1023,7 +1023,7 @@ def test_canary_without_one_grant(secured, tmp_path):
         ("ssrc", "canary", "Create"),
         ("ssrc", "canary", "Write"),
         ("sdst", "canary", "Read"),
-        ("sdst", "reader", "Read"),
+        ("sdst", "reader", "Describe"),
     }
     grants.sort(key=lambda x: x[1] == "Create")
     mirror = MirrorProcess(_as_admin(secured, cfg, u))
@@ -1083,7 +1083,7 @@ def test_drill_without_one_grant(secured, tmp_path):
         ("ssrc", "topics", "Write"),
         ("ssrc", "topics", "Read"),
         ("ssrc", "mirror-group", "Describe"),
-        ("ssrc", "reader", "Read"),
+        ("ssrc", "reader", "Describe"),
         ("ssrc", "groups", "Read"),
         ("sdst", "topics", "Read"),
         ("sdst", "groups", "Read"),

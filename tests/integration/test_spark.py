@@ -235,22 +235,6 @@ class SparkRun:
         self._logf.close()
 
 
-@pytest.fixture(scope="session")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory):
-    """`mirror dev up --spark`'s standalone master and worker (no Kafka: the session's clusters serve)."""
-    from mirror.devenv.kafka import DevClusters
-    from tests.support.clusters import free_base_port
-
-    home = tmp_path_factory.mktemp("spark-dev")
-    dev = DevClusters(home)
-    base = free_base_port(0, extra_below=30)
-    result = dev.up([], base, spark=True)
-    try:
-        yield home, result.status["spark"]["master"]
-    finally:
-        dev.down()
-
-
 def test_standalone_cluster_mirrors_exactly_with_tasks_on_its_worker(
     clusters, write_config, unique, tmp_path, spark_cluster, capsys
 ):

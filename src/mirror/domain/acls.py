@@ -257,7 +257,7 @@ def _monitoring_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
     for r, exact in fr.src_topics:
         add("lag", s, r, ["Describe", "Read"], _note(exact, "end offsets; the oldest unmirrored record's time"))
     add("lag", s, fr.mirror_group, ["Describe"], "the mirror's committed positions")
-    add("lag", s, fr.reader, ["Read"], "the assign-only reader of first records (commits nothing)")
+    add("lag", s, fr.reader, ["Describe"], "the assign-only reader of first records: its coordinator (commits nothing)")
     for r, exact in fr.dst_topics:
         add("lag", t, r, ["Describe"], _note(exact, "target end offsets"))
     for r, exact in fr.groups:
@@ -266,7 +266,7 @@ def _monitoring_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
 
     add("canary", s, fr.canary_src, ["Create", "Describe", "Write"], "create the canary topic and produce probes")
     add("canary", t, fr.canary_dst, ["Describe", "Read"], "read the mirrored probes")
-    add("canary", t, fr.reader, ["Read"], "the assign-only probe reader (commits nothing)")
+    add("canary", t, fr.reader, ["Describe"], "the assign-only probe reader: its coordinator (commits nothing)")
 
 
 def _failover_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
@@ -407,7 +407,7 @@ def _drill_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
             _note(exact, "the workload's topic (--topic): made, written, read"),
         )
     add("drill", s, fr.mirror_group, ["Describe"], "the mirror's positions: the lag at the cutover")
-    add("drill", s, fr.reader, ["Read"], "the assign-only reader of the oldest unmirrored record (commits nothing)")
+    add("drill", s, fr.reader, ["Describe"], "the oldest unmirrored record's reader: its coordinator (commits nothing)")
     for r, exact in fr.groups:
         add("drill", s, r, ["Read"], _note(exact, "the drilled group consumes and commits on the primary"))
         add("drill", t, r, ["Read"], _note(exact, "the drilled group consumes and commits on the DR cluster"))

@@ -53,11 +53,30 @@ class PartitionReader:
         self._group = str(merged["group.id"])
         self._consumer = Consumer(client_settings(name, cluster, merged))
         self._assigned: set[tuple[str, int]] = set()
+        self._timeout = cluster.timeout
+        self._group_checked = False
+
+    def _check_group(self, tp: TopicPartition) -> None:
+        """Ask for the group's coordinator once, waiting for the answer. librdkafka looks it up
+        anyway (a group.id is required) and reports a refusal (Describe on the group) only as
+        an event, which may come after the records: a read could then succeed or fail by luck."""
+        if self._group_checked:
+            return
+        try:
+            self._consumer.committed([TopicPartition(tp.topic, tp.partition)], timeout=self._timeout)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                raise_for(self.name, f"read as group {self._group!r}", exc, acl=("Describe", "group", self._group))
+            log.debug("reader %s: coordinator lookup: %s", self.name, exc)
+        self._group_checked = True
 
     def assign(self, offsets: Mapping[tuple[str, int], int]) -> None:
         """Read exactly these partitions, each from the given offset (OFFSET_BEGINNING/END allowed)."""
+        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        if tps:
+            self._check_group(tps[0])
         try:
-            self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
+            self._consumer.assign(tps)
         except KafkaException as exc:
             raise_for(self.name, "assign partitions", exc)
         self._assigned = set(offsets)
@@ -66,6 +85,7 @@ class PartitionReader:
         """Start reading more partitions without moving the ones already assigned."""
         new = {k: v for k, v in offsets.items() if k not in self._assigned}
         if new:
+            self._check_group(TopicPartition(*next(iter(new))))
             try:
                 self._consumer.incremental_assign([TopicPartition(t, p, o) for (t, p), o in new.items()])
             except KafkaException as exc:
@@ -105,7 +125,7 @@ class PartitionReader:
                         self.name,
                         f"read as group {self._group!r}",
                         KafkaException(err),
-                        acl=("Read", "group", self._group),
+                        acl=("Describe", "group", self._group),
                     )
                 raise_for(
                     self.name,

@@ -14,6 +14,7 @@ import pickle
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from mirror.spark.exactly_once import mirror_exactly_once
 from mirror.spark.task import SourceRow, TaskPlan, TaskResult, mirror_chunks
 
 # The columns the job selects, in `SourceRow`'s order.
@@ -26,6 +27,8 @@ def mirror_arrow(plan: TaskPlan, batches: Iterable[Any]) -> Iterator[Any]:
 
     A task that is not its partition's first attempt says so (`retried`): a failed attempt
     may have produced part of the slice, so the target's tail is read (`mirror_chunks`).
+    With `exactly_once` the attempt number does not matter: every attempt fences the ones
+    before it and writes what the target's committed progress lacks (`mirror_exactly_once`).
     """
     import pyarrow as pa
     from pyspark import TaskContext
@@ -35,7 +38,10 @@ def mirror_arrow(plan: TaskPlan, batches: Iterable[Any]) -> Iterator[Any]:
     # stage is attempted twice, and a task's attempt number says whether it ran before.
     retried = ctx is not None and ctx.attemptNumber() > 0
     chunks = (rows_of(b) for b in batches)
-    for result in mirror_chunks(plan, chunks, retried=retried):
+    results = (
+        mirror_exactly_once(plan, chunks) if plan.flow.exactly_once else mirror_chunks(plan, chunks, retried=retried)
+    )
+    for result in results:
         yield pa.RecordBatch.from_pydict({"result": [pickle.dumps(result)]})
 
 

@@ -12,7 +12,8 @@ otherwise start from the checkpoint and ignore `startingOffsets`, so a group rew
 operator (a failback, a replay) would be skipped forward, and a group moved on by `mirror
 run` meanwhile would be mirrored again. When they disagree the checkpoint is dropped and the
 query starts from the group's offsets, which is always exact: a replayed record already on
-the target is skipped (`mirror.spark.task`).
+the target is skipped (`mirror.spark.task`). With `exactly_once` the positions compared are
+the target's progress (`mirror.spark.exactly_once`), where such a query starts.
 
 The layout read here is Spark's offset log (`offsets/<batch id>`: a version line, a metadata
 line, then one line per source; the Kafka source's is `{"topic": {"partition": offset}}`),

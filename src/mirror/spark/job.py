@@ -9,7 +9,10 @@ flow: a query starts from the group's committed offsets (`startingOffsets`), and
 ends with the offset-map rows stored and then the group committed (invariant 1), so `mirror
 lag`, checkpoints, failover and a later `mirror run` work unchanged. Spark's own checkpoint
 only says which batch was planned last; a batch replayed from it adds no duplicates (see
-`mirror.spark.task`).
+`mirror.spark.task`). With `exactly_once` the target's committed progress, not the group,
+says where a query starts, and each task attempt commits its copies with that progress in
+one fenced transaction (`mirror.spark.exactly_once`); the group is still committed after
+each batch, for lag, checkpoints and failover.
 
 Spark's Kafka *sink* is not used: it cannot set the record timestamp and discards the
 produced records' offsets, so it could keep neither CreateTime nor the offset map.
@@ -43,6 +46,7 @@ from mirror.spark.batches import Batches
 from mirror.spark.checkpoint import default_checkpoint, has_batches, resume_problem
 from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.commits import GroupCommits
+from mirror.spark.exactly_once import ProgressStarts
 from mirror.spark.starts import StartingOffsets, Starts
 from mirror.spark.task import CHUNK, TaskPlan
 from mirror.spark.watch import TopicWatch
@@ -180,7 +184,12 @@ class SparkFlow:
         store = open_store(self.config.offset_store)
         recorder = OffsetMapRecorder(store, name, registry=None)
         self._commits = GroupCommits(name, group, self._source, self._target)
-        self._starts = StartingOffsets(name, group, self._source, self._target, recorder, self._commits)
+        progress = (
+            ProgressStarts(self.flow, self.config.clusters[self.flow.target], self._target)
+            if self.flow.exactly_once
+            else None
+        )
+        self._starts = StartingOffsets(name, group, self._source, self._target, recorder, self._commits, progress)
         plan = TaskPlan(self.flow, self.config.clusters[self.flow.target])
         self._batches = Batches(
             name, self._source, plan, recorder, self._commits, metrics=self.metrics, stop=self.stop, status=self.status

@@ -22,6 +22,7 @@ from mirror.domain.topics import TopicMapping
 from mirror.errors import MirrorError
 from mirror.kafka import OFFSET_END
 from mirror.spark.commits import TARGET_TOPIC_ID, GroupCommits, Partition
+from mirror.spark.exactly_once import ProgressStarts
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +110,18 @@ class StartingOffsets:
     run created (their partitions start from the beginning once).
     """
 
-    def __init__(self, flow: str, group: str, source: Any, target: Any, recorder: Any, commits: GroupCommits) -> None:
+    def __init__(
+        self,
+        flow: str,
+        group: str,
+        source: Any,
+        target: Any,
+        recorder: Any,
+        commits: GroupCommits,
+        progress: ProgressStarts | None = None,
+    ) -> None:
         self.flow = flow
+        self.progress = progress  # exactly_once: the target's progress, not the group, says where to start
         self.group = group
         self.source = source
         self.target = target
@@ -121,7 +132,9 @@ class StartingOffsets:
 
     def decide(self, mappings: list[TopicMapping]) -> Starts:
         """The start of a query over `mappings`; the group and `commits` are set to it."""
-        committed = self.source.group_offsets_with_metadata(self.group)
+        group = committed = self.source.group_offsets_with_metadata(self.group)
+        if self.progress is not None:
+            committed = self.progress.committed(group, mappings)
         target_ids = self.target.topic_ids(sorted({m.target for m in mappings}))
         self.commits.use(mappings, target_ids)
         source_ids = self.source.topic_ids(sorted({m.source for m in mappings}))
@@ -132,6 +145,12 @@ class StartingOffsets:
         starts = plan_starts(mappings, committed, marks, target_ids, self.created, recreated)
         for warning in starts.warnings:
             log.warning("flow %s: %s", self.flow, warning)
+        if self.progress is not None:
+            # The target committed past the group (a driver killed between a batch's
+            # transactions and its group commit): the group catches up now, or a partition
+            # with nothing left to copy would keep it behind for good.
+            self.commits.start({tp: group[tp][0] for tp in starts.at if tp in group}, ())
+            self.commits.commit(starts.at)
         self.commits.start(starts.at, starts.earliest)
         if starts.stale:
             try:
@@ -144,6 +163,8 @@ class StartingOffsets:
             # new topic never received.
             self.recorder.on_reset(self.flow, starts.reset)
             self.recorder.flush()
+            if self.progress is not None:
+                self.progress.reset(mappings, starts.reset)
             self.commits.rewind(starts.reset)
         self.created -= {m.target for m in mappings}
         return starts

@@ -156,17 +156,52 @@ def replay_check(
     if newest is None or newest < first:
         return Replay()
     where = f"{r.target_topic}[{r.partition}]"
+    producing = f"producing offsets {first}..{last}, nothing skipped"
     if source_end is not None and newest >= source_end:
         return Replay(
             warning=f"{where}: the target's last copy names source offset {newest}, but "
-            f"{r.source_topic}[{r.partition}] ends at "
-            f"{source_end} (a recreated source topic?): producing offsets {first}..{last}, nothing skipped"
+            f"{r.source_topic}[{r.partition}] ends at {source_end} (a recreated source topic?): {producing}"
         )
     upto = min(newest, last)
     anchor = max((row for row in batch if row[2] <= upto), key=lambda row: row[2])
-    # The copies of source offsets [first, newest] are among the target's last
-    # (newest - first + 1) records: the source range has at least as many offsets as records.
-    start = max(low, high - (newest - first + 1))
+    copies, copy = _read_back_to(r, read, anchor, max(low, high - (newest - first + 1)), high)
+    if copy is None or not _same(copy, anchor):
+        what = (
+            "is not among the records read back"
+            if copy is None
+            else f"at {where} offset {copy.offset} differs from the source record"
+        )
+        return Replay(
+            warning=f"{where}: the target's last copy names source offset {newest}, but the copy of "
+            f"{r.source_topic}[{r.partition}] offset {anchor[2]} {what} (a recreated source topic?): {producing}"
+        )
+    pairs, before = _run_of_copies(r, copies[: copies.index(copy) + 1], batch, upto)
+    if pairs[0][0] != first and before is not None:
+        # The copy right before the run is of a record before this batch: the copies of
+        # offsets first..(run start - 1) are provably not on the target (never produced),
+        # so nothing of the batch may be skipped on the anchor's word.
+        return Replay(
+            warning=f"{where}: the copies on the target run back from source offset {anchor[2]} to {pairs[0][0]} "
+            f"only, and the copy before them is of offset {before} (another record's): "
+            f"{r.source_topic}[{r.partition}] offsets {first}..{pairs[0][0] - 1} never reached the target; "
+            f"{producing}"
+        )
+    if pairs[0][0] != first:
+        # The copies of this batch's first records are gone (target retention) or were never
+        # read: no pairs, so no row can translate a position before them past their copies.
+        return Replay(held=newest, placed=False)
+    return Replay(held=newest, pairs=pairs)
+
+
+def _read_back_to(
+    r: Route, read: Callable[..., list[TailRecord]], anchor: SourceRow, start: int, high: int
+) -> tuple[list[TailRecord], TailRecord | None]:
+    """The target records [start, high) read up to the copy of `anchor`, and that copy (None:
+    not among them).
+
+    The caller's `start`: the copies of source offsets [first, newest] are among the target's
+    last (newest - first + 1) records, as the source range has at least as many offsets as records.
+    """
 
     def reached(rec: TailRecord) -> bool:
         o = origin_offset(r, rec.headers)
@@ -178,23 +213,20 @@ def replay_check(
         o = origin_offset(r, rec.headers)
         if o is not None:
             by_origin[o] = rec
-    copy = by_origin.get(anchor[2])
-    if copy is None or not _same(copy, anchor):
-        what = (
-            "is not among the records read back"
-            if copy is None
-            else f"at {where} offset {copy.offset} differs from the source record"
-        )
-        return Replay(
-            warning=f"{where}: the target's last copy names source offset {newest}, but the copy of "
-            f"{r.source_topic}[{r.partition}] "
-            f"offset {anchor[2]} {what} (a recreated source topic?): producing offsets {first}..{last}, nothing skipped"
-        )
-    # The pairs: the run of copies that ends at the matched copy, back to the copy of `first`.
-    pairs: list[tuple[int, int]] = []
-    before: int | None = None  # the origin of the copy right before the run, when it is of another record
+    return copies, by_origin.get(anchor[2])
+
+
+def _run_of_copies(
+    r: Route, copies: Sequence[TailRecord], batch: Sequence[SourceRow], upto: int
+) -> tuple[list[tuple[int, int]], int | None]:
+    """The (source, target) pairs of the run of copies that ends at `copies[-1]` (the matched
+    copy), back towards the copy of the batch's first record, in source order; and the origin
+    of the copy right before the run when it is of another record (None: the run reached the
+    start of `copies`, or a copy without an origin)."""
+    first = batch[0][2]
     rows = {row[2]: row for row in batch}
-    for rec in reversed(copies[: copies.index(copy) + 1]):
+    pairs: list[tuple[int, int]] = []
+    for rec in reversed(copies):
         o = origin_offset(r, rec.headers)
         if o is None:
             continue
@@ -202,28 +234,13 @@ def replay_check(
             # A copy of an earlier record, of one past those compared, or not of this one (an
             # older incarnation of the source topic whose offsets run on below the new
             # copies): the run ends here.
-            before = o
-            break
+            pairs.reverse()
+            return pairs, o
         if pairs and o >= pairs[-1][0]:
             break
         pairs.append((o, rec.offset))
     pairs.reverse()
-    if pairs[0][0] != first and before is not None:
-        # The copy right before the run is of a record before this batch: the copies of
-        # offsets first..(run start - 1) are provably not on the target (never produced),
-        # so nothing of the batch may be skipped on the anchor's word.
-        return Replay(
-            warning=f"{where}: the copies on the target run back from source offset {anchor[2]} to {pairs[0][0]} "
-            "only, and the copy before "
-            f"them is of offset {before} (another record's): {r.source_topic}[{r.partition}] offsets "
-            f"{first}..{pairs[0][0] - 1} never reached the target; "
-            f"producing offsets {first}..{last}, nothing skipped"
-        )
-    if pairs[0][0] != first:
-        # The copies of this batch's first records are gone (target retention) or were never
-        # read: no pairs, so no row can translate a position before them past their copies.
-        return Replay(held=newest, placed=False)
-    return Replay(held=newest, pairs=pairs)
+    return pairs, None
 
 
 def delta_changes(pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -267,14 +284,11 @@ def mirror_chunks(
     where its previous batch in this query ended, and that batch's task flushed every record
     it was given before the batch completed: the target holds nothing past it.
     """
-    stream: Iterator[Sequence[SourceRow]] = (chunk for chunk in chunks if len(chunk))
-    head = next(stream, None)
-    if head is None:
+    opened = open_slice(plan, chunks)
+    if opened is None:
         return
-    topic, partition = head[0][0], head[0][1]
-    stream = _one_partition(chain([head], stream), topic, partition)
-    r = route(plan.flow, topic, partition)
-    result = TaskResult(topic, partition, r.target_topic, head[0][2], head[0][2])
+    r, result, stream = opened
+    topic, partition = result.topic, result.partition
     replay = Replay()
     if r.origin is not None and (retried or (topic, partition) not in plan.settled):
         replay, stream = _replayed(plan, r, stream)
@@ -308,6 +322,21 @@ def mirror_chunks(
     yield result
 
 
+def open_slice(
+    plan: TaskPlan, chunks: Iterable[Sequence[SourceRow]]
+) -> tuple[Route, TaskResult, Iterator[Sequence[SourceRow]]] | None:
+    """A task's slice: its route, the result to fill in, and its non-empty chunks, checked to
+    be of one source partition as they stream by; None when there are no rows."""
+    stream: Iterator[Sequence[SourceRow]] = (chunk for chunk in chunks if len(chunk))
+    head = next(stream, None)
+    if head is None:
+        return None
+    topic, partition = head[0][0], head[0][1]
+    r = route(plan.flow, topic, partition)
+    result = TaskResult(topic, partition, r.target_topic, head[0][2], head[0][2])
+    return r, result, _one_partition(chain([head], stream), topic, partition)
+
+
 def _one_partition(chunks: Iterable[Sequence[SourceRow]], topic: str, partition: int) -> Iterator[Sequence[SourceRow]]:
     for chunk in chunks:
         for row in chunk:
@@ -329,7 +358,7 @@ def _replayed(
     Only the rows the target's last copy may cover (source offsets up to the one it names)
     are held back to be compared: at most what the target received of this slice before.
     """
-    admin = _cached(("admin", plan.flow.target), lambda: Admin(plan.flow.target, plan.target))
+    admin = cached(("admin", plan.flow.target), lambda: Admin(plan.flow.target, plan.target))
     marks = admin.watermarks([(r.target_topic, r.partition)], committed_only=False)[(r.target_topic, r.partition)]
     read = partial(read_range, plan.flow.target, plan.target, r.target_topic, r.partition, timeout=plan.target.timeout)
     tail = read(marks.high - 1, marks.high) if marks.high > marks.low else []
@@ -366,6 +395,23 @@ class Sent:
     last_offset: int = -1
 
 
+class _Reports:
+    """The delivery reports `_produce` asked for: target offset by record index, and errors."""
+
+    def __init__(self) -> None:
+        self.offsets: dict[int, int] = {}
+        self.errors: list[str] = []
+
+    def callback(self, index: int) -> Callable[[Any, Any], None]:
+        def cb(err: Any, msg: Any) -> None:
+            if err is not None:
+                self.errors.append(f"{err.str() if hasattr(err, 'str') else err}")
+            else:
+                self.offsets[index] = msg.offset()
+
+        return cb
+
+
 def _produce(
     plan: TaskPlan,
     r: Route,
@@ -382,29 +428,39 @@ def _produce(
     reports per segment): the producer is idempotent with the gapless guarantee, so the last
     one acknowledged means all are, and reports `n - 1` apart prove the run landed contiguously.
     """
-    reports: dict[int, int] = {}
-    errors: list[str] = []
-
-    def report(index: int) -> Any:
-        def cb(err: Any, msg: Any) -> None:
-            if err is not None:
-                errors.append(f"{err.str() if hasattr(err, 'str') else err}")
-            else:
-                reports[index] = msg.offset()
-
-        return cb
-
     # One producer per batch size (as `mirror run`): a small-limit topic keeps the others' large batches.
-    producer = _cached(key, lambda: make_producer(plan.flow.target, plan.target, settings))
+    producer = cached(key, lambda: make_producer(plan.flow.target, plan.target, settings))
+    return produce_on(producer, r, chunks, sent)
+
+
+def produce_on(producer: Any, r: Route, chunks: Iterable[Sequence[SourceRow]], sent: Sent) -> list[tuple[int, int]]:
+    """`_produce` on a given producer (a task's transactional one, with exactly_once)."""
+    reports = _Reports()
+    changes = _send(producer, r, chunks, sent, reports)
+    if not sent.count:
+        return []
+    _flush(producer, r, sent.first_offset)
+    if reports.errors:
+        raise FatalProduceError(
+            r.source_topic, r.partition, sent.first_offset, f"producing to {r.target_topic} failed: {reports.errors[0]}"
+        )
+    return _placed(r, reports.offsets, changes, sent)
+
+
+def _send(
+    producer: Any, r: Route, chunks: Iterable[Sequence[SourceRow]], sent: Sent, reports: _Reports
+) -> list[tuple[int, int]]:
+    """The per-record loop: produce every row, count it in `sent`, and return the (source
+    offset, index) pairs where index - source changes."""
     produce, target, headers_for = producer.produce, r.target_topic, r.headers
-    changes: list[tuple[int, int]] = []  # (source offset, index) where index - source changes
+    changes: list[tuple[int, int]] = []
     n, nbytes, max_ts, shift = 0, 0, -1, None
     for chunk in chunks:
         end = n + len(chunk) - 1
         if sent.first_offset < 0:
             sent.first_offset = chunk[0][2]
         for _topic, partition, offset, ts, k, value, headers in chunk:
-            kwargs: dict[str, Any] = {"on_delivery": report(n)} if n == end or n == 0 else {}
+            kwargs: dict[str, Any] = {"on_delivery": reports.callback(n)} if n == end or n == 0 else {}
             if n - offset != shift:
                 shift = n - offset
                 changes.append((offset, n))
@@ -429,9 +485,11 @@ def _produce(
         sent.last_offset = chunk[-1][2]
         producer.poll(0)  # serve the delivery reports as we go, not all at the flush
     sent.count, sent.bytes, sent.max_timestamp_ms = n, nbytes, max_ts
-    if not n:
-        return []
-    first = sent.first_offset
+    return changes
+
+
+def _flush(producer: Any, r: Route, first: int) -> None:
+    """Wait for every record's acknowledgement; a target slower than FLUSH_TIMEOUT fails the task."""
     deadline = time.monotonic() + FLUSH_TIMEOUT
     while producer.flush(1.0) > 0:
         if time.monotonic() > deadline:
@@ -441,21 +499,23 @@ def _produce(
                 first,
                 f"the target did not acknowledge {r.target_topic}[{r.partition}] within {FLUSH_TIMEOUT:.0f}s",
             )
-    if errors:
-        raise FatalProduceError(
-            r.source_topic, r.partition, first, f"producing to {r.target_topic} failed: {errors[0]}"
-        )
+
+
+def _placed(r: Route, reports: dict[int, int], changes: list[tuple[int, int]], sent: Sent) -> list[tuple[int, int]]:
+    """The (source, target) pairs where the delta changes, from the reported target offsets of
+    the run's records (by index); fails the task when the run did not land contiguously."""
     if any(o < 0 for o in reports.values()):
         # A DUPLICATE_SEQUENCE_NUMBER "success" (a retried batch the broker already had)
         # carries offset -1: the records are on the target, their offsets unknown. No pair
         # at all: a (source, -1) row would translate to a target offset that does not exist.
         return []
+    n = sent.count
     t0, t1 = reports.get(0), reports.get(n - 1)
     if t0 is None or t1 is None or any(o - t0 != i for i, o in reports.items()):
         raise FatalProduceError(
             r.source_topic,
             r.partition,
-            first,
+            sent.first_offset,
             f"{r.target_topic}[{r.partition}] did not receive the batch contiguously (offsets {t0}..{t1} "
             f"for {n} records)",
             hint="is another producer writing the target topic?",
@@ -468,7 +528,7 @@ def _produce(
 _CLIENTS: dict[tuple[str, ...], Any] = {}
 
 
-def _cached(key: tuple[str, ...], make: Callable[[], Any]) -> Any:
+def cached(key: tuple[str, ...], make: Callable[[], Any]) -> Any:
     client = _CLIENTS.get(key)
     if client is None:
         client = _CLIENTS[key] = make()
@@ -481,11 +541,3 @@ def _purge(producer: Any) -> None:
         producer.poll(0)  # deliver the purge reports now, not from a later task's poll
     except Exception as exc:  # the task fails anyway; a purge error must not hide why
         log.warning("purging a failed producer: %s", exc)
-
-
-def _both(a: Any, b: Any) -> Any:
-    def cb(err: Any, msg: Any) -> None:
-        a(err, msg)
-        b(err, msg)
-
-    return cb

@@ -217,3 +217,32 @@ def test_a_source_topic_recreated_while_the_query_runs_restarts_it_from_the_begi
     assert source.committed[("x", 0)][0] == 0 and starts.restarted
     assert target.deleted == {}
     assert not job.watch.sources_recreated(job.mappings, job.starts.source_ids)
+
+
+class FakeProgress:
+    """`ProgressStarts` over an in-memory progress group on the target."""
+
+    def __init__(self, progress):
+        self.progress = progress  # (target topic, partition) -> next source offset
+        self.reset_to_zero = []
+
+    def committed(self, group, mappings):
+        from mirror.kafka.progress import Progress
+        from mirror.spark.exactly_once import with_progress
+
+        return with_progress(group, {tp: Progress(o, None) for tp, o in self.progress.items()}, mappings)
+
+    def reset(self, _mappings, partitions):
+        self.reset_to_zero.extend(partitions)
+
+
+def test_with_exactly_once_a_query_starts_at_the_targets_progress_and_the_group_catches_up_to_it():
+    """A driver killed between a batch's transactions and its group commit: the target's
+    progress is ahead of the group. The query starts there, and the group is committed there
+    at once (a partition with nothing left to copy would otherwise keep it behind)."""
+    source = FakeSource({("x", 0): (20, None), ("x", 1): (30, None)})
+    job = Job(source, FakeTarget({"a.x": "T1"}))
+    job.starts.progress = FakeProgress({("a.x", 0): 25, ("a.x", 2): 7})
+    assert job.start().offsets == {"x": {"0": 25, "1": 30, "2": 7}}
+    assert {tp: o for tp, (o, _meta) in source.committed.items()} == {("x", 0): 25, ("x", 1): 30, ("x", 2): 7}
+    assert job.commits.positions == {("x", 0): 25, ("x", 1): 30, ("x", 2): 7}

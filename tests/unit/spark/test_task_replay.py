@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import mirror.spark.task as task
-from mirror.config import SqliteStoreConfig, parse
+from mirror.config import SqliteStoreConfig
 from mirror.domain.acks import AckBatch
 from mirror.domain.offsetmap import translate
 from mirror.domain.route import route
@@ -25,6 +25,7 @@ from mirror.kafka.reader import TailRecord
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.spark.task import TaskPlan, mirror_partition
 from mirror.store import open_store
+from tests.unit.spark.fakes import Delivered, task_plan
 
 TOPIC = "orders"
 
@@ -40,14 +41,6 @@ class TargetPartition:
     @property
     def high(self) -> int:
         return len(self.records)
-
-
-class _Msg:
-    def __init__(self, offset: int) -> None:
-        self._offset = offset
-
-    def offset(self) -> int:
-        return self._offset
 
 
 def install(monkeypatch: pytest.MonkeyPatch, target: TargetPartition) -> None:
@@ -95,7 +88,7 @@ def install(monkeypatch: pytest.MonkeyPatch, target: TargetPartition) -> None:
         def flush(self, _timeout: float = 0) -> int:
             for offset, cb in self.pending:
                 if cb is not None:
-                    cb(None, _Msg(-1 if target.offset_minus_one_reports else offset))
+                    cb(None, Delivered(-1 if target.offset_minus_one_reports else offset))
             self.pending.clear()
             return 0
 
@@ -110,18 +103,7 @@ def install(monkeypatch: pytest.MonkeyPatch, target: TargetPartition) -> None:
 
 
 def plan() -> TaskPlan:
-    config = parse(
-        """\
-clusters:
-  src: {bootstrap: 127.0.0.1:9092}
-  dst: {bootstrap: 127.0.0.1:9093}
-flows:
-  - {name: f, source: src, target: dst, topics: {include: [orders]}}
-""",
-        env={},
-    )
-    flow = config.flow("f")
-    return TaskPlan(flow, config.clusters["dst"])
+    return task_plan()
 
 
 def rows(offsets: range | list[int], tag: str = "v", ts0: int = 1_600_000_000_000) -> list[tuple[Any, ...]]:
