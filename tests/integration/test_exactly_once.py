@@ -164,6 +164,11 @@ def test_sigkill_three_times_during_a_copy(clusters, write_config, unique):
             )
             m.kill()
     with MirrorProcess(cfg) as m:
+        # The killed worker may have copied everything already: the group is caught up
+        # before this one has even started (and fenced the killed one's id).
+        wait_for(
+            lambda: re.search(r"claimed [1-9]\d* partitions", m.output()) is not None, 60, "the claim", detail=m.output
+        )
         wait_for(caught_up(src, unique, t, n), 120, "the copy to finish", detail=m.output)
         m.stop()
         assert "fenced" in m.output(), m.output()[-3000:]
