@@ -298,6 +298,22 @@ class Assignment:
                 stale[(tp.topic, tp.partition)] = OFFSET_BEGINNING
             elif now is not None:
                 current.add((tp.topic, tp.partition))
+        if stale and self._claims is not None:
+            # exactly_once: where to resume is the progress on the target, not the source
+            # group (whose commit comes after the target's and may be missing): a partition
+            # with progress resumes there, and nothing below it may be deleted.
+            progressed = self._claims.progressed(stale)
+            for key in progressed or ():
+                stale.pop(key)
+                current.add(key)
+            if progressed is None:
+                log.warning(
+                    "flow %s: %d partitions were committed into an earlier incarnation of their target "
+                    "topic, and their progress is unknown: not emptied",
+                    self.flow.name,
+                    len(stale),
+                )
+                return stale, current, read
         if stale:
             log.warning(
                 "flow %s: %d partitions were committed into an earlier incarnation of their target "
@@ -320,7 +336,7 @@ class Assignment:
         self._committer.drop_open(revoked)
         self._drain(revoked)
         try:
-            self._committer.commit(revoked)
+            self._committer.release(revoked)
         except MirrorError as exc:
             log.warning("flow %s: commit on revoke failed: %s", self.flow.name, exc)
         left = sum(part.inflight_records() for part in revoked.values())

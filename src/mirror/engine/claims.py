@@ -10,7 +10,13 @@ worker dies inside its very first transaction.
 
 Where no progress exists yet (the first exactly-once run of a partition) the copy starts at
 the source group's committed offset (a flow switched over from at-least-once keeps the
-duplicates that mode left), else from the beginning (the consumer's reset is earliest).
+duplicates that mode left), else from the beginning (the consumer's reset is earliest). A
+group whose offsets cannot be read fails the claim (retried each commit interval): starting
+at 0 would copy the whole retention again.
+
+A resync (`restart`) drops everything in flight uncounted and claims every partition again
+with a new incarnation: the ones re-mirrored into a recreated target topic at 0, the others
+at their committed progress (never where the consumer or the source group is).
 
 A held worker (fenced, or its producer failed) writes nothing until the group confirms that
 the partitions it holds are still its own (`TransactionalCommitter.confirm`, or a new
@@ -21,17 +27,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from mirror.config import ClusterConfig, FlowConfig
 from mirror.domain.acks import SourcePartition
 from mirror.domain.ledger import Ledger
-from mirror.engine.assignment import AssignedPartition
+from mirror.engine.assignment import AssignedPartition, read_committed
 from mirror.engine.gate import ReadGate
 from mirror.engine.transactions import TransactionalCommitter, TransactionalPool
 from mirror.errors import ClusterUnavailable, MirrorError
-from mirror.kafka import OFFSET_BEGINNING
+from mirror.kafka import OFFSET_BEGINNING, TopicPartition
 from mirror.kafka.progress import Progress, ProgressPending, fence
 from mirror.kafka.settings import TRANSACTION_TIMEOUT_MS
 
@@ -52,6 +58,8 @@ class Claims:
         target: ClusterConfig,
         consumer: Any,
         *,
+        source: ClusterConfig,
+        source_ids: Callable[[list[str]], dict[str, str]],
         ledger: Ledger[AssignedPartition],
         committer: TransactionalCommitter,
         pool: TransactionalPool,
@@ -60,7 +68,13 @@ class Claims:
     ) -> None:
         self.flow, self._target, self._consumer = flow, target, consumer
         self._ledger, self._committer, self._pool, self._gate, self._clock = ledger, committer, pool, gate, clock
+        self._source, self._source_ids = source, source_ids
         self.fenced_ids: list[str] = []  # for the log and the tests
+        # Until a claim of theirs commits: partitions restarted by a resync (claimed at 0,
+        # whatever progress the deleted target topic had), and where `on_assign` said newly
+        # assigned ones start when they have no progress (a claim may fail and be retried).
+        self._restart: set[SourcePartition] = set()
+        self._starts: dict[SourcePartition, int] = {}
 
     def on_assign(
         self,
@@ -73,8 +87,12 @@ class Claims:
         committer = self._committer
         held = committer.held is not None
         todo = list(self._ledger.parts) if held else list(partitions)
+        for tp in partitions:
+            self._restart.discard(tp)
+            self._starts.pop(tp, None)
+        self._starts.update(starts)
         try:
-            start = self._claim(todo, starts, committed)
+            start = self._claim(todo, committed)
         except MirrorError as exc:
             committer.hold(f"claim failed: {exc}", confirm=False)
             return {}
@@ -94,13 +112,37 @@ class Claims:
         if committer.confirming and not committer.confirm():
             return
         try:
-            start = self._claim(list(self._ledger.parts), {}, None)
+            start = self._claim(list(self._ledger.parts), None)
         except MirrorError as exc:
             committer.hold(f"claim failed: {exc}", confirm=False)
             return
         for tp, offset in start.items():
             self._seek(tp, offset)
         self._release()
+
+    def progressed(self, tps: Collection[SourcePartition]) -> set[SourcePartition] | None:
+        """Which of `tps` have a committed progress (None: unknown, the target did not answer).
+        A partition with progress resumes there, so nothing below it may be deleted."""
+        parts = self._ledger.parts
+        targets = {(parts[tp].route.target_topic, tp[1]): tp for tp in tps if tp in parts}
+        try:
+            got = self._committer.group.read(list(targets), min(5.0, self._target.timeout), stable=False)
+        except MirrorError as exc:
+            log.warning("flow %s: could not read the progress (%s)", self.flow.name, exc)
+            return None
+        return {targets[t] for t in got if t in targets}
+
+    def restart(self, reason: str, restarted: Collection[SourcePartition]) -> None:
+        """A resync: drop everything in flight uncounted (the open transaction never commits:
+        the claim fences its writer), and write nothing until every partition is claimed again
+        (`recover`), the `restarted` ones at 0."""
+        committer = self._committer
+        if self._pool.ready() and committer.reports is not None:
+            self._pool.purge(committer.reports.serve)
+        for tp in restarted:
+            committer.progress[tp] = 0
+        self._restart |= set(restarted)
+        committer.hold(reason, confirm=False)
 
     def _release(self) -> None:
         log.info("flow %s: partitions claimed again; writing resumed", self.flow.name)
@@ -109,12 +151,11 @@ class Claims:
     def _claim(
         self,
         tps: Sequence[SourcePartition],
-        starts: Mapping[SourcePartition, int],
         committed: Mapping[SourcePartition, int | None] | None,
     ) -> dict[SourcePartition, int]:
         committer, pool = self._committer, self._pool
         if not pool.ready():
-            pool.renew()
+            pool.incarnate()
             for part in self._ledger:
                 pool.fit(part)
         parts = self._ledger.parts
@@ -128,18 +169,15 @@ class Claims:
             fence(self.flow.target, self._target, writer, timeout)
         self.fenced_ids += writers
         progress = self._read(list(targets), timeout, stable=True)
-        start: dict[SourcePartition, int] = {}
-        for target, tp in targets.items():
-            got = progress.get(target)
-            if got is not None:
-                start[tp] = got.next_offset
-            elif starts.get(tp) == OFFSET_BEGINNING or committed is None or committed.get(tp) is None:
-                start[tp] = 0  # from the beginning: the consumer's reset is earliest
-            else:
-                start[tp] = committed[tp]  # type: ignore[assignment]  # checked just above
+        ids = self._source_ids(sorted({tp[0] for tp in targets.values()}))
+        committer.source_ids.update({tp: ids[tp[0]] for tp in targets.values() if tp[0] in ids})
+        start = self._starts_of(targets, self._same_source(targets, progress), committed)
         committer.held = None
         if not committer.transact(claims=start):
             raise MirrorError("the claim's transaction did not commit")
+        self._restart -= set(start)
+        for tp in start:
+            self._starts.pop(tp, None)
         log.info(
             "flow %s: claimed %d partitions as %s (fenced %s)",
             self.flow.name,
@@ -147,6 +185,62 @@ class Claims:
             pool.writer_id,
             ", ".join(writers) or "nobody",
         )
+        return start
+
+    def _same_source(
+        self, targets: Mapping[tuple[str, int], SourcePartition], progress: Mapping[tuple[str, int], Progress]
+    ) -> dict[tuple[str, int], Progress]:
+        """The progress that counts in the source topic as it is now: progress naming another
+        source topic id was made copying a deleted incarnation, and is taken as none."""
+        ids, out = self._committer.source_ids, {}
+        for target, got in progress.items():
+            tp = targets.get(target)
+            now = ids.get(tp) if tp is not None else None
+            if got.source_id is not None and now is not None and got.source_id != now:
+                log.warning(
+                    "flow %s: %s[%d] was deleted and created again since its progress (%d) was committed; "
+                    "copying it as new",
+                    self.flow.name,
+                    target[0],
+                    target[1],
+                    got.next_offset,
+                )
+                continue
+            out[target] = got
+        return out
+
+    def _starts_of(
+        self,
+        targets: Mapping[tuple[str, int], SourcePartition],
+        progress: Mapping[tuple[str, int], Progress],
+        committed: Mapping[SourcePartition, int | None] | None,
+    ) -> dict[SourcePartition, int]:
+        """Where each claimed partition starts: 0 if a resync restarted it, else its progress;
+        without progress, the source group's offset (read now if `committed` lacks it: a
+        MirrorError if unreadable), or 0 where the group has none or `on_assign` said so."""
+        start: dict[SourcePartition, int] = {}
+        unknown: list[SourcePartition] = []
+        for target, tp in targets.items():
+            got = progress.get(target)
+            if tp in self._restart:
+                start[tp] = 0
+            elif got is not None:
+                start[tp] = got.next_offset
+            elif self._starts.get(tp) == OFFSET_BEGINNING:
+                start[tp] = 0  # from the beginning: the consumer's reset is earliest
+            elif committed is None or tp not in committed:
+                unknown.append(tp)
+            else:
+                offset = committed[tp]
+                start[tp] = 0 if offset is None else offset
+        if unknown:
+            timeout = min(5.0, self._source.timeout)
+            read = read_committed(
+                self._consumer, self.flow, self._source, [TopicPartition(t, p) for t, p in unknown], timeout
+            )
+            for tp in unknown:
+                offset = read.get(tp)
+                start[tp] = 0 if offset is None else offset
         return start
 
     def _read(self, targets: list[tuple[str, int]], timeout: float, *, stable: bool) -> dict[tuple[str, int], Progress]:

@@ -76,6 +76,10 @@ class Committer:
                     consumed[(tp.topic, tp.partition)] = tp.offset
         return Ledger.positions(partitions, consumed)
 
+    def release(self, revoked: Mapping[SourcePartition, AssignedPartition]) -> None:
+        """A revoke: commit what is safe of the `revoked` partitions before they are handed over."""
+        self.commit(revoked)
+
     def commit(self, partitions: Mapping[SourcePartition, AssignedPartition] | None = None) -> None:
         """Commit what is safe of these partitions (all assigned ones by default)."""
         self.emit_acks()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mirror.config import ClusterConfig, FlowConfig
 from mirror.domain.acks import AckListener, SourcePartition
@@ -19,6 +19,9 @@ from mirror.engine.gate import ReadGate
 from mirror.engine.producers import ProducerPool
 from mirror.errors import AuthorizationFailed, MirrorError
 from mirror.kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition, committed_offsets
+
+if TYPE_CHECKING:
+    from mirror.engine.claims import Claims
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,7 @@ class Resync:
         committer: Committer,
         reports: DeliveryReports,
         assignment: Assignment,
+        claims: Claims | None = None,
     ) -> None:
         self.flow, self._source, self._target, self._consumer, self._stop, self._clock = (
             flow,
@@ -64,6 +68,7 @@ class Resync:
         )
         self._ledger, self._listeners, self._admins, self._pool, self._gate = ledger, listeners, admins, pool, gate
         self._fence, self._committer, self._reports, self._assignment = fence, committer, reports, assignment
+        self._claims = claims  # exactly_once: see `_run_exactly_once`
         self.count = 0  # resyncs so far
 
     def run(self, reset: Collection[SourcePartition], emptied: Collection[SourcePartition]) -> None:
@@ -86,6 +91,9 @@ class Resync:
                 self.flow.name,
             )
         self.count += 1
+        if self._claims is not None:
+            self._run_exactly_once(self._claims, reset, emptied)
+            return
         self._committer.emit_acks()
         self._pool.purge(self._reports.serve)
         self._pool.renew()
@@ -112,6 +120,25 @@ class Resync:
         for listener in self._listeners:
             listener.on_reset(self.flow.name, restarted)
         self._assignment.rewind_group(restarted)
+
+    def _run_exactly_once(
+        self, claims: Claims, reset: Collection[SourcePartition], emptied: Collection[SourcePartition]
+    ) -> None:
+        """exactly_once: nothing acknowledged counts before its transaction commits, so
+        everything in flight is dropped uncounted (no offset-map rows, no progress for it)
+        and every partition is claimed again by a new incarnation (`Claims.restart`): the
+        `reset` ones from 0, the others from their committed progress."""
+        claims.restart("resync: re-reading every partition from its committed progress", reset)
+        for tp in reset:
+            self._ledger.assign(tp, self._assignment.new_partition(self._ledger.parts[tp].route))
+        recreated = sorted({self._ledger.parts[tp].route.target_topic for tp in emptied})
+        if recreated and not self._fence.fenced:
+            self._empty(emptied, recreated)
+        restarted = sorted(reset)
+        for listener in self._listeners:
+            listener.on_reset(self.flow.name, restarted)
+        self._assignment.rewind_group(restarted)
+        claims.recover()
 
     def _empty(self, emptied: Collection[SourcePartition], recreated: Sequence[str]) -> None:
         """Created again by someone else before this worker saw it gone: records this

@@ -88,8 +88,9 @@ class TransactionalPool(ProducerPool):
     ) -> None:
         self.writer_id: str | None = None
         self.txn = txn
-        # Called after `renew` (a resync, a revoke's drop): whatever the old producer's
-        # transaction wrote never counts, so the books go back to the committed progress.
+        # Called after `renew` (a revoke's drop, a freeze): whatever the old producer's
+        # transaction wrote never counts, so the books go back to the committed progress and
+        # nothing is written until the partitions are claimed again.
         self.on_renew: Any = None
         super().__init__(flow, target, settings, make_producer)
 
@@ -122,7 +123,10 @@ class TransactionalPool(ProducerPool):
         return part
 
     def renew(self) -> None:
-        """A new incarnation (new id); the old id is fenced, so its open transaction is aborted."""
+        """Outside a claim (the queue dropped, a freeze): the old incarnation is fenced, so its
+        open transaction is aborted, and no new one starts here. Only a claim starts one
+        (`incarnate`): a producer whose id no progress names could not be fenced by the next
+        owner of its partitions."""
         old = self.writer_id
         self._producers.clear()
         self.dead = False
@@ -135,9 +139,17 @@ class TransactionalPool(ProducerPool):
                 # target aborts its transaction after transaction.timeout.ms anyway.
                 log.warning("flow %s: could not fence the retired producer %s: %s", self.flow.name, old, exc)
         self.writer_id = None
-        self.for_topic(None)
         if self.on_renew is not None:
             self.on_renew()
+
+    def incarnate(self) -> None:
+        """A new incarnation (new id), for a claim (`Claims._claim`), which records the id as
+        the writer of every partition it takes before anything is written."""
+        self._producers.clear()
+        self.dead = False
+        self.txn.clear()
+        self.writer_id = None
+        self.for_topic(None)
 
     def retire(self) -> None:
         """Drop the producer without a new one (fenced: wait until the group confirms)."""
@@ -168,13 +180,16 @@ class TransactionalCommitter(Committer):
         self.txn = txn
         self.group = ProgressGroup(flow.target, target, flow.progress_group)
         self.progress: dict[SourcePartition, int] = {}
+        # The id of each claimed partition's source topic, written with its progress (a
+        # recreated source topic's new id tells its old progress apart: `Claims`).
+        self.source_ids: dict[SourcePartition, str] = {}
         self.held: str | None = None  # why nothing is written until the partitions are claimed again
         self.confirming = False  # held, and the group must confirm the partitions first
         self.reports: Any = None  # DeliveryReports, wired after (it needs the committer's pool)
         self.claims: Any = None  # Claims, wired after (it needs the committer)
         self.closing = False
         self.transactions = 0  # committed, for the log and the tests
-        self.pool.on_renew = self.reset
+        self.pool.on_renew = self._renewed
 
     @property
     def pool(self) -> TransactionalPool:
@@ -183,15 +198,21 @@ class TransactionalCommitter(Committer):
     # ------------------------------------------------------------------ the tick
 
     def commit(self, partitions: Mapping[SourcePartition, AssignedPartition] | None = None) -> None:
-        """The tick, a revoke (`partitions` released) and the stop: see `transact`."""
-        self.transact(partitions)
+        """The tick and the stop: one transaction with every held partition's progress (a
+        transaction spans them all, so `partitions` narrows nothing). Releases nothing,
+        unless closing: see `release`."""
+        self.transact()
+
+    def release(self, revoked: Mapping[SourcePartition, AssignedPartition]) -> None:
+        """A revoke: commit, and hand the `revoked` partitions over (progress without a writer id)."""
+        self.transact(revoked)
 
     def transact(
         self,
-        partitions: Mapping[SourcePartition, AssignedPartition] | None = None,
+        release: Mapping[SourcePartition, AssignedPartition] | None = None,
         claims: Mapping[SourcePartition, int] | None = None,
     ) -> bool:
-        """Commit the transaction: every held partition's progress, `partitions` released
+        """Commit the transaction: every held partition's progress, `release` handed over
         (revoked; all of them when closing), `claims` recorded as this writer's. True when
         committed (or nothing needed committing)."""
         if self.held is not None:
@@ -208,16 +229,16 @@ class TransactionalCommitter(Committer):
             self.abort(self.txn.doomed or "a record was refused")
             return False
         parts = self._ledger.parts
-        release = set(parts if self.closing else (partitions or {}))
+        going = set(parts if self.closing else (release or {}))
         moved = self._moved(parts)
-        kept = {tp: pos for tp, pos in moved.items() if tp not in release}
+        kept = {tp: pos for tp, pos in moved.items() if tp not in going}
         kept.update(claims or {})
-        released = {tp: moved.get(tp, self.progress[tp]) for tp in release if tp in parts and tp in self.progress}
+        released = {tp: moved.get(tp, self.progress[tp]) for tp in going if tp in parts and tp in self.progress}
         if not kept and not released and not self._produced(parts):
-            self._commit_source(partitions)
+            self._commit_source(release)
             return True
-        offsets = progress_offsets(self._targets(kept), self.pool.writer_id) + progress_offsets(
-            self._targets(released), None
+        offsets = progress_offsets(self._targets(kept), self.pool.writer_id, self._sources(kept)) + progress_offsets(
+            self._targets(released), None, self._sources(released)
         )
         producer = self.pool.for_topic(None)
         timeout = self._target.timeout
@@ -239,7 +260,7 @@ class TransactionalCommitter(Committer):
             producer.begin_transaction()
         except KafkaException as exc:
             self._failed(TransactionFailed(f"begin a transaction: {exc.args[0].str()}", fenced=True))
-        self._commit_source(partitions)
+        self._commit_source(release)
         return True
 
     def _commit_source(self, partitions: Mapping[SourcePartition, AssignedPartition] | None) -> None:
@@ -253,7 +274,14 @@ class TransactionalCommitter(Committer):
         # A target that cannot take the queue within its timeout is away: the transaction
         # is aborted and copied again from the progress (waiting longer saves nothing).
         wait = min(DRAIN_TIMEOUT, self._target.timeout)
-        producer.flush(wait)
+        try:
+            producer.flush(wait)
+        except Exception as exc:  # noqa: BLE001  # any class: see below
+            # A fenced producer raises from flush, and confluent-kafka runs the delivery
+            # callbacks with that error still pending: it surfaces as a SystemError, or as
+            # whatever the next lookup in a callback fails with (an AttributeError was seen).
+            # Its transaction can never commit: the worker claims again with a new producer.
+            self.txn.doom(f"the producer failed: {exc}", fenced=True)
         self.reports.serve(0)
         for part in self._ledger:
             seg = part.open
@@ -287,6 +315,10 @@ class TransactionalCommitter(Committer):
 
     def _produced(self, parts: Mapping[SourcePartition, AssignedPartition]) -> bool:
         return any(part.batch is not None for part in parts.values())
+
+    def _sources(self, positions: Mapping[SourcePartition, int]) -> dict[tuple[str, int], str]:
+        parts, ids = self._ledger.parts, self.source_ids
+        return {(parts[tp].route.target_topic, tp[1]): ids[tp] for tp in positions if tp in parts and tp in ids}
 
     def _targets(self, positions: Mapping[SourcePartition, int]) -> dict[tuple[str, int], int]:
         parts = self._ledger.parts
@@ -325,6 +357,14 @@ class TransactionalCommitter(Committer):
         self.reset()
         self.pool.retire()
         self.txn.clear()
+
+    def _renewed(self) -> None:
+        """The producer was renewed outside a claim (`TransactionalPool.renew`): drop
+        everything uncounted and claim the partitions again, once the group confirms them."""
+        if self._ledger.parts:
+            self.hold("the producer was renewed", confirm=True)
+        else:
+            self.reset()
 
     def reset(self, *, seek: bool = True) -> None:
         """Drop every partition's state uncounted; seek back to the committed progress."""

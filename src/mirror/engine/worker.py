@@ -280,6 +280,8 @@ class FlowWorker:
                 f,
                 self._target,
                 consumer,
+                source=self._source,
+                source_ids=lambda topics: self.admins.source.topic_ids(topics),
                 ledger=ledger,
                 committer=committer,
                 pool=committer.pool,
@@ -317,6 +319,7 @@ class FlowWorker:
             committer=committer,
             reports=reports,
             assignment=assignment,
+            claims=claims,
         )
         self.watch = TargetWatch(
             self.config,

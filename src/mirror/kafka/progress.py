@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from mirror.config import ClusterConfig
-from mirror.errors import MirrorError
+from mirror.errors import ClusterUnavailable, MirrorError
 from mirror.kafka.clients import client_settings
 from mirror.kafka.errors import raise_for
 from mirror.kafka.offsets import committed_offsets
@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 
 # The metadata of a partition's progress whose writer released it (no one to fence).
 RELEASED = ""
+# Then, in the metadata: the id of the source topic the progress counts in. A source topic
+# deleted and created again has a new id, and progress of the old one means nothing there.
+SOURCE_ID = ";src="
 
 # A target partition: (target topic, partition number; the source partition's number).
 TargetPartition = tuple[str, int]
@@ -61,6 +64,7 @@ class Progress:
 
     next_offset: int
     writer_id: str | None  # None: released, or written by something that did not say
+    source_id: str | None = None  # the source topic's id (None: not said, trusted)
 
 
 class TransactionFailed(MirrorError):
@@ -85,12 +89,26 @@ def new_writer_id(flow: str) -> str:
     return f"mirror.{flow}.{uuid.uuid4().hex[:12]}"
 
 
-def progress_offsets(next_offsets: Mapping[TargetPartition, int], writer_id: str | None) -> list[TopicPartition]:
-    """The offsets a transaction sends to the progress group: next source offset, writer id as metadata."""
+def progress_offsets(
+    next_offsets: Mapping[TargetPartition, int],
+    writer_id: str | None,
+    source_ids: Mapping[TargetPartition, str] | None = None,
+) -> list[TopicPartition]:
+    """The offsets a transaction sends to the progress group: next source offset; as metadata
+    the writer id, and the source topic's id where known (`source_ids`)."""
     meta = writer_id if writer_id is not None else RELEASED
+    ids = source_ids or {}
     return [
-        TopicPartition(topic, partition, offset, metadata=meta) for (topic, partition), offset in next_offsets.items()
+        TopicPartition(topic, partition, offset, metadata=meta + (f"{SOURCE_ID}{ids[tp]}" if tp in ids else ""))
+        for tp, offset in next_offsets.items()
+        for topic, partition in [tp]
     ]
+
+
+def parse_metadata(metadata: str | None) -> tuple[str | None, str | None]:
+    """A progress's metadata as (writer id, source topic id), None where not said."""
+    writer, _, source = (metadata or "").partition(SOURCE_ID)
+    return writer or None, source or None
 
 
 def _parse(tps: Iterable[TopicPartition]) -> dict[TargetPartition, Progress]:
@@ -99,7 +117,7 @@ def _parse(tps: Iterable[TopicPartition]) -> dict[TargetPartition, Progress]:
         if tp.error is not None:
             raise KafkaException(tp.error)
         if tp.offset >= 0:
-            out[(tp.topic, tp.partition)] = Progress(tp.offset, tp.metadata or None)
+            out[(tp.topic, tp.partition)] = Progress(tp.offset, *parse_metadata(tp.metadata))
     return out
 
 
@@ -176,9 +194,15 @@ def fence(cluster_name: str, cluster: ClusterConfig, transactional_id: str, time
     its next transactional call fails with a fatal fenced error."""
     producer = Producer(client_settings(f"{cluster_name}-fence", cluster, transactional_settings(transactional_id)))
     try:
-        producer.init_transactions(timeout)
+        # Bounded as every transactional call (`_bounded`): init_transactions can block past
+        # its timeout too, and a claim waiting on it would hang the worker's loop.
+        _bounded(producer.init_transactions, timeout)
     except KafkaException as exc:
         raise_for(cluster_name, f"fence transactional id {transactional_id!r}", exc, timeout)
+    except TransactionFailed as exc:
+        raise ClusterUnavailable(
+            f"cluster {cluster_name!r}: fence transactional id {transactional_id!r}: {exc}"
+        ) from exc
     finally:
         producer.flush(0)
     log.info("cluster %s: fenced transactional id %s", cluster_name, transactional_id)

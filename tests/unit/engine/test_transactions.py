@@ -14,7 +14,7 @@ import pytest
 
 from mirror.domain.acks import AckBatch
 from mirror.kafka import KafkaError, KafkaException
-from mirror.kafka.progress import Progress
+from mirror.kafka.progress import Progress, parse_metadata
 from tests.unit.engine.fakes import P0, P1, FakeProducer, Target, batch, run
 
 TEXT = """\
@@ -68,7 +68,7 @@ class TxnProducer(FakeProducer):
             for tp, offset in self.written:
                 self.target.stored.setdefault(tp, []).append(offset)
             for o in self.offsets:
-                self.target.progress[(o.topic, o.partition)] = Progress(o.offset, o.metadata or None)
+                self.target.progress[(o.topic, o.partition)] = Progress(o.offset, *parse_metadata(o.metadata))
             self.target.commits += 1
         self.written, self.offsets = [], []
 

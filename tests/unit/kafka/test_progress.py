@@ -7,6 +7,8 @@ import threading
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from mirror.config import ClusterConfig
+from mirror.errors import MirrorError
 from mirror.kafka import progress
 from mirror.kafka.progress import (
     Progress,
@@ -86,3 +88,52 @@ def test_a_call_that_never_returns_abandons_the_producer(monkeypatch):
         assert failed.value.fenced and "abandoned" in str(failed.value)
     finally:
         release.set()
+
+
+def test_a_fence_that_never_returns_fails_within_its_bound(monkeypatch):
+    """fence()'s init_transactions can block past its timeout as the other transactional
+    calls can (librdkafka #5456): the claim calling it must fail, not hang the worker."""
+    monkeypatch.setattr(progress, "HANG_GRACE", 0.05)
+    release = threading.Event()
+
+    class StuckProducer:
+        def __init__(self, settings):
+            self.settings = settings
+
+        def init_transactions(self, timeout):
+            release.wait(30)
+
+        def flush(self, timeout):
+            return 0
+
+    monkeypatch.setattr(progress, "Producer", StuckProducer)
+    cluster = ClusterConfig(bootstrap="127.0.0.1:1")
+    done = threading.Event()
+    outcome: list[BaseException] = []
+
+    def run():
+        try:
+            progress.fence("sf", cluster, "mirror.p.zombie", 0.1)
+        except BaseException as exc:  # noqa: BLE001  # handed to the test's thread
+            outcome.append(exc)
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    try:
+        assert done.wait(5), "fence() still blocked after 5 s"
+        assert outcome and isinstance(outcome[0], MirrorError), outcome
+        assert "mirror.p.zombie" in str(outcome[0])
+    finally:
+        release.set()
+
+
+def test_progress_metadata_names_the_source_topic_and_reads_back():
+    offsets = progress_offsets({("nyc.orders", 0): 7, ("nyc.orders", 1): 3}, "mirror.p.1", {("nyc.orders", 0): "s1"})
+    assert [tp.metadata for tp in offsets] == ["mirror.p.1;src=s1", "mirror.p.1"]
+    released = progress_offsets({("nyc.orders", 0): 7}, None, {("nyc.orders", 0): "s1"})
+    assert _parse(offsets + released) == {
+        ("nyc.orders", 0): Progress(7, None, "s1"),
+        ("nyc.orders", 1): Progress(3, "mirror.p.1", None),
+    }
+    assert progress.parse_metadata("mirror.p.1;src=s1") == ("mirror.p.1", "s1")
+    assert progress.parse_metadata("mirror.p.1") == ("mirror.p.1", None)  # written before the source id
