@@ -817,7 +817,7 @@ def _fails_without(sec: Secured, grant, op: str, run, command: str) -> None:
         f"{where}: {res.returncode} {res.stdout[-1000:]} {res.stderr[-2000:]}"
     )
     assert "User:mirror" in errors[0] and any(f"missing {o} on" in errors[0] for o in {op, *IMPLIES.get(op, ())}), (
-        f"{where}: {errors[0]}"
+        f"{where}: {errors[0]} {res.stderr[-2000:]}"
     )
     assert grant.resource.name.rstrip("-.") in errors[0], f"{where}: {errors[0]}"
 
