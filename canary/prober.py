@@ -30,6 +30,7 @@ from mirror.domain.naming import target_topic
 from mirror.errors import AuthorizationFailed, MirrorError
 from mirror.kafka import Admin, KafkaError, KafkaException, Message, PartitionReader, make_producer, raise_for
 from mirror.kafka.canary_topic import ensure_canary_topic
+from mirror.kafka.errors import AUTHORIZATION, authorization_error, denied_in_fatal
 from mirror.metrics import CanaryMetrics
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,9 @@ class FlowProber:
         self._published = Counts()
         self._source = Admin(flow.source, config.clusters[flow.source])
         self._target = Admin(flow.target, config.clusters[flow.target])
+        # The source refused this producer (a delivery report, or its fatal error): set from
+        # the producer's callbacks, raised by the round instead of a verdict on lost probes.
+        self._refusal: tuple[AuthorizationFailed, bool] | None = None  # (error, fatal: never clears)
         self._producer = make_producer(
             f"{flow.source}-canary-{flow.name}",
             config.clusters[flow.source],
@@ -115,6 +119,7 @@ class FlowProber:
                 "acks": "all",
                 "message.timeout.ms": int(config.canary.max_latency * 1000),
                 "allow.auto.create.topics": False,
+                "error_cb": self._producer_error,
             },
         )
         # A short fetch wait: the broker would otherwise hold an empty fetch up to 500 ms,
@@ -167,7 +172,12 @@ class FlowProber:
         self.partitions = count
 
     def send_round(self, flush_timeout: float | None = None) -> int:
-        """One probe to each partition; returns how many were handed to the producer."""
+        """One probe to each partition; returns how many were handed to the producer.
+
+        Raises AuthorizationFailed when the source refused the probes."""
+        with self._lock:
+            if self._refusal is not None and not self._refusal[1]:
+                self._refusal = None  # a refused topic may be granted again; a dead producer may not
         self.ensure_topic()
         sent = 0
         for partition in range(self.partitions):
@@ -183,17 +193,25 @@ class FlowProber:
                 )
                 sent += 1
             except (BufferError, Exception) as exc:  # noqa: BLE001 - librdkafka queue full or unknown partition
+                # A producer that has the topic's metadata already refuses here, not in a report.
+                err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+                if isinstance(err, KafkaError):
+                    self._producer_error(err)
                 log.warning(
                     "flow %s: cannot send canary probe to %s[%d]: %s", self.flow.name, self.topic, partition, exc
                 )
                 with self._lock:
                     self.ledger.send_failed(probe)
-        self._flush(flush_timeout if flush_timeout is not None else self.config.canary.max_latency)
-        self.publish()
+        try:
+            self._flush(flush_timeout if flush_timeout is not None else self.config.canary.max_latency)
+        finally:
+            self.publish()
         return sent
 
     def _delivered(self, probe: Probe) -> Callable[[KafkaError | None, Message], None]:
         def cb(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None and err.code() in AUTHORIZATION:
+                self._refuse(err, fatal=False)
             with self._lock:
                 if err is None:
                     self.ledger.sent(probe)
@@ -209,6 +227,28 @@ class FlowProber:
                     self.ledger.send_failed(probe)
 
         return cb
+
+    def _producer_error(self, err: KafkaError) -> None:
+        """error_cb: the idempotent producer refused its id (or a request) dies with a fatal
+        error; librdkafka may have wrapped the broker's refusal, so its text is read too."""
+        if err.code() in AUTHORIZATION or (err.fatal() and denied_in_fatal(err) is not None):
+            self._refuse(err, fatal=bool(err.fatal()))
+
+    def _refuse(self, err: KafkaError, *, fatal: bool) -> None:
+        # Write on the canary topic is the only grant this producer needs: it also grants the
+        # idempotence id since Kafka 3.0 (KIP-679; IdempotentWrite on the cluster before).
+        refusal = authorization_error(
+            self.flow.source, err, f"produce probes to {self.topic!r}", ("Write", "topic", self.topic)
+        )
+        with self._lock:
+            if self._refusal is None or (fatal and not self._refusal[1]):
+                self._refusal = (refusal, fatal)
+
+    def _raise_if_refused(self) -> None:
+        with self._lock:
+            refusal = self._refusal
+        if refusal is not None:
+            raise refusal[0]
 
     # -- target side
     def attach(self) -> bool:
@@ -306,10 +346,15 @@ class FlowProber:
         deadline = time.monotonic() + self.config.canary.max_latency
         while time.monotonic() < deadline and not (stop and stop.is_set()):
             self.poll(timeout=0.25)
+            self._producer.poll(0)  # serve reports still due, so a refusal ends the round now
+            self._raise_if_refused()
             with self._lock:
                 latencies += self.ledger.drain_latencies()
                 if self.ledger.outstanding == 0:
                     break
+        # Every report the producer has (a refusal arriving at the deadline too) before the
+        # verdict: a probe the source refused is a missing grant, never a lost probe.
+        self._flush(0)
         with self._lock:
             self.ledger.expire(force=True)
             latencies += self.ledger.drain_latencies()
@@ -329,21 +374,27 @@ class FlowProber:
         if self._reader.assigned:
             self.poll(timeout=0.5)  # nothing of this run exists yet; starts the fetchers
 
-    def close(self) -> None:
+    def close(self, *, refused: bool = True) -> None:
+        """Flush and close; `refused`: raise a refusal the producer reported (one coming in
+        this last flush too), as `mirror canary once` does, not a daemon that logged it."""
         try:
-            self._flush(5)
+            self._flush(5, refused=refused)
         finally:
             self._reader.close()
 
-    def _flush(self, timeout: float) -> None:
-        """The producer's flush; a fatal producer error (a refused grant) as the project's exception."""
+    def _flush(self, timeout: float, *, refused: bool = True) -> None:
+        """The producer's flush; a refused grant (reported by a callback it served, or raised
+        as a fatal producer error) as the project's exception."""
         try:
             self._producer.flush(timeout)
         except KafkaException as exc:
             # CLUSTER_AUTHORIZATION_FAILED is the idempotent producer refused its id: since
             # Kafka 3.0 (KIP-679) Write on the topic is what grants it (IdempotentWrite on the
             # cluster only on older brokers), and Write on the canary topic is what `mirror acls` lists.
+            self._raise_if_refused()
             raise_for(self.flow.source, f"produce probes to {self.topic!r}", exc, acl=("Write", "topic", self.topic))
+        if refused:
+            self._raise_if_refused()
 
 
 class Prober:
@@ -408,4 +459,4 @@ class Prober:
             for t in readers:
                 t.join(timeout=5)
             for p in self.probers:
-                p.close()
+                p.close(refused=False)

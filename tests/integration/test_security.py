@@ -817,7 +817,7 @@ def _fails_without(sec: Secured, grant, op: str, run, command: str) -> None:
         f"{where}: {res.returncode} {res.stdout[-1000:]} {res.stderr[-2000:]}"
     )
     assert "User:mirror" in errors[0] and any(f"missing {o} on" in errors[0] for o in {op, *IMPLIES.get(op, ())}), (
-        f"{where}: {errors[0]}"
+        f"{where}: {errors[0]} {res.stderr[-2000:]}"
     )
     assert grant.resource.name.rstrip("-.") in errors[0], f"{where}: {errors[0]}"
 
@@ -1034,6 +1034,15 @@ def test_canary_without_one_grant(secured, tmp_path):
             if op == "Create":
                 secured.dev.admin("ssrc").delete_topics([f"canary-{u}"])
             _fails_without(secured, g, op, lambda: _mirror(*once, timeout=90), "canary")
+        # Write on some other topic of the source (as other flows' grants give) lets the
+        # producer have its idempotence id (KIP-679): the probes themselves are refused then.
+        other = ("topic", f"other-{u}", "literal")
+        secured.dev.admin("ssrc").create_acls("User:mirror", {other: ["Write"]})
+        try:
+            write = next(g for g, op in grants if op == "Write")
+            _fails_without(secured, write, "Write", lambda: _mirror(*once, timeout=90), "canary")
+        finally:
+            secured.dev.admin("ssrc").delete_acls("User:mirror", {other: ["Write"]})
     finally:
         mirror.stop()
 
