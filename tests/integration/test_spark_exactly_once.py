@@ -27,7 +27,14 @@ from tests.integration.test_spark import (
     flow_yaml,
     load_data,
 )
-from tests.support.kafkautil import create_topic, end_offsets, read_partition, read_topic, wait_for
+from tests.support.kafkautil import (
+    create_topic,
+    end_offsets,
+    read_partition,
+    read_topic,
+    wait_for,
+    wait_settled,
+)
 from tests.support.mirrorproc import children
 
 pytestmark = pytest.mark.slow
@@ -72,6 +79,7 @@ def test_a_second_attempt_fences_the_first_and_the_target_holds_each_record_once
         list(mirror_exactly_once(plan, first_attempt()))
     (result,) = second
     assert (result.produced, result.skipped, result.next_offset, result.placed) == (300, 0, 300, True)
+    wait_settled(dst, f"src.{topic}", 1)  # the commit's marker written (the first's abort's too)
     copies = read_partition(dst, f"src.{topic}", 0)
     assert [int(c.provenance()["offset"]) for c in copies] == list(range(300))
     assert [c.value for c in copies] == [r[5] for r in rows]
