@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from tests.integration.test_spark import (
 from tests.support.kafkautil import (
     create_topic,
     end_offsets,
+    producer,
     read_partition,
     read_topic,
     wait_for,
@@ -129,6 +131,34 @@ def test_local_mode_mirrors_a_transactional_source_exactly_and_resumes_from_the_
     ]
 
 
+class Feeder:
+    """Produces records to a source topic's partitions in a thread, a few hundred at a time,
+    until the `with` block ends (bounded: at most `limit` records)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int = 3, limit: int = 200_000) -> None:
+        self.bootstrap, self.topic, self.partitions, self.limit = bootstrap, topic, partitions, limit
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._feed, daemon=True)
+
+    def _feed(self) -> None:
+        p = producer(self.bootstrap)
+        n = 0
+        while n < self.limit and not self.stop.wait(0.2):
+            for _ in range(300):
+                p.produce(self.topic, value=b"fed-%d" % n, key=b"%d" % n, partition=n % self.partitions)
+                n += 1
+            p.poll(0)
+        assert p.flush(60) == 0
+
+    def __enter__(self) -> Feeder:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(90)
+
+
 def executors(home: Path, master: str) -> list[int]:
     """The executor JVMs of the session's standalone workers (the workers' children)."""
     from mirror.devenv.spark import SparkDev
@@ -181,11 +211,15 @@ def test_an_executor_killed_mid_batch_then_the_driver_killed_and_restarted_lose_
         wait_for(
             lambda: committed() > kills[0][1], 300, "a batch committed after the executor was lost", detail=run.output
         )
-        wait_for(open_transaction, 300, "a transaction open again", interval=0.05, detail=run.output)
-        run.kill()
+        # The run may have copied the whole source by now: more source records keep it
+        # opening transactions until the driver is killed in one.
+        with Feeder(src, plain):
+            wait_for(open_transaction, 300, "a transaction open again", interval=0.05, detail=run.output)
+            run.kill()
         kills.append(("driver", committed()))
     finally:
         run.close()
+    total_plain = sum(end_offsets(src, plain, 3).values())
     assert kills[-1][1] < total_plain, "the run finished before the driver could be killed mid-batch"
     again = SparkRun(config, flow, "--master", master, "--until-caught-up")
     try:
