@@ -132,7 +132,7 @@ def test_local_mode_mirrors_a_transactional_source_exactly_and_resumes_from_the_
 
 
 class Feeder:
-    """Produces records to a source topic's partitions in a thread, a few hundred at a time,
+    """Produces records to a source topic's partitions in a thread, a hundred every 0.2s,
     until the `with` block ends (bounded: at most `limit` records)."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int = 3, limit: int = 200_000) -> None:
@@ -144,7 +144,7 @@ class Feeder:
         p = producer(self.bootstrap)
         n = 0
         while n < self.limit and not self.stop.wait(0.2):
-            for _ in range(300):
+            for _ in range(100):
                 p.produce(self.topic, value=b"fed-%d" % n, key=b"%d" % n, partition=n % self.partitions)
                 n += 1
             p.poll(0)
