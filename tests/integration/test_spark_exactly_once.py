@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,15 @@ from tests.integration.test_spark import (
     flow_yaml,
     load_data,
 )
-from tests.support.kafkautil import create_topic, end_offsets, read_partition, read_topic, wait_for
+from tests.support.kafkautil import (
+    create_topic,
+    end_offsets,
+    producer,
+    read_partition,
+    read_topic,
+    wait_for,
+    wait_settled,
+)
 from tests.support.mirrorproc import children
 
 pytestmark = pytest.mark.slow
@@ -72,6 +81,7 @@ def test_a_second_attempt_fences_the_first_and_the_target_holds_each_record_once
         list(mirror_exactly_once(plan, first_attempt()))
     (result,) = second
     assert (result.produced, result.skipped, result.next_offset, result.placed) == (300, 0, 300, True)
+    wait_settled(dst, f"src.{topic}", 1)  # the commit's marker written (the first's abort's too)
     copies = read_partition(dst, f"src.{topic}", 0)
     assert [int(c.provenance()["offset"]) for c in copies] == list(range(300))
     assert [c.value for c in copies] == [r[5] for r in rows]
@@ -119,6 +129,34 @@ def test_local_mode_mirrors_a_transactional_source_exactly_and_resumes_from_the_
     assert [[r.content() for r in copies[p]] for p in range(3)] == [
         [r.content() for r in source[plain][p]] for p in range(3)
     ]
+
+
+class Feeder:
+    """Produces records to a source topic's partitions in a thread, a hundred every 0.2s,
+    until the `with` block ends (bounded: at most `limit` records)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int = 3, limit: int = 200_000) -> None:
+        self.bootstrap, self.topic, self.partitions, self.limit = bootstrap, topic, partitions, limit
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._feed, daemon=True)
+
+    def _feed(self) -> None:
+        p = producer(self.bootstrap)
+        n = 0
+        while n < self.limit and not self.stop.wait(0.2):
+            for _ in range(100):
+                p.produce(self.topic, value=b"fed-%d" % n, key=b"%d" % n, partition=n % self.partitions)
+                n += 1
+            p.poll(0)
+        assert p.flush(60) == 0
+
+    def __enter__(self) -> Feeder:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(90)
 
 
 def executors(home: Path, master: str) -> list[int]:
@@ -173,11 +211,15 @@ def test_an_executor_killed_mid_batch_then_the_driver_killed_and_restarted_lose_
         wait_for(
             lambda: committed() > kills[0][1], 300, "a batch committed after the executor was lost", detail=run.output
         )
-        wait_for(open_transaction, 300, "a transaction open again", interval=0.05, detail=run.output)
-        run.kill()
+        # The run may have copied the whole source by now: more source records keep it
+        # opening transactions until the driver is killed in one.
+        with Feeder(src, plain):
+            wait_for(open_transaction, 300, "a transaction open again", interval=0.05, detail=run.output)
+            run.kill()
         kills.append(("driver", committed()))
     finally:
         run.close()
+    total_plain = sum(end_offsets(src, plain, 3).values())
     assert kills[-1][1] < total_plain, "the run finished before the driver could be killed mid-batch"
     again = SparkRun(config, flow, "--master", master, "--until-caught-up")
     try:

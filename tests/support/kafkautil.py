@@ -66,6 +66,19 @@ def end_offsets(bootstrap: str, topic: str, partitions: int, *, committed: bool 
         c.close()
 
 
+def wait_settled(bootstrap: str, topic: str, partitions: int, timeout: float = 60) -> None:
+    """Wait until no transaction is open on `topic`: its last stable offsets at its log ends.
+
+    A commit returns once the coordinator has logged it; the markers reach the partitions a
+    little later, and until then a read_committed read ends at the first open transaction's
+    first record (a loaded machine: the copies of a just-committed transaction not read)."""
+    wait_for(
+        lambda: end_offsets(bootstrap, topic, partitions) == end_offsets(bootstrap, topic, partitions, committed=False),
+        timeout,
+        f"the transactions on {topic} to settle (last stable offsets at the log ends)",
+    )
+
+
 def read_partition(
     bootstrap: str, topic: str, partition: int, *, timeout: float = 60, settings: dict | None = None
 ) -> list[Rec]:
