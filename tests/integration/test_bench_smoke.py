@@ -78,13 +78,19 @@ def test_quick_bench_writes_a_complete_result(tmp_path: Path) -> None:
     assert nostore.get("reason") or nostore["ok_runs"] == res["params"]["reps"]
 
     lat = {r["key"]: r for r in res["latency"]}
-    assert set(lat) == {"mirror", "mm2", "ceiling"}
+    assert set(lat) == {"mirror", "mirror-eos", "mm2", "ceiling"}
     for key, row in lat.items():
         assert row["ok_runs"] == res["params"]["latency_reps"], (key, row["runs"])
         for field in LATENCY_FIELDS:
             assert row[field] is not None and row[field]["median"] >= 0, (key, field)
 
-    for name in ("mirror/mm2", "mirror/ceiling", "mirror/mm2 p99 latency"):
+    for name in (
+        "mirror/mm2",
+        "mirror/ceiling",
+        "mirror/mm2 p99 latency",
+        "mirror-eos/mirror",
+        "mirror-eos - mirror p99 latency (ms)",
+    ):
         assert res["ratios"][name] is not None, name
     assert [t["target"] for t in res["targets"]]
     assert res["complete"] is True
