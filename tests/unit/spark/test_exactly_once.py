@@ -13,7 +13,7 @@ import pytest
 import mirror.spark.exactly_once as eos
 import mirror.spark.task as task
 from mirror.domain.topics import TopicMapping
-from mirror.kafka.progress import Progress, ProgressPending
+from mirror.kafka.progress import Progress, ProgressPending, parse_metadata
 from mirror.spark.exactly_once import mirror_exactly_once, with_progress, writer_id
 from mirror.spark.task import TaskPlan
 from tests.unit.spark.fakes import Delivered, task_plan
@@ -62,7 +62,7 @@ def install(monkeypatch: pytest.MonkeyPatch, target: Target) -> None:
             return 0
 
         def send_offsets_to_transaction(self, offsets: Any, _meta: Any, _t: float) -> None:
-            self.staged = {(tp.topic, tp.partition): Progress(tp.offset, tp.metadata) for tp in offsets}
+            self.staged = {(tp.topic, tp.partition): Progress(tp.offset, *parse_metadata(tp.metadata)) for tp in offsets}
 
         def commit_transaction(self, _t: float) -> None:
             target.log.append("marker")  # a commit marker takes an offset
@@ -81,6 +81,9 @@ def install(monkeypatch: pytest.MonkeyPatch, target: Target) -> None:
 
         def metadata(self) -> str:
             return "group-metadata"
+
+        def close(self) -> None:
+            pass
 
         def read(self, parts: Any, _timeout: float, *, stable: bool = True) -> dict[tuple[str, int], Progress]:
             if stable and target.pending_writer is not None:
@@ -196,3 +199,47 @@ def test_the_query_starts_from_the_targets_progress_and_from_the_group_where_the
         ("a", 1): (7, None),
         ("b", 0): (4, None),
     }
+
+
+def test_progress_of_a_deleted_source_incarnation_counts_as_none_and_the_commit_names_the_topic_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The source topic was deleted and created again while the flow was stopped, and refilled
+    past the old progress (60, named with the old topic's id): the task writes the slice whole
+    (the new topic's records below 60 were never copied), and its commit names the new id."""
+    target = Target()
+    install(monkeypatch, target)
+    target.progress[(TARGET, 0)] = Progress(60, writer_id("f", TOPIC, 0), "old-id")
+    p = replace(plan(), source_ids={TOPIC: "new-id"}, source_ends={(TOPIC, 0): 100})
+    result = run(p, rows(range(0, 100)))
+    assert (result.produced, result.skipped) == (100, 0)
+    assert target.progress[(TARGET, 0)] == Progress(100, writer_id("f", TOPIC, 0), "new-id")
+    assert (run(p, rows(range(0, 100))).produced, run(p, rows(range(100, 120))).produced) == (0, 20)
+    # Progress naming no source id (written before ids were, or by a reset) still counts.
+    target.progress[(TARGET, 0)] = Progress(110, None)
+    assert run(p, rows(range(100, 120))).produced == 10
+
+
+def test_a_query_starts_a_source_incarnation_whose_progress_names_another_id_from_the_beginning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Stopped, the flow's source topic x was deleted and created again (id S2) and refilled
+    past the progress the old one (S1) left on the target (600); Kafka dropped the group's
+    offsets of the deleted topic. The query must start x from the beginning with the old
+    incarnation's rows dropped and its progress reset, not at 600."""
+    from tests.unit.spark.test_starts import FakeSource, FakeTarget, Job, _config
+
+    target = Target()
+    install(monkeypatch, target)
+    target.progress[("a.x", 0)] = Progress(600, writer_id("one", "x", 0), "S1")
+    target.progress[("a.x", 1)] = Progress(30, writer_id("one", "x", 1))  # no id: trusted
+    source = FakeSource({}, high=950)
+    source.ids["x"] = "S2"
+    job = Job(source, FakeTarget({"a.x": "T1"}))
+    reset: dict[tuple[str, int], int] = {}
+    admin = type("Admin", (), {"alter_group_offsets": lambda _s, _g, offsets, **_k: reset.update(offsets)})()
+    config = _config()
+    job.starts.progress = eos.ProgressStarts(config.flow("one"), config.clusters["b"], admin)
+    starts = job.start(2)
+    assert starts.offsets == {"x": {"0": -2, "1": 30}}
+    assert job.recorder.reset == [("x", 0)] and reset == {("a.x", 0): 0}
