@@ -62,7 +62,9 @@ def install(monkeypatch: pytest.MonkeyPatch, target: Target) -> None:
             return 0
 
         def send_offsets_to_transaction(self, offsets: Any, _meta: Any, _t: float) -> None:
-            self.staged = {(tp.topic, tp.partition): Progress(tp.offset, *parse_metadata(tp.metadata)) for tp in offsets}
+            self.staged = {
+                (tp.topic, tp.partition): Progress(tp.offset, *parse_metadata(tp.metadata)) for tp in offsets
+            }
 
         def commit_transaction(self, _t: float) -> None:
             target.log.append("marker")  # a commit marker takes an offset
@@ -210,7 +212,7 @@ def test_progress_of_a_deleted_source_incarnation_counts_as_none_and_the_commit_
     target = Target()
     install(monkeypatch, target)
     target.progress[(TARGET, 0)] = Progress(60, writer_id("f", TOPIC, 0), "old-id")
-    p = replace(plan(), source_ids={TOPIC: "new-id"}, source_ends={(TOPIC, 0): 100})
+    p = replace(plan(), source_ids={TOPIC: "new-id"}, source_ends={(TOPIC, 0): 120})
     result = run(p, rows(range(0, 100)))
     assert (result.produced, result.skipped) == (100, 0)
     assert target.progress[(TARGET, 0)] == Progress(100, writer_id("f", TOPIC, 0), "new-id")
@@ -232,7 +234,7 @@ def test_a_query_starts_a_source_incarnation_whose_progress_names_another_id_fro
     target = Target()
     install(monkeypatch, target)
     target.progress[("a.x", 0)] = Progress(600, writer_id("one", "x", 0), "S1")
-    target.progress[("a.x", 1)] = Progress(30, writer_id("one", "x", 1))  # no id: trusted
+    target.progress[("a.x", 1)] = Progress(500, writer_id("one", "x", 1), "S1")
     source = FakeSource({}, high=950)
     source.ids["x"] = "S2"
     job = Job(source, FakeTarget({"a.x": "T1"}))
@@ -241,5 +243,11 @@ def test_a_query_starts_a_source_incarnation_whose_progress_names_another_id_fro
     config = _config()
     job.starts.progress = eos.ProgressStarts(config.flow("one"), config.clusters["b"], admin)
     starts = job.start(2)
-    assert starts.offsets == {"x": {"0": -2, "1": 30}}
-    assert job.recorder.reset == [("x", 0)] and reset == {("a.x", 0): 0}
+    assert starts.offsets == {"x": {"0": -2, "1": -2}}
+    assert job.recorder.reset == [("x", 0), ("x", 1)] and reset == {("a.x", 0): 0, ("a.x", 1): 0}
+    # Progress naming the topic's id now, or none, says where the next query starts.
+    target.progress[("a.x", 0)] = Progress(40, writer_id("one", "x", 0), "S2")
+    target.progress[("a.x", 1)] = Progress(30, None)
+    again = Job(source, FakeTarget({"a.x": "T1"}))
+    again.starts.progress = job.starts.progress
+    assert again.start(2).offsets == {"x": {"0": 40, "1": 30}} and not again.recorder.reset
