@@ -13,6 +13,7 @@ import pytest
 import mirror.spark.exactly_once as eos
 import mirror.spark.task as task
 from mirror.domain.topics import TopicMapping
+from mirror.errors import ClusterUnavailable
 from mirror.kafka.progress import Progress, ProgressPending, parse_metadata
 from mirror.spark.exactly_once import mirror_exactly_once, with_progress, writer_id
 from mirror.spark.task import TaskPlan
@@ -29,6 +30,7 @@ class Target:
     progress: dict[tuple[str, int], Progress] = field(default_factory=dict)
     transactions: int = 0
     pending_writer: str | None = None  # another writer's transaction open on the progress
+    unavailable: int = 0  # reads answered "coordinator not ready" before one succeeds
 
     def committed_records(self) -> list[Any]:
         return [r for r in self.log if r not in ("marker", "aborted")]
@@ -88,6 +90,9 @@ def install(monkeypatch: pytest.MonkeyPatch, target: Target) -> None:
             pass
 
         def read(self, parts: Any, _timeout: float, *, stable: bool = True) -> dict[tuple[str, int], Progress]:
+            if target.unavailable > 0:
+                target.unavailable -= 1
+                raise ClusterUnavailable("cluster 'dst' could not read the progress: Broker: Not coordinator")
             if stable and target.pending_writer is not None:
                 raise ProgressPending("an open transaction's offsets")
             return {tp: target.progress[tp] for tp in parts if tp in target.progress}
@@ -251,3 +256,18 @@ def test_a_query_starts_a_source_incarnation_whose_progress_names_another_id_fro
     again = Job(source, FakeTarget({"a.x": "T1"}))
     again.starts.progress = job.starts.progress
     assert again.start(2).offsets == {"x": {"0": 40, "1": 30}} and not again.recorder.reset
+
+
+def test_the_driver_waits_for_the_progress_groups_coordinator_as_the_task_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first exactly-once run on a fresh target: the progress group's coordinator is not
+    ready for a moment (NOT_COORDINATOR). The query's start reads the progress again until
+    the target's timeout, as a task does, instead of failing the run."""
+    target = Target(unavailable=2)
+    install(monkeypatch, target)
+    monkeypatch.setattr(eos, "RETRY_BACKOFF", 0.001)
+    target.progress[(TARGET, 0)] = Progress(25, writer_id("f", TOPIC, 0))
+    starts = eos.ProgressStarts(plan().flow, plan().target, admin=None)
+    committed, others = starts.committed({}, [TopicMapping(TOPIC, TARGET, 1)], {})
+    assert (committed, others, target.unavailable) == ({(TOPIC, 0): (25, None)}, set(), 0)
+    target.unavailable = 2
+    assert run(plan(), rows(range(0, 40))).produced == 15
