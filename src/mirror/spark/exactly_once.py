@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
-from typing import Any
+from typing import Any, TypeVar
 
 from mirror.config import ClusterConfig, FlowConfig
 from mirror.domain.route import Route
@@ -52,6 +52,7 @@ from mirror.spark.task import Sent, SourceRow, TaskPlan, TaskResult, cached, del
 log = logging.getLogger(__name__)
 
 Partition = tuple[str, int]
+T = TypeVar("T")
 
 RETRY_BACKOFF = 0.2  # between two reads of the progress while its coordinator is not ready
 ABORT_TIMEOUT = 5.0  # a failed attempt's abort is a courtesy: the next attempt's init aborts it anyway
@@ -103,7 +104,7 @@ class TaskTransaction:
         fenced: set[str] = set()
         while True:
             try:
-                return self._progress.read([self.partition], max(0.1, deadline - time.monotonic())).get(self.partition)
+                return _patient(lambda t: self._progress.read([self.partition], t).get(self.partition), deadline)
             except ProgressPending:
                 last = self._progress.read([self.partition], self.timeout, stable=False).get(self.partition)
                 writer = last.writer_id if last is not None else None
@@ -111,12 +112,6 @@ class TaskTransaction:
                     raise
                 fence(self.cluster_name, self.cluster, writer, self.timeout)
                 fenced.add(writer)
-            except ClusterUnavailable:
-                # The group's coordinator not ready (a new group, a broker restarting): not
-                # worth a Spark task attempt while the time lasts.
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(RETRY_BACKOFF)
 
     def begin(self) -> None:
         transact(f"{self.id}: begin a transaction", lambda _t: self.producer.begin_transaction(), self.timeout)
@@ -203,6 +198,19 @@ def mirror_exactly_once(plan: TaskPlan, chunks: Iterable[Sequence[SourceRow]]) -
     result.placed = not rows.skipped and pairs is not None
     result.syncs = delta_changes(pairs or []) if result.placed else []
     yield result
+
+
+def _patient(read: Callable[[float], T], deadline: float) -> T:
+    """`read(remaining time)`, again while the group's coordinator is not ready
+    (ClusterUnavailable: a new group, a broker restarting) and `deadline` is not past: not
+    worth a failed task attempt, nor a failed run."""
+    while True:
+        try:
+            return read(max(0.1, deadline - time.monotonic()))
+        except ClusterUnavailable:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(RETRY_BACKOFF)
 
 
 def _root_cause(exc: BaseException) -> BaseException:
@@ -354,7 +362,7 @@ class ProgressStarts:
         parts = [(m.target, p) for m in mappings for p in range(m.partitions)]
         group = ProgressGroup(self.flow.target, self.target, self.flow.progress_group)
         try:
-            progress = group.read(parts, self.target.timeout, stable=False)
+            progress = _patient(lambda t: group.read(parts, t, stable=False), time.monotonic() + self.target.timeout)
         finally:
             group.close()
         others = {
