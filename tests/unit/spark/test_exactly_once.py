@@ -13,8 +13,8 @@ import pytest
 import mirror.spark.exactly_once as eos
 import mirror.spark.task as task
 from mirror.domain.topics import TopicMapping
-from mirror.errors import ClusterUnavailable
-from mirror.kafka.progress import Progress, ProgressPending, parse_metadata
+from mirror.errors import ClusterUnavailable, MirrorError
+from mirror.kafka.progress import Progress, ProgressPending, TransactionFailed, parse_metadata
 from mirror.spark.exactly_once import mirror_exactly_once, with_progress, writer_id
 from mirror.spark.task import TaskPlan
 from tests.unit.spark.fakes import Delivered, task_plan
@@ -31,6 +31,7 @@ class Target:
     transactions: int = 0
     pending_writer: str | None = None  # another writer's transaction open on the progress
     unavailable: int = 0  # reads answered "coordinator not ready" before one succeeds
+    epochs: dict[str, int] = field(default_factory=dict)  # transactional.id -> its epoch (bumped by a fence)
 
     def committed_records(self) -> list[Any]:
         return [r for r in self.log if r not in ("marker", "aborted")]
@@ -44,7 +45,7 @@ def install(monkeypatch: pytest.MonkeyPatch, target: Target) -> None:
             self.staged: dict[tuple[str, int], Progress] = {}
 
         def init_transactions(self, _t: float) -> None:
-            pass
+            self.epoch = target.epochs[self.id] = target.epochs.get(self.id, 0) + 1
 
         def begin_transaction(self) -> None:
             self.staged = {}
@@ -69,6 +70,8 @@ def install(monkeypatch: pytest.MonkeyPatch, target: Target) -> None:
             }
 
         def commit_transaction(self, _t: float) -> None:
+            if target.epochs[self.id] != self.epoch:
+                raise TransactionFailed("fenced: another producer took the id's epoch", fenced=True)
             target.log.append("marker")  # a commit marker takes an offset
             target.progress.update(self.staged)
             target.transactions += 1
@@ -98,6 +101,7 @@ def install(monkeypatch: pytest.MonkeyPatch, target: Target) -> None:
             return {tp: target.progress[tp] for tp in parts if tp in target.progress}
 
     def fake_fence(_name: str, _cluster: Any, writer: str, _timeout: float) -> None:
+        target.epochs[writer] = target.epochs.get(writer, 0) + 1
         if writer == target.pending_writer:
             target.pending_writer = None  # its open transaction aborted
 
@@ -271,3 +275,28 @@ def test_the_driver_waits_for_the_progress_groups_coordinator_as_the_task_does(m
     assert (committed, others, target.unavailable) == ({(TOPIC, 0): (25, None)}, set(), 0)
     target.unavailable = 2
     assert run(plan(), rows(range(0, 40))).produced == 15
+
+
+def test_a_progress_reset_fences_the_attempts_left_over_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query starting a partition from the beginning sets its progress to 0. An attempt left
+    over from before (an executor of a killed driver, its transaction open) must not commit
+    after that: the new query's tasks would take its progress as theirs and skip the records
+    below its slice."""
+    target = Target()
+    install(monkeypatch, target)
+
+    class Admin:
+        def alter_group_offsets(self, _group: str, offsets: dict[tuple[str, int], int], **_k: Any) -> None:
+            target.progress.update({tp: Progress(o, None) for tp, o in offsets.items()})
+
+    starts = eos.ProgressStarts(plan().flow, plan().target, Admin())
+
+    def leftover() -> Any:
+        yield rows(range(50, 100))
+        starts.reset([TopicMapping(TOPIC, TARGET, 1)], [(TOPIC, 0)])
+        yield rows(range(100, 150))
+
+    with pytest.raises(MirrorError):
+        list(mirror_exactly_once(plan(), leftover()))
+    assert target.progress[(TARGET, 0)] == Progress(0, None)
+    assert run(plan(), rows(range(0, 150))).produced == 150
