@@ -376,11 +376,17 @@ class ProgressStarts:
     def reset(self, mappings: list[TopicMapping], partitions: Iterable[Partition]) -> None:
         """The progress of source `partitions` mirrored again from the beginning (a recreated
         topic) back to 0: a task skips the records below the progress, and the old one names
-        an earlier incarnation's offsets."""
+        an earlier incarnation's offsets.
+
+        Every attempt of their tasks is fenced first: one left over from before (an executor
+        of a killed driver, its transaction open) could otherwise commit its progress after
+        the reset, and this query's tasks would skip the records below its slice."""
         targets = {m.source: m.target for m in mappings}
-        offsets = {(targets[s], p): 0 for s, p in partitions if s in targets}
-        if offsets:
-            self.admin.alter_group_offsets(self.flow.progress_group, offsets)
+        reset = [(s, p) for s, p in partitions if s in targets]
+        for s, p in reset:
+            fence(self.flow.target, self.target, writer_id(self.flow.name, s, p), self.target.timeout)
+        if reset:
+            self.admin.alter_group_offsets(self.flow.progress_group, {(targets[s], p): 0 for s, p in reset})
 
 
 __all__ = [
