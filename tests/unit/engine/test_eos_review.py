@@ -73,10 +73,16 @@ def test_resync_does_not_lose_the_open_transaction(monkeypatch: pytest.MonkeyPat
         holder["worker"].watch._resync.run(set(), set())
         return []
 
-    worker, consumer, target = make_eos(monkeypatch, [read(P0, 10), resync, read(P0, 20)], text=SLOW)
+    target = TxnTarget()
+    rows = Rows(target)  # and no offset-map row for a record of the aborted transaction
+    worker, consumer, target = make_eos(
+        monkeypatch, [read(P0, 10), resync, read(P0, 20)], target=target, text=SLOW, listeners=(rows,)
+    )
     holder["worker"] = worker
     worker.run()
     exactly_once(target, P0, 20)
+    assert not rows.early, rows.early
+    assert (rows.offsets[0], worker.records_acked) == (list(range(20)), 20)
 
 
 def test_resync_keeps_its_partitions_claimed(monkeypatch: pytest.MonkeyPatch) -> None:
