@@ -7,12 +7,12 @@ the target would read: every source record once, in order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from mirror.domain.acks import AckBatch
+from mirror.domain.acks import AckBatch, AckListener
 from mirror.kafka import KafkaError, KafkaException, TopicPartition
 from mirror.kafka.progress import Progress
 from tests.unit.engine.eos_fakes import EOS_TEXT, FENCED, Entry, StartingConsumer, TxnTarget, make_eos
@@ -345,7 +345,7 @@ def test_a_fenced_flush_failing_with_any_error_claims_again(monkeypatch: pytest.
     exactly_once(target, P0, 20)
 
 
-class Rows:
+class Rows(AckListener):
     """The offset map's place among the listeners: what it is handed, and whether each batch's
     records were visible on the target (their transaction committed) when it was."""
 
@@ -360,15 +360,6 @@ class Rows:
             if not set(range(b.first_offset, b.next_offset)) <= visible:
                 self.early.append(f"{b.partition}: {b.first_offset}-{b.next_offset} before its commit")
             self.offsets.setdefault(b.partition, []).extend(range(b.first_offset, b.next_offset))
-
-    def before_commit(self, flow: str, positions: Mapping[tuple[str, int], int]) -> None:
-        pass
-
-    def on_reset(self, flow: str, partitions: Sequence[tuple[str, int]]) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.mark.parametrize("committed", [True, False], ids=["committed", "aborted"])
