@@ -80,6 +80,12 @@ class Spec:
     exits_when_done: bool = True  # False: the harness watches the target and stops it
     opt_in: bool = False  # a diagnostic row, run only when named in --only
 
+    @property
+    def transactional(self) -> bool:
+        """Writes the target in transactions: commit markers take offsets, so its records are
+        counted by reading them read_committed, not from end offsets."""
+        return bool(self.options.get("flow", {}).get("exactly_once") or self.options.get("exactly_once"))
+
     def start(self, env: Env, alias: str, topic: str, target: str, *, daemon: bool = False) -> Contender:
         """Start copying `topic` -> `target` (daemon: keep running, for latency runs)."""
         run_dir = env.workdir / alias
@@ -155,8 +161,19 @@ class Spec:
         if self.kind == "mm2":
             producer, consumer = mm2_client_settings(env.producer, env.consumer, env.batch)
             props = run_dir / "mm2.properties"
+            rest = env.free_port() if self.transactional else None
             props.write_text(
-                mm2.properties(alias, env.src, f"{alias}t", env.dst, topic, self.workers, producer, consumer)
+                mm2.properties(
+                    alias,
+                    env.src,
+                    f"{alias}t",
+                    env.dst,
+                    topic,
+                    self.workers,
+                    producer,
+                    consumer,
+                    exactly_once_rest_port=rest,
+                )
             )
             return Contender(mm2.command(run_dir, props, f"{alias}t"), log, cwd=run_dir).start()
         if self.kind == "ceiling":
@@ -228,6 +245,17 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
             "mm2" if mm2_ok else "unavailable",
             workers=1,
             exits_when_done=False,
+            reason="" if mm2_ok else "MM2 jars missing: run `make bench-setup`",
+        ),
+        # Exactly-once source support on the target (Kafka >= 3.5 in dedicated mode): the
+        # counterpart of mirror-eos. Its transaction boundary is MM2's default, one per poll.
+        Spec(
+            "mm2-eos",
+            "MirrorMaker 2 (dedicated, tasks.max=1), exactly-once source",
+            "mm2" if mm2_ok else "unavailable",
+            workers=1,
+            exits_when_done=False,
+            options={"exactly_once": True},
             reason="" if mm2_ok else "MM2 jars missing: run `make bench-setup`",
         ),
         Spec(
