@@ -173,6 +173,7 @@ class Spec:
                     producer,
                     consumer,
                     exactly_once_rest_port=rest,
+                    transaction_interval_ms=self.options.get("transaction_interval_ms"),
                 )
             )
             return Contender(mm2.command(run_dir, props, f"{alias}t"), log, cwd=run_dir).start()
@@ -276,6 +277,19 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
             options={"consumer": {"fetch.queue.backoff.ms": 20}},
         ),
     ]
+    # MM2's exactly-once with mirror-eos's transaction cadence (one per commit_interval, 1 s)
+    # instead of its default one per poll: which of the two costs MM2 its throughput.
+    specs.append(
+        Spec(
+            "mm2-eos-i1s",
+            "MirrorMaker 2 (dedicated, tasks.max=1), exactly-once source, a transaction per 1 s",
+            "mm2" if mm2_ok else "unavailable",
+            exits_when_done=False,
+            options={"exactly_once": True, "transaction_interval_ms": 1000},
+            reason="" if mm2_ok else "MM2 jars missing: run `make bench-setup`",
+            opt_in=True,
+        )
+    )
     if nostore is not None:
         specs.append(Spec("mirror-nostore", "mirror run (1 worker), offset store off", "mirror", options=nostore))
     else:

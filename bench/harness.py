@@ -132,6 +132,7 @@ def _alias(spec: Spec, phase: str, rep: int) -> str:
         "mm2": "k1",
         "mm2-t2": "k2",
         "mm2-eos": "ke",
+        "mm2-eos-i1s": "ki",
         "ceiling": "c",
         "mirror-nostore": "m0",
         "mirror-noprov": "mh",

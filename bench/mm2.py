@@ -50,6 +50,7 @@ def properties(
     consumer: Mapping[str, object],
     *,
     exactly_once_rest_port: int | None = None,
+    transaction_interval_ms: int | None = None,
 ) -> str:
     """mm2.properties for one source -> target flow of one topic pattern.
 
@@ -58,7 +59,8 @@ def properties(
     project's offset map and checkpointer, and part of what a user runs.
 
     `exactly_once_rest_port`: exactly-once source support on the target, as Kafka's
-    geo-replication docs give it for dedicated mode (see `exactly_once_lines`).
+    geo-replication docs give it for dedicated mode (see `exactly_once_lines`);
+    `transaction_interval_ms`: with it, a transaction per interval instead of per poll.
     """
     lines = [
         f"clusters = {source_alias}, {target_alias}",
@@ -94,6 +96,12 @@ def properties(
     ]
     if exactly_once_rest_port is not None:
         lines += exactly_once_lines(target_alias, exactly_once_rest_port)
+    if transaction_interval_ms is not None:
+        # Connector-level (KIP-618): the pair prefix reaches MM2's connectors' configs.
+        lines += [
+            f"{source_alias}->{target_alias}.transaction.boundary = interval",
+            f"{source_alias}->{target_alias}.transaction.boundary.interval.ms = {transaction_interval_ms}",
+        ]
     for key, value in producer.items():
         lines.append(f"{target_alias}.producer.{key} = {_java_value(value)}")
     for key, value in consumer.items():

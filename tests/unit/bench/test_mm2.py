@@ -21,6 +21,13 @@ def test_exactly_once_is_enabled_on_the_target_worker_with_the_internal_rest_ser
     assert "listeners = http://127.0.0.1:31234" in lines
 
 
+def test_a_transaction_interval_sets_the_connectors_boundary():
+    lines = _props(exactly_once_rest_port=31234, transaction_interval_ms=1000)
+    assert "k1->k1t.transaction.boundary = interval" in lines
+    assert "k1->k1t.transaction.boundary.interval.ms = 1000" in lines
+    assert not [ln for ln in _props(exactly_once_rest_port=31234) if "transaction.boundary" in ln]
+
+
 def test_at_least_once_properties_carry_no_exactly_once_setting():
     assert not [ln for ln in _props() if "exactly.once" in ln or "listeners" in ln or "internal.rest" in ln]
 
@@ -55,7 +62,7 @@ def test_covers_needs_the_last_record_of_every_non_empty_partition():
 def test_the_exactly_once_rows_write_in_transactions_and_the_others_do_not():
     specs = {s.key: s for s in catalogue(True, None)}
     assert specs["mm2-eos"].kind == "mm2" and not specs["mm2-eos"].opt_in
-    assert {k for k, s in specs.items() if s.transactional} == {"mirror-eos", "mm2-eos", "spark-eos"}
+    assert {k for k, s in specs.items() if s.transactional} == {"mirror-eos", "mm2-eos", "mm2-eos-i1s", "spark-eos"}
 
 
 def test_without_the_jars_the_exactly_once_row_says_why():
