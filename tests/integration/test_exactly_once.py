@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
 import threading
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from mirror.cli import main
 from mirror.config import ClusterConfig
@@ -175,6 +176,43 @@ def test_sigkill_three_times_during_a_copy(clusters, write_config, unique):
     counts = exactly(src, dst, t, n)
     print(f"after {kills} SIGKILLs: {counts}")
     assert counts == {"copied": total, "lost": 0, "duplicated": 0}
+
+
+def rewind_group(bootstrap: str, group: str, topic: str, partitions: int, to: int) -> None:
+    """Commit `group`'s offsets of `topic` back to `to` (keeping their metadata), as a worker
+    killed between a transaction's commit and the source group's commit leaves them."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        now = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        c.commit(offsets=[TopicPartition(topic, tp.partition, to, tp.metadata) for tp in now], asynchronous=False)
+    finally:
+        c.close()
+
+
+def test_until_caught_up_ends_when_the_source_group_is_behind_the_progress(clusters, write_config, unique):
+    """Everything copied (the progress at the end), the source group behind: the run resumes
+    at the progress and reads nothing, yet must bring the group to the end and finish."""
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    t, n = f"eos-behind-{unique}", 2
+    create_topic(src, t, n)
+    produce_numbered(src, t, 400, n, size=8)
+    cfg = write_config(eos_flow(unique, t))
+    with MirrorProcess(cfg, "--until-caught-up") as m:
+        assert m.wait(120) == 0, m.output()[-3000:]
+    rewind_group(src, f"mirror-{unique}", t, n, 50)
+    assert group_offsets(src, f"mirror-{unique}", t, n) == {0: 50, 1: 50}
+    with MirrorProcess(cfg, "--until-caught-up") as m:
+        try:
+            rc = m.wait(60)
+        except subprocess.TimeoutExpired:
+            rc = None
+        state = (
+            f"group {group_offsets(src, f'mirror-{unique}', t, n)}, ends {end_offsets(src, t, n)}\n"
+            + m.output()[-3000:]
+        )
+        assert rc == 0, state
+    assert group_offsets(src, f"mirror-{unique}", t, n) == end_offsets(src, t, n)
+    assert exactly(src, dst, t, n) == {"copied": 400, "lost": 0, "duplicated": 0}
 
 
 @pytest.mark.slow
