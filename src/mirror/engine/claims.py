@@ -12,7 +12,10 @@ Where no progress exists yet (the first exactly-once run of a partition) the cop
 the source group's committed offset (a flow switched over from at-least-once keeps the
 duplicates that mode left), else from the beginning (the consumer's reset is earliest). A
 group whose offsets cannot be read fails the claim (retried each commit interval): starting
-at 0 would copy the whole retention again.
+at 0 would copy the whole retention again. A partition resumed at a progress its source group
+is behind (its last writer killed between the two commits) has the group brought up to the
+progress by the committer's next commit (`TransactionalCommitter.behind`): with nothing left
+to read, the consumer would never report a position there.
 
 A resync (`restart`) drops everything in flight uncounted and claims every partition again
 with a new incarnation: the ones re-mirrored into a recreated target topic at 0, the others

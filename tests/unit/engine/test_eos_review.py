@@ -445,3 +445,17 @@ def test_a_claim_at_the_end_brings_the_source_group_up_to_the_progress(monkeypat
     exactly_once(target, P1, 5)
     assert (consumer.last_commit(P0), consumer.last_commit(P1)) == (10, 5)
     assert not consumer.unsafe, consumer.unsafe
+
+
+def test_a_claim_never_moves_the_source_group_back_to_the_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source group ahead of the progress (at-least-once ran after an exactly-once run)
+    keeps its offset: the copy resumes at the progress, the group is not rewound."""
+    target = TxnTarget()
+    target.logs[P0] = [Entry(o, "mirror.p.dead", "committed") for o in range(10)] + [Entry(None, "x", "marker")]
+    target.progress[("nyc.orders", 0)] = Progress(10, "mirror.p.dead")
+    worker, consumer, target = make_eos(
+        monkeypatch, [lambda c: []] * 6, target=target, consumer_cls=AppPositionConsumer
+    )
+    consumer.commits.append({P0: 12})
+    worker.run()
+    assert [c[P0] for c in consumer.commits if P0 in c] == [12]
