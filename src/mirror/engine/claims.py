@@ -224,7 +224,12 @@ class Claims:
                     self.flow.name,
                     exc,
                 )
-        return {tp: pos for tp, pos in resumed.items() if tp in group and (group[tp] is None or group[tp] < pos)}
+        behind = {}
+        for tp, pos in resumed.items():
+            at = group.get(tp, pos)  # unreadable: as if caught up
+            if at is None or at < pos:
+                behind[tp] = pos
+        return behind
 
     def _same_source(
         self, targets: Mapping[tuple[str, int], SourcePartition], progress: Mapping[tuple[str, int], Progress]
