@@ -459,3 +459,26 @@ def test_a_claim_never_moves_the_source_group_back_to_the_progress(monkeypatch: 
     consumer.commits.append({P0: 12})
     worker.run()
     assert [c[P0] for c in consumer.commits if P0 in c] == [12]
+
+
+def test_a_resync_drops_the_source_group_catch_up_of_a_restarted_partition(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claimed at its progress (10) with the group behind (4), then its target topic is
+    recreated before the group was brought up: the partition restarts at 0 and the group is
+    rewound to 0; the old progress must not be committed to the group afterwards (the new
+    target topic holds nothing of 0..9)."""
+    target = TxnTarget()
+    target.logs[P0] = [Entry(o, "mirror.p.dead", "committed") for o in range(10)] + [Entry(None, "x", "marker")]
+    target.progress[("nyc.orders", 0)] = Progress(10, "mirror.p.dead")
+    holder: dict[str, Any] = {}
+
+    def resync(consumer: FakeConsumer) -> list[Msg]:
+        holder["worker"].watch._resync.run({P0}, set())
+        return []
+
+    worker, consumer, target = make_eos(
+        monkeypatch, [resync, *[lambda c: []] * 6], target=target, consumer_cls=AppPositionConsumer
+    )
+    holder["worker"] = worker
+    consumer.commits.append({P0: 4})
+    worker.run()
+    assert [c[P0] for c in consumer.commits if P0 in c] == [4, 0]
