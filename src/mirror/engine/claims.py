@@ -144,6 +144,7 @@ class Claims:
             self._pool.purge(committer.reports.serve)
         for tp in restarted:
             committer.progress[tp] = 0
+            committer.behind.pop(tp, None)  # the deleted target topic's progress
         self._restart |= set(restarted)
         committer.hold(reason, confirm=False)
 
@@ -183,6 +184,7 @@ class Claims:
         self._restart -= set(start)
         for tp in start:
             self._starts.pop(tp, None)
+            committer.behind.pop(tp, None)  # an earlier claim's: this one says
         committer.behind.update(self._behind(targets, progress, start, committed))
         log.info(
             "flow %s: claimed %d partitions as %s (fenced %s)",
