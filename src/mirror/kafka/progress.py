@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from mirror.config import ClusterConfig
+from mirror.domain.acls import transactional_id_prefix
 from mirror.errors import ClusterUnavailable, MirrorError
 from mirror.kafka.clients import client_settings
 from mirror.kafka.errors import raise_for
@@ -86,7 +87,7 @@ class ProgressPending(MirrorError):
 
 def new_writer_id(flow: str) -> str:
     """A transactional.id for one incarnation of a flow's worker: never used before, never again."""
-    return f"mirror.{flow}.{uuid.uuid4().hex[:12]}"
+    return f"{transactional_id_prefix(flow)}{uuid.uuid4().hex[:12]}"
 
 
 def progress_offsets(

@@ -16,6 +16,7 @@ from mirror.domain.acls import (
     principal_for,
     required_grants,
     resource_for,
+    transactional_id_prefix,
     visibility_probes,
 )
 
@@ -193,3 +194,12 @@ def test_transactional_id_grant_as_kafka_acls_arguments():
         "--resource-pattern-type",
         "prefixed",
     ]
+
+
+def test_every_exactly_once_writer_id_has_the_granted_prefix():
+    from mirror.kafka.progress import new_writer_id
+    from mirror.spark.exactly_once import writer_id
+
+    prefix = transactional_id_prefix("f")
+    assert new_writer_id("f").startswith(prefix)
+    assert writer_id("f", "orders", 3).startswith(prefix)
