@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -84,6 +85,7 @@ def _config(
     mode: str = "sasl_ssl",
     timeout: str = "10s",
     commands: tuple[str, ...] | None = None,
+    flow_extra: str = "",
 ) -> Path:
     """A config for the mirror user, with the password as ${VAR}; grants exactly `mirror acls`."""
     clusters = ""
@@ -107,7 +109,7 @@ clusters:
     commit_interval: 500ms
     topics: {{include: ["sec-{u}-.*"]}}
     groups: ["billing-{u}"]
-offset_store: {store or f"{{kind: sqlite, path: offsets-{u}.db}}"}
+{flow_extra}offset_store: {store or f"{{kind: sqlite, path: offsets-{u}.db}}"}
 canary: {{topic: canary-{u}, interval: 1s, max_latency: 20s}}
 metrics: {{port: 0, host: 127.0.0.1}}
 """)
@@ -1117,3 +1119,115 @@ def test_drill_without_one_grant(secured, tmp_path):
             _fails_without(secured, g, op, lambda i=i: drill(f"without-{i}"), "drill")
     finally:
         mirror.stop()
+
+
+# ---------------------------------------------------------------------------- exactly-once
+
+EOS = "    exactly_once: true\n"
+# What exactly_once adds to run's grants on the target: (kind, name, pattern) given u, operation.
+EOS_GRANTS = [
+    ("transactional-id", "mirror.f-{u}.", "prefixed", "Write"),
+    ("group", "mirror-eos.f-{u}", "literal", "Read"),
+    ("topic", "ssrc.sec-{u}-", "prefixed", "Read"),
+]
+
+
+def _copies(sec: Secured, topic: str, partitions: int) -> dict[int, list[int]]:
+    """Partition -> the record numbers a read_committed consumer of the target sees, in order."""
+    c = Consumer(
+        {
+            **sec.admin_settings("sdst"),
+            "group.id": "tests-reader",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    out: dict[int, list[int]] = {p: [] for p in range(partitions)}
+    try:
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+
+        def done() -> bool:
+            for m in c.consume(5000, timeout=0.5):
+                if m.error() is None:
+                    out[m.partition()].append(int(m.value().split(b":")[0]))
+            # Positions, not the last record's offset: a transaction's commit marker ends a partition.
+            pos = c.position([TopicPartition(topic, p) for p in range(partitions)])
+            return all(tp.offset >= ends[tp.partition] for tp in pos)
+
+        wait_for(done, 60, f"reading {topic} back read_committed", interval=0)
+    finally:
+        c.close()
+    return out
+
+
+def _exactly(sec: Secured, t: str, total: int, partitions: int) -> dict[str, int]:
+    """The target's copy of `t` against the records `_produce` wrote (record i in partition i % n):
+    counts of lost and duplicated records, and order per partition."""
+    got = _copies(sec, f"ssrc.{t}", partitions)
+    copied = [v for vs in got.values() for v in vs]
+    counts = {
+        "copied": len(copied),
+        "lost": len(set(range(total)) - set(copied)),
+        "duplicated": len(copied) - len(set(copied)),
+    }
+    if not counts["lost"] and not counts["duplicated"]:
+        for p, vs in got.items():
+            assert vs == list(range(p, total, partitions)), f"partition {p}: order differs"
+    return counts
+
+
+def test_exactly_once_between_secured_clusters(secured, tmp_path):
+    """exactly_once over SASL_SSL with only what `mirror acls` lists: a worker SIGKILLed inside
+    its transactions, the next one fences it (Write on its transactional id, by the granted
+    prefix) and finishes; read_committed sees every record once, in order per partition."""
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, flow_extra=EOS)
+    listed = {(g.resource.kind, g.resource.name, g.resource.pattern) for g in required_grants(load(cfg), ("run",))}
+    assert {(k, name.format(u=u), pattern) for k, name, pattern, _ in EOS_GRANTS} <= listed
+    t, n, total = f"sec-{u}-eos", 3, 60_000
+    _produce(secured, t, total, n)
+    m = MirrorProcess(cfg)
+    try:
+        wait_for(
+            lambda: sum(_ends_or_zero(secured, "sdst", f"ssrc.{t}", n).values()) > 0,
+            120,
+            "the first transaction",
+            detail=m.output,
+        )
+        m.kill()
+    finally:
+        m.close()
+    assert sum(_ends(secured, "sdst", f"ssrc.{t}", n).values()) < total, "finished before the kill: proves nothing"
+    _produce(secured, t, 6_000, n, start=total)
+    res = _mirror("-v", "run", "-c", str(cfg), "--until-caught-up")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert re.search(r"fenced mirror\.f-", res.stderr), res.stderr[-3000:]
+    counts = _exactly(secured, t, total + 6_000, n)
+    print(f"exactly-once on SASL_SSL after a SIGKILL: {counts}")
+    assert counts == {"copied": total + 6_000, "lost": 0, "duplicated": 0}
+
+
+@pytest.mark.parametrize(("kind", "name", "pattern", "op"), EOS_GRANTS, ids=[g[0] for g in EOS_GRANTS])
+def test_exactly_once_run_without_one_grant(secured, tmp_path, kind, name, pattern, op):
+    """Exit 1, one line naming the missing grant, no hang; granted again, the next run copies
+    every record once."""
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, timeout="3s", commands=("run",), flow_extra=EOS)
+    resource = (kind, name.format(u=u), pattern)
+    t, n = f"sec-{u}-t", 2
+    _produce(secured, t, 500, n)
+    admin = secured.dev.admin("sdst")
+    admin.delete_acls("User:mirror", {resource: [op]})
+    try:
+        res = _mirror("run", "-c", str(cfg), "--until-caught-up", timeout=90)
+    finally:
+        admin.create_acls("User:mirror", {resource: [op]})
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert res.returncode == 1, res.stderr[-3000:]
+    assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert "User:mirror" in errors[0] and any(f"missing {o} on" in errors[0] for o in {op, *IMPLIES[op]}), errors[0]
+    assert resource[1].rstrip("-.") in errors[0], errors[0]
+    assert _committed(secured, f"mirror-{u}", t, n) == {0: 0, 1: 0}, "committed without a transaction"
+    assert _mirror("run", "-c", str(cfg), "--until-caught-up").returncode == 0
+    assert _exactly(secured, t, 500, n) == {"copied": 500, "lost": 0, "duplicated": 0}
