@@ -39,9 +39,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from mirror.config import ClusterConfig
 from mirror.domain.acls import transactional_id_prefix
-from mirror.errors import ClusterUnavailable, MirrorError
+from mirror.errors import AuthorizationFailed, ClusterUnavailable, MirrorError
+from mirror.kafka.admin import Admin
 from mirror.kafka.clients import client_settings
-from mirror.kafka.errors import raise_for
+from mirror.kafka.errors import AUTHORIZATION, authorization_error, raise_for
 from mirror.kafka.offsets import committed_offsets
 from mirror.kafka.settings import transactional_settings
 
@@ -76,9 +77,10 @@ class TransactionFailed(MirrorError):
     producer may begin another.
     """
 
-    def __init__(self, message: str, *, fenced: bool) -> None:
+    def __init__(self, message: str, *, fenced: bool, error: KafkaError | None = None) -> None:
         super().__init__(message)
         self.fenced = fenced
+        self.error = error  # librdkafka's, when it said why
 
 
 class ProgressPending(MirrorError):
@@ -165,6 +167,8 @@ class ProgressGroup:
             return _parse(committed_offsets(consumer, tps, timeout))
         except KafkaException as exc:
             err = exc.args[0]
+            if err.code() == KafkaError._TIMED_OUT:
+                self._check_access()
             if stable and err.code() in (KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT):
                 raise ProgressPending(
                     f"cluster {self.cluster_name!r}: progress group {self.group!r} still has an open "
@@ -172,6 +176,18 @@ class ProgressGroup:
                 ) from exc
             raise_for(self.cluster_name, f"read the progress of group {self.group!r}", exc, timeout)
             raise  # unreachable: raise_for always raises
+
+    def _check_access(self) -> None:
+        """A consumer refused the group (no Describe) only times out: librdkafka retries the
+        coordinator lookup without a word. An admin's DescribeGroups gets the refusal back."""
+        try:
+            Admin(self.cluster_name, self._cluster).group_state(self.group)
+        except AuthorizationFailed:
+            err = KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)
+            what = f"read the progress of group {self.group!r}"
+            raise authorization_error(self.cluster_name, err, what, ("Read", "group", self.group)) from None
+        except MirrorError:
+            pass  # not a refusal: the caller reports its timeout
 
     def close(self) -> None:
         for consumer in (self._stable, self._unstable):
@@ -199,7 +215,13 @@ def fence(cluster_name: str, cluster: ClusterConfig, transactional_id: str, time
         # its timeout too, and a claim waiting on it would hang the worker's loop.
         _bounded(producer.init_transactions, timeout)
     except KafkaException as exc:
-        raise_for(cluster_name, f"fence transactional id {transactional_id!r}", exc, timeout)
+        raise_for(
+            cluster_name,
+            f"fence transactional id {transactional_id!r}",
+            exc,
+            timeout,
+            acl=("Write", "transactional-id", transactional_id),
+        )
     except TransactionFailed as exc:
         raise ClusterUnavailable(
             f"cluster {cluster_name!r}: fence transactional id {transactional_id!r}: {exc}"
@@ -247,12 +269,30 @@ def transact(what: str, call: Callable[[float], T], timeout: float) -> T:
         try:
             return _bounded(call, max(0.1, deadline - time.monotonic()))
         except TransactionFailed as exc:
-            raise TransactionFailed(f"{what}: {exc}", fenced=exc.fenced) from exc
+            raise TransactionFailed(f"{what}: {exc}", fenced=exc.fenced, error=exc.error) from exc
         except KafkaException as exc:
             err = exc.args[0]
             if err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
-                raise TransactionFailed(f"{what}: {err.str()}", fenced=True) from exc
+                raise TransactionFailed(f"{what}: {err.str()}", fenced=True, error=err) from exc
             if err.txn_requires_abort():
-                raise TransactionFailed(f"{what}: {err.str()}", fenced=False) from exc
+                raise TransactionFailed(f"{what}: {err.str()}", fenced=False, error=err) from exc
             if not err.retriable() or time.monotonic() >= deadline:
-                raise TransactionFailed(f"{what}: {err.str()}", fenced=False) from exc
+                raise TransactionFailed(f"{what}: {err.str()}", fenced=False, error=err) from exc
+
+
+def refused_grant(
+    cluster: str, what: str, exc: TransactionFailed, *, writer_id: str, group: str, topics: Iterable[str]
+) -> AuthorizationFailed | None:
+    """The missing grant a failed transactional call reports, named as `mirror acls` lists it
+    (None: not a refusal). A refusal is no fault to retry: the worker stops with it."""
+    err = exc.error
+    if err is None or err.code() not in AUTHORIZATION:
+        return None
+    if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        return authorization_error(cluster, err, what, ("Read", "group", group))
+    if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        # TxnOffsetCommit's refusal names the partition ("TOPIC((null))[P](Broker: Topic ...)").
+        named = [t for t in sorted(set(topics)) if f"{t}(" in err.str()] or sorted(set(topics))
+        return authorization_error(cluster, err, what, ("Read", "topic", ", ".join(named)))
+    # InitProducerId, AddPartitionsToTxn, EndTxn: a transactional id the principal may not Write.
+    return authorization_error(cluster, err, what, ("Write", "transactional-id", writer_id))
