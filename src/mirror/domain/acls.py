@@ -43,6 +43,7 @@ def transactional_id_prefix(flow: str) -> str:
     (`mirror.spark.exactly_once.writer_id`), so ACLs can only name them by this prefix."""
     return f"mirror.{flow}."
 
+
 COMMANDS = (
     "validate",
     "topics",
