@@ -189,18 +189,13 @@ def _mirror(*args: str, env: dict | None = None, timeout: float = 180) -> subpro
     )
 
 
-@pytest.mark.parametrize("mode", ["sasl_ssl", "ssl", "sasl_plaintext"])
-def test_sigkill_then_clean_stop(secured, tmp_path, mode):
-    u = uuid.uuid4().hex[:6]
-    cfg = _config(secured, tmp_path, u, mode=mode)
-    t, n, total = f"sec-{u}-orders", 3, 150_000
-    _produce(secured, t, total, n)
+def _kill_part_way(sec: Secured, cfg: Path, topic: str, partitions: int) -> None:
+    """`mirror run` SIGKILLed as soon as anything landed on the target: on a quiet machine the
+    mirror copies tens of thousands of records between two looks (each look logs in anew)."""
     m = MirrorProcess(cfg)
     try:
-        # Killed as soon as anything landed: on a quiet machine the mirror copies tens of
-        # thousands of records between two looks (each look logs in anew).
         wait_for(
-            lambda: sum(_ends(secured, "sdst", f"ssrc.{t}", n).values()) > 0,
+            lambda: sum(_ends_or_zero(sec, "sdst", f"ssrc.{topic}", partitions).values()) > 0,
             120,
             "the mirror to be part way",
             detail=m.output,
@@ -208,6 +203,15 @@ def test_sigkill_then_clean_stop(secured, tmp_path, mode):
         m.kill()
     finally:
         m.close()
+
+
+@pytest.mark.parametrize("mode", ["sasl_ssl", "ssl", "sasl_plaintext"])
+def test_sigkill_then_clean_stop(secured, tmp_path, mode):
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, mode=mode)
+    t, n, total = f"sec-{u}-orders", 3, 150_000
+    _produce(secured, t, total, n)
+    _kill_part_way(secured, cfg, t, n)
     on_target = _ends(secured, "sdst", f"ssrc.{t}", n)
     committed = _committed(secured, f"mirror-{u}", t, n)
     assert sum(on_target.values()) < total, "the mirror finished before it was killed; the test proves nothing"
@@ -1187,17 +1191,7 @@ def test_exactly_once_between_secured_clusters(secured, tmp_path):
     assert {(k, name.format(u=u), pattern) for k, name, pattern, _ in EOS_GRANTS} <= listed
     t, n, total = f"sec-{u}-eos", 3, 60_000
     _produce(secured, t, total, n)
-    m = MirrorProcess(cfg)
-    try:
-        wait_for(
-            lambda: sum(_ends_or_zero(secured, "sdst", f"ssrc.{t}", n).values()) > 0,
-            120,
-            "the first transaction",
-            detail=m.output,
-        )
-        m.kill()
-    finally:
-        m.close()
+    _kill_part_way(secured, cfg, t, n)
     assert sum(_ends(secured, "sdst", f"ssrc.{t}", n).values()) < total, "finished before the kill: proves nothing"
     _produce(secured, t, 6_000, n, start=total)
     res = _mirror("-v", "run", "-c", str(cfg), "--until-caught-up")

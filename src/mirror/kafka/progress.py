@@ -54,6 +54,9 @@ RELEASED = ""
 # deleted and created again has a new id, and progress of the old one means nothing there.
 SOURCE_ID = ";src="
 
+# How long a progress read that timed out waits to learn whether the group was refused.
+ACCESS_CHECK_TIMEOUT = 5.0
+
 # A target partition: (target topic, partition number; the source partition's number).
 TargetPartition = tuple[str, int]
 
@@ -138,6 +141,7 @@ class ProgressGroup:
         self._cluster = cluster
         self._stable = self._consumer("read_committed")
         self._unstable: Consumer | None = None
+        self._admin: Admin | None = None  # made at the first read that times out (`_check_access`)
 
     def _consumer(self, isolation: str) -> Consumer:
         settings = {"group.id": self.group, "enable.auto.commit": False, "isolation.level": isolation}
@@ -179,9 +183,13 @@ class ProgressGroup:
 
     def _check_access(self) -> None:
         """A consumer refused the group (no Describe) only times out: librdkafka retries the
-        coordinator lookup without a word. An admin's DescribeGroups gets the refusal back."""
+        coordinator lookup without a word. An admin's DescribeGroups gets the refusal back
+        (asked briefly: a cluster away makes the caller wait long enough already)."""
+        if self._admin is None:
+            brief = self._cluster.model_copy(update={"timeout": min(ACCESS_CHECK_TIMEOUT, self._cluster.timeout)})
+            self._admin = Admin(self.cluster_name, brief)
         try:
-            Admin(self.cluster_name, self._cluster).group_state(self.group)
+            self._admin.group_state(self.group)
         except AuthorizationFailed:
             err = KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)
             what = f"read the progress of group {self.group!r}"
