@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,8 +137,10 @@ def _produce(sec: Secured, topic: str, count: int, partitions: int, start: int =
     assert p.flush(60) == 0
 
 
-def _ends(sec: Secured, cluster: str, topic: str, partitions: int) -> dict[int, int]:
-    c = Consumer({**sec.admin_settings(cluster), "group.id": "tests-ends"})
+def _ends(sec: Secured, cluster: str, topic: str, partitions: int, *, committed: bool = True) -> dict[int, int]:
+    """End offsets (`committed`: below every open transaction, as a read_committed consumer's)."""
+    isolation = "read_committed" if committed else "read_uncommitted"
+    c = Consumer({**sec.admin_settings(cluster), "group.id": "tests-ends", "isolation.level": isolation})
     try:
         return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
     finally:
@@ -610,9 +613,9 @@ def _bindings(cfg: Path, u: str, command: str = "run") -> dict[tuple[str, str, s
     return out
 
 
-def _ends_or_zero(sec: Secured, cluster: str, topic: str, partitions: int) -> dict[int, int]:
+def _ends_or_zero(sec: Secured, cluster: str, topic: str, partitions: int, *, committed: bool = True) -> dict[int, int]:
     try:
-        return _ends(sec, cluster, topic, partitions)
+        return _ends(sec, cluster, topic, partitions, committed=committed)
     except Exception:  # noqa: BLE001 - the target topic was never created: nothing on it
         return dict.fromkeys(range(partitions), 0)
 
@@ -1182,24 +1185,48 @@ def _exactly(sec: Secured, t: str, total: int, partitions: int) -> dict[str, int
 
 
 def test_exactly_once_between_secured_clusters(secured, tmp_path):
-    """exactly_once over SASL_SSL with only what `mirror acls` lists: a worker SIGKILLed inside
-    its transactions, the next one fences it (Write on its transactional id, by the granted
-    prefix) and finishes; read_committed sees every record once, in order per partition."""
+    """exactly_once over SASL_SSL with only what `mirror acls` lists: a worker SIGKILLed while
+    its transaction is open (records fed all along), the next one fences it (Write on its
+    transactional id, by the granted prefix) and finishes; read_committed sees every record
+    once, in order per partition."""
     u = uuid.uuid4().hex[:6]
     cfg = _config(secured, tmp_path, u, flow_extra=EOS)
     listed = {(g.resource.kind, g.resource.name, g.resource.pattern) for g in required_grants(load(cfg), ("run",))}
     assert {(k, name.format(u=u), pattern) for k, name, pattern, _ in EOS_GRANTS} <= listed
-    t, n, total = f"sec-{u}-eos", 3, 60_000
-    _produce(secured, t, total, n)
-    _kill_part_way(secured, cfg, t, n)
-    assert sum(_ends(secured, "sdst", f"ssrc.{t}", n).values()) < total, "finished before the kill: proves nothing"
-    _produce(secured, t, 6_000, n, start=total)
+    t, n = f"sec-{u}-eos", 3
+    _produce(secured, t, 3_000, n)
+    stop, fed = threading.Event(), [3_000]
+
+    def feed() -> None:  # bounded: at most 200,000 records
+        p = Producer({**secured.admin_settings("ssrc"), "enable.idempotence": True, "linger.ms": 5})
+        while not stop.is_set() and fed[0] < 200_000:
+            for i in range(fed[0], fed[0] + 200):
+                p.produce(t, key=b"k%d" % i, value=b"%d:" % i + b"x" * 100, partition=i % n)
+            fed[0] += 200
+            p.poll(0)
+            stop.wait(0.05)
+        assert p.flush(60) == 0
+
+    def open_transaction() -> bool:
+        ends = _ends_or_zero(secured, "sdst", f"ssrc.{t}", n)
+        return sum(_ends_or_zero(secured, "sdst", f"ssrc.{t}", n, committed=False).values()) > sum(ends.values())
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    m = MirrorProcess(cfg)
+    try:
+        feeder.start()
+        wait_for(open_transaction, 120, "a transaction open on the target", interval=0.05, detail=m.output)
+        m.kill()
+    finally:
+        m.close()
+        stop.set()
+        feeder.join(90)
     res = _mirror("-v", "run", "-c", str(cfg), "--until-caught-up")
     assert res.returncode == 0, res.stderr[-3000:]
     assert re.search(r"fenced mirror\.f-", res.stderr), res.stderr[-3000:]
-    counts = _exactly(secured, t, total + 6_000, n)
+    counts = _exactly(secured, t, fed[0], n)
     print(f"exactly-once on SASL_SSL after a SIGKILL: {counts}")
-    assert counts == {"copied": total + 6_000, "lost": 0, "duplicated": 0}
+    assert counts == {"copied": fed[0], "lost": 0, "duplicated": 0}
 
 
 @pytest.mark.parametrize(("kind", "name", "pattern", "op"), EOS_GRANTS, ids=[g[0] for g in EOS_GRANTS])
