@@ -497,3 +497,29 @@ def test_target_topic_deleted_mid_copy(clusters, write_config, unique):
     counts = exactly(src, dst, t, n)
     print(f"target topic deleted mid-copy: {counts}")
     assert counts == {"copied": 9000, "lost": 0, "duplicated": 0}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_partitions_added_during_a_copy(clusters, write_config, unique, workers):
+    """The source topic grows from 2 to 4 partitions while an exactly-once copy runs: the
+    mirror grows the target, claims the new partitions (no progress yet: from their first
+    record, including those written before it noticed) and every record of old and new
+    partitions lands once, in order."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    t, before, after = f"eos-grow-{unique}", 2, 4
+    create_topic(src, t, before)
+    produce_numbered(src, t, 10_000, before, size=8)
+    cfg = write_config(eos_flow(unique, t))
+    with MirrorProcess(cfg, "--workers", str(workers)) as m:
+        wait_for(caught_up(src, unique, t, before), 90, "the first records", detail=m.output)
+        admin = AdminClient({"bootstrap.servers": src})  # held: a collected client fails its futures
+        admin.create_partitions([NewPartitions(t, after)])[t].result(30)
+        produce_numbered(src, t, 10_000, after, start=10_000, size=8)  # new partitions written at once
+        wait_for(caught_up(src, unique, t, after), 120, "the new partitions copied", detail=m.output)
+        m.stop()
+    counts = exactly(src, dst, t, after)
+    print(f"partitions added mid-copy ({workers} workers): {counts}")
+    assert counts == {"copied": 20_000, "lost": 0, "duplicated": 0}

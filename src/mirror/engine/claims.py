@@ -39,7 +39,7 @@ from mirror.domain.ledger import Ledger
 from mirror.engine.assignment import AssignedPartition, read_committed
 from mirror.engine.gate import ReadGate
 from mirror.engine.transactions import TransactionalCommitter, TransactionalPool
-from mirror.errors import ClusterUnavailable, MirrorError
+from mirror.errors import AuthenticationFailed, AuthorizationFailed, ClusterUnavailable, MirrorError
 from mirror.kafka import OFFSET_BEGINNING, TopicPartition
 from mirror.kafka.progress import Progress, ProgressPending, fence
 from mirror.kafka.settings import TRANSACTION_TIMEOUT_MS
@@ -97,7 +97,7 @@ class Claims:
         try:
             start = self._claim(todo, committed)
         except MirrorError as exc:
-            committer.hold(f"claim failed: {exc}", confirm=False)
+            self._failed(exc)
             return {}
         if held:
             new = set(partitions)
@@ -117,7 +117,7 @@ class Claims:
         try:
             start = self._claim(list(self._ledger.parts), None)
         except MirrorError as exc:
-            committer.hold(f"claim failed: {exc}", confirm=False)
+            self._failed(exc)
             return
         for tp, offset in start.items():
             self._seek(tp, offset)
@@ -147,6 +147,13 @@ class Claims:
             committer.behind.pop(tp, None)  # the deleted target topic's progress
         self._restart |= set(restarted)
         committer.hold(reason, confirm=False)
+
+    def _failed(self, exc: MirrorError) -> None:
+        """A claim failed: retried each commit interval, unless a grant is missing or the
+        login refused, which no retry mends (the flow stops with it)."""
+        if isinstance(exc, (AuthorizationFailed, AuthenticationFailed)):
+            self._committer.refuse(exc)
+        self._committer.hold(f"claim failed: {exc}", confirm=False)
 
     def _release(self) -> None:
         log.info("flow %s: partitions claimed again; writing resumed", self.flow.name)

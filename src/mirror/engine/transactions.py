@@ -29,6 +29,7 @@ from typing import Any
 
 from mirror.config import ClusterConfig, FlowConfig
 from mirror.domain.acks import SourcePartition
+from mirror.domain.acls import transactional_id_prefix
 from mirror.engine.assignment import DRAIN_TIMEOUT, AssignedPartition
 from mirror.engine.committer import Committer
 from mirror.engine.producers import ClientFactory, ProducerPool
@@ -42,6 +43,7 @@ from mirror.kafka.progress import (
     fence,
     new_writer_id,
     progress_offsets,
+    refused_grant,
     transact,
 )
 from mirror.kafka.settings import transactional_settings
@@ -109,6 +111,17 @@ class TransactionalPool(ProducerPool):
             transact("init transactions", producer.init_transactions, self._target.timeout)
             producer.begin_transaction()
         except (TransactionFailed, KafkaException) as exc:
+            if isinstance(exc, TransactionFailed):
+                refusal = refused_grant(
+                    self.flow.target,
+                    "start a transactional producer",
+                    exc,
+                    writer_id=f"{transactional_id_prefix(self.flow.name)}*",
+                    group=self.flow.progress_group,
+                    topics=(),
+                )
+                if refusal is not None:
+                    raise refusal from None
             raise MirrorError(
                 f"flow {self.flow.name}: cannot start a transactional producer on {self.flow.target}: {exc}",
                 hint="exactly_once needs Kafka 2.5 or later on the target, and Write on its transactional ids",
@@ -222,7 +235,9 @@ class TransactionalCommitter(Committer):
         (revoked; all of them when closing), `claims` recorded as this writer's. True when
         committed (or nothing needed committing)."""
         if self.held is not None:
-            if self.claims is not None and not claims:
+            # Not while closing: a stopping worker claims nothing (its progress group may be
+            # closed already, and its next owner fences whoever the progress names).
+            if self.claims is not None and not claims and not self.closing:
                 self.claims.recover()
             return False
         if not self.pool.ready():
@@ -387,6 +402,16 @@ class TransactionalCommitter(Committer):
     # ------------------------------------------------------------------ failures
 
     def _failed(self, exc: TransactionFailed) -> None:
+        refusal = refused_grant(
+            self.flow.target,
+            "commit a transaction",
+            exc,
+            writer_id=self.pool.writer_id or f"{transactional_id_prefix(self.flow.name)}*",
+            group=self.flow.progress_group,
+            topics=[part.route.target_topic for part in self._ledger],
+        )
+        if refusal is not None:
+            self.refuse(refusal)
         if exc.fenced:
             self.hold(f"fenced: {exc}")
         else:
@@ -403,6 +428,11 @@ class TransactionalCommitter(Committer):
             producer.begin_transaction()
         except (TransactionFailed, KafkaException) as exc:
             self.hold(f"could not abort: {exc}")
+
+    def refuse(self, refusal: MirrorError) -> None:
+        """A grant is missing: no retry can help, the flow stops with it (the transaction is
+        aborted or the producer retired all the same, so nothing of it counts)."""
+        self._failures.first(refusal)
 
     def hold(self, reason: str, *, confirm: bool = True) -> None:
         """Fenced, or the producer cannot go on: drop everything uncounted, write nothing until
