@@ -200,6 +200,9 @@ class TransactionalCommitter(Committer):
         self.source_ids: dict[SourcePartition, str] = {}
         self.held: str | None = None  # why nothing is written until the partitions are claimed again
         self.unsettled: Unsettled | None = None  # a commit of unknown outcome, until a claim settles it
+        # Claimed partitions whose source group is behind their progress, and where it must
+        # get to (`Claims`; see `positions`).
+        self.behind: dict[SourcePartition, int] = {}
         self.confirming = False  # held, and the group must confirm the partitions first
         self.reports: Any = None  # DeliveryReports, wired after (it needs the committer's pool)
         self.claims: Any = None  # Claims, wired after (it needs the committer)
@@ -315,6 +318,25 @@ class TransactionalCommitter(Committer):
             self.hand_over(unsettled.batches)
         else:
             log.info("flow %s: the transaction of unknown outcome did not commit (%d records)", self.flow.name, count)
+
+    def positions(self, partitions: Mapping[SourcePartition, AssignedPartition]) -> dict[SourcePartition, int]:
+        """As at-least-once, and the progress of partitions whose source group is `behind` it.
+
+        A worker killed between a transaction's commit and the source group's leaves the
+        group behind the progress; its successor resumes at the progress, and where nothing
+        is left to read the consumer never reports a position: without this the group would
+        stay behind for good (lag above 0, `--until-caught-up` never done). The progress is
+        what the target committed, so everything before it is there."""
+        out = super().positions(partitions)
+        for tp, pos in list(self.behind.items()):
+            part = partitions.get(tp)
+            if tp not in self._ledger.parts or (
+                part is not None and part.committed is not None and part.committed >= pos
+            ):
+                del self.behind[tp]  # handed over, or caught up
+            elif part is not None and tp not in out:
+                out[tp] = pos
+        return out
 
     def _commit_source(self, partitions: Mapping[SourcePartition, AssignedPartition] | None) -> None:
         """After the target's commit: the offset map's rows and the counters, then the source group."""
