@@ -173,6 +173,109 @@ def measure(src: str, dst: str, workdir: Path, partitions: int, per_partition: i
     }
 
 
+def measure_driver_only(
+    src: str, dst: str, workdir: Path, partitions: int, per_partition: int, batches: int
+) -> dict[str, Any]:
+    """`Batches.on_batch`'s driver work alone, per batch, with the tasks' results made up from
+    the source's offsets: the same calls (source ends, Spark's offset log, rows stored, the
+    group commit, the metrics) against the real clusters and store, without Spark's tasks."""
+    from mirror.domain.topics import match_topics
+    from mirror.engine.targets import ensure_targets
+    from mirror.kafka import Admin
+    from mirror.metrics import RunMetrics
+    from mirror.run.recorder import OffsetMapRecorder
+    from mirror.spark.batches import Batches
+    from mirror.spark.commits import GroupCommits
+    from mirror.spark.task import TaskPlan, TaskResult
+    from mirror.store import open_store
+
+    load.create_topic(src, TOPIC, partitions)
+    load.fill(src, TOPIC, list(range(partitions)), partitions * per_partition * batches, 64)
+    config = _config(src, dst, workdir, partitions * per_partition)
+    (flow,) = config.select_flows(("drv",))
+    source = Admin(flow.source, config.clusters[flow.source])
+    target = Admin(flow.target, config.clusters[flow.target])
+    mappings = match_topics(config, flow, source.topics())
+    ensure_targets(source, target, mappings)
+    store = open_store(config.offset_store)
+    recorder = OffsetMapRecorder(store, flow.name, registry=None)
+    commits = GroupCommits(flow.name, flow.group_id, source, target)
+    commits.use(mappings, target.topic_ids([m.target for m in mappings]))
+    handler = Batches(
+        flow.name,
+        source,
+        TaskPlan(flow, config.clusters[flow.target]),
+        recorder,
+        commits,
+        metrics=RunMetrics.create().listener,
+    )
+    checkpoint = workdir / "query"
+    handler.start_query(mappings, checkpoint)
+    (checkpoint / "offsets").mkdir(parents=True)
+    driver_ms: list[float] = []
+    cpu_ms: list[float] = []  # the driver thread's own CPU: less at the mercy of the machine's load
+    for batch in range(batches):
+        ends = {(TOPIC, p): (batch + 1) * per_partition for p in range(partitions)}
+        # Spark's offset log line for the batch, as the real query writes it before the batch runs.
+        doc = {TOPIC: {str(p): o for (_, p), o in ends.items()}}
+        (checkpoint / "offsets" / str(batch)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{json.dumps(doc)}\n')
+        results = [
+            TaskResult(
+                TOPIC,
+                p,
+                f"drv.{TOPIC}",
+                o - per_partition,
+                o,
+                produced=per_partition,
+                bytes=64 * per_partition,
+                max_timestamp_ms=int(time.time() * 1000),
+                syncs=[(o - per_partition, o - per_partition)],
+            )
+            for (_, p), o in ends.items()
+        ]
+        t0, c0 = time.monotonic(), time.thread_time()
+        handler.source.end_offsets(handler._parts)
+        from mirror.spark.checkpoint import batch_ends
+
+        handler.finish(batch, results, batch_ends(checkpoint, batch) or {})
+        driver_ms.append((time.monotonic() - t0) * 1000)
+        cpu_ms.append((time.thread_time() - c0) * 1000)
+    recorder.close()
+    store.close()
+    return {
+        "partitions": partitions,
+        "mode": "driver-only",
+        "driver_ms_each": driver_ms,
+        "driver_ms": _summary(driver_ms[1:] or driver_ms),  # the first batch also opens connections
+        "driver_cpu_ms": _summary(cpu_ms[1:] or cpu_ms),
+        "refresh_ms": _refresh_ms(config, flow),
+    }
+
+
+def _render(partitions: int, result: dict[str, Any], load_start: tuple[float, ...], out: Path) -> str:
+    d = result["driver_ms"]
+    lines = [
+        f"{partitions} partitions ({result.get('mode', 'spark')}); load average {load_start[0]:.1f} -> "
+        f"{result['load_average']['end'][0]:.1f}",
+        f"  driver ms per batch: median {d.get('median', 0):.0f}, max {d.get('max', 0):.0f}",
+    ]
+    if "driver_cpu_ms" in result:
+        lines.append(f"  driver thread CPU ms per batch: median {result['driver_cpu_ms']['median']:.0f}")
+    if "spark_ms" in result:
+        s = result["spark_ms"]
+        lines.append(f"  tasks ms per batch: median {result['tasks_ms'].get('median', 0):.0f}")
+        lines.append(
+            "  Spark's own ms (median): "
+            + ", ".join(
+                f"{k} {s[k].get('median', 0):.0f}"
+                for k in ("latestOffset", "walCommit", "commitOffsets", "queryPlanning", "addBatch")
+            )
+        )
+    lines.append(f"  one topic refresh (every refresh_interval): {result['refresh_ms']:.0f} ms")
+    lines.append(f"JSON: {out}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.spark_driver", description=__doc__.split("\n")[0])
     ap.add_argument("--partitions", type=int, default=1000)
@@ -181,6 +284,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--src", help="a running source cluster's bootstrap (default: start a pair of clusters)")
     ap.add_argument("--dst", help="a running target cluster's bootstrap")
     ap.add_argument("--out", type=Path)
+    ap.add_argument(
+        "--driver-only",
+        action="store_true",
+        help="time the driver's per-batch calls without Spark (the tasks' results made up): seconds, not minutes",
+    )
     args = ap.parse_args(argv)
 
     workdir = Path(tempfile.mkdtemp(prefix="mirror-spark-driver-"))
@@ -198,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             dev = DevClusters(workdir / "clusters")
             status = dev.up(["src", "dst"], _free_base_port(2)).status
             src, dst = status["clusters"]["src"]["bootstrap"], status["clusters"]["dst"]["bootstrap"]
-        result = measure(src, dst, workdir, args.partitions, args.records_per_partition, args.batches)
+        how = measure_driver_only if args.driver_only else measure
+        result = how(src, dst, workdir, args.partitions, args.records_per_partition, args.batches)
     finally:
         if dev is not None:
             dev.down()
@@ -207,18 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or RESULTS / f"spark-driver-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
-    d, t, s = result["driver_ms"], result["tasks_ms"], result["spark_ms"]
-    print(
-        f"{args.partitions} partitions, {len(result['batches'])} batches, {result['records']} records; "
-        f"load average {load_start[0]:.1f} -> {result['load_average']['end'][0]:.1f}\n"
-        f"  driver ms per batch: median {d.get('median', 0):.0f}, max {d.get('max', 0):.0f}\n"
-        f"  tasks ms per batch:  median {t.get('median', 0):.0f}\n"
-        f"  Spark's own ms (median): latestOffset {s['latestOffset'].get('median', 0):.0f}, walCommit "
-        f"{s['walCommit'].get('median', 0):.0f}, commitOffsets {s['commitOffsets'].get('median', 0):.0f}, "
-        f"queryPlanning {s['queryPlanning'].get('median', 0):.0f}, addBatch {s['addBatch'].get('median', 0):.0f}\n"
-        f"  one topic refresh (every refresh_interval): {result['refresh_ms']:.0f} ms\n"
-        f"JSON: {out}"
-    )
+    print(_render(args.partitions, result, load_start, out))
     return 0
 
 
