@@ -185,6 +185,7 @@ def measure_driver_only(
     from mirror.metrics import RunMetrics
     from mirror.run.recorder import OffsetMapRecorder
     from mirror.spark.batches import Batches
+    from mirror.spark.checkpoint import batch_ends
     from mirror.spark.commits import GroupCommits
     from mirror.spark.task import TaskPlan, TaskResult
     from mirror.store import open_store
@@ -234,9 +235,7 @@ def measure_driver_only(
             for (_, p), o in ends.items()
         ]
         t0, c0 = time.monotonic(), time.thread_time()
-        handler.source.end_offsets(handler._parts)
-        from mirror.spark.checkpoint import batch_ends
-
+        source.end_offsets(list(ends))  # as `on_batch` asks for the query's partitions
         handler.finish(batch, results, batch_ends(checkpoint, batch) or {})
         driver_ms.append((time.monotonic() - t0) * 1000)
         cpu_ms.append((time.thread_time() - c0) * 1000)
