@@ -221,6 +221,14 @@ class SparkMetrics:
             ["flow", "topic", "partition"],
             registry=registry,
         )
+        self._behind: dict[tuple[str, str, int], Any] = {}
+
+    def behind_at(self, flow: str, topic: str, partition: int) -> Any:
+        """A partition's `behind` gauge, looked up once: every batch's progress reports every partition."""
+        child = self._behind.get((flow, topic, partition))
+        if child is None:
+            child = self._behind[(flow, topic, partition)] = self.behind.labels(flow, topic, str(partition))
+        return child
 
 
 # ---------------------------------------------------------------------------- topic sync
