@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -243,6 +244,8 @@ class SparkFlow:
     def _run_query(self, spark: Any, mappings: list[TopicMapping], starts: Starts) -> bool:
         """Run one query over `mappings` from `starts`; True when it stopped because the matched topics changed."""
         assert self._batches is not None
+        # exactly_once: the tasks write the source topics' ids with the progress.
+        self._batches.plan = replace(self._batches.plan, source_ids=dict(self._starts.source_ids))
         reader = self._reader(spark, mappings, starts.offsets)
         # What a task's Python worker takes in at once (`mirror.spark.arrow`); the query's
         # session copies these when it starts.
