@@ -16,7 +16,8 @@ class FakeSession:
         self.stopped.set()
 
 
-def test_get_waits_for_the_session_started_in_the_background() -> None:
+def held_start() -> tuple[SessionStart, FakeSession, threading.Event]:
+    """A session start that finishes once the event returned is set."""
     release = threading.Event()
     session = FakeSession()
 
@@ -24,7 +25,11 @@ def test_get_waits_for_the_session_started_in_the_background() -> None:
         release.wait(5)
         return session
 
-    starting = SessionStart(factory)
+    return SessionStart(factory), session, release
+
+
+def test_get_waits_for_the_session_started_in_the_background() -> None:
+    starting, session, release = held_start()
     release.set()
     assert starting.get() is session
     starting.close()
@@ -42,14 +47,7 @@ def test_the_factory_error_is_raised_by_get() -> None:
 
 
 def test_closed_while_starting_the_session_is_stopped_once_up() -> None:
-    release = threading.Event()
-    session = FakeSession()
-
-    def factory() -> FakeSession:
-        release.wait(5)
-        return session
-
-    starting = SessionStart(factory)
+    starting, session, release = held_start()
     starting.close()  # a check failed: the run does not wait for the JVM
     assert not session.stopped.is_set()
     release.set()
