@@ -122,24 +122,43 @@ class MirrorMetrics:
 class MetricsListener:
     """`mirror.domain.acks.AckListener` that turns acknowledgements into counters.
 
-    Cheap on purpose: one label lookup per batch (a batch covers one source partition),
-    no I/O, never vetoes a commit.
+    Cheap on purpose: no I/O, never vetoes a commit, and no label lookup per batch (a
+    Spark micro-batch acknowledges every partition at once): each partition's gauges and
+    each topic's counters are looked up once and kept, and the counters are incremented
+    once per topic per call.
     """
 
     def __init__(self, metrics: MirrorMetrics, clock: Callable[[], float] | None = None) -> None:
         self._m = metrics
         self._clock = clock or time.time
+        self._topics: dict[tuple[str, str], tuple[Any, Any]] = {}  # (flow, topic) -> records, bytes
+        self._parts: dict[tuple[str, str, int], tuple[Any, Any]] = {}  # -> last_ack, acked_position
 
     def on_acked(self, batches: Sequence[AckBatch]) -> None:
         now = self._clock()
+        sums: dict[tuple[str, str], list[int]] = {}
         for b in batches:
-            if b.count:
-                self._m.records.labels(b.flow, b.source_topic).inc(b.count)
-            if b.bytes:
-                self._m.bytes.labels(b.flow, b.source_topic).inc(b.bytes)
-            part = str(b.partition)
-            self._m.last_ack.labels(b.flow, b.source_topic, part).set(now)
-            self._m.acked_position.labels(b.flow, b.source_topic, part).set(b.next_offset)
+            if b.count or b.bytes:
+                counts = sums.setdefault((b.flow, b.source_topic), [0, 0])
+                counts[0] += b.count
+                counts[1] += b.bytes
+            gauges = self._parts.get((b.flow, b.source_topic, b.partition))
+            if gauges is None:
+                part = str(b.partition)
+                gauges = self._parts[(b.flow, b.source_topic, b.partition)] = (
+                    self._m.last_ack.labels(b.flow, b.source_topic, part),
+                    self._m.acked_position.labels(b.flow, b.source_topic, part),
+                )
+            gauges[0].set(now)
+            gauges[1].set(b.next_offset)
+        for key, (count, nbytes) in sums.items():
+            counters = self._topics.get(key)
+            if counters is None:
+                counters = self._topics[key] = (self._m.records.labels(*key), self._m.bytes.labels(*key))
+            if count:
+                counters[0].inc(count)
+            if nbytes:
+                counters[1].inc(nbytes)
 
     def before_commit(self, flow: str, positions: Mapping[SourcePartition, int]) -> None:
         return None
@@ -147,6 +166,8 @@ class MetricsListener:
     def on_reset(self, flow: str, partitions: Sequence[SourcePartition]) -> None:
         # Counters only grow (rate() handles that); the position gauges would now lie.
         for topic, partition in partitions:
+            # A kept child removed from its metric would be set on unseen: look it up anew.
+            self._parts.pop((flow, topic, partition), None)
             try:
                 self._m.acked_position.remove(flow, topic, str(partition))
             except KeyError:
@@ -200,6 +221,14 @@ class SparkMetrics:
             ["flow", "topic", "partition"],
             registry=registry,
         )
+        self._behind: dict[tuple[str, str, int], Any] = {}
+
+    def behind_at(self, flow: str, topic: str, partition: int) -> Any:
+        """A partition's `behind` gauge, looked up once: every batch's progress reports every partition."""
+        child = self._behind.get((flow, topic, partition))
+        if child is None:
+            child = self._behind[(flow, topic, partition)] = self.behind.labels(flow, topic, str(partition))
+        return child
 
 
 # ---------------------------------------------------------------------------- topic sync

@@ -99,6 +99,10 @@ def test_metrics_listener_counts_acknowledged_records_and_bytes():
     )
     listener.on_reset("f", [("orders", 1)])
     assert reg.get_sample_value("mirror_acked_position", {"flow": "f", "topic": "orders", "partition": "1"}) is None
+    # Acknowledged again after the reset: the position is exported again, the counters carry on.
+    listener.on_acked([AckBatch("f", "orders", 1, "nyc.orders", 0, 7, count=7, bytes=70)])
+    assert reg.get_sample_value("mirror_acked_position", {"flow": "f", "topic": "orders", "partition": "1"}) == 7
+    assert reg.get_sample_value("mirror_records_total", {"flow": "f", "topic": "orders"}) == 157
     listener.close()
 
 

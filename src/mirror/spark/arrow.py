@@ -11,6 +11,7 @@ backlog. The mirroring itself is `mirror.spark.task`'s, which knows nothing of A
 from __future__ import annotations
 
 import pickle
+import struct
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -30,7 +31,6 @@ def mirror_arrow(plan: TaskPlan, batches: Iterable[Any]) -> Iterator[Any]:
     With `exactly_once` the attempt number does not matter: every attempt fences the ones
     before it and writes what the target's committed progress lacks (`mirror_exactly_once`).
     """
-    import pyarrow as pa
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
@@ -42,34 +42,84 @@ def mirror_arrow(plan: TaskPlan, batches: Iterable[Any]) -> Iterator[Any]:
         mirror_exactly_once(plan, chunks) if plan.flow.exactly_once else mirror_chunks(plan, chunks, retried=retried)
     )
     for result in results:
-        yield pa.RecordBatch.from_pydict({"result": [pickle.dumps(result)]})
+        yield _result_batch(pickle.dumps(result))
+
+
+def _result_batch(blob: bytes) -> Any:
+    """One result row, built from buffers: `pa.array` would import pandas into the worker."""
+    import pyarrow as pa
+
+    offsets = pa.py_buffer(struct.pack("<ii", 0, len(blob)))
+    return pa.RecordBatch.from_arrays(
+        [pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(blob)])], ["result"]
+    )
 
 
 def rows_of(batch: Any) -> list[SourceRow]:
     """An Arrow record batch of `COLUMNS` as row tuples; headers as (key, value) pairs.
 
-    Through numpy: `to_pylist` builds each value through an Arrow scalar, tens of times
-    slower per binary value than `to_numpy(zero_copy_only=False)`.
+    Read from the arrays' buffers: `to_pylist` builds each value through an Arrow scalar
+    (tens of times slower per binary value), and `to_numpy` imports pandas into the Python
+    worker (tens of MB of its RSS, for nothing a task uses).
     """
     n = batch.num_rows
-    cols: list[Any] = [_values(batch.column(i)) for i in range(6)]
+    cols: list[Any] = [_binaries(batch.column(0), text=True)]
+    cols += [_ints(batch.column(i)) for i in (1, 2, 3)]
+    cols += [_binaries(batch.column(4)), _binaries(batch.column(5))]
     cols.append(_headers(batch.column(6), n))
     return list(zip(*cols, strict=True))
 
 
-def _values(array: Any) -> list[Any]:
-    return array.to_numpy(zero_copy_only=False).tolist()  # type: ignore[no-any-return]
+def _ints(array: Any) -> list[int]:
+    """A never-null integer column (partition, offset, timestamp)."""
+    import numpy as np
+
+    if array.null_count:
+        return array.to_pylist()  # type: ignore[no-any-return]
+    width = array.type.bit_width // 8
+    data = array.buffers()[1]
+    return np.frombuffer(data, f"<i{width}", len(array), array.offset * width).tolist()  # type: ignore[no-any-return]
+
+
+def _valid(array: Any) -> list[bool] | None:
+    """Which values are not null (None: all of them)."""
+    import numpy as np
+
+    if array.null_count == 0:
+        return None
+    bits = np.unpackbits(np.frombuffer(array.buffers()[0], np.uint8), bitorder="little")
+    return bits[array.offset : array.offset + len(array)].astype(bool).tolist()  # type: ignore[no-any-return]
+
+
+def _binaries(array: Any, *, text: bool = False) -> list[Any]:
+    """A binary (or, `text`, string) column's values, None where null; large types too."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(array)
+    _, offsets, data = array.buffers()
+    large = pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type)
+    size = 8 if large else 4
+    bounds = np.frombuffer(offsets, f"<i{size}", n + 1, array.offset * size).tolist()
+    raw = data.to_pybytes() if data is not None else b""
+    values: list[Any] = [raw[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    if text:
+        values = [v.decode() for v in values]
+    valid = _valid(array)
+    if valid is not None:
+        values = [v if ok else None for v, ok in zip(values, valid, strict=True)]
+    return values
 
 
 def _headers(array: Any, n: int) -> list[Any]:
     """Each row's headers as [(key, value)], or None when it has none."""
     if array.null_count == n:
         return [None] * n
-    bounds = _values(array.offsets)
+    bounds = _ints(array.offsets)
     pairs = array.flatten()  # the struct values of the rows in this (maybe sliced) batch
-    keys, values = _values(pairs.field("key")), _values(pairs.field("value"))
+    keys, values = _binaries(pairs.field("key"), text=True), _binaries(pairs.field("value"))
     base = bounds[0]
-    valid = _values(array.is_valid())
+    valid = _valid(array) or [True] * n
     return [
         list(zip(keys[a - base : b - base], values[a - base : b - base], strict=True)) or None if ok else None
         for a, b, ok in zip(bounds, bounds[1:], valid, strict=False)

@@ -130,7 +130,10 @@ class Batches:
                 log.warning("flow %s: batch %d: %s", self.flow, batch_id, r.warning)
         self.recorder.on_acked(batches)
         if self.metrics is not None:
-            self.metrics.on_acked([replace(b, count=r.produced, syncs=[]) for b, r in zip(batches, results)])
+            # The metrics count what was produced; a copy only where that differs (a replay).
+            self.metrics.on_acked(
+                [b if b.count == r.produced else replace(b, count=r.produced) for b, r in zip(batches, results)]
+            )
         self._store_rows(batch_id)  # invariant 1: rows durable before the group moves past them
         self.records += sum(r.produced for r in results)
         self.skipped += sum(r.skipped for r in results)

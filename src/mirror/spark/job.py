@@ -29,9 +29,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -49,6 +50,7 @@ from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.commits import GroupCommits
 from mirror.spark.exactly_once import ProgressStarts
 from mirror.spark.starts import StartingOffsets, Starts
+from mirror.spark.startup import SessionStart
 from mirror.spark.task import CHUNK, TaskPlan
 from mirror.spark.watch import TopicWatch
 from mirror.store import open_store
@@ -161,12 +163,20 @@ class SparkFlow:
     # ------------------------------------------------------------------ checks
 
     def preflight(self) -> None:
-        """Everything that must hold before Spark starts; nothing is produced before it."""
+        """Everything that must hold before the query starts; nothing is produced before it."""
+        self.check_local()
+        self.check_clusters()
+
+    def check_local(self) -> None:
+        """What must hold before a Spark session is started: Java, the master, the source options."""
         check_java()
         check_master(self.master)
         java_kafka_options(
             self.flow.source, self.config.clusters[self.flow.source].client
         )  # a setting Spark's source cannot take: refused now
+
+    def check_clusters(self) -> None:
+        """The clusters answer and no other engine mirrors the flow (may run beside the session's start)."""
         self._source = Admin(self.flow.source, self.config.clusters[self.flow.source])
         self._target = Admin(self.flow.target, self.config.clusters[self.flow.target])
         members = self._source.group_members(self.flow.group_id)
@@ -180,7 +190,9 @@ class SparkFlow:
 
     # ------------------------------------------------------------------ run
 
-    def run(self, spark: Any) -> None:
+    def run(self, session: Callable[[], Any]) -> None:
+        """Mirror until stopped or caught up. `session()` gives the Spark session, called once
+        the first query's start is decided: it may still be starting meanwhile."""
         name, group = self.flow.name, self.flow.group_id
         store = open_store(self.config.offset_store)
         recorder = OffsetMapRecorder(store, name, registry=None)
@@ -196,6 +208,7 @@ class SparkFlow:
             name, self._source, plan, recorder, self._commits, metrics=self.metrics, stop=self.stop, status=self.status
         )
         self._watch = TopicWatch(self.config, self.flow, self._source, self._target)
+        spark = None
         try:
             while not self.stop.is_set():
                 mappings = self._refresh()
@@ -204,7 +217,9 @@ class SparkFlow:
                         return
                     self.stop.wait(self.flow.refresh_interval)
                     continue
-                changed = self._run_query(spark, mappings)
+                starts = self._starts.decide(mappings)
+                spark = spark if spark is not None else session()
+                changed = self._run_query(spark, mappings, starts)
                 if self.until_caught_up or not changed:
                     return
         finally:
@@ -226,10 +241,9 @@ class SparkFlow:
         except MirrorError as exc:  # the last known sizes; a refused batch fails the task (retried)
             log.warning("flow %s: cannot read the target topics' max.message.bytes: %s", self.flow.name, exc)
 
-    def _run_query(self, spark: Any, mappings: list[TopicMapping]) -> bool:
-        """Run one query over `mappings`; True when it stopped because the matched topics changed."""
+    def _run_query(self, spark: Any, mappings: list[TopicMapping], starts: Starts) -> bool:
+        """Run one query over `mappings` from `starts`; True when it stopped because the matched topics changed."""
         assert self._batches is not None
-        starts = self._starts.decide(mappings)
         # exactly_once: the tasks write the source topics' ids with the progress.
         self._batches.plan = replace(self._batches.plan, source_ids=dict(self._starts.source_ids))
         reader = self._reader(spark, mappings, starts.offsets)
@@ -487,18 +501,40 @@ def run_flow(
             metrics=metrics,
             stop=stop,
         )
-        job.preflight()
+        job.check_local()
         if spark is None:
-            spark = spark_session(
-                job.master, f"mirror-{flow.name}", conf, quiet=quiet, submitted=submitted, ui_port=ui_port
+            # The JVM and the session start beside the clusters' checks and the flow's start.
+            starting = SessionStart(
+                partial(
+                    spark_session,
+                    job.master,
+                    f"mirror-{flow.name}",
+                    conf,
+                    quiet=quiet,
+                    submitted=submitted,
+                    ui_port=ui_port,
+                )
             )
-            stack.callback(spark.stop)
-        if run_metrics is not None:
-            from mirror.spark.progress import listen
+            stack.callback(starting.close)
+            get_session: Callable[[], Any] = starting.get
+        else:
+            get_session = partial(_given, spark)
 
-            stack.callback(
-                spark.streams.removeListener,
-                listen(spark, flow.name, f"mirror-{flow.name}", run_metrics.registry, job.status),
-            )
-        job.run(spark)
+        def session() -> Any:
+            ready = get_session()
+            if run_metrics is not None:
+                from mirror.spark.progress import listen
+
+                stack.callback(
+                    ready.streams.removeListener,
+                    listen(ready, flow.name, f"mirror-{flow.name}", run_metrics.registry, job.status),
+                )
+            return ready
+
+        job.check_clusters()
+        job.run(session)
         return job
+
+
+def _given(spark: Any) -> Any:
+    return spark

@@ -42,7 +42,7 @@ def observe_progress(metrics: SparkMetrics, flow: str, progress: Mapping[str, An
         end, latest = _offsets(source.get("endOffset")), _offsets(source.get("latestOffset"))
         for (topic, partition), offset in end.items():
             if (topic, partition) in latest:
-                metrics.behind.labels(flow, topic, str(partition)).set(max(0, latest[(topic, partition)] - offset))
+                metrics.behind_at(flow, topic, partition).set(max(0, latest[(topic, partition)] - offset))
 
 
 def _offsets(raw: Any) -> dict[tuple[str, int], int]:

@@ -45,6 +45,10 @@ from mirror.kafka.settings import BATCH_SIZE, PRODUCER_DEFAULTS, batch_size_for
 SourceRow = tuple[str, int, int, int, Any, Any, Any]
 log = logging.getLogger(__name__)
 CHUNK = 10_000  # rows produced between two looks at the producer (Spark's Arrow batch size)
+# A task's producer queue: every Python worker of every executor holds one, beside an Arrow
+# batch, and a task flushes at its end anyway, so a deeper queue only adds memory per worker.
+# The flow's `producer` settings still override it.
+TASK_QUEUE_KB = 4096
 FLUSH_TIMEOUT = 300.0  # a target slower than this for one batch fails the task (Spark retries it)
 
 
@@ -69,7 +73,12 @@ class TaskPlan:
 
     @property
     def producer_settings(self) -> dict[str, Any]:
-        return {**PRODUCER_DEFAULTS, "client.id": f"mirror-spark-{self.flow.name}", **self.flow.producer}
+        return {
+            **PRODUCER_DEFAULTS,
+            "queue.buffering.max.kbytes": TASK_QUEUE_KB,
+            "client.id": f"mirror-spark-{self.flow.name}",
+            **self.flow.producer,
+        }
 
     def producer_settings_for(self, target_topic: str) -> dict[str, Any]:
         """The producer settings for one target topic: batches sized as `mirror run` sizes them."""

@@ -8,7 +8,7 @@ import pickle
 import pyarrow as pa
 
 from mirror.config import parse
-from mirror.spark.arrow import results_of, rows_of
+from mirror.spark.arrow import _result_batch, results_of, rows_of
 from mirror.spark.task import TaskResult
 
 
@@ -32,9 +32,35 @@ def test_a_batch_of_kafka_rows_becomes_row_tuples_with_headers_as_pairs() -> Non
     ]
 
 
+def test_a_sliced_batch_and_large_types_read_only_their_rows() -> None:
+    headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array(["a", "tt", "tt", "tt"], pa.large_string()),
+            pa.array([0, 5, 5, 5], pa.int32()),
+            pa.array([1, 20, 21, 22], pa.int64()),
+            pa.array([9, 2000, 2001, 2002], pa.int64()),
+            pa.array([b"x", None, b"k2", b""], pa.large_binary()),
+            pa.array([b"y", b"v1", None, b"v3"], pa.binary()),
+            pa.array(
+                [[{"key": "z", "value": b"0"}], None, [{"key": "h", "value": None}], [{"key": "a", "value": b"b"}]],
+                headers,
+            ),
+        ],
+        names=["topic", "partition", "offset", "ts", "key", "value", "headers"],
+    ).slice(1)
+    assert rows_of(batch) == [
+        ("tt", 5, 20, 2000, None, b"v1", None),
+        ("tt", 5, 21, 2001, b"k2", None, [("h", None)]),
+        ("tt", 5, 22, 2002, b"", b"v3", [("a", b"b")]),
+    ]
+
+
 def test_results_come_back_to_the_driver_as_they_left_the_task() -> None:
     result = TaskResult("t", 1, "src.t", 5, 9, produced=4, syncs=[(5, 0)])
     assert results_of([(pickle.dumps(result),)]) == [result]
+    (row,) = _result_batch(pickle.dumps(result)).column(0).to_pylist()  # the task's side
+    assert results_of([(row,)]) == [result]
 
 
 def test_a_flows_spark_batch_bounds_have_defaults_and_take_sizes() -> None:

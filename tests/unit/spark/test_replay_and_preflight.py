@@ -97,6 +97,22 @@ def test_a_task_sizes_producer_batches_below_the_target_topics_limit_as_mirror_r
     assert plan.producer_settings_for("s.unknown")["batch.size"] == BATCH_SIZE
 
 
+def test_a_tasks_producer_queue_is_bounded_unless_the_flow_sets_its_own():
+    from mirror.spark.task import TASK_QUEUE_KB, TaskPlan
+
+    def plan(producer: str) -> TaskPlan:
+        config = parse(
+            "clusters: {s: {bootstrap: 'h:1'}, d: {bootstrap: 'h:2'}}\nflows: "
+            f"[{{name: f, source: s, target: d, topics: {{include: [t]}}{producer}}}]\n",
+            env={},
+        )
+        return TaskPlan(config.flow("f"), config.clusters["d"])
+
+    assert plan("").producer_settings_for("s.t")["queue.buffering.max.kbytes"] == TASK_QUEUE_KB == 4096
+    own = plan(", producer: {queue.buffering.max.kbytes: 65536}")
+    assert own.producer_settings_for("s.t")["queue.buffering.max.kbytes"] == 65536
+
+
 def test_audit_trims_only_what_the_target_topics_retention_explains():
     from mirror.domain.offsetmap import OffsetSync
     from mirror.spark.audit import first_held, retention_cutoff
