@@ -47,6 +47,7 @@ from mirror.spark.checkpoint import default_checkpoint, has_batches, resume_prob
 from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.commits import GroupCommits
 from mirror.spark.exactly_once import ProgressStarts
+from mirror.spark.jvm import writer_jars
 from mirror.spark.starts import StartingOffsets, Starts
 from mirror.spark.task import CHUNK, TaskPlan
 from mirror.spark.watch import TopicWatch
@@ -400,7 +401,7 @@ def spark_session(
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
     )
     if not submitted:
-        builder = _direct(builder, master, connector_jars(pyspark.__version__))
+        builder = _direct(builder, master, connector_jars(pyspark.__version__) + writer_jars())
     if ui_port is not None:
         builder = builder.config("spark.ui.port", str(ui_port))
     for k, v in (conf or {}).items():
