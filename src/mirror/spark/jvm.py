@@ -4,7 +4,7 @@
 librdkafka; the JVM writer (jvm/writer, `io.mirror.spark.MirrorWriter`, called through py4j)
 produces them where Spark read them. It does what the Python tasks do for a batch that needs
 no skipping, and nothing else: same route, partition, key, value, headers, CreateTime and
-provenance header, an idempotent producer whose first error stops the partition (gapless), and
+provenance header, an idempotent producer closed at its first error (gapless), and
 per task the offset map's (source -> target) pairs from the acknowledged offsets.
 
 The skip-what-the-target-holds rule stays with the Python tasks: a JVM task declines its slice
@@ -46,10 +46,10 @@ JAR_ENV = "MIRROR_SPARK_WRITER_JAR"  # where the jar is when not in the checkout
 INFINITE_MS = 2**31 - 1  # the Java client's largest delivery.timeout.ms
 JAVA_REQUEST_TIMEOUT_MS = 30_000  # the Java producer's default request.timeout.ms
 # librdkafka producer settings the Java client takes under the same name and meaning.
-_SAME = {"enable.idempotence", "acks", "compression.type", "client.id", "request.timeout.ms", "retry.backoff.ms"}
+_SAME = {"acks", "compression.type", "client.id", "request.timeout.ms", "retry.backoff.ms"}
 # librdkafka settings with no Java counterpart that the writer keeps true in its own way.
 _KEPT = {
-    # One request in flight per connection and the producer dropped at the first error (Acks.java).
+    # The broker's sequence check and the producer closed at the first error (`_WRITER_FIXED`).
     "enable.gapless.guarantee",
     # The Java producer's queue is bounded by bytes (buffer.memory), not by a record count.
     "queue.buffering.max.messages",
@@ -57,9 +57,11 @@ _KEPT = {
     # topics for any metadata request; target topics are created by the driver (`ensure_targets`).
     "allow.auto.create.topics",
 }
-# Fixed for the writer: one request in flight keeps a failed batch's successors off the
-# target (librdkafka's gapless guarantee, `Acks.java`).
-_WRITER_FIXED = {"max.in.flight.requests.per.connection": "1"}
+# Fixed for the writer: idempotence (the Java client's default of 5 requests in flight keeps
+# order), so the broker refuses a failed batch's successors (out of sequence), and the
+# producer is closed from the first error's callback (`Acks.java`), before it could send them
+# again re-sequenced: what landed is a prefix of the slice (librdkafka's gapless guarantee).
+_WRITER_FIXED = {"enable.idempotence": "true"}
 
 
 class Untranslatable(ValueError):
@@ -87,6 +89,8 @@ def java_producer_settings(settings: Mapping[str, Any]) -> dict[str, str]:
     linger = 0
     for key, value in settings.items():
         text = str(value).lower() if isinstance(value, bool) else str(value)
+        if key == "enable.idempotence":
+            continue  # always on (`_WRITER_FIXED`)
         if key in _SAME:
             out[key] = text
         elif key in ("linger.ms", "queue.buffering.max.ms"):

@@ -38,7 +38,6 @@ def test_the_python_tasks_producer_defaults_translate_to_the_java_client() -> No
         "max.request.size": "1000000000",
         "max.block.ms": "300000",
         "client.id": "mirror-spark-f",
-        "max.in.flight.requests.per.connection": "1",  # gapless: a failed batch's successors never land
     }
     assert "batch.size" not in got  # per target topic, in the batch plan
 

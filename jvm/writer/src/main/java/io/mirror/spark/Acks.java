@@ -6,8 +6,9 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 /**
  * One task's acknowledgements on a producer other tasks share: it waits for its own records
  * only. The first error discards the producer at once, from the callback (the producer's I/O
- * thread), so no later batch of the partition is sent after a failed one: with one request in
- * flight per connection, what landed is a prefix of the slice (librdkafka's gapless guarantee).
+ * thread, before it sends again): the broker refuses the failed batch's successors already in
+ * flight as out of sequence (idempotence), and the closed producer never sends them again
+ * re-sequenced, so what landed is a prefix of the slice (librdkafka's gapless guarantee).
  */
 final class Acks {
     private final KafkaProducer<byte[], byte[]> producer;

@@ -2,7 +2,6 @@ package io.mirror.spark;
 
 import java.time.Duration;
 import java.util.Collections;
-import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
@@ -17,13 +16,15 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 /**
  * The executor JVM's Kafka clients, kept across tasks and batches (as Spark's own Kafka sink
  * keeps its producers): one producer per settings and batch size, shared by the tasks running
- * at once, each of which waits only for its own records.
+ * at once, each of which waits only for its own records; and one consumer reading target
+ * partitions' last records for the first batches of a query.
  *
  * A producer that failed a send is dropped at once and closed without waiting: records it still
  * holds are failed, never delivered after the ones a retry produces.
  */
 final class Clients {
     private static final Map<String, KafkaProducer<byte[], byte[]>> PRODUCERS = new ConcurrentHashMap<>();
+    private static final Map<String, KafkaConsumer<byte[], byte[]>> CONSUMERS = new ConcurrentHashMap<>();
 
     private Clients() {}
 
@@ -47,11 +48,27 @@ final class Clients {
      * target): the caller then declines the slice.
      */
     static ConsumerRecord<byte[], byte[]> last(Map<String, String> settings, TopicPartition tp, long timeoutMs) {
-        Map<String, Object> props = new HashMap<>(settings);
+        Map<String, Object> props = new TreeMap<>(settings);
         props.put("enable.auto.commit", "false");
         props.put("isolation.level", "read_uncommitted");
-        try (KafkaConsumer<byte[], byte[]> c =
-                new KafkaConsumer<>(props, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+        String key = props.toString();
+        KafkaConsumer<byte[], byte[]> c = CONSUMERS.computeIfAbsent(
+                key, k -> new KafkaConsumer<>(props, new ByteArrayDeserializer(), new ByteArrayDeserializer()));
+        // A consumer is one thread's at a time: the tasks of an executor take turns (first batches only).
+        synchronized (c) {
+            try {
+                return last(c, tp, timeoutMs);
+            } catch (RuntimeException e) {
+                CONSUMERS.remove(key, c);
+                c.close(Duration.ZERO);
+                throw e;
+            }
+        }
+    }
+
+    private static ConsumerRecord<byte[], byte[]> last(
+            KafkaConsumer<byte[], byte[]> c, TopicPartition tp, long timeoutMs) {
+        try {
             List<TopicPartition> one = Collections.singletonList(tp);
             Duration wait = Duration.ofMillis(timeoutMs);
             long low = c.beginningOffsets(one, wait).get(tp);
@@ -73,6 +90,8 @@ final class Clients {
                 }
             }
             throw new IllegalStateException("no record read at " + tp + " offset " + (high - 1));
+        } finally {
+            c.assign(Collections.emptyList());
         }
     }
 }
