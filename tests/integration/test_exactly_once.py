@@ -390,6 +390,33 @@ def test_failover_lag_and_canary_are_exact_with_transactions(clusters, write_con
 
 
 @pytest.mark.slow
+def test_source_topic_recreated_while_the_flow_is_stopped(clusters, write_config, unique):
+    """The flow copied a topic (progress 1,000 per partition on the target) and stopped; the
+    topic was deleted, created again and refilled past that progress. The next run copies the
+    new incarnation whole: the progress names the deleted topic's id, so it counts as none."""
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    t, n = f"eos-reborn-{unique}", 2
+    create_topic(src, t, n)
+    produce_numbered(src, t, 2000, n, size=8)
+    cfg = write_config(eos_flow(unique, t))
+    with MirrorProcess(cfg) as m:
+        wait_for(caught_up(src, unique, t, n), 90, "the first incarnation copied", detail=m.output)
+        m.stop()
+    old = {p: [r.value for r in read_partition(src, t, p)] for p in range(n)}
+    delete_topic(src, t)
+    wait_for(lambda: t not in topics(src), 30, "the source topic deleted")
+    # Its deletion may still be under way on the broker: created once it is done.
+    wait_for(lambda: create_topic(src, t, n) is None, 30, "the source topic created again")
+    produce_numbered(src, t, 3000, n, start=10_000, size=8)
+    with MirrorProcess(cfg) as m:
+        wait_for(caught_up(src, unique, t, n), 90, "the new incarnation copied", detail=m.output)
+        m.stop()
+    for p in range(n):
+        new = [r.value for r in read_partition(src, t, p)]
+        assert [r.value for r in read_partition(dst, f"src.{t}", p)] == old[p] + new, f"partition {p}"
+
+
+@pytest.mark.slow
 def test_target_topic_deleted_mid_copy(clusters, write_config, unique):
     """The resync with exactly_once (review findings 1-4): the target topic deleted while the
     worker copies; it is recreated and refilled from the source's beginning, each record once."""

@@ -30,10 +30,12 @@ from tests.integration.test_spark import (
 )
 from tests.support.kafkautil import (
     create_topic,
+    delete_topic,
     end_offsets,
     producer,
     read_partition,
     read_topic,
+    topics,
     wait_for,
     wait_settled,
 )
@@ -129,6 +131,50 @@ def test_local_mode_mirrors_a_transactional_source_exactly_and_resumes_from_the_
     assert [[r.content() for r in copies[p]] for p in range(3)] == [
         [r.content() for r in source[plain][p]] for p in range(3)
     ]
+
+
+def test_a_source_topic_recreated_while_the_flow_is_stopped_is_mirrored_from_its_beginning(
+    clusters, write_config, unique, tmp_path, spark_local
+):
+    """The flow mirrored a topic (progress 300 per partition on the target) and stopped; the
+    topic was deleted, created again and refilled past the old progress. The next run mirrors
+    the new incarnation whole, its records below the old progress too: the progress names the
+    source topic's id, and the old id's progress counts as none."""
+    from mirror.kafka import Admin
+    from mirror.spark.job import run_flow
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic, target = f"sp-{unique}-re", f"src.sp-{unique}-re"
+    config = load(write_config(eos_yaml(unique, topic, tmp_path / "offsets.db")))
+    flow = f"f-{unique}"
+
+    def fill(incarnation: str, records: int) -> None:
+        p = producer(src)
+        for i in range(records):
+            p.produce(topic, value=b"%s-%d" % (incarnation.encode(), i), key=b"%d" % i, partition=i % 2)
+        assert p.flush(60) == 0
+
+    create_topic(src, topic, 2)
+    fill("old", 600)
+    run_flow(config, config.flow(flow), until_caught_up=True, spark=spark_local)
+    assert progress_of(config, flow, target, 2) == {0: 300, 1: 300}
+
+    delete_topic(src, topic)
+    wait_for(lambda: topic not in topics(src), 30, "the source topic deleted")
+    # Its deletion may still be under way on the broker: created once it is done.
+    wait_for(lambda: create_topic(src, topic, 2) is None, 30, "the source topic created again")
+    fill("new", 1000)
+    job = run_flow(config, config.flow(flow), until_caught_up=True, spark=spark_local)
+    assert job.records == 1000
+    copies = read_topic(dst, target, 2)
+    for p in range(2):
+        expected = [b"old-%d" % i for i in range(p, 600, 2)] + [b"new-%d" % i for i in range(p, 1000, 2)]
+        assert [c.value for c in copies[p]] == expected
+    assert progress_of(config, flow, target, 2) == {0: 500, 1: 500}
+    (new_id,) = Admin("src", config.clusters["src"]).topic_ids([topic]).values()
+    f = config.flow(flow)
+    got = read_progress(f.target, config.clusters["dst"], f.progress_group, [(target, 0), (target, 1)], 10)
+    assert {g.source_id for g in got.values()} == {new_id}
 
 
 class Feeder:

@@ -169,6 +169,7 @@ class Claims:
             fence(self.flow.target, self._target, writer, timeout)
         self.fenced_ids += writers
         progress = self._read(list(targets), timeout, stable=True)
+        committer.settle_unsettled(progress, targets)
         ids = self._source_ids(sorted({tp[0] for tp in targets.values()}))
         committer.source_ids.update({tp: ids[tp[0]] for tp in targets.values() if tp[0] in ids})
         start = self._starts_of(targets, self._same_source(targets, progress), committed)

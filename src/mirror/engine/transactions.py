@@ -24,7 +24,7 @@ reads on from the progress last committed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from mirror.config import ClusterConfig, FlowConfig
@@ -32,9 +32,11 @@ from mirror.domain.acks import SourcePartition
 from mirror.engine.assignment import DRAIN_TIMEOUT, AssignedPartition
 from mirror.engine.committer import Committer
 from mirror.engine.producers import ClientFactory, ProducerPool
+from mirror.engine.unsettled import Unsettled
 from mirror.errors import MirrorError
 from mirror.kafka import KafkaException, TopicPartition, commit_offsets
 from mirror.kafka.progress import (
+    Progress,
     ProgressGroup,
     TransactionFailed,
     fence,
@@ -184,6 +186,7 @@ class TransactionalCommitter(Committer):
         # recreated source topic's new id tells its old progress apart: `Claims`).
         self.source_ids: dict[SourcePartition, str] = {}
         self.held: str | None = None  # why nothing is written until the partitions are claimed again
+        self.unsettled: Unsettled | None = None  # a commit of unknown outcome, until a claim settles it
         self.confirming = False  # held, and the group must confirm the partitions first
         self.reports: Any = None  # DeliveryReports, wired after (it needs the committer's pool)
         self.claims: Any = None  # Claims, wired after (it needs the committer)
@@ -248,9 +251,17 @@ class TransactionalCommitter(Committer):
                 lambda t: producer.send_offsets_to_transaction(offsets, self.group.metadata(), t),
                 timeout,
             )
-            transact("commit the transaction", producer.commit_transaction, timeout)
         except TransactionFailed as exc:
             self._failed(exc)
+            return False
+        try:
+            transact("commit the transaction", producer.commit_transaction, timeout)
+        except TransactionFailed as exc:
+            sent, batches = self._sent(kept, released), self._ledger.take_batches()
+            self._failed(exc)
+            if self.held is not None and batches:
+                # Not aborted: the target may have committed it all the same (`Unsettled`).
+                self.unsettled = Unsettled(sent, batches)
             return False
         self.transactions += 1
         self.progress.update(kept)
@@ -262,6 +273,33 @@ class TransactionalCommitter(Committer):
             self._failed(TransactionFailed(f"begin a transaction: {exc.args[0].str()}", fenced=True))
         self._commit_source(release)
         return True
+
+    def _sent(
+        self, kept: Mapping[SourcePartition, int], released: Mapping[SourcePartition, int]
+    ) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """The progress a transaction sends where it moves it: (next offset, writer id) per target partition."""
+        out: dict[tuple[str, int], tuple[int, str | None]] = {}
+        for positions, writer in ((kept, self.pool.writer_id), (released, None)):
+            moved = {tp: pos for tp, pos in positions.items() if pos != self.progress.get(tp)}
+            out.update({t: (pos, writer) for t, pos in self._targets(moved).items()})
+        return out
+
+    def settle_unsettled(self, progress: Mapping[tuple[str, int], Progress], read: Collection[tuple[str, int]]) -> None:
+        """A claim's stable read of the `read` partitions' progress, after its fence: the
+        unsettled commit's acknowledgements handed on if it committed, dropped if not."""
+        unsettled = self.unsettled
+        verdict = unsettled.committed(progress, read) if unsettled is not None else None
+        if unsettled is None or verdict is None:
+            return
+        self.unsettled = None
+        count = sum(b.count for b in unsettled.batches)
+        if verdict:
+            log.info(
+                "flow %s: the transaction of unknown outcome committed: counting its %d records", self.flow.name, count
+            )
+            self.hand_over(unsettled.batches)
+        else:
+            log.info("flow %s: the transaction of unknown outcome did not commit (%d records)", self.flow.name, count)
 
     def _commit_source(self, partitions: Mapping[SourcePartition, AssignedPartition] | None) -> None:
         """After the target's commit: the offset map's rows and the counters, then the source group."""
