@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
 import threading
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from mirror.cli import main
 from mirror.config import ClusterConfig
@@ -144,6 +145,29 @@ def caught_up(src: str, unique: str, topic: str, partitions: int) -> Callable[[]
     return lambda: group_offsets(src, f"mirror-{unique}", topic, partitions) == end_offsets(src, topic, partitions)
 
 
+def copy_state(
+    src: str, dst: str, unique: str, topic: str, partitions: int, output: Callable[[], str]
+) -> Callable[[], str]:
+    """For a time-out's message: the source group's offsets against the source's ends, the
+    target's progress and ends, then the end of the mirror's log."""
+
+    def state() -> str:
+        try:
+            tps = [(f"src.{topic}", p) for p in range(partitions)]
+            cluster = ClusterConfig(bootstrap=dst, timeout=10)
+            progress = read_progress("dst", cluster, f"mirror-eos.f-{unique}", tps, 10)
+            return (
+                f"source group {group_offsets(src, f'mirror-{unique}', topic, partitions)}, "
+                f"source ends {end_offsets(src, topic, partitions)}, "
+                f"progress { {tp[1]: (got.next_offset, got.writer_id) for tp, got in sorted(progress.items())} }, "
+                f"target ends {end_offsets(dst, f'src.{topic}', partitions)}\n"
+            ) + output()[-6000:]
+        except Exception as exc:  # noqa: BLE001  # the message must still show the log
+            return f"(offsets unreadable: {exc})\n" + output()[-6000:]
+
+    return state
+
+
 @pytest.mark.slow
 def test_sigkill_three_times_during_a_copy(clusters, write_config, unique):
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
@@ -169,12 +193,50 @@ def test_sigkill_three_times_during_a_copy(clusters, write_config, unique):
         wait_for(
             lambda: re.search(r"claimed [1-9]\d* partitions", m.output()) is not None, 60, "the claim", detail=m.output
         )
-        wait_for(caught_up(src, unique, t, n), 120, "the copy to finish", detail=m.output)
+        wait_for(
+            caught_up(src, unique, t, n),
+            120,
+            "the copy to finish",
+            detail=copy_state(src, dst, unique, t, n, m.output),
+        )
         m.stop()
         assert "fenced" in m.output(), m.output()[-3000:]
     counts = exactly(src, dst, t, n)
     print(f"after {kills} SIGKILLs: {counts}")
     assert counts == {"copied": total, "lost": 0, "duplicated": 0}
+
+
+def rewind_group(bootstrap: str, group: str, topic: str, partitions: int, to: int) -> None:
+    """Commit `group`'s offsets of `topic` back to `to` (keeping their metadata), as a worker
+    killed between a transaction's commit and the source group's commit leaves them."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        now = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        c.commit(offsets=[TopicPartition(topic, tp.partition, to, tp.metadata) for tp in now], asynchronous=False)
+    finally:
+        c.close()
+
+
+def test_until_caught_up_ends_when_the_source_group_is_behind_the_progress(clusters, write_config, unique):
+    """Everything copied (the progress at the end), the source group behind: the run resumes
+    at the progress and reads nothing, yet must bring the group to the end and finish."""
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    t, n = f"eos-behind-{unique}", 2
+    create_topic(src, t, n)
+    produce_numbered(src, t, 400, n, size=8)
+    cfg = write_config(eos_flow(unique, t))
+    with MirrorProcess(cfg, "--until-caught-up") as m:
+        assert m.wait(120) == 0, m.output()[-3000:]
+    rewind_group(src, f"mirror-{unique}", t, n, 50)
+    assert group_offsets(src, f"mirror-{unique}", t, n) == {0: 50, 1: 50}
+    with MirrorProcess(cfg, "--until-caught-up") as m:
+        try:
+            rc = m.wait(60)
+        except subprocess.TimeoutExpired:
+            rc = None
+        assert rc == 0, copy_state(src, dst, unique, t, n, m.output)()
+    assert group_offsets(src, f"mirror-{unique}", t, n) == end_offsets(src, t, n)
+    assert exactly(src, dst, t, n) == {"copied": 400, "lost": 0, "duplicated": 0}
 
 
 @pytest.mark.slow
@@ -435,3 +497,29 @@ def test_target_topic_deleted_mid_copy(clusters, write_config, unique):
     counts = exactly(src, dst, t, n)
     print(f"target topic deleted mid-copy: {counts}")
     assert counts == {"copied": 9000, "lost": 0, "duplicated": 0}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_partitions_added_during_a_copy(clusters, write_config, unique, workers):
+    """The source topic grows from 2 to 4 partitions while an exactly-once copy runs: the
+    mirror grows the target, claims the new partitions (no progress yet: from their first
+    record, including those written before it noticed) and every record of old and new
+    partitions lands once, in order."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    t, before, after = f"eos-grow-{unique}", 2, 4
+    create_topic(src, t, before)
+    produce_numbered(src, t, 10_000, before, size=8)
+    cfg = write_config(eos_flow(unique, t))
+    with MirrorProcess(cfg, "--workers", str(workers)) as m:
+        wait_for(caught_up(src, unique, t, before), 90, "the first records", detail=m.output)
+        admin = AdminClient({"bootstrap.servers": src})  # held: a collected client fails its futures
+        admin.create_partitions([NewPartitions(t, after)])[t].result(30)
+        produce_numbered(src, t, 10_000, after, start=10_000, size=8)  # new partitions written at once
+        wait_for(caught_up(src, unique, t, after), 120, "the new partitions copied", detail=m.output)
+        m.stop()
+    counts = exactly(src, dst, t, after)
+    print(f"partitions added mid-copy ({workers} workers): {counts}")
+    assert counts == {"copied": 20_000, "lost": 0, "duplicated": 0}

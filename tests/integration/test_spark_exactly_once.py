@@ -278,3 +278,55 @@ def test_an_executor_killed_mid_batch_then_the_driver_killed_and_restarted_lose_
         f"for {total_plain} plain records (aborted copies and commit markers)"
     )
     assert_exact(src, dst, unique, topics)  # read_committed: each record once, in order, nothing aborted
+
+
+def test_a_partition_added_while_the_query_runs_is_copied_exactly_once(
+    clusters, write_config, unique, tmp_path, spark_local
+):
+    """A source topic grown from 2 to 3 partitions while the query copies it with
+    exactly_once: the new partition (no progress yet) is copied from its first record, the old
+    ones go on from their progress; read_committed, each record once, in order, and the
+    progress at every partition's end."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    from mirror.spark.job import run_flow
+    from tests.support.kafkautil import group_offsets
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic, flow, group = f"sp-{unique}-grow", f"f-{unique}", f"mirror-{unique}"
+    create_topic(src, topic, 2)
+
+    def produce(parts: int, start: int) -> None:
+        p = producer(src)  # a new client each time: an old one's metadata has the old count
+        for i in range(start, start + 300):
+            p.produce(topic, value=b"v%d" % i, key=b"%d" % i, partition=i % parts)
+        assert p.flush(30) == 0
+
+    produce(2, 0)
+    config = load(write_config(eos_yaml(unique, topic, tmp_path / "offsets.db")))
+    stop, failed = threading.Event(), []
+
+    def run() -> None:
+        try:
+            run_flow(config, config.flow(flow), checkpoint=tmp_path / "cp", stop=stop, spark=spark_local)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            failed.append(exc)
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    try:
+        done = lambda n: lambda: bool(failed) or group_offsets(src, group, topic, n) == end_offsets(src, topic, n)  # noqa: E731
+        wait_for(done(2), 180, "the first partitions copied")
+        admin = AdminClient({"bootstrap.servers": src})  # held: a collected client fails its futures
+        admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+        produce(3, 300)
+        wait_for(done(3), 180, "the new partition copied")
+        assert not failed, f"the run failed when the source topic grew: {failed}"
+    finally:
+        stop.set()
+        th.join(120)
+    assert not th.is_alive() and not failed, failed
+    for part in range(3):
+        want = [r.content() for r in read_partition(src, topic, part)]
+        assert [r.content() for r in read_partition(dst, f"src.{topic}", part)] == want, f"partition {part}"
+    assert progress_of(config, flow, f"src.{topic}", 3) == end_offsets(src, topic, 3)

@@ -12,7 +12,10 @@ Where no progress exists yet (the first exactly-once run of a partition) the cop
 the source group's committed offset (a flow switched over from at-least-once keeps the
 duplicates that mode left), else from the beginning (the consumer's reset is earliest). A
 group whose offsets cannot be read fails the claim (retried each commit interval): starting
-at 0 would copy the whole retention again.
+at 0 would copy the whole retention again. A partition resumed at a progress its source group
+is behind (its last writer killed between the two commits) has the group brought up to the
+progress by the committer's next commit (`TransactionalCommitter.behind`): with nothing left
+to read, the consumer would never report a position there.
 
 A resync (`restart`) drops everything in flight uncounted and claims every partition again
 with a new incarnation: the ones re-mirrored into a recreated target topic at 0, the others
@@ -36,7 +39,7 @@ from mirror.domain.ledger import Ledger
 from mirror.engine.assignment import AssignedPartition, read_committed
 from mirror.engine.gate import ReadGate
 from mirror.engine.transactions import TransactionalCommitter, TransactionalPool
-from mirror.errors import ClusterUnavailable, MirrorError
+from mirror.errors import AuthenticationFailed, AuthorizationFailed, ClusterUnavailable, MirrorError
 from mirror.kafka import OFFSET_BEGINNING, TopicPartition
 from mirror.kafka.progress import Progress, ProgressPending, fence
 from mirror.kafka.settings import TRANSACTION_TIMEOUT_MS
@@ -94,7 +97,7 @@ class Claims:
         try:
             start = self._claim(todo, committed)
         except MirrorError as exc:
-            committer.hold(f"claim failed: {exc}", confirm=False)
+            self._failed(exc)
             return {}
         if held:
             new = set(partitions)
@@ -114,7 +117,7 @@ class Claims:
         try:
             start = self._claim(list(self._ledger.parts), None)
         except MirrorError as exc:
-            committer.hold(f"claim failed: {exc}", confirm=False)
+            self._failed(exc)
             return
         for tp, offset in start.items():
             self._seek(tp, offset)
@@ -141,8 +144,16 @@ class Claims:
             self._pool.purge(committer.reports.serve)
         for tp in restarted:
             committer.progress[tp] = 0
+            committer.behind.pop(tp, None)  # the deleted target topic's progress
         self._restart |= set(restarted)
         committer.hold(reason, confirm=False)
+
+    def _failed(self, exc: MirrorError) -> None:
+        """A claim failed: retried each commit interval, unless a grant is missing or the
+        login refused, which no retry mends (the flow stops with it)."""
+        if isinstance(exc, (AuthorizationFailed, AuthenticationFailed)):
+            self._committer.refuse(exc)
+        self._committer.hold(f"claim failed: {exc}", confirm=False)
 
     def _release(self) -> None:
         log.info("flow %s: partitions claimed again; writing resumed", self.flow.name)
@@ -172,13 +183,16 @@ class Claims:
         committer.settle_unsettled(progress, targets)
         ids = self._source_ids(sorted({tp[0] for tp in targets.values()}))
         committer.source_ids.update({tp: ids[tp[0]] for tp in targets.values() if tp[0] in ids})
-        start = self._starts_of(targets, self._same_source(targets, progress), committed)
+        progress = self._same_source(targets, progress)
+        start = self._starts_of(targets, progress, committed)
         committer.held = None
         if not committer.transact(claims=start):
             raise MirrorError("the claim's transaction did not commit")
         self._restart -= set(start)
         for tp in start:
             self._starts.pop(tp, None)
+            committer.behind.pop(tp, None)  # an earlier claim's: this one says
+        committer.behind.update(self._behind(targets, progress, start, committed))
         log.info(
             "flow %s: claimed %d partitions as %s (fenced %s)",
             self.flow.name,
@@ -187,6 +201,44 @@ class Claims:
             ", ".join(writers) or "nobody",
         )
         return start
+
+    def _behind(
+        self,
+        targets: Mapping[tuple[str, int], SourcePartition],
+        progress: Mapping[tuple[str, int], Progress],
+        start: Mapping[SourcePartition, int],
+        committed: Mapping[SourcePartition, int | None] | None,
+    ) -> dict[SourcePartition, int]:
+        """Partitions resumed at their progress whose source group is behind it, with the
+        progress (the committer brings the group up to it: a partition with nothing left to
+        read would leave it behind for good). Never moves a group back; unreadable now, the
+        group moves with the next record read."""
+        resumed = {
+            tp: start[tp]
+            for target, tp in targets.items()
+            if target in progress and start.get(tp) == progress[target].next_offset
+        }
+        if not resumed:
+            return {}
+        group = {tp: committed[tp] for tp in resumed if committed is not None and tp in committed}
+        unknown = [TopicPartition(t, p) for t, p in resumed if (t, p) not in group]
+        if unknown:
+            try:
+                group.update(
+                    read_committed(self._consumer, self.flow, self._source, unknown, min(5.0, self._source.timeout))
+                )
+            except MirrorError as exc:
+                log.info(
+                    "flow %s: the source group's offsets unreadable (%s); they move with the next record",
+                    self.flow.name,
+                    exc,
+                )
+        behind = {}
+        for tp, pos in resumed.items():
+            at = group.get(tp, pos)  # unreadable: as if caught up
+            if at is None or at < pos:
+                behind[tp] = pos
+        return behind
 
     def _same_source(
         self, targets: Mapping[tuple[str, int], SourcePartition], progress: Mapping[tuple[str, int], Progress]

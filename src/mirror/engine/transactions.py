@@ -29,6 +29,7 @@ from typing import Any
 
 from mirror.config import ClusterConfig, FlowConfig
 from mirror.domain.acks import SourcePartition
+from mirror.domain.acls import transactional_id_prefix
 from mirror.engine.assignment import DRAIN_TIMEOUT, AssignedPartition
 from mirror.engine.committer import Committer
 from mirror.engine.producers import ClientFactory, ProducerPool
@@ -42,6 +43,7 @@ from mirror.kafka.progress import (
     fence,
     new_writer_id,
     progress_offsets,
+    refused_grant,
     transact,
 )
 from mirror.kafka.settings import transactional_settings
@@ -109,6 +111,17 @@ class TransactionalPool(ProducerPool):
             transact("init transactions", producer.init_transactions, self._target.timeout)
             producer.begin_transaction()
         except (TransactionFailed, KafkaException) as exc:
+            if isinstance(exc, TransactionFailed):
+                refusal = refused_grant(
+                    self.flow.target,
+                    "start a transactional producer",
+                    exc,
+                    writer_id=f"{transactional_id_prefix(self.flow.name)}*",
+                    group=self.flow.progress_group,
+                    topics=(),
+                )
+                if refusal is not None:
+                    raise refusal from None
             raise MirrorError(
                 f"flow {self.flow.name}: cannot start a transactional producer on {self.flow.target}: {exc}",
                 hint="exactly_once needs Kafka 2.5 or later on the target, and Write on its transactional ids",
@@ -187,6 +200,9 @@ class TransactionalCommitter(Committer):
         self.source_ids: dict[SourcePartition, str] = {}
         self.held: str | None = None  # why nothing is written until the partitions are claimed again
         self.unsettled: Unsettled | None = None  # a commit of unknown outcome, until a claim settles it
+        # Claimed partitions whose source group is behind their progress, and where it must
+        # get to (`Claims`; see `positions`).
+        self.behind: dict[SourcePartition, int] = {}
         self.confirming = False  # held, and the group must confirm the partitions first
         self.reports: Any = None  # DeliveryReports, wired after (it needs the committer's pool)
         self.claims: Any = None  # Claims, wired after (it needs the committer)
@@ -219,7 +235,9 @@ class TransactionalCommitter(Committer):
         (revoked; all of them when closing), `claims` recorded as this writer's. True when
         committed (or nothing needed committing)."""
         if self.held is not None:
-            if self.claims is not None and not claims:
+            # Not while closing: a stopping worker claims nothing (its progress group may be
+            # closed already, and its next owner fences whoever the progress names).
+            if self.claims is not None and not claims and not self.closing:
                 self.claims.recover()
             return False
         if not self.pool.ready():
@@ -301,6 +319,25 @@ class TransactionalCommitter(Committer):
         else:
             log.info("flow %s: the transaction of unknown outcome did not commit (%d records)", self.flow.name, count)
 
+    def positions(self, partitions: Mapping[SourcePartition, AssignedPartition]) -> dict[SourcePartition, int]:
+        """As at-least-once, and the progress of partitions whose source group is `behind` it.
+
+        A worker killed between a transaction's commit and the source group's leaves the
+        group behind the progress; its successor resumes at the progress, and where nothing
+        is left to read the consumer never reports a position: without this the group would
+        stay behind for good (lag above 0, `--until-caught-up` never done). The progress is
+        what the target committed, so everything before it is there."""
+        out = super().positions(partitions)
+        for tp, pos in list(self.behind.items()):
+            part = partitions.get(tp)
+            if tp not in self._ledger.parts or (
+                part is not None and part.committed is not None and part.committed >= pos
+            ):
+                del self.behind[tp]  # handed over, or caught up
+            elif part is not None and tp not in out:
+                out[tp] = pos
+        return out
+
     def _commit_source(self, partitions: Mapping[SourcePartition, AssignedPartition] | None) -> None:
         """After the target's commit: the offset map's rows and the counters, then the source group."""
         super().commit(partitions)
@@ -365,6 +402,16 @@ class TransactionalCommitter(Committer):
     # ------------------------------------------------------------------ failures
 
     def _failed(self, exc: TransactionFailed) -> None:
+        refusal = refused_grant(
+            self.flow.target,
+            "commit a transaction",
+            exc,
+            writer_id=self.pool.writer_id or f"{transactional_id_prefix(self.flow.name)}*",
+            group=self.flow.progress_group,
+            topics=[part.route.target_topic for part in self._ledger],
+        )
+        if refusal is not None:
+            self.refuse(refusal)
         if exc.fenced:
             self.hold(f"fenced: {exc}")
         else:
@@ -381,6 +428,11 @@ class TransactionalCommitter(Committer):
             producer.begin_transaction()
         except (TransactionFailed, KafkaException) as exc:
             self.hold(f"could not abort: {exc}")
+
+    def refuse(self, refusal: MirrorError) -> None:
+        """A grant is missing: no retry can help, the flow stops with it (the transaction is
+        aborted or the producer retired all the same, so nothing of it counts)."""
+        self._failures.first(refusal)
 
     def hold(self, reason: str, *, confirm: bool = True) -> None:
         """Fenced, or the producer cannot go on: drop everything uncounted, write nothing until

@@ -395,3 +395,90 @@ def test_a_transaction_of_unknown_outcome_counts_once_the_claim_reads_it_committ
     exactly_once(target, P0, 20)
     assert not rows.early, rows.early
     assert (rows.offsets[0], worker.records_acked) == (list(range(20)), 20)
+
+
+class AppPositionConsumer(StartingConsumer):
+    """As librdkafka: `position` is the offset after the last record returned, unknown
+    (-1001) after an assign or a seek until a record of the partition is returned; where it
+    fetches from (`position_of`, for the script) is another matter."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.app: dict[tuple[str, int], int] = {}
+
+    def _start(self, tps: list[TopicPartition]) -> None:
+        super()._start(tps)
+        for tp in tps:
+            self.app.pop((tp.topic, tp.partition), None)
+
+    def seek(self, tp: TopicPartition) -> None:
+        super().seek(tp)
+        self.app.pop((tp.topic, tp.partition), None)
+
+    def consume(self, num_messages: int, timeout: float) -> list[Any]:
+        msgs = super().consume(num_messages, timeout)
+        for m in msgs:
+            if m.error() is None:
+                self.app[m.tp] = max(self.app.get(m.tp, 0), m.offset() + 1)
+        return msgs
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.app.get((tp.topic, tp.partition), -1001)) for tp in tps]
+
+
+def test_a_claim_at_the_end_brings_the_source_group_up_to_the_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker SIGKILLed after a partition's last transaction committed on the target but
+    before its source-group commit: the progress is at the end (10), the group behind (4).
+    The next owner resumes at the progress and reads nothing more of that partition, so the
+    consumer never reports a position there: the group must still reach the progress, or lag
+    stays above 0 and `--until-caught-up` never ends."""
+    target = TxnTarget()
+    target.logs[P0] = [Entry(o, "mirror.p.dead", "committed") for o in range(10)] + [Entry(None, "x", "marker")]
+    target.progress[("nyc.orders", 0)] = Progress(10, "mirror.p.dead")
+    idle = [lambda c: []] * 6
+    worker, consumer, target = make_eos(
+        monkeypatch, [*idle, read(P1, 5), *idle], target=target, consumer_cls=AppPositionConsumer
+    )
+    consumer.commits.append({P0: 4})
+    worker.run()
+    exactly_once(target, P0, 10)
+    exactly_once(target, P1, 5)
+    assert (consumer.last_commit(P0), consumer.last_commit(P1)) == (10, 5)
+    assert not consumer.unsafe, consumer.unsafe
+
+
+def test_a_claim_never_moves_the_source_group_back_to_the_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source group ahead of the progress (at-least-once ran after an exactly-once run)
+    keeps its offset: the copy resumes at the progress, the group is not rewound."""
+    target = TxnTarget()
+    target.logs[P0] = [Entry(o, "mirror.p.dead", "committed") for o in range(10)] + [Entry(None, "x", "marker")]
+    target.progress[("nyc.orders", 0)] = Progress(10, "mirror.p.dead")
+    worker, consumer, target = make_eos(
+        monkeypatch, [lambda c: []] * 6, target=target, consumer_cls=AppPositionConsumer
+    )
+    consumer.commits.append({P0: 12})
+    worker.run()
+    assert [c[P0] for c in consumer.commits if P0 in c] == [12]
+
+
+def test_a_resync_drops_the_source_group_catch_up_of_a_restarted_partition(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claimed at its progress (10) with the group behind (4), then its target topic is
+    recreated before the group was brought up: the partition restarts at 0 and the group is
+    rewound to 0; the old progress must not be committed to the group afterwards (the new
+    target topic holds nothing of 0..9)."""
+    target = TxnTarget()
+    target.logs[P0] = [Entry(o, "mirror.p.dead", "committed") for o in range(10)] + [Entry(None, "x", "marker")]
+    target.progress[("nyc.orders", 0)] = Progress(10, "mirror.p.dead")
+    holder: dict[str, Any] = {}
+
+    def resync(consumer: FakeConsumer) -> list[Msg]:
+        holder["worker"].watch._resync.run({P0}, set())
+        return []
+
+    worker, consumer, target = make_eos(
+        monkeypatch, [resync, *[lambda c: []] * 6], target=target, consumer_cls=AppPositionConsumer
+    )
+    holder["worker"] = worker
+    consumer.commits.append({P0: 4})
+    worker.run()
+    assert [c[P0] for c in consumer.commits if P0 in c] == [4, 0]
