@@ -16,12 +16,16 @@ MM2_LIBS := $(CACHE)/mm2-$(KAFKA_VERSION)/libs
 SPARK_VERSION := 4.2.0
 SPARK_JARS := $(CACHE)/spark-$(SPARK_VERSION)/jars
 MVN := mvn -q -B
+# `mirror spark run`'s JVM writer (jvm/writer, mirror.spark.jvm): compiled against pyspark's
+# own jars and the connector's kafka-clients, rebuilt only when a source changes.
+WRITER_JAR := build/jvm/mirror-spark-writer.jar
+WRITER_SOURCES := $(shell find jvm/writer/src/main/java -name '*.java' 2>/dev/null)
 PYTEST_ARGS ?=
 
 .PHONY: setup test unit integration demo demo-down bench bench-setup clean-dev lint container-test
 
 # MM2 is in setup because the bench smoke test (tests/integration/test_bench_smoke.py) runs it.
-setup: $(VENV)/.installed jars
+setup: $(VENV)/.installed jars $(WRITER_JAR)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +54,14 @@ jars:
 	$(call fetch_jars,deps/cassandra/pom.xml,$(CASSANDRA_LIBS))
 	$(call fetch_jars,deps/mm2/pom.xml,$(MM2_LIBS))
 	$(call fetch_jars,deps/spark/pom.xml,$(SPARK_JARS))
+
+$(WRITER_JAR): $(WRITER_SOURCES) | $(VENV)/.installed jars
+	@echo "building $@"
+	@rm -rf build/jvm/classes && mkdir -p build/jvm/classes
+	javac -nowarn --release 17 -d build/jvm/classes \
+	  -cp "$$($(PY) -c 'import pyspark, os; print(os.path.dirname(pyspark.__file__))')/jars/*:$(SPARK_JARS)/*" \
+	  $(WRITER_SOURCES)
+	jar --create --file $@.tmp -C build/jvm/classes . && mv $@.tmp $@
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

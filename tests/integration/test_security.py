@@ -789,6 +789,7 @@ def test_spark_run_on_sasl_ssl_clusters_with_scram_and_a_pem_ca(secured, tmp_pat
     config = load(path)
     job = run_flow(config, config.flow(f"f-{u}"), until_caught_up=True, spark=spark_local)
     assert job.records == 200
+    assert set(job.paths) == {"jvm"}  # the JVM writer's producer logged in with the same settings
     for part in range(2):
         copies = read_back(
             secured.bootstrap("sdst"),

@@ -156,6 +156,7 @@ def test_local_mode_mirrors_exactly_and_commits_the_group(
     with capsys.disabled():
         print(f"\nspark local mode: {total} records in {took:.1f}s ({total / took:.0f} rec/s, session already started)")
     assert job.records == total and job.skipped == 0
+    assert job._batches is not None and set(job._batches.paths) == {"jvm"}  # the JVM writer produced every batch
     assert_exact(src, dst, unique, topics)
     store = open_store(config.offset_store)
     try:
@@ -183,6 +184,8 @@ def test_local_mode_mirrors_exactly_and_commits_the_group(
     )
     replay = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
     assert (replay.records, replay.skipped) == (0, 3 * 700)
+    # The JVM writer declined the replayed batch (the target holds it): the Python tasks skipped it.
+    assert replay._batches is not None and replay._batches.paths.get("python*") == 1
     assert_exact(src, dst, unique, topics)
     assert_translation_exact(src, dst, config_path, unique, plain, 3, capsys)
 
@@ -642,6 +645,7 @@ def test_a_target_topic_with_a_small_max_message_bytes_gets_batches_that_fit(
     config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db")))
     job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
     assert job.records == 600
+    assert job._batches is not None and set(job._batches.paths) == {"jvm"}  # the Java producer's batches fit too
     assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == [
         r.content() for r in read_partition(src, topic, 0)
     ]
@@ -891,6 +895,7 @@ def test_a_batch_bound_smaller_than_one_kafka_record_batch_mirrors_exactly(
         config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, max_records_per_batch=30
     )
     assert (job.records, job.skipped) == (350, 0)
+    assert job._batches is not None and set(job._batches.paths) == {"jvm"}
     assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == [
         r.content() for r in read_partition(src, topic, 0)
     ]

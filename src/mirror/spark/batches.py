@@ -24,6 +24,7 @@ from mirror.run.supervisor import restart_delay
 from mirror.spark.arrow import COLUMNS, RESULT_SCHEMA, mirror_arrow, results_of
 from mirror.spark.checkpoint import batch_ends
 from mirror.spark.commits import GroupCommits, Partition
+from mirror.spark.jvm import JvmWriter
 from mirror.spark.task import TaskPlan, TaskResult
 
 log = logging.getLogger(__name__)
@@ -58,9 +59,11 @@ class Batches:
         self.store_backoff = STORE_BACKOFF  # first wait after an offset-store failure
         self.records = 0
         self.skipped = 0
+        self.paths: dict[str, int] = {}  # batches per path taken (`JvmWriter.run`), for tests and the bench
         self._parts: list[Partition] = []
         self._checkpoint = Path()
         self._settled: set[Partition] = set()  # partitions with a batch completed in this query (`TaskPlan.settled`)
+        self.jvm = JvmWriter(plan)  # the batch's records produced by Java tasks where it may (`mirror.spark.jvm`)
 
     def start_query(self, mappings: list[TopicMapping], checkpoint: Path) -> None:
         """A new query over `mappings`, checkpointed at `checkpoint`. It starts at the group's
@@ -77,7 +80,8 @@ class Batches:
         source_ends = self.source.end_offsets(self._parts)
         plan = replace(self.plan, source_ends=source_ends, limits=self.limits, settled=frozenset(self._settled))
         t1 = time.monotonic()
-        results = results_of(df.selectExpr(*COLUMNS).mapInArrow(partial(mirror_arrow, plan), RESULT_SCHEMA).collect())
+        path, results = self.jvm.run(df, plan, {t for t, _ in self._parts}, batch_id, partial(_python_tasks, df))
+        self.paths[path] = self.paths.get(path, 0) + 1
         t2 = time.monotonic()
         ends = batch_ends(self._checkpoint, batch_id)
         if ends is None:  # not expected: Spark wrote it before the batch ran
@@ -88,11 +92,12 @@ class Batches:
         # Their next batch starts where this one ended, and the target holds nothing past it.
         self._settled.update((r.topic, r.partition) for r in results)
         log.debug(
-            "flow %s: batch %d: %d tasks, %d records; tasks %.0f ms, driver %.0f ms (source ends %.0f "
+            "flow %s: batch %d: %d tasks (%s), %d records; tasks %.0f ms, driver %.0f ms (source ends %.0f "
             "ms, rows stored and committed %.0f ms)",
             self.flow,
             batch_id,
             len(results),
+            path,
             sum(r.produced for r in results),
             (t2 - t1) * 1000,
             (time.monotonic() - t2 + t1 - t0) * 1000,
@@ -175,3 +180,8 @@ class Batches:
                     delay,
                 )
                 self.stop.wait(delay)  # a stop meanwhile: one last attempt, then raise above
+
+
+def _python_tasks(df: Any, plan: TaskPlan) -> list[TaskResult]:
+    """The batch's tasks in Python workers (`mirror.spark.arrow`)."""
+    return results_of(df.selectExpr(*COLUMNS).mapInArrow(partial(mirror_arrow, plan), RESULT_SCHEMA).collect())

@@ -49,6 +49,7 @@ from mirror.spark.checkpoint import default_checkpoint, has_batches, resume_prob
 from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.commits import GroupCommits
 from mirror.spark.exactly_once import ProgressStarts
+from mirror.spark.jvm import writer_jars
 from mirror.spark.starts import StartingOffsets, Starts
 from mirror.spark.startup import SessionStart
 from mirror.spark.task import CHUNK, TaskPlan
@@ -159,6 +160,11 @@ class SparkFlow:
     @property
     def skipped(self) -> int:
         return self._batches.skipped if self._batches else 0
+
+    @property
+    def paths(self) -> dict[str, int]:
+        """Batches per path taken (`mirror.spark.jvm.JvmWriter.run`)."""
+        return dict(self._batches.paths) if self._batches else {}
 
     # ------------------------------------------------------------------ checks
 
@@ -417,7 +423,7 @@ def spark_session(
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
     )
     if not submitted:
-        builder = _direct(builder, master, connector_jars(pyspark.__version__))
+        builder = _direct(builder, master, connector_jars(pyspark.__version__) + writer_jars())
     if ui_port is not None:
         builder = builder.config("spark.ui.port", str(ui_port))
     for k, v in (conf or {}).items():

@@ -230,10 +230,11 @@ def prepare(req: SubmitRequest, package_dir: Path) -> list[str]:
     import importlib.metadata
 
     from mirror.spark.job import connector_jars, with_task_retries
+    from mirror.spark.jvm import writer_jars
     from mirror.spark.package import ensure_package
 
     check_deploy_mode(req.master, req.deploy_mode)
-    jars = connector_jars(importlib.metadata.version("pyspark"))
+    jars = connector_jars(importlib.metadata.version("pyspark")) + writer_jars()
     submit = spark_submit_path()
     package = ensure_package(package_dir)
     return command(req, package, jars, submit, master=with_task_retries(req.master))

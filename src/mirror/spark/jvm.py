@@ -1,0 +1,296 @@
+"""The JVM writer: a batch's records produced by Java producers on the executors (driver side).
+
+`mirror.spark.task` moves every record from the JVM into a Python worker and back out through
+librdkafka; the JVM writer (jvm/writer, `io.mirror.spark.MirrorWriter`, called through py4j)
+produces them where Spark read them. It does what the Python tasks do for a batch that needs
+no skipping, and nothing else: same route, partition, key, value, headers, CreateTime and
+provenance header, an idempotent producer closed at its first error (gapless), and
+per task the offset map's (source -> target) pairs from the acknowledged offsets.
+
+The skip-what-the-target-holds rule stays with the Python tasks: a JVM task declines its slice
+wherever the target may hold part of it (a retried attempt, a partition's first batch in the
+query over a target whose last record is not an earlier copy of that partition), and fails it
+on any produce error. The job still ends with every JVM task's sends settled, and the driver
+then runs the whole batch again on the Python path with no partition settled: every task reads
+the target's tail and skips only what it proves is there.
+
+Used only where it can do what the Python tasks do: not with `exactly_once`, not without the
+class on the driver's classpath (a package built without it), and only for settings it can
+translate to the Java client's names (anything else: the Python path, said once at INFO).
+Pure but for `JvmWriter.write` (py4j), so the plan and the results are tested without Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from functools import reduce
+from pathlib import Path
+from typing import Any
+
+from mirror.errors import ConfigError
+from mirror.kafka.settings import BATCH_SIZE, batch_size_for
+from mirror.spark.arrow import COLUMNS
+from mirror.spark.clients import java_kafka_options
+from mirror.spark.task import FLUSH_TIMEOUT, TaskPlan, TaskResult
+
+log = logging.getLogger(__name__)
+
+WRITER_CLASS = "io.mirror.spark.MirrorWriter"
+JAR_NAME = "mirror-spark-writer.jar"
+JAR_ENV = "MIRROR_SPARK_WRITER_JAR"  # where the jar is when not in the checkout's build/jvm
+
+INFINITE_MS = 2**31 - 1  # the Java client's largest delivery.timeout.ms
+JAVA_REQUEST_TIMEOUT_MS = 30_000  # the Java producer's default request.timeout.ms
+# librdkafka producer settings the Java client takes under the same name and meaning.
+_SAME = {"acks", "compression.type", "client.id", "request.timeout.ms", "retry.backoff.ms"}
+# librdkafka settings with no Java counterpart that the writer keeps true in its own way.
+_KEPT = {
+    # The broker's sequence check and the producer closed at the first error (`_WRITER_FIXED`).
+    "enable.gapless.guarantee",
+    # The Java producer's queue is bounded by bytes (buffer.memory), not by a record count.
+    "queue.buffering.max.messages",
+    # The Java producer never asks for a topic to be created unless the broker auto-creates
+    # topics for any metadata request; target topics are created by the driver (`ensure_targets`).
+    "allow.auto.create.topics",
+}
+# Fixed for the writer: idempotence (the Java client's default of 5 requests in flight keeps
+# order), so the broker refuses a failed batch's successors (out of sequence), and the
+# producer is closed from the first error's callback (`Acks.java`), before it could send them
+# again re-sequenced: what landed is a prefix of the slice (librdkafka's gapless guarantee).
+_WRITER_FIXED = {"enable.idempotence": "true"}
+
+
+class Untranslatable(ValueError):
+    """A setting the Java client cannot be given faithfully: the batch goes the Python way."""
+
+
+def writer_jar() -> Path | None:
+    """The writer's jar for `spark.jars` / `--jars`: $MIRROR_SPARK_WRITER_JAR, else the one
+    `make setup` built in the checkout (None: not built; the Python tasks mirror alone)."""
+    named = os.environ.get(JAR_ENV)
+    jar = Path(named) if named else Path(__file__).resolve().parents[3] / "build" / "jvm" / JAR_NAME
+    return jar if jar.is_file() else None
+
+
+def writer_jars() -> list[str]:
+    """The writer's jar for `spark.jars` / `--jars`, when built."""
+    jar = writer_jar()
+    return [str(jar)] if jar is not None else []
+
+
+def java_producer_settings(settings: Mapping[str, Any]) -> dict[str, str]:
+    """The Java producer settings for the librdkafka ones the Python tasks use (without
+    batch.size, which is per target topic). Raises `Untranslatable` naming a key it cannot map."""
+    out: dict[str, str] = dict(_WRITER_FIXED)
+    linger = 0
+    for key, value in settings.items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if key == "enable.idempotence":
+            continue  # always on (`_WRITER_FIXED`)
+        if key in _SAME:
+            out[key] = text
+        elif key in ("linger.ms", "queue.buffering.max.ms"):
+            linger = int(float(value))
+            out["linger.ms"] = str(linger)
+        elif key == "compression.codec":
+            out["compression.type"] = text
+        elif key == "message.timeout.ms":
+            out["delivery.timeout.ms"] = str(INFINITE_MS if int(value) == 0 else int(value))
+        elif key == "queue.buffering.max.kbytes":
+            out["buffer.memory"] = str(int(value) * 1024)
+        elif key == "message.max.bytes":
+            out["max.request.size"] = str(int(value))
+        elif key == "topic.metadata.propagation.max.ms":
+            out["max.block.ms"] = str(int(value))  # how long send() waits for a new topic's metadata
+        elif key == "batch.size" or key in _KEPT:
+            continue
+        else:
+            raise Untranslatable(key)
+    timeout = int(out.get("delivery.timeout.ms", 120_000))
+    if timeout < linger + int(out.get("request.timeout.ms", JAVA_REQUEST_TIMEOUT_MS)):
+        raise Untranslatable("message.timeout.ms")  # the Java client refuses it below linger + request timeout
+    return out
+
+
+def cluster_settings(name: str, bootstrap: str, client: Mapping[str, Any]) -> dict[str, str]:
+    """Bootstrap and security for the Java client; other librdkafka client keys are refused."""
+    for key in client:
+        if not key.startswith(("security.", "sasl.", "ssl.")):
+            raise Untranslatable(f"clusters.{name}.client.{key}")
+    try:
+        return {"bootstrap.servers": bootstrap, **java_kafka_options(name, client)}
+    except ConfigError as exc:
+        raise Untranslatable(exc.key or str(exc)) from None
+
+
+@dataclass(frozen=True)
+class WriterSettings:
+    """What every batch's plan shares: the Java producer's and tail reader's settings."""
+
+    producer: dict[str, str]
+    consumer: dict[str, str]
+    batch_size: int
+
+
+def writer_settings(plan: TaskPlan) -> WriterSettings:
+    """The Java settings for `plan`'s flow; raises `Untranslatable` (or says why not, as a
+    ValueError) when the JVM writer cannot mirror it as the Python tasks would."""
+    if plan.flow.exactly_once:
+        raise Untranslatable("exactly_once (the transactional writer is Python's)")
+    target = cluster_settings(plan.flow.target, plan.target.bootstrap, plan.target.client)
+    settings = plan.producer_settings
+    producer = {**target, **java_producer_settings(settings)}
+    return WriterSettings(producer, dict(target), int(settings.get("batch.size", BATCH_SIZE)))
+
+
+def batch_plan(
+    plan: TaskPlan, settings: WriterSettings, topics: Iterable[str], settled: Iterable[tuple[str, int]]
+) -> str:
+    """One batch's plan for `MirrorWriter.write`, as JSON: routes and provenance per source
+    topic (as `mirror.domain.route.route` makes them), batch sizes per target topic (as
+    `TaskPlan.producer_settings_for`), and the partitions settled in this query."""
+    from mirror.domain.naming import target_topic
+
+    flow = plan.flow
+    targets = {t: target_topic(t, flow.source, flow.rename) for t in sorted(set(topics))}
+    return json.dumps(
+        {
+            "flow": flow.name,
+            "producer": settings.producer,
+            "consumer": {**settings.consumer, "client.id": f"mirror-spark-{flow.name}-tail"},
+            "targets": targets,
+            # Route.origin is "cluster/topic/partition/": the writer appends "partition/offset".
+            "origins": {t: f"{flow.source}/{t}/" for t in targets} if flow.provenance_headers else {},
+            "batch_size": settings.batch_size,
+            "batch_sizes": {
+                target: batch_size_for(settings.batch_size, plan.limits.get(target)) for target in targets.values()
+            },
+            "settled": sorted([t, p] for t, p in settled),
+            "ack_timeout_ms": int(FLUSH_TIMEOUT * 1000),
+        }
+    )
+
+
+def results_of(text: str) -> tuple[list[TaskResult], list[str]]:
+    """The writer's answer as `TaskResult`s, and why any task declined or failed (then the
+    results are not used: the batch goes the Python way)."""
+    results: list[TaskResult] = []
+    problems: list[str] = []
+    for row in json.loads(text):
+        where = f"{row['topic']}[{row['partition']}]"
+        if "declined" in row:
+            problems.append(f"{where} declined: {row['declined']}")
+        elif "failed" in row:
+            problems.append(f"{where} failed: {row['failed']}")
+        else:
+            results.append(
+                TaskResult(
+                    row["topic"],
+                    row["partition"],
+                    row["target"],
+                    row["first"],
+                    row["next"],
+                    produced=row["produced"],
+                    bytes=row["bytes"],
+                    max_timestamp_ms=row["max_ts"],
+                    syncs=[(s, t) for s, t in row["syncs"]],
+                    placed=row["placed"],
+                )
+            )
+    return results, problems
+
+
+class JvmWriter:
+    """The driver's handle on the JVM writer for one flow: decides once whether it can be
+    used, and runs a batch through it (None: the batch must go the Python way)."""
+
+    def __init__(self, plan: TaskPlan) -> None:
+        self.flow = plan.flow.name
+        self.settings: WriterSettings | None = None
+        self.unusable: str | None = None
+        try:
+            self.settings = writer_settings(plan)
+        except Untranslatable as exc:
+            self.unusable = f"{exc} has no faithful Java client equivalent here"
+        self._checked = False
+
+    def usable(self, spark_jvm: Any) -> bool:
+        """Whether batches go the JVM way; the first call also checks the class is loadable
+        (said once at INFO when it is not, or when the settings rule it out)."""
+        if not self._checked:
+            self._checked = True
+            if self.unusable is None and not _loadable(spark_jvm):
+                self.unusable = f"{WRITER_CLASS} is not on the driver's classpath (run `make setup`)"
+            if self.unusable is not None:
+                log.info(
+                    "flow %s: the JVM writer is not used (%s); Python tasks produce every batch",
+                    self.flow,
+                    self.unusable,
+                )
+        return self.unusable is None
+
+    def run(
+        self,
+        df: Any,
+        plan: TaskPlan,
+        topics: Iterable[str],
+        batch_id: int,
+        python: Callable[[TaskPlan], list[TaskResult]],
+    ) -> tuple[str, list[TaskResult]]:
+        """Mirror the batch `df`: the JVM way where it may, else `python(plan)`. Returns the
+        path taken ("jvm"; "python"; "python*": the JVM writer left this batch to the Python
+        tasks, run with no partition settled, so each reads what the target holds) and the results."""
+        if self.usable(df.sparkSession._jvm):
+            results = self.write(df, plan, topics, batch_id)
+            if results is not None:
+                return "jvm", results
+            return "python*", python(replace(plan, settled=frozenset()))
+        return "python", python(plan)
+
+    def write(self, df: Any, plan: TaskPlan, topics: Iterable[str], batch_id: int) -> list[TaskResult] | None:
+        """Produce the batch `df` on the executors' Java producers; None when any task declined
+        or failed (logged once at INFO): the caller runs the batch on the Python path."""
+        assert self.settings is not None
+        spec = batch_plan(plan, self.settings, topics, plan.settled)
+        jvm = df.sparkSession._jvm
+        try:
+            answer = _writer_class(jvm).write(df.selectExpr(*COLUMNS)._jdf, spec)
+        except Exception as exc:  # py4j's Py4JJavaError: a job that failed (an executor lost)
+            problems = [_first_line(str(exc))]
+        else:
+            results, problems = results_of(str(answer))
+            if not problems:
+                return results
+        log.info(
+            "flow %s: batch %d: the JVM writer left the batch to the Python tasks (%d task(s): %s); they read what "
+            "the target holds",
+            self.flow,
+            batch_id,
+            len(problems),
+            problems[0],
+        )
+        return None
+
+
+def describe_paths(paths: Mapping[str, int]) -> str:
+    """The run's batches by path, for its closing line."""
+    python = paths.get("python", 0) + paths.get("python*", 0)
+    return f"batches by the JVM writer: {paths.get('jvm', 0)}, by Python tasks: {python}"
+
+
+def _loadable(spark_jvm: Any) -> bool:
+    from py4j.java_gateway import JavaClass
+
+    return isinstance(_writer_class(spark_jvm), JavaClass)
+
+
+def _writer_class(spark_jvm: Any) -> Any:
+    return reduce(getattr, WRITER_CLASS.split("."), spark_jvm)
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), text)

@@ -1,0 +1,130 @@
+"""The JVM writer's driver side without Spark: which flows may use it, the Java client settings
+it gets, the batch plan the Java tasks read (routes and provenance as `route()` makes them), and
+their answer turned into `TaskResult`s."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+
+import pytest
+
+from mirror.domain.route import route
+from mirror.kafka.settings import PRODUCER_DEFAULTS
+from mirror.spark.jvm import (
+    INFINITE_MS,
+    JvmWriter,
+    Untranslatable,
+    batch_plan,
+    cluster_settings,
+    java_producer_settings,
+    results_of,
+    writer_settings,
+)
+from mirror.spark.task import TaskResult
+from tests.unit.spark.fakes import task_plan
+
+
+def test_the_python_tasks_producer_defaults_translate_to_the_java_client() -> None:
+    got = java_producer_settings({**PRODUCER_DEFAULTS, "client.id": "mirror-spark-f"})
+    assert got == {
+        "enable.idempotence": "true",
+        "acks": "all",
+        "delivery.timeout.ms": str(INFINITE_MS),  # librdkafka's message.timeout.ms 0: never expire
+        "linger.ms": "10",
+        "compression.type": "lz4",
+        "buffer.memory": str(16384 * 1024),
+        "max.request.size": "1000000000",
+        "max.block.ms": "300000",
+        "client.id": "mirror-spark-f",
+    }
+    assert "batch.size" not in got  # per target topic, in the batch plan
+
+
+@pytest.mark.parametrize(
+    ("settings", "key"),
+    [
+        ({"queue.buffering.backpressure.threshold": 10}, "queue.buffering.backpressure.threshold"),
+        ({"message.timeout.ms": 5000}, "message.timeout.ms"),  # below linger + request timeout: Java refuses
+    ],
+)
+def test_a_producer_setting_without_a_faithful_java_equivalent_is_named(settings: dict[str, int], key: str) -> None:
+    with pytest.raises(Untranslatable, match=key):
+        java_producer_settings(settings)
+
+
+def test_cluster_security_translates_and_other_client_keys_do_not() -> None:
+    sasl = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "u",
+        "sasl.password": "p",
+    }
+    got = cluster_settings("dst", "127.0.0.1:9093", sasl)
+    assert got["bootstrap.servers"] == "127.0.0.1:9093" and got["security.protocol"] == "SASL_PLAINTEXT"
+    assert got["sasl.jaas.config"].endswith('required username="u" password="p";')
+    with pytest.raises(Untranslatable, match="clusters.dst.client.socket.timeout.ms"):
+        cluster_settings("dst", "127.0.0.1:9093", {"socket.timeout.ms": 1000})
+    with pytest.raises(Untranslatable, match="sasl.oauthbearer.config"):
+        cluster_settings("dst", "127.0.0.1:9093", {"sasl.oauthbearer.config": "x"})
+
+
+def test_exactly_once_and_untranslatable_flows_stay_on_the_python_path(caplog: pytest.LogCaptureFixture) -> None:
+    with pytest.raises(Untranslatable, match="exactly_once"):
+        writer_settings(task_plan("exactly_once: true, "))
+    writer = JvmWriter(task_plan("producer: {queue.buffering.backpressure.threshold: 10}, "))
+    with caplog.at_level(logging.INFO, logger="mirror.spark.jvm"):
+        assert not writer.usable(spark_jvm=None)  # decided before asking the JVM
+        assert not writer.usable(spark_jvm=None)
+    assert [r.message for r in caplog.records if "not used" in r.message] == [
+        "flow f: the JVM writer is not used (queue.buffering.backpressure.threshold has no faithful Java client "
+        "equivalent here); Python tasks produce every batch"
+    ]
+
+
+def test_the_batch_plan_routes_and_stamps_provenance_as_route_does() -> None:
+    plan = replace(task_plan("rename: identity, "), limits={"orders": 65536}, settled=frozenset())
+    spec = json.loads(batch_plan(plan, writer_settings(plan), ["orders", "orders"], [("orders", 2)]))
+    for p in range(3):
+        r = route(plan.flow, "orders", p)
+        assert spec["targets"]["orders"] == r.target_topic
+        assert r.origin is not None and (spec["origins"]["orders"] + f"{p}/").encode() == r.origin
+    assert spec["batch_sizes"] == {"orders": 65536 - 1024}  # fits the topic's max.message.bytes
+    assert spec["batch_size"] == PRODUCER_DEFAULTS["batch.size"]
+    assert spec["settled"] == [["orders", 2]]
+    assert spec["producer"]["bootstrap.servers"] == "127.0.0.1:9093"
+    off = task_plan("provenance_headers: false, ")
+    assert json.loads(batch_plan(off, writer_settings(off), ["orders"], []))["origins"] == {}
+
+
+def test_the_writers_answer_becomes_task_results_or_the_reasons_to_fall_back() -> None:
+    answer = json.dumps(
+        [
+            {
+                "topic": "orders",
+                "partition": 0,
+                "first": 10,
+                "target": "src.orders",
+                "next": 20,
+                "produced": 9,
+                "bytes": 90,
+                "max_ts": 1700,
+                "placed": True,
+                "syncs": [[10, 0], [15, 4]],
+            },
+        ]
+    )
+    results, problems = results_of(answer)
+    assert problems == []
+    assert results == [TaskResult("orders", 0, "src.orders", 10, 20, 9, 0, 90, 1700, [(10, 0), (15, 4)], True)]
+    declined = json.dumps(
+        [
+            {"topic": "orders", "partition": 1, "first": 5, "declined": "a retried task"},
+            {"topic": "orders", "partition": 2, "first": 7, "failed": "RecordTooLargeException"},
+        ]
+    )
+    assert results_of(declined) == (
+        [],
+        ["orders[1] declined: a retried task", "orders[2] failed: RecordTooLargeException"],
+    )
