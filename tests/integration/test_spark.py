@@ -904,3 +904,24 @@ def test_a_batch_bound_smaller_than_one_kafka_record_batch_mirrors_exactly(
         if f.name.isdigit()
     )
     assert len(offsets) >= 350 // 30, offsets  # the bound held: one micro-batch per 30 offsets at most
+
+
+def test_records_without_a_timestamp_keep_it_on_either_writer(clusters, write_config, unique, tmp_path, spark_local):
+    """Review (JVM writer) F1: a source record with timestamp -1 (no timestamp: librdkafka
+    produces it as given) keeps -1 on the target, as the Python tasks copy it; the Java client
+    cannot send a negative timestamp and must not stamp the time of producing instead."""
+    from mirror.spark.job import run_flow
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic = f"sp-{unique}-nots"
+    create_topic(src, topic, 1)
+    p = producer(src)
+    for i in range(20):
+        p.produce(topic, value=b"v%d" % i, key=b"k%d" % i, partition=0, timestamp=-1 if i >= 10 else 1_600_000_000_000 + i)
+    assert p.flush(30) == 0
+    source = read_partition(src, topic, 0)
+    assert [r.timestamp for r in source][-1] == -1
+    config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db")))
+    job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
+    assert job.records == 20
+    assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == [r.content() for r in source]
