@@ -923,5 +923,5 @@ def test_records_without_a_timestamp_keep_it_on_either_writer(clusters, write_co
     assert [r.timestamp for r in source][-1] == -1
     config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db")))
     job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
-    assert job.records == 20
+    assert job.records + job.skipped == 20  # the Python tasks skip what the JVM writer produced before -1
     assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == [r.content() for r in source]
