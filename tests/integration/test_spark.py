@@ -917,7 +917,9 @@ def test_records_without_a_timestamp_keep_it_on_either_writer(clusters, write_co
     create_topic(src, topic, 1)
     p = producer(src)
     for i in range(20):
-        p.produce(topic, value=b"v%d" % i, key=b"k%d" % i, partition=0, timestamp=-1 if i >= 10 else 1_600_000_000_000 + i)
+        p.produce(
+            topic, value=b"v%d" % i, key=b"k%d" % i, partition=0, timestamp=-1 if i >= 10 else 1_600_000_000_000 + i
+        )
     assert p.flush(30) == 0
     source = read_partition(src, topic, 0)
     assert [r.timestamp for r in source][-1] == -1
@@ -942,12 +944,16 @@ def test_a_partition_the_jvm_writer_fails_leaves_the_others_alone_without_proven
     p.produce(topic, value=b"one", key=b"k", partition=1, timestamp=1_600_000_000_000)
     n = 20_000  # partition 0 ends with a record the Java client cannot send (timestamp -1): its task fails late
     for i in range(n):
-        p.produce(topic, value=b"v%d" % i, key=b"k%d" % i, partition=0, timestamp=-1 if i == n - 1 else 1_600_000_000_000)
+        p.produce(
+            topic, value=b"v%d" % i, key=b"k%d" % i, partition=0, timestamp=-1 if i == n - 1 else 1_600_000_000_000
+        )
         if i % 5000 == 0:
             p.poll(0)
     assert p.flush(30) == 0
     config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db", provenance=False)))
-    job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, max_records_per_batch=50_000)
+    job = run_flow(
+        config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, max_records_per_batch=50_000
+    )
     assert job._batches is not None and job._batches.paths == {"python*": 1}
     source, target = read_topic(src, topic, 2), read_topic(dst, f"src.{topic}", 2)
     assert [r.content() for r in target[1]] == [r.content() for r in source[1]]  # produced once, by the JVM writer

@@ -239,41 +239,63 @@ class JvmWriter:
         plan: TaskPlan,
         topics: Iterable[str],
         batch_id: int,
-        python: Callable[[TaskPlan], list[TaskResult]],
+        python: Callable[[Any, TaskPlan], list[TaskResult]],
     ) -> tuple[str, list[TaskResult]]:
-        """Mirror the batch `df`: the JVM way where it may, else `python(plan)`. Returns the
-        path taken ("jvm"; "python"; "python*": the JVM writer left this batch to the Python
-        tasks, run with no partition settled, so each reads what the target holds) and the results."""
-        if self.usable(df.sparkSession._jvm):
-            results = self.write(df, plan, topics, batch_id)
-            if results is not None:
-                return "jvm", results
-            return "python*", python(replace(plan, settled=frozenset()))
-        return "python", python(plan)
+        """Mirror the batch `df`: the JVM way where it may, else `python(df, plan)`. Returns the
+        path taken ("jvm"; "python"; "python*": the JVM writer left partitions to the Python
+        tasks, run with those partitions not settled, so each reads what the target holds) and
+        the results.
 
-    def write(self, df: Any, plan: TaskPlan, topics: Iterable[str], batch_id: int) -> list[TaskResult] | None:
-        """Produce the batch `df` on the executors' Java producers; None when any task declined
-        or failed (logged once at INFO): the caller runs the batch on the Python path."""
+        Only the partitions the JVM writer left go to the Python tasks: those it produced are
+        acknowledged whole, and producing them again would duplicate them wherever the Python
+        tasks cannot skip (provenance headers off)."""
+        if not self.usable(df.sparkSession._jvm):
+            return "python", python(df, plan)
+        written = self.write(df, plan, topics, batch_id)
+        if written is None:  # the job failed: no task's answer is known
+            return "python*", python(df, replace(plan, settled=frozenset()))
+        results, left = written
+        if not left:
+            return "jvm", results
+        rest = df.where(_partitions_in(left))
+        return "python*", results + python(rest, replace(plan, settled=plan.settled - left))
+
+    def write(
+        self, df: Any, plan: TaskPlan, topics: Iterable[str], batch_id: int
+    ) -> tuple[list[TaskResult], set[tuple[str, int]]] | None:
+        """Produce the batch `df` on the executors' Java producers: the results of the tasks
+        that produced their slice and the partitions of those that declined or failed (logged
+        once at INFO; the caller gives them to the Python path); None when the job failed."""
         assert self.settings is not None
         spec = batch_plan(plan, self.settings, topics, plan.settled)
         jvm = df.sparkSession._jvm
+        written: tuple[list[TaskResult], set[tuple[str, int]]] | None = None
         try:
-            answer = _writer_class(jvm).write(df.selectExpr(*COLUMNS)._jdf, spec)
+            answer = str(_writer_class(jvm).write(df.selectExpr(*COLUMNS)._jdf, spec))
         except Exception as exc:  # py4j's Py4JJavaError: a job that failed (an executor lost)
             problems = [_first_line(str(exc))]
         else:
-            results, problems = results_of(str(answer))
+            results, problems = results_of(answer)
             if not problems:
-                return results
+                return results, set()
+            written = results, {(r["topic"], r["partition"]) for r in json.loads(answer) if "next" not in r}
         log.info(
-            "flow %s: batch %d: the JVM writer left the batch to the Python tasks (%d task(s): %s); they read what "
+            "flow %s: batch %d: the JVM writer left %s to the Python tasks (%d task(s): %s); they read what "
             "the target holds",
             self.flow,
             batch_id,
+            "the batch" if written is None else "part of the batch",
             len(problems),
             problems[0],
         )
-        return None
+        return written
+
+
+def _partitions_in(parts: Iterable[tuple[str, int]]) -> Any:
+    """A filter keeping the rows of `parts` (one Kafka partition per Spark partition still)."""
+    from pyspark.sql import functions as F
+
+    return reduce(lambda a, b: a | b, [(F.col("topic") == t) & (F.col("partition") == p) for t, p in sorted(parts)])
 
 
 def _loadable(spark_jvm: Any) -> bool:
