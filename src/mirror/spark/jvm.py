@@ -11,8 +11,9 @@ The skip-what-the-target-holds rule stays with the Python tasks: a JVM task decl
 wherever the target may hold part of it (a retried attempt, a partition's first batch in the
 query over a target whose last record is not an earlier copy of that partition), and fails it
 on any produce error. The job still ends with every JVM task's sends settled, and the driver
-then runs the whole batch again on the Python path with no partition settled: every task reads
-the target's tail and skips only what it proves is there.
+then runs those partitions (only: the others are acknowledged whole) on the Python path, not
+settled: each task reads the target's tail and skips only what it proves is there. A job that
+failed fails the batch, as the Python tasks' job does (its killed tasks may still be sending).
 
 Used only where it can do what the Python tasks do: not with `exactly_once`, not without the
 class on the driver's classpath (a package built without it), and only for settings it can
@@ -251,10 +252,7 @@ class JvmWriter:
         tasks cannot skip (provenance headers off)."""
         if not self.usable(df.sparkSession._jvm):
             return "python", python(df, plan)
-        written = self.write(df, plan, topics, batch_id)
-        if written is None:  # the job failed: no task's answer is known
-            return "python*", python(df, replace(plan, settled=frozenset()))
-        results, left = written
+        results, left = self.write(df, plan, topics, batch_id)
         if not left:
             return "jvm", results
         rest = df.where(_partitions_in(left))
@@ -262,33 +260,30 @@ class JvmWriter:
 
     def write(
         self, df: Any, plan: TaskPlan, topics: Iterable[str], batch_id: int
-    ) -> tuple[list[TaskResult], set[tuple[str, int]]] | None:
+    ) -> tuple[list[TaskResult], set[tuple[str, int]]]:
         """Produce the batch `df` on the executors' Java producers: the results of the tasks
         that produced their slice and the partitions of those that declined or failed (logged
-        once at INFO; the caller gives them to the Python path); None when the job failed."""
+        once at INFO; the caller gives them to the Python path).
+
+        A job that failed raises (py4j's Py4JJavaError), as the Python tasks' job does: it
+        ended without waiting for its other tasks, which Spark kills but which may still be
+        sending, so no Python task may produce these partitions now (the query fails, and the
+        restarted query's first batch reads what the target holds)."""
         assert self.settings is not None
         spec = batch_plan(plan, self.settings, topics, plan.settled)
-        jvm = df.sparkSession._jvm
-        written: tuple[list[TaskResult], set[tuple[str, int]]] | None = None
-        try:
-            answer = str(_writer_class(jvm).write(df.selectExpr(*COLUMNS)._jdf, spec))
-        except Exception as exc:  # py4j's Py4JJavaError: a job that failed (an executor lost)
-            problems = [_first_line(str(exc))]
-        else:
-            results, problems = results_of(answer)
-            if not problems:
-                return results, set()
-            written = results, {(r["topic"], r["partition"]) for r in json.loads(answer) if "next" not in r}
+        answer = str(_writer_class(df.sparkSession._jvm).write(df.selectExpr(*COLUMNS)._jdf, spec))
+        results, problems = results_of(answer)
+        if not problems:
+            return results, set()
         log.info(
-            "flow %s: batch %d: the JVM writer left %s to the Python tasks (%d task(s): %s); they read what "
-            "the target holds",
+            "flow %s: batch %d: the JVM writer left part of the batch to the Python tasks (%d task(s): %s); they "
+            "read what the target holds",
             self.flow,
             batch_id,
-            "the batch" if written is None else "part of the batch",
             len(problems),
             problems[0],
         )
-        return written
+        return results, {(r["topic"], r["partition"]) for r in json.loads(answer) if "next" not in r}
 
 
 def _partitions_in(parts: Iterable[tuple[str, int]]) -> Any:
@@ -306,7 +301,3 @@ def _loadable(spark_jvm: Any) -> bool:
 
 def _writer_class(spark_jvm: Any) -> Any:
     return reduce(getattr, WRITER_CLASS.split("."), spark_jvm)
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), text)
