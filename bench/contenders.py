@@ -80,6 +80,12 @@ class Spec:
     exits_when_done: bool = True  # False: the harness watches the target and stops it
     opt_in: bool = False  # a diagnostic row, run only when named in --only
 
+    @property
+    def transactional(self) -> bool:
+        """Writes the target in transactions: commit markers take offsets, so its records are
+        counted by reading them read_committed, not from end offsets."""
+        return bool(self.options.get("flow", {}).get("exactly_once") or self.options.get("exactly_once"))
+
     def start(self, env: Env, alias: str, topic: str, target: str, *, daemon: bool = False) -> Contender:
         """Start copying `topic` -> `target` (daemon: keep running, for latency runs)."""
         run_dir = env.workdir / alias
@@ -155,8 +161,20 @@ class Spec:
         if self.kind == "mm2":
             producer, consumer = mm2_client_settings(env.producer, env.consumer, env.batch)
             props = run_dir / "mm2.properties"
+            rest = env.free_port() if self.transactional else None
             props.write_text(
-                mm2.properties(alias, env.src, f"{alias}t", env.dst, topic, self.workers, producer, consumer)
+                mm2.properties(
+                    alias,
+                    env.src,
+                    f"{alias}t",
+                    env.dst,
+                    topic,
+                    self.workers,
+                    producer,
+                    consumer,
+                    exactly_once_rest_port=rest,
+                    transaction_interval_ms=self.options.get("transaction_interval_ms"),
+                )
             )
             return Contender(mm2.command(run_dir, props, f"{alias}t"), log, cwd=run_dir).start()
         if self.kind == "ceiling":
@@ -230,6 +248,17 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
             exits_when_done=False,
             reason="" if mm2_ok else "MM2 jars missing: run `make bench-setup`",
         ),
+        # Exactly-once source support on the target (Kafka >= 3.5 in dedicated mode): the
+        # counterpart of mirror-eos. Its transaction boundary is MM2's default, one per poll.
+        Spec(
+            "mm2-eos",
+            "MirrorMaker 2 (dedicated, tasks.max=1), exactly-once source",
+            "mm2" if mm2_ok else "unavailable",
+            workers=1,
+            exits_when_done=False,
+            options={"exactly_once": True},
+            reason="" if mm2_ok else "MM2 jars missing: run `make bench-setup`",
+        ),
         Spec(
             "mm2-t2",
             "MirrorMaker 2 (dedicated, tasks.max=2)",
@@ -248,6 +277,19 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
             options={"consumer": {"fetch.queue.backoff.ms": 20}},
         ),
     ]
+    # MM2's exactly-once with mirror-eos's transaction cadence (one per commit_interval, 1 s)
+    # instead of its default one per poll: which of the two costs MM2 its throughput.
+    specs.append(
+        Spec(
+            "mm2-eos-i1s",
+            "MirrorMaker 2 (dedicated, tasks.max=1), exactly-once source, a transaction per 1 s",
+            "mm2" if mm2_ok else "unavailable",
+            exits_when_done=False,
+            options={"exactly_once": True, "transaction_interval_ms": 1000},
+            reason="" if mm2_ok else "MM2 jars missing: run `make bench-setup`",
+            opt_in=True,
+        )
+    )
     if nostore is not None:
         specs.append(Spec("mirror-nostore", "mirror run (1 worker), offset store off", "mirror", options=nostore))
     else:

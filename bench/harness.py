@@ -58,7 +58,8 @@ class Params:
 
     @classmethod
     def quick_mode(cls) -> Params:
-        # mm2-t2 is left out: the same code path as mm2, and 30 s of JVM start-up and shutdown;
+        # mm2-t2 and mm2-eos are left out: the same code path as mm2 (mm2-eos: with transactions),
+        # and 30 s of JVM start-up and shutdown each;
         # so are the Spark rows (15-20 s of JVM and session start-up each on 20,000 records).
         return cls(
             records=20_000,
@@ -69,7 +70,7 @@ class Params:
             latency_duration=4.0,
             latency_warmup=1.0,
             run_timeout=180.0,
-            skip=("mm2-t2", "plain-spark", "spark"),
+            skip=("mm2-t2", "mm2-eos", "plain-spark", "spark"),
             quick=True,
         )
 
@@ -130,6 +131,8 @@ def _alias(spec: Spec, phase: str, rep: int) -> str:
         "mirror-w2": "m2",
         "mm2": "k1",
         "mm2-t2": "k2",
+        "mm2-eos": "ke",
+        "mm2-eos-i1s": "ki",
         "ceiling": "c",
         "mirror-nostore": "m0",
         "mirror-noprov": "mh",
@@ -182,9 +185,14 @@ def throughput_run(env: Env, spec: Spec, p: Params, rep: int) -> dict[str, Any]:
         "ok": False,
         "overhead_s": {"setup": round(time.monotonic() - t0, 2)},
     }
+    txn = spec.transactional  # commit markers take target offsets
+    # A transactional copy's end offsets count its commit markers: a mirror that keeps running
+    # is done once its committed progress covers the source (MM2: its offsets topic).
+    progress = mm2.Progress(env.dst, alias, SOURCE_TOPIC) if txn and spec.kind == "mm2" else None
+    done = (lambda: progress.covers(env.source_ends)) if progress else (lambda: ends.reached(env.source_ends))
     cont = spec.start(env, alias, SOURCE_TOPIC, target)
     try:
-        err = _wait(cont, lambda: ends.reached(env.source_ends), p.run_timeout, exits=spec.exits_when_done)
+        err = _wait(cont, done, p.run_timeout, exits=spec.exits_when_done)
         usage = cont.finish()
         result.update(
             wall_s=round(cont.wall_seconds, 3),
@@ -198,7 +206,6 @@ def throughput_run(env: Env, spec: Spec, p: Params, rep: int) -> dict[str, Any]:
             result["error"] = err
             return result
         t0 = time.monotonic()
-        txn = bool(spec.options.get("flow", {}).get("exactly_once"))  # commit markers take target offsets
         span = load.target_span(env.dst, target, p.partitions, transactional=txn)
         result.update(
             records=span.records,
@@ -213,7 +220,14 @@ def throughput_run(env: Env, spec: Spec, p: Params, rep: int) -> dict[str, Any]:
         result["verified"] = span.records == p.records and load.same_edges(
             env.src, SOURCE_TOPIC, env.dst, target, p.partitions, transactional=txn
         )
-        result["ok"] = result["verified"] and span.append_time
+        if txn:
+            # Offsets past the records: commit markers, the proof the copy was written in
+            # transactions (a mirror that fell back to plain writes leaves none).
+            result["commit_markers"] = sum(hi - lo for lo, hi in load.watermarks(env.dst, target, p.partitions)) - (
+                span.records
+            )
+        in_txns = not txn or result["commit_markers"] > 0
+        result["ok"] = result["verified"] and span.append_time and in_txns
         result["overhead_s"]["verify"] = round(time.monotonic() - t0, 2)
         if not result["ok"]:
             result["error"] = (
@@ -222,12 +236,16 @@ def throughput_run(env: Env, spec: Spec, p: Params, rep: int) -> dict[str, Any]:
                 else "content check failed"
                 if not result["verified"]
                 else "target records do not carry append times; span unreliable"
+                if not span.append_time
+                else "no commit markers on the target: the copy was not written in transactions"
             )
         return result
     finally:
         t0 = time.monotonic()
         cont.stop()
         ends.close()
+        if progress is not None:
+            progress.close()
         load.delete_topics(env.dst, [target])
         result["overhead_s"]["cleanup"] = round(time.monotonic() - t0, 2)
 
@@ -242,7 +260,7 @@ def latency_run(env: Env, spec: Spec, p: Params, rep: int, rate: float) -> dict[
     result: dict[str, Any] = {"rep": rep, "alias": alias, "rate": round(rate, 1), "ok": False}
     # A copy written in transactions is readable only once committed (and its commit markers
     # take target offsets): it is timed and counted by a read_committed consumer tailing it.
-    tail = load.LiveTail(env.dst, target, p.partitions) if spec.options.get("flow", {}).get("exactly_once") else None
+    tail = load.LiveTail(env.dst, target, p.partitions) if spec.transactional else None
     arrived = (lambda: tail.count) if tail is not None else ends.total
     if tail is not None:
         tail.start()
@@ -529,7 +547,9 @@ def _latency_phase(
 
     The ceiling's latency is the floor this machine allows (a reference, not a target)."""
     lat_specs = [
-        s for s in runnable if s.key in ("mirror", "mirror-eos", "mm2", "ceiling") or (s.opt_in and s.kind != "spark")
+        s
+        for s in runnable
+        if s.key in ("mirror", "mirror-eos", "mm2", "mm2-eos", "ceiling") or (s.opt_in and s.kind != "spark")
     ]
     if not lat_specs or p.latency_reps <= 0:
         return None

@@ -103,6 +103,12 @@ def summarise(
         "mirror-eos - mirror p99 latency (ms)": _difference(
             _median(lat_by_key.get("mirror-eos"), "p99_ms"), _median(lat_by_key.get("mirror"), "p99_ms")
         ),
+        # Exactly-once against exactly-once: MirrorMaker 2 with exactly-once source support.
+        "mirror-eos/mm2-eos": _ratio(tput("mirror-eos"), tput("mm2-eos")),
+        "mm2-eos/mm2": _ratio(tput("mm2-eos"), tput("mm2")),
+        "mirror-eos/mm2-eos p99 latency": _ratio(
+            _median(lat_by_key.get("mirror-eos"), "p99_ms"), _median(lat_by_key.get("mm2-eos"), "p99_ms")
+        ),
         "mirror-w2/mm2-t2": _ratio(tput("mirror-w2"), tput("mm2-t2")),
         "mirror-w2/mirror": _ratio(tput("mirror-w2"), tput("mirror")),
         "mirror-w2/ceiling": _ratio(tput("mirror-w2"), tput("ceiling")),

@@ -390,6 +390,33 @@ def test_failover_lag_and_canary_are_exact_with_transactions(clusters, write_con
 
 
 @pytest.mark.slow
+def test_source_topic_recreated_while_the_flow_is_stopped(clusters, write_config, unique):
+    """The flow copied a topic (progress 1,000 per partition on the target) and stopped; the
+    topic was deleted, created again and refilled past that progress. The next run copies the
+    new incarnation whole: the progress names the deleted topic's id, so it counts as none."""
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    t, n = f"eos-reborn-{unique}", 2
+    create_topic(src, t, n)
+    produce_numbered(src, t, 2000, n, size=8)
+    cfg = write_config(eos_flow(unique, t))
+    with MirrorProcess(cfg) as m:
+        wait_for(caught_up(src, unique, t, n), 90, "the first incarnation copied", detail=m.output)
+        m.stop()
+    old = {p: [r.value for r in read_partition(src, t, p)] for p in range(n)}
+    delete_topic(src, t)
+    wait_for(lambda: t not in topics(src), 30, "the source topic deleted")
+    # Its deletion may still be under way on the broker: created once it is done.
+    wait_for(lambda: create_topic(src, t, n) is None, 30, "the source topic created again")
+    produce_numbered(src, t, 3000, n, start=10_000, size=8)
+    with MirrorProcess(cfg) as m:
+        wait_for(caught_up(src, unique, t, n), 90, "the new incarnation copied", detail=m.output)
+        m.stop()
+    for p in range(n):
+        new = [r.value for r in read_partition(src, t, p)]
+        assert [r.value for r in read_partition(dst, f"src.{t}", p)] == old[p] + new, f"partition {p}"
+
+
+@pytest.mark.slow
 def test_target_topic_deleted_mid_copy(clusters, write_config, unique):
     """The resync with exactly_once (review findings 1-4): the target topic deleted while the
     worker copies; it is recreated and refilled from the source's beginning, each record once."""
@@ -408,3 +435,29 @@ def test_target_topic_deleted_mid_copy(clusters, write_config, unique):
     counts = exactly(src, dst, t, n)
     print(f"target topic deleted mid-copy: {counts}")
     assert counts == {"copied": 9000, "lost": 0, "duplicated": 0}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_partitions_added_during_a_copy(clusters, write_config, unique, workers):
+    """The source topic grows from 2 to 4 partitions while an exactly-once copy runs: the
+    mirror grows the target, claims the new partitions (no progress yet: from their first
+    record, including those written before it noticed) and every record of old and new
+    partitions lands once, in order."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    t, before, after = f"eos-grow-{unique}", 2, 4
+    create_topic(src, t, before)
+    produce_numbered(src, t, 10_000, before, size=8)
+    cfg = write_config(eos_flow(unique, t))
+    with MirrorProcess(cfg, "--workers", str(workers)) as m:
+        wait_for(caught_up(src, unique, t, before), 90, "the first records", detail=m.output)
+        admin = AdminClient({"bootstrap.servers": src})  # held: a collected client fails its futures
+        admin.create_partitions([NewPartitions(t, after)])[t].result(30)
+        produce_numbered(src, t, 10_000, after, start=10_000, size=8)  # new partitions written at once
+        wait_for(caught_up(src, unique, t, after), 120, "the new partitions copied", detail=m.output)
+        m.stop()
+    counts = exactly(src, dst, t, after)
+    print(f"partitions added mid-copy ({workers} workers): {counts}")
+    assert counts == {"copied": 20_000, "lost": 0, "duplicated": 0}

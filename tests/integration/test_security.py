@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,6 +86,7 @@ def _config(
     mode: str = "sasl_ssl",
     timeout: str = "10s",
     commands: tuple[str, ...] | None = None,
+    flow_extra: str = "",
 ) -> Path:
     """A config for the mirror user, with the password as ${VAR}; grants exactly `mirror acls`."""
     clusters = ""
@@ -107,7 +110,7 @@ clusters:
     commit_interval: 500ms
     topics: {{include: ["sec-{u}-.*"]}}
     groups: ["billing-{u}"]
-offset_store: {store or f"{{kind: sqlite, path: offsets-{u}.db}}"}
+{flow_extra}offset_store: {store or f"{{kind: sqlite, path: offsets-{u}.db}}"}
 canary: {{topic: canary-{u}, interval: 1s, max_latency: 20s}}
 metrics: {{port: 0, host: 127.0.0.1}}
 """)
@@ -134,8 +137,10 @@ def _produce(sec: Secured, topic: str, count: int, partitions: int, start: int =
     assert p.flush(60) == 0
 
 
-def _ends(sec: Secured, cluster: str, topic: str, partitions: int) -> dict[int, int]:
-    c = Consumer({**sec.admin_settings(cluster), "group.id": "tests-ends"})
+def _ends(sec: Secured, cluster: str, topic: str, partitions: int, *, committed: bool = True) -> dict[int, int]:
+    """End offsets (`committed`: below every open transaction, as a read_committed consumer's)."""
+    isolation = "read_committed" if committed else "read_uncommitted"
+    c = Consumer({**sec.admin_settings(cluster), "group.id": "tests-ends", "isolation.level": isolation})
     try:
         return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
     finally:
@@ -187,18 +192,13 @@ def _mirror(*args: str, env: dict | None = None, timeout: float = 180) -> subpro
     )
 
 
-@pytest.mark.parametrize("mode", ["sasl_ssl", "ssl", "sasl_plaintext"])
-def test_sigkill_then_clean_stop(secured, tmp_path, mode):
-    u = uuid.uuid4().hex[:6]
-    cfg = _config(secured, tmp_path, u, mode=mode)
-    t, n, total = f"sec-{u}-orders", 3, 150_000
-    _produce(secured, t, total, n)
+def _kill_part_way(sec: Secured, cfg: Path, topic: str, partitions: int) -> None:
+    """`mirror run` SIGKILLed as soon as anything landed on the target: on a quiet machine the
+    mirror copies tens of thousands of records between two looks (each look logs in anew)."""
     m = MirrorProcess(cfg)
     try:
-        # Killed as soon as anything landed: on a quiet machine the mirror copies tens of
-        # thousands of records between two looks (each look logs in anew).
         wait_for(
-            lambda: sum(_ends(secured, "sdst", f"ssrc.{t}", n).values()) > 0,
+            lambda: sum(_ends_or_zero(sec, "sdst", f"ssrc.{topic}", partitions).values()) > 0,
             120,
             "the mirror to be part way",
             detail=m.output,
@@ -206,6 +206,15 @@ def test_sigkill_then_clean_stop(secured, tmp_path, mode):
         m.kill()
     finally:
         m.close()
+
+
+@pytest.mark.parametrize("mode", ["sasl_ssl", "ssl", "sasl_plaintext"])
+def test_sigkill_then_clean_stop(secured, tmp_path, mode):
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, mode=mode)
+    t, n, total = f"sec-{u}-orders", 3, 150_000
+    _produce(secured, t, total, n)
+    _kill_part_way(secured, cfg, t, n)
     on_target = _ends(secured, "sdst", f"ssrc.{t}", n)
     committed = _committed(secured, f"mirror-{u}", t, n)
     assert sum(on_target.values()) < total, "the mirror finished before it was killed; the test proves nothing"
@@ -604,9 +613,9 @@ def _bindings(cfg: Path, u: str, command: str = "run") -> dict[tuple[str, str, s
     return out
 
 
-def _ends_or_zero(sec: Secured, cluster: str, topic: str, partitions: int) -> dict[int, int]:
+def _ends_or_zero(sec: Secured, cluster: str, topic: str, partitions: int, *, committed: bool = True) -> dict[int, int]:
     try:
-        return _ends(sec, cluster, topic, partitions)
+        return _ends(sec, cluster, topic, partitions, committed=committed)
     except Exception:  # noqa: BLE001 - the target topic was never created: nothing on it
         return dict.fromkeys(range(partitions), 0)
 
@@ -1117,3 +1126,129 @@ def test_drill_without_one_grant(secured, tmp_path):
             _fails_without(secured, g, op, lambda i=i: drill(f"without-{i}"), "drill")
     finally:
         mirror.stop()
+
+
+# ---------------------------------------------------------------------------- exactly-once
+
+EOS = "    exactly_once: true\n"
+# What exactly_once adds to run's grants on the target: (kind, name, pattern) given u, operation.
+EOS_GRANTS = [
+    ("transactional-id", "mirror.f-{u}.", "prefixed", "Write"),
+    ("group", "mirror-eos.f-{u}", "literal", "Read"),
+    ("topic", "ssrc.sec-{u}-", "prefixed", "Read"),
+]
+
+
+def _copies(sec: Secured, topic: str, partitions: int) -> dict[int, list[int]]:
+    """Partition -> the record numbers a read_committed consumer of the target sees, in order."""
+    c = Consumer(
+        {
+            **sec.admin_settings("sdst"),
+            "group.id": "tests-reader",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    out: dict[int, list[int]] = {p: [] for p in range(partitions)}
+    try:
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+
+        def done() -> bool:
+            for m in c.consume(5000, timeout=0.5):
+                if m.error() is None:
+                    out[m.partition()].append(int(m.value().split(b":")[0]))
+            # Positions, not the last record's offset: a transaction's commit marker ends a partition.
+            pos = c.position([TopicPartition(topic, p) for p in range(partitions)])
+            return all(tp.offset >= ends[tp.partition] for tp in pos)
+
+        wait_for(done, 60, f"reading {topic} back read_committed", interval=0)
+    finally:
+        c.close()
+    return out
+
+
+def _exactly(sec: Secured, t: str, total: int, partitions: int) -> dict[str, int]:
+    """The target's copy of `t` against the records `_produce` wrote (record i in partition i % n):
+    counts of lost and duplicated records, and order per partition."""
+    got = _copies(sec, f"ssrc.{t}", partitions)
+    copied = [v for vs in got.values() for v in vs]
+    counts = {
+        "copied": len(copied),
+        "lost": len(set(range(total)) - set(copied)),
+        "duplicated": len(copied) - len(set(copied)),
+    }
+    if not counts["lost"] and not counts["duplicated"]:
+        for p, vs in got.items():
+            assert vs == list(range(p, total, partitions)), f"partition {p}: order differs"
+    return counts
+
+
+def test_exactly_once_between_secured_clusters(secured, tmp_path):
+    """exactly_once over SASL_SSL with only what `mirror acls` lists: a worker SIGKILLed while
+    its transaction is open (records fed all along), the next one fences it (Write on its
+    transactional id, by the granted prefix) and finishes; read_committed sees every record
+    once, in order per partition."""
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, flow_extra=EOS)
+    listed = {(g.resource.kind, g.resource.name, g.resource.pattern) for g in required_grants(load(cfg), ("run",))}
+    assert {(k, name.format(u=u), pattern) for k, name, pattern, _ in EOS_GRANTS} <= listed
+    t, n = f"sec-{u}-eos", 3
+    _produce(secured, t, 3_000, n)
+    stop, fed = threading.Event(), [3_000]
+
+    def feed() -> None:  # bounded: at most 200,000 records
+        p = Producer({**secured.admin_settings("ssrc"), "enable.idempotence": True, "linger.ms": 5})
+        while not stop.is_set() and fed[0] < 200_000:
+            for i in range(fed[0], fed[0] + 200):
+                p.produce(t, key=b"k%d" % i, value=b"%d:" % i + b"x" * 100, partition=i % n)
+            fed[0] += 200
+            p.poll(0)
+            stop.wait(0.05)
+        assert p.flush(60) == 0
+
+    def open_transaction() -> bool:
+        ends = _ends_or_zero(secured, "sdst", f"ssrc.{t}", n)
+        return sum(_ends_or_zero(secured, "sdst", f"ssrc.{t}", n, committed=False).values()) > sum(ends.values())
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    m = MirrorProcess(cfg)
+    try:
+        feeder.start()
+        wait_for(open_transaction, 120, "a transaction open on the target", interval=0.05, detail=m.output)
+        m.kill()
+    finally:
+        m.close()
+        stop.set()
+        feeder.join(90)
+    res = _mirror("-v", "run", "-c", str(cfg), "--until-caught-up")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert re.search(r"fenced mirror\.f-", res.stderr), res.stderr[-3000:]
+    counts = _exactly(secured, t, fed[0], n)
+    print(f"exactly-once on SASL_SSL after a SIGKILL: {counts}")
+    assert counts == {"copied": fed[0], "lost": 0, "duplicated": 0}
+
+
+@pytest.mark.parametrize(("kind", "name", "pattern", "op"), EOS_GRANTS, ids=[g[0] for g in EOS_GRANTS])
+def test_exactly_once_run_without_one_grant(secured, tmp_path, kind, name, pattern, op):
+    """Exit 1, one line naming the missing grant, no hang; granted again, the next run copies
+    every record once."""
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, timeout="3s", commands=("run",), flow_extra=EOS)
+    resource = (kind, name.format(u=u), pattern)
+    t, n = f"sec-{u}-t", 2
+    _produce(secured, t, 500, n)
+    admin = secured.dev.admin("sdst")
+    admin.delete_acls("User:mirror", {resource: [op]})
+    try:
+        res = _mirror("run", "-c", str(cfg), "--until-caught-up", timeout=90)
+    finally:
+        admin.create_acls("User:mirror", {resource: [op]})
+    errors = [line for line in res.stderr.splitlines() if line.startswith("Error:")]
+    assert res.returncode == 1, res.stderr[-3000:]
+    assert len(errors) == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert "User:mirror" in errors[0] and any(f"missing {o} on" in errors[0] for o in {op, *IMPLIES[op]}), errors[0]
+    assert resource[1].rstrip("-.") in errors[0], errors[0]
+    assert _committed(secured, f"mirror-{u}", t, n) == {0: 0, 1: 0}, "committed without a transaction"
+    assert _mirror("run", "-c", str(cfg), "--until-caught-up").returncode == 0
+    assert _exactly(secured, t, 500, n) == {"copied": 500, "lost": 0, "duplicated": 0}

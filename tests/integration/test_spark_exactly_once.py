@@ -30,10 +30,12 @@ from tests.integration.test_spark import (
 )
 from tests.support.kafkautil import (
     create_topic,
+    delete_topic,
     end_offsets,
     producer,
     read_partition,
     read_topic,
+    topics,
     wait_for,
     wait_settled,
 )
@@ -129,6 +131,50 @@ def test_local_mode_mirrors_a_transactional_source_exactly_and_resumes_from_the_
     assert [[r.content() for r in copies[p]] for p in range(3)] == [
         [r.content() for r in source[plain][p]] for p in range(3)
     ]
+
+
+def test_a_source_topic_recreated_while_the_flow_is_stopped_is_mirrored_from_its_beginning(
+    clusters, write_config, unique, tmp_path, spark_local
+):
+    """The flow mirrored a topic (progress 300 per partition on the target) and stopped; the
+    topic was deleted, created again and refilled past the old progress. The next run mirrors
+    the new incarnation whole, its records below the old progress too: the progress names the
+    source topic's id, and the old id's progress counts as none."""
+    from mirror.kafka import Admin
+    from mirror.spark.job import run_flow
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic, target = f"sp-{unique}-re", f"src.sp-{unique}-re"
+    config = load(write_config(eos_yaml(unique, topic, tmp_path / "offsets.db")))
+    flow = f"f-{unique}"
+
+    def fill(incarnation: str, records: int) -> None:
+        p = producer(src)
+        for i in range(records):
+            p.produce(topic, value=b"%s-%d" % (incarnation.encode(), i), key=b"%d" % i, partition=i % 2)
+        assert p.flush(60) == 0
+
+    create_topic(src, topic, 2)
+    fill("old", 600)
+    run_flow(config, config.flow(flow), until_caught_up=True, spark=spark_local)
+    assert progress_of(config, flow, target, 2) == {0: 300, 1: 300}
+
+    delete_topic(src, topic)
+    wait_for(lambda: topic not in topics(src), 30, "the source topic deleted")
+    # Its deletion may still be under way on the broker: created once it is done.
+    wait_for(lambda: create_topic(src, topic, 2) is None, 30, "the source topic created again")
+    fill("new", 1000)
+    job = run_flow(config, config.flow(flow), until_caught_up=True, spark=spark_local)
+    assert job.records == 1000
+    copies = read_topic(dst, target, 2)
+    for p in range(2):
+        expected = [b"old-%d" % i for i in range(p, 600, 2)] + [b"new-%d" % i for i in range(p, 1000, 2)]
+        assert [c.value for c in copies[p]] == expected
+    assert progress_of(config, flow, target, 2) == {0: 500, 1: 500}
+    (new_id,) = Admin("src", config.clusters["src"]).topic_ids([topic]).values()
+    f = config.flow(flow)
+    got = read_progress(f.target, config.clusters["dst"], f.progress_group, [(target, 0), (target, 1)], 10)
+    assert {g.source_id for g in got.values()} == {new_id}
 
 
 class Feeder:
@@ -232,3 +278,55 @@ def test_an_executor_killed_mid_batch_then_the_driver_killed_and_restarted_lose_
         f"for {total_plain} plain records (aborted copies and commit markers)"
     )
     assert_exact(src, dst, unique, topics)  # read_committed: each record once, in order, nothing aborted
+
+
+def test_a_partition_added_while_the_query_runs_is_copied_exactly_once(
+    clusters, write_config, unique, tmp_path, spark_local
+):
+    """A source topic grown from 2 to 3 partitions while the query copies it with
+    exactly_once: the new partition (no progress yet) is copied from its first record, the old
+    ones go on from their progress; read_committed, each record once, in order, and the
+    progress at every partition's end."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    from mirror.spark.job import run_flow
+    from tests.support.kafkautil import group_offsets
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic, flow, group = f"sp-{unique}-grow", f"f-{unique}", f"mirror-{unique}"
+    create_topic(src, topic, 2)
+
+    def produce(parts: int, start: int) -> None:
+        p = producer(src)  # a new client each time: an old one's metadata has the old count
+        for i in range(start, start + 300):
+            p.produce(topic, value=b"v%d" % i, key=b"%d" % i, partition=i % parts)
+        assert p.flush(30) == 0
+
+    produce(2, 0)
+    config = load(write_config(eos_yaml(unique, topic, tmp_path / "offsets.db")))
+    stop, failed = threading.Event(), []
+
+    def run() -> None:
+        try:
+            run_flow(config, config.flow(flow), checkpoint=tmp_path / "cp", stop=stop, spark=spark_local)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            failed.append(exc)
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    try:
+        done = lambda n: lambda: bool(failed) or group_offsets(src, group, topic, n) == end_offsets(src, topic, n)  # noqa: E731
+        wait_for(done(2), 180, "the first partitions copied")
+        admin = AdminClient({"bootstrap.servers": src})  # held: a collected client fails its futures
+        admin.create_partitions([NewPartitions(topic, 3)])[topic].result(30)
+        produce(3, 300)
+        wait_for(done(3), 180, "the new partition copied")
+        assert not failed, f"the run failed when the source topic grew: {failed}"
+    finally:
+        stop.set()
+        th.join(120)
+    assert not th.is_alive() and not failed, failed
+    for part in range(3):
+        want = [r.content() for r in read_partition(src, topic, part)]
+        assert [r.content() for r in read_partition(dst, f"src.{topic}", part)] == want, f"partition {part}"
+    assert progress_of(config, flow, f"src.{topic}", 3) == end_offsets(src, topic, 3)

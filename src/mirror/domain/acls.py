@@ -13,7 +13,10 @@ needs: IdempotentWrite on the cluster only matters to older brokers); JoinGroup 
 OffsetCommit need Read on the group; OffsetFetch and DescribeGroups need Describe on it;
 DescribeConfigs/AlterConfigs, CreateTopics (Create), CreatePartitions (Alter),
 DeleteRecords and DeleteGroups (Delete) what their names say. ListGroups needs nothing: it
-lists the groups the principal may Describe.
+lists the groups the principal may Describe. A transactional producer (exactly_once) needs
+Write on its transactional.id (InitProducerId, AddPartitionsToTxn, EndTxn; FindCoordinator
+needs Describe); the offsets it commits in its transactions need Read on the group
+(AddOffsetsToTxn, TxnOffsetCommit) and Read on their topics (TxnOffsetCommit).
 
 An operation Kafka implies from another on the same resource is not listed: Read, Write,
 Delete and Alter each imply Describe, AlterConfigs implies DescribeConfigs (Kafka's
@@ -32,6 +35,14 @@ from mirror.domain.naming import SEPARATOR, RenamePolicy
 
 # Groups whose names the project makes up itself (assign-only consumers, nothing committed).
 READER_GROUP_PREFIX = "mirror-reader-"  # mirror.kafka.reader.PartitionReader
+
+
+def transactional_id_prefix(flow: str) -> str:
+    """What every transactional.id of a flow's exactly-once writers starts with: a new id per
+    worker incarnation (`mirror.kafka.progress.new_writer_id`) or per Spark source partition
+    (`mirror.spark.exactly_once.writer_id`), so ACLs can only name them by this prefix."""
+    return f"mirror.{flow}."
+
 
 COMMANDS = (
     "validate",
@@ -65,7 +76,7 @@ def minimal_operations(ops: Iterable[str]) -> tuple[str, ...]:
 
 @dataclass(frozen=True, order=True)
 class Resource:
-    kind: str  # topic | group | cluster
+    kind: str  # topic | group | cluster | transactional-id
     name: str
     pattern: str = "literal"  # literal | prefixed
 
@@ -248,6 +259,19 @@ def _run_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
             add("run", t, r, ["Read"], _note(exact, "sync_group_offsets: commit translated offsets for idle groups"))
         for r, exact in fr.dst_topics:
             add("run", t, r, ["Read"], _note(exact, "sync_group_offsets: an offset commit needs Read on the topic"))
+    if flow.exactly_once:
+        _exactly_once_grants(flow, fr, add)
+
+
+def _exactly_once_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
+    """run with exactly_once: transactions on the target, each committing the copy's progress."""
+    t = fr.t
+    txn_ids = Resource("transactional-id", transactional_id_prefix(flow.name), "prefixed")
+    add("run", t, txn_ids, ["Describe", "Write"], "exactly_once: the transactional producers (a new id per worker)")
+    progress = Resource("group", flow.progress_group)
+    add("run", t, progress, ["Describe", "Read"], "exactly_once: the progress committed in each transaction")
+    for r, exact in [*fr.dst_topics, (fr.canary_dst, True)]:
+        add("run", t, r, ["Read"], _note(exact, "exactly_once: a transaction's offset commit needs Read on the topic"))
 
 
 def _monitoring_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:

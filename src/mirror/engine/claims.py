@@ -36,7 +36,7 @@ from mirror.domain.ledger import Ledger
 from mirror.engine.assignment import AssignedPartition, read_committed
 from mirror.engine.gate import ReadGate
 from mirror.engine.transactions import TransactionalCommitter, TransactionalPool
-from mirror.errors import ClusterUnavailable, MirrorError
+from mirror.errors import AuthenticationFailed, AuthorizationFailed, ClusterUnavailable, MirrorError
 from mirror.kafka import OFFSET_BEGINNING, TopicPartition
 from mirror.kafka.progress import Progress, ProgressPending, fence
 from mirror.kafka.settings import TRANSACTION_TIMEOUT_MS
@@ -94,7 +94,7 @@ class Claims:
         try:
             start = self._claim(todo, committed)
         except MirrorError as exc:
-            committer.hold(f"claim failed: {exc}", confirm=False)
+            self._failed(exc)
             return {}
         if held:
             new = set(partitions)
@@ -114,7 +114,7 @@ class Claims:
         try:
             start = self._claim(list(self._ledger.parts), None)
         except MirrorError as exc:
-            committer.hold(f"claim failed: {exc}", confirm=False)
+            self._failed(exc)
             return
         for tp, offset in start.items():
             self._seek(tp, offset)
@@ -144,6 +144,13 @@ class Claims:
         self._restart |= set(restarted)
         committer.hold(reason, confirm=False)
 
+    def _failed(self, exc: MirrorError) -> None:
+        """A claim failed: retried each commit interval, unless a grant is missing or the
+        login refused, which no retry mends (the flow stops with it)."""
+        if isinstance(exc, (AuthorizationFailed, AuthenticationFailed)):
+            self._committer.refuse(exc)
+        self._committer.hold(f"claim failed: {exc}", confirm=False)
+
     def _release(self) -> None:
         log.info("flow %s: partitions claimed again; writing resumed", self.flow.name)
         self._gate.open()
@@ -169,6 +176,7 @@ class Claims:
             fence(self.flow.target, self._target, writer, timeout)
         self.fenced_ids += writers
         progress = self._read(list(targets), timeout, stable=True)
+        committer.settle_unsettled(progress, targets)
         ids = self._source_ids(sorted({tp[0] for tp in targets.values()}))
         committer.source_ids.update({tp: ids[tp[0]] for tp in targets.values() if tp[0] in ids})
         start = self._starts_of(targets, self._same_source(targets, progress), committed)

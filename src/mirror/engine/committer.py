@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mirror.config import FlowConfig
-from mirror.domain.acks import AckListener, SourcePartition
+from mirror.domain.acks import AckBatch, AckListener, SourcePartition
 from mirror.domain.ledger import Ledger
 from mirror.domain.topics import TopicMapping
 from mirror.engine.admins import AdminPair
@@ -55,7 +55,10 @@ class Committer:
 
     def emit_acks(self) -> None:
         """Hand the acknowledged batches to the listeners (the offset map's rows)."""
-        batches = self._ledger.take_batches()
+        self.hand_over(self._ledger.take_batches())
+
+    def hand_over(self, batches: list[AckBatch]) -> None:
+        """Count `batches` and hand them to the listeners."""
         if batches:
             self.records_acked += sum(b.count for b in batches)
             for listener in self._listeners:

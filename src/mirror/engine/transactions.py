@@ -24,22 +24,26 @@ reads on from the progress last committed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from mirror.config import ClusterConfig, FlowConfig
 from mirror.domain.acks import SourcePartition
+from mirror.domain.acls import transactional_id_prefix
 from mirror.engine.assignment import DRAIN_TIMEOUT, AssignedPartition
 from mirror.engine.committer import Committer
 from mirror.engine.producers import ClientFactory, ProducerPool
+from mirror.engine.unsettled import Unsettled
 from mirror.errors import MirrorError
 from mirror.kafka import KafkaException, TopicPartition, commit_offsets
 from mirror.kafka.progress import (
+    Progress,
     ProgressGroup,
     TransactionFailed,
     fence,
     new_writer_id,
     progress_offsets,
+    refused_grant,
     transact,
 )
 from mirror.kafka.settings import transactional_settings
@@ -107,6 +111,17 @@ class TransactionalPool(ProducerPool):
             transact("init transactions", producer.init_transactions, self._target.timeout)
             producer.begin_transaction()
         except (TransactionFailed, KafkaException) as exc:
+            if isinstance(exc, TransactionFailed):
+                refusal = refused_grant(
+                    self.flow.target,
+                    "start a transactional producer",
+                    exc,
+                    writer_id=f"{transactional_id_prefix(self.flow.name)}*",
+                    group=self.flow.progress_group,
+                    topics=(),
+                )
+                if refusal is not None:
+                    raise refusal from None
             raise MirrorError(
                 f"flow {self.flow.name}: cannot start a transactional producer on {self.flow.target}: {exc}",
                 hint="exactly_once needs Kafka 2.5 or later on the target, and Write on its transactional ids",
@@ -184,6 +199,7 @@ class TransactionalCommitter(Committer):
         # recreated source topic's new id tells its old progress apart: `Claims`).
         self.source_ids: dict[SourcePartition, str] = {}
         self.held: str | None = None  # why nothing is written until the partitions are claimed again
+        self.unsettled: Unsettled | None = None  # a commit of unknown outcome, until a claim settles it
         self.confirming = False  # held, and the group must confirm the partitions first
         self.reports: Any = None  # DeliveryReports, wired after (it needs the committer's pool)
         self.claims: Any = None  # Claims, wired after (it needs the committer)
@@ -216,7 +232,9 @@ class TransactionalCommitter(Committer):
         (revoked; all of them when closing), `claims` recorded as this writer's. True when
         committed (or nothing needed committing)."""
         if self.held is not None:
-            if self.claims is not None and not claims:
+            # Not while closing: a stopping worker claims nothing (its progress group may be
+            # closed already, and its next owner fences whoever the progress names).
+            if self.claims is not None and not claims and not self.closing:
                 self.claims.recover()
             return False
         if not self.pool.ready():
@@ -248,9 +266,17 @@ class TransactionalCommitter(Committer):
                 lambda t: producer.send_offsets_to_transaction(offsets, self.group.metadata(), t),
                 timeout,
             )
-            transact("commit the transaction", producer.commit_transaction, timeout)
         except TransactionFailed as exc:
             self._failed(exc)
+            return False
+        try:
+            transact("commit the transaction", producer.commit_transaction, timeout)
+        except TransactionFailed as exc:
+            sent, batches = self._sent(kept, released), self._ledger.take_batches()
+            self._failed(exc)
+            if self.held is not None and batches:
+                # Not aborted: the target may have committed it all the same (`Unsettled`).
+                self.unsettled = Unsettled(sent, batches)
             return False
         self.transactions += 1
         self.progress.update(kept)
@@ -262,6 +288,33 @@ class TransactionalCommitter(Committer):
             self._failed(TransactionFailed(f"begin a transaction: {exc.args[0].str()}", fenced=True))
         self._commit_source(release)
         return True
+
+    def _sent(
+        self, kept: Mapping[SourcePartition, int], released: Mapping[SourcePartition, int]
+    ) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """The progress a transaction sends where it moves it: (next offset, writer id) per target partition."""
+        out: dict[tuple[str, int], tuple[int, str | None]] = {}
+        for positions, writer in ((kept, self.pool.writer_id), (released, None)):
+            moved = {tp: pos for tp, pos in positions.items() if pos != self.progress.get(tp)}
+            out.update({t: (pos, writer) for t, pos in self._targets(moved).items()})
+        return out
+
+    def settle_unsettled(self, progress: Mapping[tuple[str, int], Progress], read: Collection[tuple[str, int]]) -> None:
+        """A claim's stable read of the `read` partitions' progress, after its fence: the
+        unsettled commit's acknowledgements handed on if it committed, dropped if not."""
+        unsettled = self.unsettled
+        verdict = unsettled.committed(progress, read) if unsettled is not None else None
+        if unsettled is None or verdict is None:
+            return
+        self.unsettled = None
+        count = sum(b.count for b in unsettled.batches)
+        if verdict:
+            log.info(
+                "flow %s: the transaction of unknown outcome committed: counting its %d records", self.flow.name, count
+            )
+            self.hand_over(unsettled.batches)
+        else:
+            log.info("flow %s: the transaction of unknown outcome did not commit (%d records)", self.flow.name, count)
 
     def _commit_source(self, partitions: Mapping[SourcePartition, AssignedPartition] | None) -> None:
         """After the target's commit: the offset map's rows and the counters, then the source group."""
@@ -327,6 +380,16 @@ class TransactionalCommitter(Committer):
     # ------------------------------------------------------------------ failures
 
     def _failed(self, exc: TransactionFailed) -> None:
+        refusal = refused_grant(
+            self.flow.target,
+            "commit a transaction",
+            exc,
+            writer_id=self.pool.writer_id or f"{transactional_id_prefix(self.flow.name)}*",
+            group=self.flow.progress_group,
+            topics=[part.route.target_topic for part in self._ledger],
+        )
+        if refusal is not None:
+            self.refuse(refusal)
         if exc.fenced:
             self.hold(f"fenced: {exc}")
         else:
@@ -343,6 +406,11 @@ class TransactionalCommitter(Committer):
             producer.begin_transaction()
         except (TransactionFailed, KafkaException) as exc:
             self.hold(f"could not abort: {exc}")
+
+    def refuse(self, refusal: MirrorError) -> None:
+        """A grant is missing: no retry can help, the flow stops with it (the transaction is
+        aborted or the producer retired all the same, so nothing of it counts)."""
+        self._failures.first(refusal)
 
     def hold(self, reason: str, *, confirm: bool = True) -> None:
         """Fenced, or the producer cannot go on: drop everything uncounted, write nothing until

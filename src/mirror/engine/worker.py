@@ -64,7 +64,7 @@ from mirror.engine.target_watch import RefreshRequests, TargetWatch, some
 from mirror.engine.transactions import TransactionalCommitter, TransactionalPool, TxnState
 from mirror.errors import MirrorError
 from mirror.kafka import Admin, KafkaException, make_consumer, make_producer
-from mirror.kafka.settings import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
+from mirror.kafka.settings import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, metadata_refresh_ms
 
 __all__ = ["CONSUME_BATCH", "ClientFactory", "FlowState", "FlowWorker"]
 
@@ -160,7 +160,14 @@ class FlowWorker:
     def _settings(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The consumer's and the producer's settings: defaults, the flow's overrides, callbacks."""
         f = self.flow
-        consumer_cfg = {**CONSUMER_DEFAULTS, "group.id": f.group_id, "client.id": f"mirror-{f.name}", **f.consumer}
+        consumer_cfg = {
+            **CONSUMER_DEFAULTS,
+            "group.id": f.group_id,
+            "client.id": f"mirror-{f.name}",
+            # New partitions of a subscribed topic are assigned as soon as the flow sees them.
+            "topic.metadata.refresh.interval.ms": metadata_refresh_ms(f.refresh_interval),
+            **f.consumer,
+        }
         producer_cfg = {**PRODUCER_DEFAULTS, "client.id": f"mirror-{f.name}", **f.producer}
         # Served by poll/consume on this thread, once the units exist (`open`).
         producer_cfg["error_cb"] = lambda err: self.reports.on_producer_error(err)

@@ -38,9 +38,11 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from mirror.config import ClusterConfig
-from mirror.errors import ClusterUnavailable, MirrorError
+from mirror.domain.acls import transactional_id_prefix
+from mirror.errors import AuthorizationFailed, ClusterUnavailable, MirrorError
+from mirror.kafka.admin import Admin
 from mirror.kafka.clients import client_settings
-from mirror.kafka.errors import raise_for
+from mirror.kafka.errors import AUTHORIZATION, authorization_error, raise_for
 from mirror.kafka.offsets import committed_offsets
 from mirror.kafka.settings import transactional_settings
 
@@ -51,6 +53,9 @@ RELEASED = ""
 # Then, in the metadata: the id of the source topic the progress counts in. A source topic
 # deleted and created again has a new id, and progress of the old one means nothing there.
 SOURCE_ID = ";src="
+
+# How long a progress read that timed out waits to learn whether the group was refused.
+ACCESS_CHECK_TIMEOUT = 5.0
 
 # A target partition: (target topic, partition number; the source partition's number).
 TargetPartition = tuple[str, int]
@@ -75,9 +80,10 @@ class TransactionFailed(MirrorError):
     producer may begin another.
     """
 
-    def __init__(self, message: str, *, fenced: bool) -> None:
+    def __init__(self, message: str, *, fenced: bool, error: KafkaError | None = None) -> None:
         super().__init__(message)
         self.fenced = fenced
+        self.error = error  # librdkafka's, when it said why
 
 
 class ProgressPending(MirrorError):
@@ -86,7 +92,7 @@ class ProgressPending(MirrorError):
 
 def new_writer_id(flow: str) -> str:
     """A transactional.id for one incarnation of a flow's worker: never used before, never again."""
-    return f"mirror.{flow}.{uuid.uuid4().hex[:12]}"
+    return f"{transactional_id_prefix(flow)}{uuid.uuid4().hex[:12]}"
 
 
 def progress_offsets(
@@ -135,6 +141,7 @@ class ProgressGroup:
         self._cluster = cluster
         self._stable = self._consumer("read_committed")
         self._unstable: Consumer | None = None
+        self._admin: Admin | None = None  # made at the first read that times out (`_check_access`)
 
     def _consumer(self, isolation: str) -> Consumer:
         settings = {"group.id": self.group, "enable.auto.commit": False, "isolation.level": isolation}
@@ -164,6 +171,8 @@ class ProgressGroup:
             return _parse(committed_offsets(consumer, tps, timeout))
         except KafkaException as exc:
             err = exc.args[0]
+            if err.code() == KafkaError._TIMED_OUT:
+                self._check_access()
             if stable and err.code() in (KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT):
                 raise ProgressPending(
                     f"cluster {self.cluster_name!r}: progress group {self.group!r} still has an open "
@@ -171,6 +180,22 @@ class ProgressGroup:
                 ) from exc
             raise_for(self.cluster_name, f"read the progress of group {self.group!r}", exc, timeout)
             raise  # unreachable: raise_for always raises
+
+    def _check_access(self) -> None:
+        """A consumer refused the group (no Describe) only times out: librdkafka retries the
+        coordinator lookup without a word. An admin's DescribeGroups gets the refusal back
+        (asked briefly: a cluster away makes the caller wait long enough already)."""
+        if self._admin is None:
+            brief = self._cluster.model_copy(update={"timeout": min(ACCESS_CHECK_TIMEOUT, self._cluster.timeout)})
+            self._admin = Admin(self.cluster_name, brief)
+        try:
+            self._admin.group_state(self.group)
+        except AuthorizationFailed:
+            err = KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)
+            what = f"read the progress of group {self.group!r}"
+            raise authorization_error(self.cluster_name, err, what, ("Read", "group", self.group)) from None
+        except MirrorError:
+            pass  # not a refusal: the caller reports its timeout
 
     def close(self) -> None:
         for consumer in (self._stable, self._unstable):
@@ -198,7 +223,13 @@ def fence(cluster_name: str, cluster: ClusterConfig, transactional_id: str, time
         # its timeout too, and a claim waiting on it would hang the worker's loop.
         _bounded(producer.init_transactions, timeout)
     except KafkaException as exc:
-        raise_for(cluster_name, f"fence transactional id {transactional_id!r}", exc, timeout)
+        raise_for(
+            cluster_name,
+            f"fence transactional id {transactional_id!r}",
+            exc,
+            timeout,
+            acl=("Write", "transactional-id", transactional_id),
+        )
     except TransactionFailed as exc:
         raise ClusterUnavailable(
             f"cluster {cluster_name!r}: fence transactional id {transactional_id!r}: {exc}"
@@ -246,12 +277,30 @@ def transact(what: str, call: Callable[[float], T], timeout: float) -> T:
         try:
             return _bounded(call, max(0.1, deadline - time.monotonic()))
         except TransactionFailed as exc:
-            raise TransactionFailed(f"{what}: {exc}", fenced=exc.fenced) from exc
+            raise TransactionFailed(f"{what}: {exc}", fenced=exc.fenced, error=exc.error) from exc
         except KafkaException as exc:
             err = exc.args[0]
             if err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
-                raise TransactionFailed(f"{what}: {err.str()}", fenced=True) from exc
+                raise TransactionFailed(f"{what}: {err.str()}", fenced=True, error=err) from exc
             if err.txn_requires_abort():
-                raise TransactionFailed(f"{what}: {err.str()}", fenced=False) from exc
+                raise TransactionFailed(f"{what}: {err.str()}", fenced=False, error=err) from exc
             if not err.retriable() or time.monotonic() >= deadline:
-                raise TransactionFailed(f"{what}: {err.str()}", fenced=False) from exc
+                raise TransactionFailed(f"{what}: {err.str()}", fenced=False, error=err) from exc
+
+
+def refused_grant(
+    cluster: str, what: str, exc: TransactionFailed, *, writer_id: str, group: str, topics: Iterable[str]
+) -> AuthorizationFailed | None:
+    """The missing grant a failed transactional call reports, named as `mirror acls` lists it
+    (None: not a refusal). A refusal is no fault to retry: the worker stops with it."""
+    err = exc.error
+    if err is None or err.code() not in AUTHORIZATION:
+        return None
+    if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        return authorization_error(cluster, err, what, ("Read", "group", group))
+    if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        # TxnOffsetCommit's refusal names the partition ("TOPIC((null))[P](Broker: Topic ...)").
+        named = [t for t in sorted(set(topics)) if f"{t}(" in err.str()] or sorted(set(topics))
+        return authorization_error(cluster, err, what, ("Read", "topic", ", ".join(named)))
+    # InitProducerId, AddPartitionsToTxn, EndTxn: a transactional id the principal may not Write.
+    return authorization_error(cluster, err, what, ("Write", "transactional-id", writer_id))

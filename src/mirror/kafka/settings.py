@@ -71,6 +71,15 @@ BATCH_SIZE = PRODUCER_DEFAULTS["batch.size"]
 BATCH_MARGIN = 1024
 
 
+def metadata_refresh_ms(refresh_interval: float) -> int:
+    """The source consumer's `topic.metadata.refresh.interval.ms` for a flow refreshing every
+    `refresh_interval` seconds. The subscription names topics, so only librdkafka's metadata
+    refresh shows it a subscribed topic's new partitions (and the group leader a reason to
+    rebalance): at its default, 5 minutes after the flow grew the target. Never slower than
+    that default, never more than once a second."""
+    return max(1_000, min(300_000, int(refresh_interval * 1000)))
+
+
 def batch_size_for(configured: int, limit: int | None) -> int:
     """The producer batch.size for a target topic whose max.message.bytes is `limit`
     (None: unknown): the configured size, or one that fits below the limit. Used by both

@@ -17,15 +17,20 @@ as any other writer's (they are in the progress metadata), so a flow can move be
 Only after `init_transactions` is the partition's progress read: what an earlier attempt
 committed is then settled (no transaction of this id is open any more), and the attempt
 writes only the records past it (`mirror.spark.task`).
+
+The progress names the source topic's id as the query started (`TaskPlan.source_ids`), as the
+native engine's does: a source topic deleted and created again has a new id, and progress
+naming the old one counts as none, on the driver (the query starts the topic from the
+beginning) and in the task (it writes the slice whole), whatever offsets it names.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
-from typing import Any
+from typing import Any, TypeVar
 
 from mirror.config import ClusterConfig, FlowConfig
 from mirror.domain.route import Route
@@ -47,6 +52,7 @@ from mirror.spark.task import Sent, SourceRow, TaskPlan, TaskResult, cached, del
 log = logging.getLogger(__name__)
 
 Partition = tuple[str, int]
+T = TypeVar("T")
 
 RETRY_BACKOFF = 0.2  # between two reads of the progress while its coordinator is not ready
 ABORT_TIMEOUT = 5.0  # a failed attempt's abort is a courtesy: the next attempt's init aborts it anyway
@@ -67,20 +73,28 @@ class TaskTransaction:
     """
 
     def __init__(
-        self, flow: FlowConfig, target: ClusterConfig, r: Route, settings: dict[str, Any], progress: ProgressGroup
+        self,
+        flow: FlowConfig,
+        target: ClusterConfig,
+        r: Route,
+        settings: dict[str, Any],
+        progress: ProgressGroup,
+        source_id: str | None = None,
     ) -> None:
-        """`settings`: the producer's, transactional (`transactional_settings` with `writer_id`)."""
+        """`settings`: the producer's, transactional (`transactional_settings` with `writer_id`);
+        `source_id`: the source topic's id, written with the progress (None: not said)."""
         self.id = str(settings["transactional.id"])
         self.partition = (r.target_topic, r.partition)
+        self.source_id = source_id
         self.timeout = target.timeout
         self._progress = progress
         self.cluster_name, self.cluster = flow.target, target
         self.producer = make_producer(flow.target, target, settings)
         self._open = False
 
-    def start(self) -> int | None:
+    def start(self) -> Progress | None:
         """Fence every earlier attempt (their open transaction aborted), then read the
-        partition's committed progress: the next source offset to copy (None: no progress).
+        partition's committed progress (None: no progress).
 
         A transaction of another writer still open on the progress (a native worker that
         died or froze while it held the partition) is that writer's, named in the last
@@ -90,8 +104,7 @@ class TaskTransaction:
         fenced: set[str] = set()
         while True:
             try:
-                got = self._progress.read([self.partition], max(0.1, deadline - time.monotonic())).get(self.partition)
-                return None if got is None else got.next_offset
+                return _patient(lambda t: self._progress.read([self.partition], t).get(self.partition), deadline)
             except ProgressPending:
                 last = self._progress.read([self.partition], self.timeout, stable=False).get(self.partition)
                 writer = last.writer_id if last is not None else None
@@ -99,12 +112,6 @@ class TaskTransaction:
                     raise
                 fence(self.cluster_name, self.cluster, writer, self.timeout)
                 fenced.add(writer)
-            except ClusterUnavailable:
-                # The group's coordinator not ready (a new group, a broker restarting): not
-                # worth a Spark task attempt while the time lasts.
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(RETRY_BACKOFF)
 
     def begin(self) -> None:
         transact(f"{self.id}: begin a transaction", lambda _t: self.producer.begin_transaction(), self.timeout)
@@ -112,7 +119,8 @@ class TaskTransaction:
 
     def commit(self, next_offset: int) -> None:
         """Commit the records produced since `begin` with the partition's progress at `next_offset`."""
-        offsets = progress_offsets({self.partition: next_offset}, self.id)
+        ids = {self.partition: self.source_id} if self.source_id is not None else None
+        offsets = progress_offsets({self.partition: next_offset}, self.id, ids)
         metadata = self._progress.metadata()
         transact(
             f"{self.id}: send the progress",
@@ -156,8 +164,9 @@ def mirror_exactly_once(plan: TaskPlan, chunks: Iterable[Sequence[SourceRow]]) -
     where the query's previous batch ended, whose records were all committed with the
     progress at its last record + 1; what lies between that and the batch's end are offsets
     a read_committed consumer never gets (transaction markers, aborted or compacted records).
-    A `P` past the source partition's end is another incarnation's (the source topic was
-    deleted and created again): it is ignored, and the slice written whole.
+    A `P` naming another source topic id, or past the source partition's end, is another
+    incarnation's (the source topic was deleted and created again): it is ignored, and the
+    slice written whole.
     """
     opened = open_slice(plan, chunks)
     if opened is None:
@@ -170,7 +179,7 @@ def mirror_exactly_once(plan: TaskPlan, chunks: Iterable[Sequence[SourceRow]]) -
     settings = transactional_settings(
         writer_id(plan.flow.name, r.source_topic, r.partition), plan.producer_settings_for(r.target_topic)
     )
-    txn = TaskTransaction(plan.flow, plan.target, r, settings, progress)
+    txn = TaskTransaction(plan.flow, plan.target, r, settings, progress, plan.source_ids.get(r.source_topic))
     try:
         done = _trusted(txn, txn.start(), plan.source_ends.get((r.source_topic, r.partition)), result.first_offset)
         rows = _Skip(-1 if done is None else done)
@@ -191,25 +200,58 @@ def mirror_exactly_once(plan: TaskPlan, chunks: Iterable[Sequence[SourceRow]]) -
     yield result
 
 
+def _patient(read: Callable[[float], T], deadline: float) -> T:
+    """`read(remaining time)`, again while the group's coordinator is not ready
+    (ClusterUnavailable: a new group, a broker restarting) and `deadline` is not past: not
+    worth a failed task attempt, nor a failed run."""
+    while True:
+        try:
+            return read(max(0.1, deadline - time.monotonic()))
+        except ClusterUnavailable:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(RETRY_BACKOFF)
+
+
 def _root_cause(exc: BaseException) -> BaseException:
     while (inner := exc.__cause__ or exc.__context__) is not None:
         exc = inner
     return exc
 
 
-def _trusted(txn: TaskTransaction, done: int | None, source_end: int | None, first: int) -> int | None:
-    """The progress `done`, unless it names an offset past the source partition's end."""
-    if done is None or source_end is None or done <= source_end:
-        return done
+def _trusted(txn: TaskTransaction, got: Progress | None, source_end: int | None, first: int) -> int | None:
+    """The progress `got`'s next offset, unless it is another source incarnation's: it names
+    another source topic id, or an offset past the source partition's end."""
+    if got is None:
+        return None
+    if not same_source(got, txn.source_id):
+        log.warning(
+            "%s: the progress on the target (%d) was committed copying a deleted incarnation of the source "
+            "topic (id %s, now %s): writing the batch from offset %d",
+            txn.id,
+            got.next_offset,
+            got.source_id,
+            txn.source_id,
+            first,
+        )
+        return None
+    if source_end is None or got.next_offset <= source_end:
+        return got.next_offset
     log.warning(
         "%s: the progress on the target (%d) is past the source partition's end %d (a recreated source topic?): "
         "writing the batch from offset %d",
         txn.id,
-        done,
+        got.next_offset,
         source_end,
         first,
     )
     return None
+
+
+def same_source(got: Progress, source_id: str | None) -> bool:
+    """Whether progress `got` counts in the source topic whose id is `source_id`: it names
+    that id, or either id is unknown (progress written before ids were, or by a reset)."""
+    return got.source_id is None or source_id is None or got.source_id == source_id
 
 
 def _write(
@@ -272,18 +314,21 @@ def with_progress(
     committed: Mapping[Partition, tuple[int, str | None]],
     progress: Mapping[Partition, Progress],
     mappings: Iterable[TopicMapping],
+    source_ids: Mapping[str, str] | None = None,
 ) -> dict[Partition, tuple[int, str | None]]:
     """The source group's (offset, metadata) per source partition with the offset replaced by
-    the target's committed progress (keyed by target partition) where there is one.
+    the target's committed progress (keyed by target partition) where there is one that
+    counts in the source topic as it is now (`source_ids`: see `same_source`).
 
     With `exactly_once` the target says where the copy resumes; the group's offset is the
     start only of a partition with no progress yet (its first exactly-once run), and its
     metadata (the target topic's id) still tells a recreated target."""
+    ids = source_ids or {}
     out = dict(committed)
     for m in mappings:
         for p in range(m.partitions):
             got = progress.get((m.target, p))
-            if got is not None:
+            if got is not None and same_source(got, ids.get(m.source)):
                 meta = committed[(m.source, p)][1] if (m.source, p) in committed else None
                 out[(m.source, p)] = (got.next_offset, meta)
     return out
@@ -300,9 +345,15 @@ class ProgressStarts:
         self.admin = admin  # the target's Admin
 
     def committed(
-        self, committed: Mapping[Partition, tuple[int, str | None]], mappings: list[TopicMapping]
-    ) -> dict[Partition, tuple[int, str | None]]:
-        """`committed` (the source group's) with the target's progress where there is one.
+        self,
+        committed: Mapping[Partition, tuple[int, str | None]],
+        mappings: list[TopicMapping],
+        source_ids: Mapping[str, str],
+    ) -> tuple[dict[Partition, tuple[int, str | None]], set[str]]:
+        """`committed` (the source group's) with the target's progress where there is one, and
+        the source topics some of whose progress names another id than `source_ids`': their
+        topic was deleted and created again since (while no query ran), so the query must
+        mirror them from the beginning, as a topic recreated between two queries of a run.
 
         Read not `stable`: a transaction still open (a task of a killed driver, whose
         executors died with it) would hold this read until it timed out. The last committed
@@ -311,19 +362,31 @@ class ProgressStarts:
         parts = [(m.target, p) for m in mappings for p in range(m.partitions)]
         group = ProgressGroup(self.flow.target, self.target, self.flow.progress_group)
         try:
-            progress = group.read(parts, self.target.timeout, stable=False)
+            progress = _patient(lambda t: group.read(parts, t, stable=False), time.monotonic() + self.target.timeout)
         finally:
             group.close()
-        return with_progress(committed, progress, mappings)
+        others = {
+            m.source
+            for m in mappings
+            for p in range(m.partitions)
+            if (got := progress.get((m.target, p))) is not None and not same_source(got, source_ids.get(m.source))
+        }
+        return with_progress(committed, progress, mappings, source_ids), others
 
     def reset(self, mappings: list[TopicMapping], partitions: Iterable[Partition]) -> None:
         """The progress of source `partitions` mirrored again from the beginning (a recreated
         topic) back to 0: a task skips the records below the progress, and the old one names
-        an earlier incarnation's offsets."""
+        an earlier incarnation's offsets.
+
+        Every attempt of their tasks is fenced first: one left over from before (an executor
+        of a killed driver, its transaction open) could otherwise commit its progress after
+        the reset, and this query's tasks would skip the records below its slice."""
         targets = {m.source: m.target for m in mappings}
-        offsets = {(targets[s], p): 0 for s, p in partitions if s in targets}
-        if offsets:
-            self.admin.alter_group_offsets(self.flow.progress_group, offsets)
+        reset = [(s, p) for s, p in partitions if s in targets]
+        for s, p in reset:
+            fence(self.flow.target, self.target, writer_id(self.flow.name, s, p), self.target.timeout)
+        if reset:
+            self.admin.alter_group_offsets(self.flow.progress_group, {(targets[s], p): 0 for s, p in reset})
 
 
 __all__ = [

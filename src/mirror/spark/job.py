@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Mapping
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -230,6 +231,8 @@ class SparkFlow:
         """Run one query over `mappings`; True when it stopped because the matched topics changed."""
         assert self._batches is not None
         starts = self._starts.decide(mappings)
+        # exactly_once: the tasks write the source topics' ids with the progress.
+        self._batches.plan = replace(self._batches.plan, source_ids=dict(self._starts.source_ids))
         reader = self._reader(spark, mappings, starts.offsets)
         # What a task's Python worker takes in at once (`mirror.spark.arrow`); the query's
         # session copies these when it starts.

@@ -133,13 +133,16 @@ class StartingOffsets:
     def decide(self, mappings: list[TopicMapping]) -> Starts:
         """The start of a query over `mappings`; the group and `commits` are set to it."""
         group = committed = self.source.group_offsets_with_metadata(self.group)
-        if self.progress is not None:
-            committed = self.progress.committed(group, mappings)
-        target_ids = self.target.topic_ids(sorted({m.target for m in mappings}))
-        self.commits.use(mappings, target_ids)
         source_ids = self.source.topic_ids(sorted({m.source for m in mappings}))
         recreated = {t for t, i in source_ids.items() if self.source_ids.get(t, i) != i}
         self.source_ids.update(source_ids)  # a topic deleted meanwhile keeps its old id: recreated later, it is noticed
+        if self.progress is not None:
+            # Progress naming another source id: recreated while no query ran (this one's id
+            # unknown to the run yet), told by the id the progress was committed with.
+            committed, others = self.progress.committed(group, mappings, source_ids)
+            recreated |= others
+        target_ids = self.target.topic_ids(sorted({m.target for m in mappings}))
+        self.commits.use(mappings, target_ids)
         parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
         marks = self.source.watermarks([tp for tp in parts if tp in committed], committed_only=False)
         starts = plan_starts(mappings, committed, marks, target_ids, self.created, recreated)

@@ -63,6 +63,9 @@ class TaskPlan:
     # Source partitions whose earlier batch in this query completed: their tasks need not
     # read the target's tail unless retried (`mirror_chunks`).
     settled: frozenset[tuple[str, int]] = frozenset()
+    # exactly_once: each source topic's id as the query started (the driver sets it per
+    # query), written with the progress: progress naming another id is a deleted incarnation's.
+    source_ids: dict[str, str] = field(default_factory=dict)
 
     @property
     def producer_settings(self) -> dict[str, Any]:

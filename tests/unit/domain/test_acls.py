@@ -16,6 +16,7 @@ from mirror.domain.acls import (
     principal_for,
     required_grants,
     resource_for,
+    transactional_id_prefix,
     visibility_probes,
 )
 
@@ -164,3 +165,41 @@ def test_drill_plays_the_application_on_both_sides_and_measures_the_lag():
         Resource("topic", "nyc.pay", "prefixed"): ("Read",),
         Resource("group", "billing", "prefixed"): ("Read",),
     }
+
+
+def test_exactly_once_run_needs_its_transactional_ids_and_progress_group_on_the_target():
+    """A transactional producer needs Write on its transactional.id (InitProducerId,
+    AddPartitionsToTxn, EndTxn; Describe, implied, for its coordinator); the progress written
+    in the transaction needs Read on the progress group (AddOffsetsToTxn, TxnOffsetCommit)
+    and Read on the target topics whose offsets it commits (TxnOffsetCommit). Ids are new per
+    worker incarnation (`mirror.<flow>.<hex>`; Spark's `mirror.<flow>.spark.<topic>.<p>`):
+    a prefix."""
+    body = (BODY % "true").replace("    sync_topic_configs: true\n", "    exactly_once: true\n")
+    grants = [g for g in required_grants(config.parse(body, env={"PW": "pw"})) if g.command == "run"]
+    target = cluster_bindings(grants, "sf")
+    assert target[Resource("transactional-id", "mirror.f.", "prefixed")] == ("Write",)
+    assert target[Resource("group", "mirror-eos.f")] == ("Read",)
+    assert "Read" in target[Resource("topic", "nyc.orders.", "prefixed")]
+    assert "Read" in target[Resource("topic", "nyc.canary-t")]  # the canary is copied in the same transactions
+    # Nothing transactional on the source, and nothing for an at-least-once flow.
+    assert not any(r.kind == "transactional-id" for r in cluster_bindings(grants, "nyc"))
+    plain = cluster_bindings([g for g in _grants() if g.command == "run"], "sf")
+    assert not any(r.kind == "transactional-id" or r.name == "mirror-eos.f" for r in plain)
+
+
+def test_transactional_id_grant_as_kafka_acls_arguments():
+    assert Resource("transactional-id", "mirror.f.", "prefixed").args() == [
+        "--transactional-id",
+        "mirror.f.",
+        "--resource-pattern-type",
+        "prefixed",
+    ]
+
+
+def test_every_exactly_once_writer_id_has_the_granted_prefix():
+    from mirror.kafka.progress import new_writer_id
+    from mirror.spark.exactly_once import writer_id
+
+    prefix = transactional_id_prefix("f")
+    assert new_writer_id("f").startswith(prefix)
+    assert writer_id("f", "orders", 3).startswith(prefix)

@@ -29,6 +29,9 @@ class PlainFlow:
     provenance_headers: bool = True
     sync_topic_configs: bool = True
     sync_group_offsets: bool = False
+    name: str = "plain"
+    exactly_once: bool = False
+    progress_group: str = "mirror-eos.plain"
 
     def topic_filter(self, canary_topic: str | None = None) -> TopicFilter:
         return TopicFilter.of(self.topics.include, self.topics.exclude, [canary_topic] if canary_topic else [])

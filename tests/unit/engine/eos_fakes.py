@@ -224,6 +224,7 @@ def make_eos(
     text: str = EOS_TEXT,
     consumer_cls: type[FakeConsumer] = StartingConsumer,
     admin_cls: type[FakeAdmin] = FakeAdmin,
+    listeners: tuple[Any, ...] = (),
 ) -> tuple[FlowWorker, FakeConsumer, TxnTarget]:
     """An exactly-once worker of flow `p` on fakes (source `orders`, 2 partitions)."""
     cfg = config.parse(text, env={})
@@ -246,6 +247,7 @@ def make_eos(
         consumer_factory=lambda name, cluster, settings: consumer,
         producer_factory=producer,
         admin_factory=lambda name, cluster: admin_cls(admins[name]),
+        listeners=listeners,
     )
     return worker, consumer, target
 

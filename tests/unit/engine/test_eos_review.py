@@ -7,13 +7,15 @@ the target would read: every source record once, in order.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
+from mirror.domain.acks import AckBatch, AckListener
 from mirror.kafka import KafkaError, KafkaException, TopicPartition
 from mirror.kafka.progress import Progress
-from tests.unit.engine.eos_fakes import EOS_TEXT, Entry, StartingConsumer, TxnTarget, make_eos
+from tests.unit.engine.eos_fakes import EOS_TEXT, FENCED, Entry, StartingConsumer, TxnTarget, make_eos
 from tests.unit.engine.fakes import P0, P1, FakeAdmin, FakeConsumer, Msg, batch
 
 SLOW = EOS_TEXT.replace("commit_interval: 1s", "commit_interval: 10s")
@@ -71,10 +73,16 @@ def test_resync_does_not_lose_the_open_transaction(monkeypatch: pytest.MonkeyPat
         holder["worker"].watch._resync.run(set(), set())
         return []
 
-    worker, consumer, target = make_eos(monkeypatch, [read(P0, 10), resync, read(P0, 20)], text=SLOW)
+    target = TxnTarget()
+    rows = Rows(target)  # and no offset-map row for a record of the aborted transaction
+    worker, consumer, target = make_eos(
+        monkeypatch, [read(P0, 10), resync, read(P0, 20)], target=target, text=SLOW, listeners=(rows,)
+    )
     holder["worker"] = worker
     worker.run()
     exactly_once(target, P0, 20)
+    assert not rows.early, rows.early
+    assert (rows.offsets[0], worker.records_acked) == (list(range(20)), 20)
 
 
 def test_resync_keeps_its_partitions_claimed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -335,3 +343,55 @@ def test_a_fenced_flush_failing_with_any_error_claims_again(monkeypatch: pytest.
     holder["worker"] = worker
     worker.run()
     exactly_once(target, P0, 20)
+
+
+class Rows(AckListener):
+    """The offset map's place among the listeners: what it is handed, and whether each batch's
+    records were visible on the target (their transaction committed) when it was."""
+
+    def __init__(self, target: TxnTarget) -> None:
+        self.target = target
+        self.offsets: dict[int, list[int]] = {}  # source partition -> source offsets handed on
+        self.early: list[str] = []
+
+    def on_acked(self, batches: Sequence[AckBatch]) -> None:
+        for b in batches:
+            visible = set(self.target.visible((b.source_topic, b.partition)))
+            if not set(range(b.first_offset, b.next_offset)) <= visible:
+                self.early.append(f"{b.partition}: {b.first_offset}-{b.next_offset} before its commit")
+            self.offsets.setdefault(b.partition, []).extend(range(b.first_offset, b.next_offset))
+
+
+@pytest.mark.parametrize("committed", [True, False], ids=["committed", "aborted"])
+def test_a_transaction_of_unknown_outcome_counts_once_the_claim_reads_it_committed(
+    monkeypatch: pytest.MonkeyPatch, committed: bool
+) -> None:
+    """The commit of the transaction holding P0's 10..14 fails fenced (or never returns) after
+    the target committed it, or before: the worker holds and claims again, and the claim's
+    stable read settles the outcome. Committed, its records' rows and counts are handed on then,
+    once (dropped, translation of a group there errs to an older row: duplicates after a
+    failover); aborted, they never are, and the records are copied again."""
+    holder: dict[str, Any] = {}
+    target = TxnTarget()
+    rows = Rows(target)
+
+    def lost_answer(consumer: FakeConsumer) -> list[Msg]:
+        producer = holder["worker"].pool.for_topic(None)
+        commit = producer.commit_transaction
+
+        def commit_then_fail(timeout: float = 0) -> None:
+            producer.commit_transaction = commit
+            if committed:
+                commit(timeout)
+            raise KafkaException(FENCED)
+
+        producer.commit_transaction = commit_then_fail
+        return read(P0, 15)(consumer)
+
+    script = [read(P0, 10)] + [[]] * 8 + [lost_answer] + [[]] * 8 + [read(P0, 20)] * 30
+    worker, consumer, target = make_eos(monkeypatch, script, target=target, listeners=(rows,))
+    holder["worker"] = worker
+    worker.run()
+    exactly_once(target, P0, 20)
+    assert not rows.early, rows.early
+    assert (rows.offsets[0], worker.records_acked) == (list(range(20)), 20)

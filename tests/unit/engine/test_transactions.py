@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from mirror.domain.acks import AckBatch
+from mirror.errors import AuthorizationFailed
 from mirror.kafka import KafkaError, KafkaException
 from mirror.kafka.progress import Progress, parse_metadata
-from tests.unit.engine.fakes import P0, P1, FakeProducer, Target, batch, run
+from tests.unit.engine.fakes import P0, P1, FakeProducer, Target, batch, make, run
 
 TEXT = """\
 clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}
@@ -193,3 +194,43 @@ def test_every_commit_marker_moves_the_offset_map(target):
     # transactions of 5 records, each followed by its marker: target - source grows by one each time
     assert syncs == [(0, 0), (5, 6), (10, 12)], syncs
     assert all(target.log[P0][tgt] == "r" for _, tgt in syncs)  # rows point at records, never at markers
+
+
+class RefusingProducer(TxnProducer):
+    """A target where the principal lacks Read on the target topic: the broker refuses every
+    TxnOffsetCommit, and librdkafka says the transaction can only abort."""
+
+    def send_offsets_to_transaction(self, offsets: list[Any], metadata: Any, timeout: float) -> None:
+        text = "Failed to commit offsets to transaction: nyc.orders((null))[0](Broker: Topic authorization failed)"
+        raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, text, txn_requires_abort=True))
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        super().purge(in_queue, in_flight)  # retired without waiting (`TransactionalPool.retire`)
+
+
+class ClosableGroup(FakeGroup):
+    def __init__(self, cluster_name: str, cluster: Any, group: str) -> None:
+        super().__init__(cluster_name, cluster, group)
+        self.closed = False
+
+    def read(self, partitions: Sequence[tuple[str, int]], timeout: float, *, stable: bool = True) -> dict:
+        if self.closed:
+            raise RuntimeError("Consumer closed")  # what confluent-kafka raises
+        return super().read(partitions, timeout, stable=stable)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_refused_progress_commit_stops_the_flow_naming_the_grant(target, monkeypatch):
+    """No retry mends a missing grant: the claim's transaction is refused, the flow stops with
+    one error naming what to grant, and its stop (held, the progress group closed) claims
+    nothing again."""
+    monkeypatch.setattr("mirror.engine.transactions.ProgressGroup", ClosableGroup)
+    script: list[Any] = [lambda c: []] * 5  # held from the start: nothing is read
+    worker, consumer, _ = make(script, target=target, producer_cls=RefusingProducer, text=TEXT)
+    with pytest.raises(AuthorizationFailed, match=r"missing Read on topic 'nyc.orders'"):
+        worker.run()
+    assert consumer.closed
+    assert not target.stored and not target.progress, "nothing committed"
+    assert consumer.last_commit(P0) is None

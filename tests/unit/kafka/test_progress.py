@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from mirror.config import ClusterConfig
-from mirror.errors import MirrorError
+from mirror.errors import AuthorizationFailed, MirrorError
 from mirror.kafka import progress
 from mirror.kafka.progress import (
     Progress,
@@ -137,3 +137,41 @@ def test_progress_metadata_names_the_source_topic_and_reads_back():
     }
     assert progress.parse_metadata("mirror.p.1;src=s1") == ("mirror.p.1", "s1")
     assert progress.parse_metadata("mirror.p.1") == ("mirror.p.1", None)  # written before the source id
+
+
+class _Admin:
+    refused = False
+
+    def __init__(self, name: str, cluster: ClusterConfig) -> None:
+        self.timeout = cluster.timeout
+
+    def group_state(self, group: str) -> str:
+        if _Admin.refused:
+            raise AuthorizationFailed(f"not allowed: missing Describe on group {group!r}")
+        return "EMPTY"
+
+
+@pytest.mark.parametrize("refused", [True, False])
+def test_a_progress_read_that_times_out_tells_a_refused_group_apart(monkeypatch, refused):
+    """A consumer without Describe on the group only times out (librdkafka retries the coordinator
+    lookup silently); the read asks an admin, briefly, and names the grant `mirror acls` lists."""
+
+    def timing_out(consumer, tps, timeout):
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to get committed offsets"))
+
+    monkeypatch.setattr(progress, "committed_offsets", timing_out)
+    monkeypatch.setattr(progress, "Admin", _Admin)
+    monkeypatch.setattr(_Admin, "refused", refused)
+    group = progress.ProgressGroup("sf", ClusterConfig(bootstrap="127.0.0.1:1", timeout=30), "mirror-eos.f")
+    try:
+        if refused:
+            with pytest.raises(AuthorizationFailed, match=r"missing Read on group 'mirror-eos.f'"):
+                group.read([("t", 0)], 1)
+        else:
+            with pytest.raises(progress.ProgressPending):
+                group.read([("t", 0)], 1)
+            with pytest.raises(MirrorError, match="did not answer"):
+                group.read([("t", 0)], 1, stable=False)
+        assert group._admin is not None and group._admin.timeout == progress.ACCESS_CHECK_TIMEOUT
+    finally:
+        group.close()

@@ -226,11 +226,11 @@ class FakeProgress:
         self.progress = progress  # (target topic, partition) -> next source offset
         self.reset_to_zero = []
 
-    def committed(self, group, mappings):
+    def committed(self, group, mappings, source_ids):
         from mirror.kafka.progress import Progress
         from mirror.spark.exactly_once import with_progress
 
-        return with_progress(group, {tp: Progress(o, None) for tp, o in self.progress.items()}, mappings)
+        return with_progress(group, {tp: Progress(o, None) for tp, o in self.progress.items()}, mappings), set()
 
     def reset(self, _mappings, partitions):
         self.reset_to_zero.extend(partitions)

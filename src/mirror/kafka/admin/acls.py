@@ -24,7 +24,7 @@ class AclAdmin(AdminBase):
     def create_acls(self, principal: str, bindings: Mapping[tuple[str, str, str], Iterable[str]]) -> int:
         """Allow `principal` each operation on each (kind, name, pattern) resource; returns the count.
 
-        kind: topic | group | cluster; pattern: literal | prefixed; operations by Kafka's
+        kind: topic | group | cluster | transactional-id; pattern: literal | prefixed; operations by Kafka's
         names (Read, Write, Describe, IdempotentWrite, ...).
         """
         acls = [self._binding(principal, res, op) for res, ops in bindings.items() for op in ops]
@@ -46,7 +46,7 @@ class AclAdmin(AdminBase):
         op = AclOperation[re.sub(r"(?<!^)(?=[A-Z])", "_", operation).upper()]
         cls = AclBindingFilter if filter_ else AclBinding
         return cls(
-            ResourceType.BROKER if kind == "cluster" else ResourceType[kind.upper()],
+            ResourceType.BROKER if kind == "cluster" else ResourceType[kind.upper().replace("-", "_")],
             "kafka-cluster" if kind == "cluster" else name,
             ResourcePatternType[pattern.upper()],
             principal,
