@@ -645,6 +645,7 @@ def test_a_target_topic_with_a_small_max_message_bytes_gets_batches_that_fit(
     config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db")))
     job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
     assert job.records == 600
+    assert job._batches is not None and set(job._batches.paths) == {"jvm"}  # the Java producer's batches fit too
     assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == [
         r.content() for r in read_partition(src, topic, 0)
     ]
@@ -894,6 +895,7 @@ def test_a_batch_bound_smaller_than_one_kafka_record_batch_mirrors_exactly(
         config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, max_records_per_batch=30
     )
     assert (job.records, job.skipped) == (350, 0)
+    assert job._batches is not None and set(job._batches.paths) == {"jvm"}
     assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == [
         r.content() for r in read_partition(src, topic, 0)
     ]

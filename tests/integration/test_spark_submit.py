@@ -136,7 +136,13 @@ def test_submit_mirrors_exactly_with_executors_on_a_foreign_python(
     spark, starts = foreign_cluster
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
     topics = load_data(src, unique, records=RECORDS // 8)
-    config = write_config(flow_yaml(unique, f"sp-{unique}-.*", tmp_path / "offsets.db"))
+    # A producer setting the JVM writer has no Java name for: the batches go to the executors'
+    # Python tasks, which must run from the shipped package (the JVM writer under spark-submit:
+    # the SIGTERM test below).
+    yaml = flow_yaml(unique, f"sp-{unique}-.*", tmp_path / "offsets.db").replace(
+        "    refresh_interval:", "    producer: {queue.buffering.backpressure.threshold: 1}\n    refresh_interval:"
+    )
+    config = write_config(yaml)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     packages = package_dir
@@ -176,6 +182,7 @@ def test_submit_mirrors_exactly_with_executors_on_a_foreign_python(
     assert done.returncode == 0, output(done)
     # spark-submit hands the Python driver's stdout and stderr on as its own stdout.
     assert f"flow f-{unique}: " in done.stdout and "records mirrored on Spark" in done.stdout, done.stdout
+    assert "batches by the JVM writer: 0," in done.stdout, done.stdout
     assert [p.name for p in packages.glob("mirror-*")] == [package.name]  # the dry run's package, reused
     print(
         f"\nspark-submit on a foreign worker: {RECORDS // 8 * 3 // 2} records produced, mirrored in {took:.1f}s "
@@ -321,4 +328,7 @@ def test_sigterm_stops_a_submitted_flow_and_a_later_run_mirrors_the_rest_exactly
         cwd=tmp_path,
     )
     assert again.returncode == 0, output(again)
+    # The resumed run's batches start where the stopped one committed: the JVM writer (shipped
+    # with --jars) produced them.
+    assert "batches by the JVM writer: 0," not in again.stdout, again.stdout
     assert_exact(src, dst, unique, topics)

@@ -91,6 +91,7 @@ def run(
 ) -> int:
     """Mirror one flow with Spark until stopped (or caught up); SIGTERM/Ctrl-C stop after the current batch."""
     from mirror.spark.job import UI_PORT, run_flow
+    from mirror.spark.jvm import describe_paths
     from mirror.spark.submit import parse_conf
 
     conf = dict(parse_conf(spark_conf))
@@ -111,7 +112,9 @@ def run(
             conf=conf,
         )
     click.echo(
-        f"flow {flow.name}: {job.records} records mirrored on Spark ({job.skipped} already on the target)", err=True
+        f"flow {flow.name}: {job.records} records mirrored on Spark ({job.skipped} already on the target; "
+        f"{describe_paths(job.paths)})",
+        err=True,
     )
     if signals.interrupted:
         return ExitCode.INTERRUPTED

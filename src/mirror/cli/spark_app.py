@@ -56,6 +56,7 @@ def _run(args: argparse.Namespace) -> int:
     from mirror.cli.signals import stop_on_signals
     from mirror.config import load
     from mirror.spark.job import run_flow, submitted_master
+    from mirror.spark.jvm import describe_paths
 
     config = load(args.config)
     (flow,) = config.select_flows((args.flow,))
@@ -73,7 +74,8 @@ def _run(args: argparse.Namespace) -> int:
             submitted=True,
         )
     print(
-        f"flow {flow.name}: {job.records} records mirrored on Spark ({job.skipped} already on the target)",
+        f"flow {flow.name}: {job.records} records mirrored on Spark ({job.skipped} already on the target; "
+        f"{describe_paths(job.paths)})",
         file=sys.stderr,
     )
     return ExitCode.INTERRUPTED if signals.interrupted else ExitCode.OK

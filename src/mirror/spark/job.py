@@ -159,6 +159,11 @@ class SparkFlow:
     def skipped(self) -> int:
         return self._batches.skipped if self._batches else 0
 
+    @property
+    def paths(self) -> dict[str, int]:
+        """Batches per path taken (`mirror.spark.jvm.JvmWriter.run`)."""
+        return dict(self._batches.paths) if self._batches else {}
+
     # ------------------------------------------------------------------ checks
 
     def preflight(self) -> None:

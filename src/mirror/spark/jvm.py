@@ -293,6 +293,12 @@ def _partitions_in(parts: Iterable[tuple[str, int]]) -> Any:
     return reduce(lambda a, b: a | b, [(F.col("topic") == t) & (F.col("partition") == p) for t, p in sorted(parts)])
 
 
+def describe_paths(paths: Mapping[str, int]) -> str:
+    """The run's batches by path, for its closing line."""
+    python = paths.get("python", 0) + paths.get("python*", 0)
+    return f"batches by the JVM writer: {paths.get('jvm', 0)}, by Python tasks: {python}"
+
+
 def _loadable(spark_jvm: Any) -> bool:
     from py4j.java_gateway import JavaClass
 

@@ -18,6 +18,7 @@ import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.function.FlatMapFunction;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * One task: one source partition's slice of the batch produced to the same partition of its
@@ -47,7 +48,8 @@ final class SliceWriter implements FlatMapFunction<Iterator<InternalRow>, String
             return Collections.emptyIterator();
         }
         InternalRow head = rows.next();
-        String topic = head.getUTF8String(0).toString();
+        UTF8String topicName = head.getUTF8String(0).clone(); // the row's bytes are reused by the next row
+        String topic = topicName.toString();
         int partition = head.getInt(1);
         long first = head.getLong(2);
         ObjectNode out = new ObjectMapper().createObjectNode();
@@ -68,7 +70,7 @@ final class SliceWriter implements FlatMapFunction<Iterator<InternalRow>, String
         String failure = null;
         try {
             for (InternalRow row = head; row != null; row = rows.hasNext() ? rows.next() : null) {
-                if (row.getInt(1) != partition || !row.getUTF8String(0).toString().equals(topic)) {
+                if (row.getInt(1) != partition || !row.getUTF8String(0).equals(topicName)) {
                     // One Kafka partition per Spark partition is what keeps order.
                     throw new IllegalStateException("a Spark task got records of " + topic + "[" + partition
                             + "] and " + row.getUTF8String(0) + "[" + row.getInt(1) + "]");
