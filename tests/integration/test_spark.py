@@ -906,3 +906,59 @@ def test_a_batch_bound_smaller_than_one_kafka_record_batch_mirrors_exactly(
         if f.name.isdigit()
     )
     assert len(offsets) >= 350 // 30, offsets  # the bound held: one micro-batch per 30 offsets at most
+
+
+def test_records_without_a_timestamp_keep_it_on_either_writer(clusters, write_config, unique, tmp_path, spark_local):
+    """Review (JVM writer) F1: a source record with timestamp -1 (no timestamp: librdkafka
+    produces it as given) keeps -1 on the target, as the Python tasks copy it; the Java client
+    cannot send a negative timestamp and must not stamp the time of producing instead."""
+    from mirror.spark.job import run_flow
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic = f"sp-{unique}-nots"
+    create_topic(src, topic, 1)
+    p = producer(src)
+    for i in range(20):
+        p.produce(
+            topic, value=b"v%d" % i, key=b"k%d" % i, partition=0, timestamp=-1 if i >= 10 else 1_600_000_000_000 + i
+        )
+    assert p.flush(30) == 0
+    source = read_partition(src, topic, 0)
+    assert [r.timestamp for r in source][-1] == -1
+    config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db")))
+    job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
+    assert job.records + job.skipped == 20  # the Python tasks skip what the JVM writer produced before -1
+    assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == [r.content() for r in source]
+
+
+def test_a_partition_the_jvm_writer_fails_leaves_the_others_alone_without_provenance(
+    clusters, write_config, unique, tmp_path, spark_local
+):
+    """Review (JVM writer) F2: without provenance headers no task can skip what the target
+    holds, so when one JVM task fails only its partition may go to the Python tasks: the
+    partitions the JVM writer produced must not be produced again (duplicates)."""
+    from mirror.spark.job import run_flow
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic = f"sp-{unique}-nots2"
+    create_topic(src, topic, 2)
+    p = producer(src)
+    p.produce(topic, value=b"one", key=b"k", partition=1, timestamp=1_600_000_000_000)
+    n = 20_000  # partition 0 ends with a record the Java client cannot send (timestamp -1): its task fails late
+    for i in range(n):
+        p.produce(
+            topic, value=b"v%d" % i, key=b"k%d" % i, partition=0, timestamp=-1 if i == n - 1 else 1_600_000_000_000
+        )
+        if i % 5000 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0
+    config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db", provenance=False)))
+    job = run_flow(
+        config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, max_records_per_batch=50_000
+    )
+    assert job._batches is not None and job._batches.paths == {"python*": 1}
+    source, target = read_topic(src, topic, 2), read_topic(dst, f"src.{topic}", 2)
+    assert [r.content() for r in target[1]] == [r.content() for r in source[1]]  # produced once, by the JVM writer
+    # Partition 0's prefix the JVM writer produced is there twice (no provenance: nothing can
+    # be skipped, as after a Python task's retry), then the whole slice in order.
+    assert [r.content() for r in target[0][-n:]] == [r.content() for r in source[0]]

@@ -80,7 +80,7 @@ class Batches:
         source_ends = self.source.end_offsets(self._parts)
         plan = replace(self.plan, source_ends=source_ends, limits=self.limits, settled=frozenset(self._settled))
         t1 = time.monotonic()
-        path, results = self.jvm.run(df, plan, {t for t, _ in self._parts}, batch_id, partial(_python_tasks, df))
+        path, results = self.jvm.run(df, plan, {t for t, _ in self._parts}, batch_id, _python_tasks)
         self.paths[path] = self.paths.get(path, 0) + 1
         t2 = time.monotonic()
         ends = batch_ends(self._checkpoint, batch_id)

@@ -11,8 +11,9 @@ The skip-what-the-target-holds rule stays with the Python tasks: a JVM task decl
 wherever the target may hold part of it (a retried attempt, a partition's first batch in the
 query over a target whose last record is not an earlier copy of that partition), and fails it
 on any produce error. The job still ends with every JVM task's sends settled, and the driver
-then runs the whole batch again on the Python path with no partition settled: every task reads
-the target's tail and skips only what it proves is there.
+then runs those partitions (only: the others are acknowledged whole) on the Python path, not
+settled: each task reads the target's tail and skips only what it proves is there. A job that
+failed fails the batch, as the Python tasks' job does (its killed tasks may still be sending).
 
 Used only where it can do what the Python tasks do: not with `exactly_once`, not without the
 class on the driver's classpath (a package built without it), and only for settings it can
@@ -239,41 +240,57 @@ class JvmWriter:
         plan: TaskPlan,
         topics: Iterable[str],
         batch_id: int,
-        python: Callable[[TaskPlan], list[TaskResult]],
+        python: Callable[[Any, TaskPlan], list[TaskResult]],
     ) -> tuple[str, list[TaskResult]]:
-        """Mirror the batch `df`: the JVM way where it may, else `python(plan)`. Returns the
-        path taken ("jvm"; "python"; "python*": the JVM writer left this batch to the Python
-        tasks, run with no partition settled, so each reads what the target holds) and the results."""
-        if self.usable(df.sparkSession._jvm):
-            results = self.write(df, plan, topics, batch_id)
-            if results is not None:
-                return "jvm", results
-            return "python*", python(replace(plan, settled=frozenset()))
-        return "python", python(plan)
+        """Mirror the batch `df`: the JVM way where it may, else `python(df, plan)`. Returns the
+        path taken ("jvm"; "python"; "python*": the JVM writer left partitions to the Python
+        tasks, run with those partitions not settled, so each reads what the target holds) and
+        the results.
 
-    def write(self, df: Any, plan: TaskPlan, topics: Iterable[str], batch_id: int) -> list[TaskResult] | None:
-        """Produce the batch `df` on the executors' Java producers; None when any task declined
-        or failed (logged once at INFO): the caller runs the batch on the Python path."""
+        Only the partitions the JVM writer left go to the Python tasks: those it produced are
+        acknowledged whole, and producing them again would duplicate them wherever the Python
+        tasks cannot skip (provenance headers off)."""
+        if not self.usable(df.sparkSession._jvm):
+            return "python", python(df, plan)
+        results, left = self.write(df, plan, topics, batch_id)
+        if not left:
+            return "jvm", results
+        rest = df.where(_partitions_in(left))
+        return "python*", results + python(rest, replace(plan, settled=plan.settled - left))
+
+    def write(
+        self, df: Any, plan: TaskPlan, topics: Iterable[str], batch_id: int
+    ) -> tuple[list[TaskResult], set[tuple[str, int]]]:
+        """Produce the batch `df` on the executors' Java producers: the results of the tasks
+        that produced their slice and the partitions of those that declined or failed (logged
+        once at INFO; the caller gives them to the Python path).
+
+        A job that failed raises (py4j's Py4JJavaError), as the Python tasks' job does: it
+        ended without waiting for its other tasks, which Spark kills but which may still be
+        sending, so no Python task may produce these partitions now (the query fails, and the
+        restarted query's first batch reads what the target holds)."""
         assert self.settings is not None
         spec = batch_plan(plan, self.settings, topics, plan.settled)
-        jvm = df.sparkSession._jvm
-        try:
-            answer = _writer_class(jvm).write(df.selectExpr(*COLUMNS)._jdf, spec)
-        except Exception as exc:  # py4j's Py4JJavaError: a job that failed (an executor lost)
-            problems = [_first_line(str(exc))]
-        else:
-            results, problems = results_of(str(answer))
-            if not problems:
-                return results
+        answer = str(_writer_class(df.sparkSession._jvm).write(df.selectExpr(*COLUMNS)._jdf, spec))
+        results, problems = results_of(answer)
+        if not problems:
+            return results, set()
         log.info(
-            "flow %s: batch %d: the JVM writer left the batch to the Python tasks (%d task(s): %s); they read what "
-            "the target holds",
+            "flow %s: batch %d: the JVM writer left part of the batch to the Python tasks (%d task(s): %s); they "
+            "read what the target holds",
             self.flow,
             batch_id,
             len(problems),
             problems[0],
         )
-        return None
+        return results, {(r["topic"], r["partition"]) for r in json.loads(answer) if "next" not in r}
+
+
+def _partitions_in(parts: Iterable[tuple[str, int]]) -> Any:
+    """A filter keeping the rows of `parts` (one Kafka partition per Spark partition still)."""
+    from pyspark.sql import functions as F
+
+    return reduce(lambda a, b: a | b, [(F.col("topic") == t) & (F.col("partition") == p) for t, p in sorted(parts)])
 
 
 def describe_paths(paths: Mapping[str, int]) -> str:
@@ -290,7 +307,3 @@ def _loadable(spark_jvm: Any) -> bool:
 
 def _writer_class(spark_jvm: Any) -> Any:
     return reduce(getattr, WRITER_CLASS.split("."), spark_jvm)
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), text)

@@ -128,3 +128,48 @@ def test_the_writers_answer_becomes_task_results_or_the_reasons_to_fall_back() -
         [],
         ["orders[1] declined: a retried task", "orders[2] failed: RecordTooLargeException"],
     )
+
+
+class _FailedJob:
+    """What py4j gives the driver for a batch whose JVM job failed (a stage aborted after a
+    task failed on every attempt, or the query's jobs cancelled): `write` raises."""
+
+    def __init__(self) -> None:
+        fails = type("W", (), {"write": staticmethod(self._raise)})
+        self.sparkSession = type("S", (), {"_jvm": type("J", (), {"io": _Chain(fails)})})()
+
+    @staticmethod
+    def _raise(*_: object) -> None:
+        raise RuntimeError("Job aborted due to stage failure: Task 1 in stage 3.0 failed 4 times")
+
+    def selectExpr(self, *_: str) -> object:  # noqa: N802 (pyspark's name)
+        return type("D", (), {"_jdf": None})()
+
+
+class _Chain:
+    """`jvm.io.mirror.spark.MirrorWriter` ending at `leaf`."""
+
+    def __init__(self, leaf: object) -> None:
+        self.leaf = leaf
+
+    def __getattr__(self, name: str) -> object:
+        return self.leaf if name == "MirrorWriter" else self
+
+
+def test_a_failed_jvm_job_fails_the_batch_as_a_failed_python_job_does() -> None:
+    """Review (JVM writer) F3: a job that failed ends without waiting for its other tasks: Spark
+    kills them, but a JVM task may still be sending its slice. The Python tasks must not run
+    the batch meanwhile (their copies would interleave with its records on the target); the
+    batch fails, as it does when the Python tasks' own job fails, and the restarted query's
+    first batch reads what the target holds."""
+    writer = JvmWriter(task_plan(""))
+    writer._checked = True  # usable: the class check needs a JVM
+    ran: list[object] = []
+
+    def python(df: object, plan: object) -> list[TaskResult]:
+        ran.append(df)
+        return []
+
+    with pytest.raises(RuntimeError, match="stage failure"):
+        writer.run(_FailedJob(), task_plan(""), ["orders"], 7, python)
+    assert ran == []

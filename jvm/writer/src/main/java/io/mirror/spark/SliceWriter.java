@@ -82,6 +82,12 @@ final class SliceWriter implements FlatMapFunction<Iterator<InternalRow>, String
                     shift = n - offset;
                     changes.add(new long[] {offset, n});
                 }
+                if (ts < 0) {
+                    // librdkafka copies a negative timestamp (-1: none) as it is; the Java client
+                    // refuses it. Fail here, before sending it: the Python tasks produce the rest.
+                    throw new IllegalStateException(topic + "[" + partition + "] offset " + offset + " has timestamp "
+                            + ts + ", which the Java client cannot send");
+                }
                 // librdkafka stamps a record given timestamp 0 with the time of producing; so does
                 // the Java client given none.
                 producer.send(
