@@ -83,6 +83,14 @@ def test_exactly_once_and_untranslatable_flows_stay_on_the_python_path(caplog: p
     ]
 
 
+def test_a_flow_without_provenance_headers_stays_on_the_python_path() -> None:
+    # Nothing can be skipped then, so a partition the JVM writer leaves half-sent (its shared
+    # producer closed by another task's error) would be produced twice; a Python task
+    # duplicates only its own slice on a retry.
+    with pytest.raises(Untranslatable, match="provenance_headers"):
+        writer_settings(task_plan("provenance_headers: false, "))
+
+
 def test_the_batch_plan_routes_and_stamps_provenance_as_route_does() -> None:
     plan = replace(task_plan("rename: identity, "), limits={"orders": 65536}, settled=frozenset())
     spec = json.loads(batch_plan(plan, writer_settings(plan), ["orders", "orders"], [("orders", 2)]))
