@@ -960,4 +960,6 @@ def test_without_provenance_every_batch_goes_to_the_python_tasks_and_nothing_is_
     )
     assert job._batches is not None and job._batches.paths == {"python": 1}
     source, target = read_topic(src, topic, 2), read_topic(dst, f"src.{topic}", 2)
-    assert [[r.content() for r in part] for part in target] == [[r.content() for r in part] for part in source]
+    assert {p: [r.content() for r in rs] for p, rs in target.items()} == {
+        p: [r.content() for r in rs] for p, rs in source.items()
+    }

@@ -142,6 +142,11 @@ def writer_settings(plan: TaskPlan) -> WriterSettings:
     ValueError) when the JVM writer cannot mirror it as the Python tasks would."""
     if plan.flow.exactly_once:
         raise Untranslatable("exactly_once (the transactional writer is Python's)")
+    if not plan.flow.provenance_headers:
+        # Nothing on the target can be skipped then, and a JVM task's failure is not its own
+        # (one producer per executor, closed at any task's first error): the partitions it
+        # leaves would be produced twice. A Python task's retry duplicates only its own slice.
+        raise Untranslatable("provenance_headers: false (the Python tasks fail one partition at a time)")
     target = cluster_settings(plan.flow.target, plan.target.bootstrap, plan.target.client)
     settings = plan.producer_settings
     producer = {**target, **java_producer_settings(settings)}
@@ -165,7 +170,7 @@ def batch_plan(
             "consumer": {**settings.consumer, "client.id": f"mirror-spark-{flow.name}-tail"},
             "targets": targets,
             # Route.origin is "cluster/topic/partition/": the writer appends "partition/offset".
-            "origins": {t: f"{flow.source}/{t}/" for t in targets} if flow.provenance_headers else {},
+            "origins": {t: f"{flow.source}/{t}/" for t in targets},  # provenance on (`writer_settings`)
             "batch_size": settings.batch_size,
             "batch_sizes": {
                 target: batch_size_for(settings.batch_size, plan.limits.get(target)) for target in targets.values()

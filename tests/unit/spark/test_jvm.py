@@ -102,8 +102,6 @@ def test_the_batch_plan_routes_and_stamps_provenance_as_route_does() -> None:
     assert spec["batch_size"] == PRODUCER_DEFAULTS["batch.size"]
     assert spec["settled"] == [["orders", 2]]
     assert spec["producer"]["bootstrap.servers"] == "127.0.0.1:9093"
-    off = task_plan("provenance_headers: false, ")
-    assert json.loads(batch_plan(off, writer_settings(off), ["orders"], []))["origins"] == {}
 
 
 def test_the_writers_answer_becomes_task_results_or_the_reasons_to_fall_back() -> None:
