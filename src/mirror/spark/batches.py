@@ -67,9 +67,7 @@ class Batches:
         self._settled: set[Partition] = set()
         self.jvm = JvmWriter(plan)  # the batch's records produced by Java tasks where it may (`mirror.spark.jvm`)
 
-    def start_query(
-        self, mappings: list[TopicMapping], checkpoint: Path, empty: Collection[Partition] = ()
-    ) -> None:
+    def start_query(self, mappings: list[TopicMapping], checkpoint: Path, empty: Collection[Partition] = ()) -> None:
         """A new query over `mappings`, checkpointed at `checkpoint`. It starts at the group's
         offsets (or resumes where they lie): the target may be ahead of any partition, but
         for those in `empty` (their target partition held nothing before the query started,
