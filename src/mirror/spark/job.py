@@ -526,7 +526,8 @@ def run_flow(
                     quiet=quiet,
                     submitted=submitted,
                     ui_port=ui_port,
-                )
+                ),
+                running=_session_running,
             )
             stack.callback(starting.close)
             get_session: Callable[[], Any] = starting.get
@@ -551,3 +552,10 @@ def run_flow(
 
 def _given(spark: Any) -> Any:
     return spark
+
+
+def _session_running() -> bool:
+    """Whether this process already runs a SparkContext (`getOrCreate` would hand it back)."""
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
