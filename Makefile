@@ -55,13 +55,10 @@ jars:
 	$(call fetch_jars,deps/mm2/pom.xml,$(MM2_LIBS))
 	$(call fetch_jars,deps/spark/pom.xml,$(SPARK_JARS))
 
-$(WRITER_JAR): $(WRITER_SOURCES) | $(VENV)/.installed jars
+# jvm/writer/build.sh is the compile command docker/Dockerfile.spark runs too.
+$(WRITER_JAR): $(WRITER_SOURCES) jvm/writer/build.sh | $(VENV)/.installed jars
 	@echo "building $@"
-	@rm -rf build/jvm/classes && mkdir -p build/jvm/classes
-	javac -nowarn --release 17 -d build/jvm/classes \
-	  -cp "$$($(PY) -c 'import pyspark, os; print(os.path.dirname(pyspark.__file__))')/jars/*:$(SPARK_JARS)/*" \
-	  $(WRITER_SOURCES)
-	jar --create --file $@.tmp -C build/jvm/classes . && mv $@.tmp $@
+	jvm/writer/build.sh $@ "$$($(PY) -c 'import pyspark, os; print(os.path.dirname(pyspark.__file__))')/jars" $(SPARK_JARS)
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

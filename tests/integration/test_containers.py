@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import shutil
 import urllib.parse
 import urllib.request
@@ -266,3 +267,7 @@ def test_the_spark_image_runs_the_spark_pipeline(stack: Stack):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     mirrored = [rec for recs in _mirrored(stack, topic).values() for rec in recs]
     assert collections.Counter(mirrored) == collections.Counter(sent)
+    # The image has the JVM writer's jar (docker/Dockerfile.spark builds it): batches went
+    # through it, not all through the Python tasks (its closing line counts them).
+    by_jvm = re.search(r"batches by the JVM writer: (\d+)", done.stderr)
+    assert by_jvm is not None and int(by_jvm.group(1)) > 0, done.stderr[-3000:]

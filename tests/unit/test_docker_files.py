@@ -625,12 +625,43 @@ def test_the_spark_image_has_the_pinned_pyspark_and_its_connector():
     )
     env = _env_of_image(SPARK_DOCKERFILE)
     jars = [rest.split()[-1] for word, rest in instructions if word == "COPY" and "--from=jars" in rest]
-    assert jars == [f"{env['MIRROR_CACHE']}/spark-{version}/jars"]  # where connector_jars looks
+    assert jars[-1] == f"{env['MIRROR_CACHE']}/spark-{version}/jars"  # the runtime stage's: where connector_jars looks
     assert any("deps/spark/pom.xml" in rest for word, rest in instructions if word == "COPY")
     assert any("'.[spark]'" in rest for word, rest in instructions if word == "RUN")
     ignore = (DOCKER / "Dockerfile.spark.dockerignore").read_text(encoding="utf-8").split()
     for needed in ("pyproject.toml", "README.md", "src/", "failover/", "canary/", "deps/spark/pom.xml"):
         assert f"!{needed}" in ignore
+
+
+def test_the_spark_image_has_the_jvm_writer_where_the_driver_looks():
+    """Built by the script `make setup` runs (one compile command), copied to the path the
+    image's $MIRROR_SPARK_WRITER_JAR names (`mirror.spark.jvm.writer_jar`)."""
+    from mirror.spark.jvm import JAR_ENV, JAR_NAME
+
+    instructions = _dockerfile_instructions(SPARK_DOCKERFILE)
+    assert _pinned(_bases(SPARK_DOCKERFILE)[2], "maven:3.9-eclipse-temurin-17")
+    assert any("/jvm/writer/build.sh " in rest for word, rest in instructions if word == "RUN")
+    assert "jvm/writer/build.sh $@" in (ROOT / "Makefile").read_text(encoding="utf-8")
+    copied = [rest.split()[-1] for word, rest in instructions if word == "COPY" and "--from=writer" in rest]
+    assert copied == [_env_of_image(SPARK_DOCKERFILE)[JAR_ENV]] and copied[0].endswith(f"/{JAR_NAME}")
+    ignore = (DOCKER / "Dockerfile.spark.dockerignore").read_text(encoding="utf-8").split()
+    assert "!jvm/writer/" in ignore
+
+
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, SPARK_DOCKERFILE], ids=lambda p: p.name)
+def test_a_run_that_mounts_a_stage_is_rebuilt_when_the_stage_changes(dockerfile: Path):
+    """Podman's layer cache keys a RUN on its text and the layers under it, not on what it
+    bind-mounts: a stage a RUN mounts must also be copied from earlier in the same stage (a
+    file that changes with what is mounted), or a rebuild keeps a stale install."""
+    copied: set[str] = set()
+    for word, rest in _dockerfile_instructions(dockerfile):
+        if word == "FROM":
+            copied = set()
+        elif word == "COPY":
+            copied |= set(re.findall(r"--from=(\w+)", rest))
+        elif word == "RUN":
+            mounted = set(re.findall(r"type=bind,from=(\w+)", rest))
+            assert mounted <= copied, f"RUN {rest[:70]}...: mounts {sorted(mounted - copied)}, copies nothing from it"
 
 
 # ---------------------------------------------------------------------------- stand-ins
