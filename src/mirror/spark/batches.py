@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -62,15 +62,19 @@ class Batches:
         self.paths: dict[str, int] = {}  # batches per path taken (`JvmWriter.run`), for tests and the bench
         self._parts: list[Partition] = []
         self._checkpoint = Path()
-        self._settled: set[Partition] = set()  # partitions with a batch completed in this query (`TaskPlan.settled`)
+        # Partitions whose target holds nothing past their next batch's start (`TaskPlan.settled`):
+        # a batch of theirs completed in this query, or their target was empty when it started.
+        self._settled: set[Partition] = set()
         self.jvm = JvmWriter(plan)  # the batch's records produced by Java tasks where it may (`mirror.spark.jvm`)
 
-    def start_query(self, mappings: list[TopicMapping], checkpoint: Path) -> None:
+    def start_query(self, mappings: list[TopicMapping], checkpoint: Path, empty: Collection[Partition] = ()) -> None:
         """A new query over `mappings`, checkpointed at `checkpoint`. It starts at the group's
-        offsets (or resumes where they lie): the target may be ahead of any partition."""
+        offsets (or resumes where they lie): the target may be ahead of any partition, but
+        for those in `empty` (their target partition held nothing before the query started,
+        `mirror.spark.starts.empty_targets`), which are settled from the first batch."""
         self._parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
         self._checkpoint = checkpoint
-        self._settled = set()
+        self._settled = set(empty) & set(self._parts)
 
     def on_batch(self, df: Any, batch_id: int) -> None:
         """Mirror one micro-batch: tasks produce, then rows are stored, then the group commits."""

@@ -47,10 +47,10 @@ from mirror.run.recorder import OffsetMapRecorder
 from mirror.spark.batches import Batches
 from mirror.spark.checkpoint import default_checkpoint, has_batches, resume_problem
 from mirror.spark.clients import REDACT, java_kafka_options
-from mirror.spark.commits import GroupCommits
+from mirror.spark.commits import GroupCommits, Partition
 from mirror.spark.exactly_once import ProgressStarts
 from mirror.spark.jvm import writer_jars
-from mirror.spark.starts import StartingOffsets, Starts
+from mirror.spark.starts import StartingOffsets, Starts, empty_targets
 from mirror.spark.startup import SessionStart
 from mirror.spark.task import CHUNK, TaskPlan
 from mirror.spark.watch import TopicWatch
@@ -224,8 +224,11 @@ class SparkFlow:
                     self.stop.wait(self.flow.refresh_interval)
                     continue
                 starts = self._starts.decide(mappings)
+                # Only before the run's first query: no task of this run can be sending then
+                # (a query stopped for a change of topics may leave sends in flight).
+                empty = empty_targets(self._target, mappings) if spark is None else set()
                 spark = spark if spark is not None else session()
-                changed = self._run_query(spark, mappings, starts)
+                changed = self._run_query(spark, mappings, starts, empty)
                 if self.until_caught_up or not changed:
                     return
         finally:
@@ -247,8 +250,12 @@ class SparkFlow:
         except MirrorError as exc:  # the last known sizes; a refused batch fails the task (retried)
             log.warning("flow %s: cannot read the target topics' max.message.bytes: %s", self.flow.name, exc)
 
-    def _run_query(self, spark: Any, mappings: list[TopicMapping], starts: Starts) -> bool:
-        """Run one query over `mappings` from `starts`; True when it stopped because the matched topics changed."""
+    def _run_query(
+        self, spark: Any, mappings: list[TopicMapping], starts: Starts, empty: set[Partition] | None = None
+    ) -> bool:
+        """Run one query over `mappings` from `starts` (`empty`: partitions whose target held
+        nothing before it, `Batches.start_query`); True when it stopped because the matched
+        topics changed."""
         assert self._batches is not None
         # exactly_once: the tasks write the source topics' ids with the progress.
         self._batches.plan = replace(self._batches.plan, source_ids=dict(self._starts.source_ids))
@@ -259,7 +266,7 @@ class SparkFlow:
         spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch", str(int(self.flow.spark.max_bytes_per_chunk)))
         with ExitStack() as stack:
             location = self._checkpoint_location(stack, mappings, starts)
-            self._batches.start_query(mappings, location)
+            self._batches.start_query(mappings, location, empty or ())
             writer = (
                 reader.load()
                 .writeStream.foreachBatch(self._batches.on_batch)
@@ -519,7 +526,8 @@ def run_flow(
                     quiet=quiet,
                     submitted=submitted,
                     ui_port=ui_port,
-                )
+                ),
+                running=_session_running,
             )
             stack.callback(starting.close)
             get_session: Callable[[], Any] = starting.get
@@ -544,3 +552,10 @@ def run_flow(
 
 def _given(spark: Any) -> Any:
     return spark
+
+
+def _session_running() -> bool:
+    """Whether this process already runs a SparkContext (`getOrCreate` would hand it back)."""
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None

@@ -205,3 +205,17 @@ def starting_offset(committed: int | None, low: int | None, high: int | None) ->
             f"the group's committed offset {committed} is before the log start {low} (deleted by retention)",
         )
     return committed, None
+
+
+def empty_targets(target: Any, mappings: list[TopicMapping]) -> set[Partition]:
+    """The source partitions whose target partition holds nothing now (its log start is its
+    end, open transactions counted): their first batch has nothing on the target to skip,
+    so its tasks need not read the target's tail. Read by the driver before the run's first
+    query, while the session starts; unreadable: none (the tasks read the tails, as before)."""
+    parts = {(m.target, p): (m.source, p) for m in mappings for p in range(m.partitions)}
+    try:
+        marks = target.watermarks(list(parts), committed_only=False)
+    except MirrorError as exc:
+        log.debug("the target partitions' watermarks are unreadable (%s); the first batch reads their tails", exc)
+        return set()
+    return {parts[tp] for tp, mark in marks.items() if tp in parts and mark.high <= mark.low}

@@ -22,20 +22,26 @@ class SessionStart:
 
     `close()` stops the session: now if it is up, else as soon as it is (a run that failed
     its checks does not wait for a JVM it will not use; the JVM also ends with this process).
+    Not when `running()` said, as the start began, that the process already ran a session:
+    the factory (`getOrCreate`) then hands back that one, which is its owner's to stop.
     """
 
-    def __init__(self, factory: Callable[[], Any]) -> None:
+    def __init__(self, factory: Callable[[], Any], running: Callable[[], bool] = lambda: False) -> None:
         self._factory = factory
+        self._running = running
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._session: Any = None
         self._error: BaseException | None = None
         self._closed = False
+        self._borrowed = False  # a session the process already ran: never stopped here
         self._thread = threading.Thread(target=self._start, name="spark-session-start", daemon=True)
         self._thread.start()
 
     def _start(self) -> None:
         try:
+            if self._running():
+                self._borrowed = True
             session = self._factory()
         except BaseException as exc:  # noqa: BLE001 - handed to get(), raised on the caller's thread
             self._error = exc
@@ -45,7 +51,7 @@ class SessionStart:
             self._session = session
             closed = self._closed
         self._done.set()
-        if closed:
+        if closed and not self._borrowed:
             session.stop()
 
     def get(self) -> Any:
@@ -59,5 +65,5 @@ class SessionStart:
         with self._lock:
             self._closed = True
             session = self._session
-        if session is not None:
+        if session is not None and not self._borrowed:
             session.stop()

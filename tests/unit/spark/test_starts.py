@@ -246,3 +246,44 @@ def test_with_exactly_once_a_query_starts_at_the_targets_progress_and_the_group_
     assert job.start().offsets == {"x": {"0": 25, "1": 30, "2": 7}}
     assert {tp: o for tp, (o, _meta) in source.committed.items()} == {("x", 0): 25, ("x", 1): 30, ("x", 2): 7}
     assert job.commits.positions == {("x", 0): 25, ("x", 1): 30, ("x", 2): 7}
+
+
+class _Marks:
+    """A target admin answering watermarks (or failing to)."""
+
+    def __init__(self, marks, error=None):
+        self.marks, self.error, self.asked = marks, error, []
+
+    def watermarks(self, parts, committed_only=True):
+        self.asked.append((sorted(parts), committed_only))
+        if self.error:
+            raise self.error
+        return {tp: self.marks[tp] for tp in parts}
+
+
+def test_empty_targets_names_the_source_partitions_whose_target_partition_holds_nothing():
+    from mirror.errors import MirrorError
+    from mirror.spark.starts import empty_targets
+
+    mappings = [TopicMapping("x", "a.x", 3)]
+    admin = _Marks({("a.x", 0): Watermarks(0, 0), ("a.x", 1): Watermarks(0, 5), ("a.x", 2): Watermarks(9, 9)})
+    # Partition 2 was emptied by DeleteRecords (or retention): nothing to skip there either.
+    assert empty_targets(admin, mappings) == {("x", 0), ("x", 2)}
+    # Open transactions count: a record not yet committed may still be a copy.
+    assert admin.asked == [([("a.x", 0), ("a.x", 1), ("a.x", 2)], False)]
+    assert empty_targets(_Marks({}, MirrorError("no leader")), mappings) == set()
+
+
+def test_a_query_settles_only_its_own_partitions_named_empty():
+    from pathlib import Path
+
+    from mirror.spark.batches import Batches
+    from mirror.spark.task import TaskPlan
+
+    config = _config()
+    flow = config.flow("one")
+    batches = Batches("one", None, TaskPlan(flow, config.clusters["b"]), None, None)
+    batches.start_query([TopicMapping("x", "b.x", 2)], Path("cp"), {("x", 1), ("y", 0)})
+    assert batches._settled == {("x", 1)}
+    batches.start_query([TopicMapping("x", "b.x", 2)], Path("cp"))
+    assert batches._settled == set()

@@ -52,3 +52,13 @@ def test_closed_while_starting_the_session_is_stopped_once_up() -> None:
     assert not session.stopped.is_set()
     release.set()
     assert session.stopped.wait(5)
+
+
+def test_a_session_that_was_already_running_is_not_stopped() -> None:
+    """getOrCreate hands back a session the process already runs (a test's shared session):
+    a run that fails its checks must not stop it for its owner."""
+    session = FakeSession()
+    starting = SessionStart(lambda: session, running=lambda: True)
+    assert starting.get() is session
+    starting.close()
+    assert not session.stopped.is_set()
