@@ -26,6 +26,7 @@ from mirror.spark.checkpoint import batch_ends
 from mirror.spark.commits import GroupCommits, Partition
 from mirror.spark.jvm import JvmWriter
 from mirror.spark.task import TaskPlan, TaskResult
+from mirror.spark.warmup import Warmup
 
 log = logging.getLogger(__name__)
 
@@ -76,17 +77,17 @@ class Batches:
         self._checkpoint = checkpoint
         self._settled = set(empty) & set(self._parts)
 
+    def warm_up(self, spark: Any, mappings: list[TopicMapping]) -> Warmup | None:
+        """Start readying the executors' clients for a query over `mappings` (`mirror.spark.warmup`)."""
+        return Warmup.start(spark, self.jvm, replace(self.plan, limits=self.limits), {m.source for m in mappings})
+
     def on_batch(self, df: Any, batch_id: int) -> None:
         """Mirror one micro-batch: tasks produce, then rows are stored, then the group commits."""
-        # The source ends now (after the batch was planned): a target copy naming an offset at
-        # or past them is not of this topic's records (a recreated topic); see `replay_check`.
         t0 = time.monotonic()
-        source_ends = self.source.end_offsets(self._parts)
-        plan = replace(self.plan, source_ends=source_ends, limits=self.limits, settled=frozenset(self._settled))
-        t1 = time.monotonic()
-        path, results = self.jvm.run(df, plan, {t for t, _ in self._parts}, batch_id, _python_tasks)
+        plan = replace(self.plan, limits=self.limits, settled=frozenset(self._settled))
+        path, results = self.jvm.run(df, plan, {t for t, _ in self._parts}, batch_id, self._python_tasks)
         self.paths[path] = self.paths.get(path, 0) + 1
-        t2 = time.monotonic()
+        t1 = time.monotonic()
         ends = batch_ends(self._checkpoint, batch_id)
         if ends is None:  # not expected: Spark wrote it before the batch ran
             log.warning(
@@ -96,17 +97,14 @@ class Batches:
         # Their next batch starts where this one ended, and the target holds nothing past it.
         self._settled.update((r.topic, r.partition) for r in results)
         log.debug(
-            "flow %s: batch %d: %d tasks (%s), %d records; tasks %.0f ms, driver %.0f ms (source ends %.0f "
-            "ms, rows stored and committed %.0f ms)",
+            "flow %s: batch %d: %d tasks (%s), %d records; tasks %.0f ms, then rows stored and committed %.0f ms",
             self.flow,
             batch_id,
             len(results),
             path,
             sum(r.produced for r in results),
-            (t2 - t1) * 1000,
-            (time.monotonic() - t2 + t1 - t0) * 1000,
             (t1 - t0) * 1000,
-            (time.monotonic() - t2) * 1000,
+            (time.monotonic() - t1) * 1000,
         )
 
     def finish(self, batch_id: int, results: list[TaskResult], ends: Mapping[Partition, int]) -> None:
@@ -186,6 +184,10 @@ class Batches:
                 self.stop.wait(delay)  # a stop meanwhile: one last attempt, then raise above
 
 
-def _python_tasks(df: Any, plan: TaskPlan) -> list[TaskResult]:
-    """The batch's tasks in Python workers (`mirror.spark.arrow`)."""
-    return results_of(df.selectExpr(*COLUMNS).mapInArrow(partial(mirror_arrow, plan), RESULT_SCHEMA).collect())
+    def _python_tasks(self, df: Any, plan: TaskPlan) -> list[TaskResult]:
+        """The batch's tasks in Python workers (`mirror.spark.arrow`), with the source's ends
+        read now (after the batch was planned): a target copy naming an offset at or past them
+        is not of this topic's records (a recreated topic), see `replay_check`. Only the Python
+        tasks skip, so only they need them; the JVM writer's batches go without the request."""
+        plan = replace(plan, source_ends=self.source.end_offsets(self._parts))
+        return results_of(df.selectExpr(*COLUMNS).mapInArrow(partial(mirror_arrow, plan), RESULT_SCHEMA).collect())

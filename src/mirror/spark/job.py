@@ -259,12 +259,18 @@ class SparkFlow:
         assert self._batches is not None
         # exactly_once: the tasks write the source topics' ids with the progress.
         self._batches.plan = replace(self._batches.plan, source_ids=dict(self._starts.source_ids))
-        reader = self._reader(spark, mappings, starts.offsets)
-        # What a task's Python worker takes in at once (`mirror.spark.arrow`); the query's
-        # session copies these when it starts.
-        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(CHUNK))
-        spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch", str(int(self.flow.spark.max_bytes_per_chunk)))
         with ExitStack() as stack:
+            # First: the executors ready their clients while the driver builds and plans the query.
+            warmup = self._batches.warm_up(spark, mappings)
+            if warmup is not None:
+                stack.callback(warmup.close)
+            reader = self._reader(spark, mappings, starts.offsets)
+            # What a task's Python worker takes in at once (`mirror.spark.arrow`); the query's
+            # session copies these when it starts.
+            spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(CHUNK))
+            spark.conf.set(
+                "spark.sql.execution.arrow.maxBytesPerBatch", str(int(self.flow.spark.max_bytes_per_chunk))
+            )
             location = self._checkpoint_location(stack, mappings, starts)
             self._batches.start_query(mappings, location, empty or ())
             writer = (
