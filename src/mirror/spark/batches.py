@@ -183,7 +183,6 @@ class Batches:
                 )
                 self.stop.wait(delay)  # a stop meanwhile: one last attempt, then raise above
 
-
     def _python_tasks(self, df: Any, plan: TaskPlan) -> list[TaskResult]:
         """The batch's tasks in Python workers (`mirror.spark.arrow`), with the source's ends
         read now (after the batch was planned): a target copy naming an offset at or past them

@@ -268,9 +268,7 @@ class SparkFlow:
             # What a task's Python worker takes in at once (`mirror.spark.arrow`); the query's
             # session copies these when it starts.
             spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(CHUNK))
-            spark.conf.set(
-                "spark.sql.execution.arrow.maxBytesPerBatch", str(int(self.flow.spark.max_bytes_per_chunk))
-            )
+            spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch", str(int(self.flow.spark.max_bytes_per_chunk)))
             location = self._checkpoint_location(stack, mappings, starts)
             self._batches.start_query(mappings, location, empty or ())
             writer = (
