@@ -29,8 +29,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -528,6 +528,7 @@ def run_flow(
                     ui_port=ui_port,
                 ),
                 running=_session_running,
+                guard=_spark_locks,
             )
             stack.callback(starting.close)
             get_session: Callable[[], Any] = starting.get
@@ -559,3 +560,15 @@ def _session_running() -> bool:
     from pyspark import SparkContext
 
     return SparkContext._active_spark_context is not None
+
+
+@contextmanager
+def _spark_locks() -> Iterator[None]:
+    """pyspark's locks, in the order `SparkSession.builder.getOrCreate` takes them (both
+    reentrant): held around `_session_running` and the session's start, no other thread
+    creates or stops a SparkContext in between."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    with SparkSession.Builder._lock, SparkContext._lock:
+        yield
