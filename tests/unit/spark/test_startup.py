@@ -120,3 +120,16 @@ def test_a_run_started_while_a_failed_run_s_session_starts_gets_a_live_session()
     assert not session.stopped.is_set()
     second.close()
     assert session.stopped.is_set()
+
+
+def test_a_stop_while_the_session_starts_ends_the_wait_and_the_session_is_stopped_once_up() -> None:
+    """SIGTERM while the run waits for its session (a standalone master that does not
+    register the application holds the JVM's start for a minute): the run stops now, not
+    once the session is up, and starts no query."""
+    starting, session, release = held_start()
+    stop = threading.Event()
+    stop.set()
+    assert starting.get(stop) is None
+    starting.close()
+    release.set()
+    assert session.stopped.wait(5)
