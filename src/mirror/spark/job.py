@@ -198,7 +198,8 @@ class SparkFlow:
 
     def run(self, session: Callable[[], Any]) -> None:
         """Mirror until stopped or caught up. `session()` gives the Spark session, called once
-        the first query's start is decided: it may still be starting meanwhile."""
+        the first query's start is decided: it may still be starting meanwhile (None: the
+        run was stopped while it waited)."""
         name, group = self.flow.name, self.flow.group_id
         store = open_store(self.config.offset_store)
         recorder = OffsetMapRecorder(store, name, registry=None)
@@ -228,6 +229,8 @@ class SparkFlow:
                 # (a query stopped for a change of topics may leave sends in flight).
                 empty = empty_targets(self._target, mappings) if spark is None else set()
                 spark = spark if spark is not None else session()
+                if spark is None or self.stop.is_set():
+                    return  # stopped while the session started: no query begun
                 changed = self._run_query(spark, mappings, starts, empty)
                 if self.until_caught_up or not changed:
                     return
@@ -531,13 +534,13 @@ def run_flow(
                 guard=_spark_locks,
             )
             stack.callback(starting.close)
-            get_session: Callable[[], Any] = starting.get
+            get_session: Callable[[], Any] = partial(starting.get, job.stop)
         else:
             get_session = partial(_given, spark)
 
         def session() -> Any:
             ready = get_session()
-            if run_metrics is not None:
+            if ready is not None and run_metrics is not None:
                 from mirror.spark.progress import listen
 
                 stack.callback(

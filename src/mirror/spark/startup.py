@@ -104,9 +104,12 @@ class SessionStart:
         if closed:
             _USERS.release(session)
 
-    def get(self) -> Any:
-        """The session, once started; the factory's error raised here."""
-        self._done.wait()
+    def get(self, stop: threading.Event | None = None) -> Any:
+        """The session, once started; the factory's error raised here. None if `stop` is set
+        first (the session, when up, is let go of by `close()`)."""
+        while not self._done.wait(0.2 if stop is not None else None):
+            if stop is not None and stop.is_set():
+                return None
         if self._error is not None:
             raise self._error
         return self._session
