@@ -56,8 +56,9 @@ _KEPT = {
     "enable.gapless.guarantee",
     # The Java producer's queue is bounded by bytes (buffer.memory), not by a record count.
     "queue.buffering.max.messages",
-    # The Java producer never asks for a topic to be created unless the broker auto-creates
-    # topics for any metadata request; target topics are created by the driver (`ensure_targets`).
+    # Off in the writer whatever is given: its producers' metadata requests never allow
+    # auto-creation (Producers.java; the Java producer has no such setting) and its tail
+    # reader sets the consumer's own; target topics are created by the driver (`ensure_targets`).
     "allow.auto.create.topics",
 }
 # Fixed for the writer: idempotence (the Java client's default of 5 requests in flight keeps
