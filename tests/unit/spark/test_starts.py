@@ -61,7 +61,6 @@ def test_the_plan_names_each_partitions_start_and_what_must_happen_before_it():
     assert quiet.offsets == {"x": {"0": 20, "1": -2}} and not quiet.restarted and not quiet.warnings
 
 
-
 def test_a_start_over_many_partitions_says_so_once_per_topic_not_once_per_partition():
     """1,000 partitions whose target topic is new (or whose source was recreated, or whose
     committed offset retention deleted) are a few lines in the log, not 1,000 each."""
@@ -77,6 +76,7 @@ def test_a_start_over_many_partitions_says_so_once_per_topic_not_once_per_partit
     assert "source topic z was deleted and created again" in recreated and f"{n} partitions" in recreated
     assert "r[0]: the group's committed offset 5 is before the log start 100" in retention
     assert f"{n} partitions of r" in retention
+
 
 class FakeSource:
     """The source cluster's admin port, in memory: group commits (with metadata) and the log."""
