@@ -263,10 +263,6 @@ class SparkFlow:
         # exactly_once: the tasks write the source topics' ids with the progress.
         self._batches.plan = replace(self._batches.plan, source_ids=dict(self._starts.source_ids))
         with ExitStack() as stack:
-            # First: the executors ready their clients while the driver builds and plans the query.
-            warmup = self._batches.warm_up(spark, mappings)
-            if warmup is not None:
-                stack.callback(warmup.close)
             reader = self._reader(spark, mappings, starts.offsets)
             # What a task's Python worker takes in at once (`mirror.spark.arrow`); the query's
             # session copies these when it starts.
@@ -286,6 +282,10 @@ class SparkFlow:
             )
             query = writer.queryName(f"mirror-{self.flow.name}").start()
             try:
+                # The executors ready their clients while the driver plans the first batch.
+                warmup = self._batches.warm_up(spark, mappings)
+                if warmup is not None:
+                    stack.callback(warmup.close)
                 return self._await(query, mappings)
             finally:
                 if query.isActive:
