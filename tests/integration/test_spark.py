@@ -908,9 +908,7 @@ def test_a_batch_bound_smaller_than_one_kafka_record_batch_mirrors_exactly(
     assert len(offsets) >= 350 // 30, offsets  # the bound held: one micro-batch per 30 offsets at most
 
 
-def test_a_backlog_of_two_bounds_is_two_micro_batches_not_a_tail(
-    clusters, write_config, unique, tmp_path, spark_local
-):
+def test_a_backlog_of_two_bounds_is_two_micro_batches_not_a_tail(clusters, write_config, unique, tmp_path, spark_local):
     """Issue 21: `--until-caught-up` with 2,000 records over 3 partitions and a bound of
     1,000. Spark's source shares the bound among the partitions rounding down (999, then
     998), so the bound itself would make a third micro-batch of 3 records; the backlog split
