@@ -91,3 +91,15 @@ def test_exactly_once_the_lead_follows_the_target_when_commits_get_faster_again(
         start, _ = tick(schedule, clock, late=0.0, visible_after=0.1, returns_after=0.1)
 
     assert abs(schedule.next - (start + 0.9)) < 1e-9  # the slow one forgotten
+
+
+def test_exactly_once_a_transaction_committed_outside_the_tick_teaches_nothing():
+    clock = Hand()
+    schedule = CommitSchedule(1.0, clock, transactional=True)
+    tick(schedule, clock, late=0.0, visible_after=0.2, returns_after=0.2)
+    clock.now += 0.5
+    schedule.visible()  # a revoke's or a claim's transaction, between ticks
+
+    start, _ = tick(schedule, clock, late=0.0, visible_after=0.2, returns_after=0.2)
+
+    assert abs(schedule.next - (start + 0.8)) < 1e-9
