@@ -25,6 +25,7 @@ from mirror.store import open_store
 from tests.support.kafkautil import (
     Rec,
     create_topic,
+    delete_topic,
     end_offsets,
     group_offsets,
     producer,
@@ -963,3 +964,81 @@ def test_without_provenance_every_batch_goes_to_the_python_tasks_and_nothing_is_
     assert {p: [r.content() for r in rs] for p, rs in target.items()} == {
         p: [r.content() for r in rs] for p, rs in source.items()
     }
+
+
+def test_a_target_topic_deleted_while_the_jvm_writer_produces_comes_back_as_the_mirror_creates_it(
+    clusters, write_config, unique, tmp_path, spark_local
+):
+    """Review (driver) B4: the session's brokers auto-create topics (Kafka's default). The
+    Python tasks' producers never ask for a topic to be created; the JVM writer's Java
+    producer (kafka-clients 3.9: every metadata request allows auto-creation, no setting turns
+    it off) must not either: a target topic deleted while batches are produced comes back as
+    the mirror creates it (the source's partition count and copied configs), not with the
+    broker's defaults, and every source record is on it in order."""
+    import threading
+
+    from mirror.spark.job import run_flow
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic, n = f"sp-{unique}-gone", 3
+    kept = {"retention.ms": "86400000", "cleanup.policy": "delete"}
+    create_topic(src, topic, n, kept)
+    p = producer(src)
+
+    def produce(start: int, count: int) -> None:
+        for i in range(start, start + count):
+            p.produce(topic, value=b"v%d" % i, key=b"%d" % i, partition=i % n)
+        assert p.flush(30) == 0
+
+    produce(0, 300)
+    # A topic refresh slower than the producer's reaction to the deletion, as in production.
+    body = flow_yaml(unique, topic, tmp_path / "offsets.db").replace("refresh_interval: 1s", "refresh_interval: 8s")
+    config = load(write_config(body))
+    stop, box = threading.Event(), {}
+
+    def run() -> None:
+        try:
+            box["job"] = run_flow(config, config.flow(f"f-{unique}"), spark=spark_local, stop=stop)
+        except BaseException as exc:  # noqa: BLE001 - raised on the test's thread below
+            box["error"] = exc
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    group = f"mirror-{unique}"
+    try:
+        wait_for(lambda: "error" in box or sum(group_offsets(src, group, topic, n).values()) == 300, 120, "first copy")
+        assert "error" not in box, box.get("error")
+        delete_topic(dst, f"src.{topic}")
+        produce(300, 300)  # the next batches' sends meet the deleted topic
+        wait_for(
+            lambda: (
+                "error" in box
+                or (
+                    group_offsets(src, group, topic, n) == end_offsets(src, topic, n)
+                    and kafka_topics(dst).get(f"src.{topic}") == n
+                    and sum(end_offsets(dst, f"src.{topic}", n).values()) >= 600
+                )
+            ),
+            180,
+            "the target topic back and refilled",
+        )
+        assert "error" not in box, box.get("error")
+    finally:
+        stop.set()
+        runner.join(120)
+    assert not runner.is_alive() and "error" not in box, box.get("error")
+    assert box["job"]._batches is not None and "jvm" in box["job"]._batches.paths
+    assert kafka_topics(dst)[f"src.{topic}"] == n
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    res = ConfigResource(ConfigResource.Type.TOPIC, f"src.{topic}")
+    admin = AdminClient({"bootstrap.servers": dst})  # kept: a dropped client fails its futures
+    got = admin.describe_configs([res])[res].result(30)
+    assert {k: got[k].value for k in kept} == kept, "the target topic came back with the broker's defaults"
+    source, target = read_topic(src, topic, n), read_topic(dst, f"src.{topic}", n)
+    for part in range(n):
+        firsts: list[bytes] = []
+        for r in target[part]:
+            if r.value not in firsts:
+                firsts.append(r.value)
+        assert firsts == [r.value for r in source[part]], f"partition {part}"

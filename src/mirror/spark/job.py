@@ -29,8 +29,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -198,7 +198,8 @@ class SparkFlow:
 
     def run(self, session: Callable[[], Any]) -> None:
         """Mirror until stopped or caught up. `session()` gives the Spark session, called once
-        the first query's start is decided: it may still be starting meanwhile."""
+        the first query's start is decided: it may still be starting meanwhile (None: the
+        run was stopped while it waited)."""
         name, group = self.flow.name, self.flow.group_id
         store = open_store(self.config.offset_store)
         recorder = OffsetMapRecorder(store, name, registry=None)
@@ -228,6 +229,8 @@ class SparkFlow:
                 # (a query stopped for a change of topics may leave sends in flight).
                 empty = empty_targets(self._target, mappings) if spark is None else set()
                 spark = spark if spark is not None else session()
+                if spark is None or self.stop.is_set():
+                    return  # stopped while the session started: no query begun
                 changed = self._run_query(spark, mappings, starts, empty)
                 if self.until_caught_up or not changed:
                     return
@@ -528,15 +531,16 @@ def run_flow(
                     ui_port=ui_port,
                 ),
                 running=_session_running,
+                guard=_spark_locks,
             )
             stack.callback(starting.close)
-            get_session: Callable[[], Any] = starting.get
+            get_session: Callable[[], Any] = partial(starting.get, job.stop)
         else:
             get_session = partial(_given, spark)
 
         def session() -> Any:
             ready = get_session()
-            if run_metrics is not None:
+            if ready is not None and run_metrics is not None:
                 from mirror.spark.progress import listen
 
                 stack.callback(
@@ -559,3 +563,15 @@ def _session_running() -> bool:
     from pyspark import SparkContext
 
     return SparkContext._active_spark_context is not None
+
+
+@contextmanager
+def _spark_locks() -> Iterator[None]:
+    """pyspark's locks, in the order `SparkSession.builder.getOrCreate` takes them (both
+    reentrant): held around `_session_running` and the session's start, no other thread
+    creates or stops a SparkContext in between."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    with SparkSession.Builder._lock, SparkContext._lock:
+        yield

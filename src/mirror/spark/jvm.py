@@ -8,12 +8,14 @@ provenance header, an idempotent producer closed at its first error (gapless), a
 per task the offset map's (source -> target) pairs from the acknowledged offsets.
 
 The skip-what-the-target-holds rule stays with the Python tasks: a JVM task declines its slice
-wherever the target may hold part of it (a retried attempt, a partition's first batch in the
-query over a target whose last record is not an earlier copy of that partition), and fails it
-on any produce error. The job still ends with every JVM task's sends settled, and the driver
-then runs those partitions (only: the others are acknowledged whole) on the Python path, not
-settled: each task reads the target's tail and skips only what it proves is there. A job that
-failed fails the batch, as the Python tasks' job does (its killed tasks may still be sending).
+wherever the target may hold part of it (a retried attempt, or a partition the plan does not
+call settled, `TaskPlan.settled`, whose target's last record is not an earlier copy of that
+partition: a settled one, whose earlier batch in the query completed or whose target was empty
+before the run's first query, is produced without reading the tail), and fails it on any
+produce error. The job still ends with every JVM task's sends finished, and the driver then
+runs those partitions (only: the others are acknowledged whole) on the Python path, none of
+them settled: each task reads the target's tail and skips only what it proves is there. A job
+that failed fails the batch, as the Python tasks' job does (its killed tasks may still be sending).
 
 Used only where it can do what the Python tasks do: not with `exactly_once`, not without the
 class on the driver's classpath (a package built without it), and only for settings it can
@@ -54,8 +56,9 @@ _KEPT = {
     "enable.gapless.guarantee",
     # The Java producer's queue is bounded by bytes (buffer.memory), not by a record count.
     "queue.buffering.max.messages",
-    # The Java producer never asks for a topic to be created unless the broker auto-creates
-    # topics for any metadata request; target topics are created by the driver (`ensure_targets`).
+    # Off in the writer whatever is given: its producers' metadata requests never allow
+    # auto-creation (Producers.java; the Java producer has no such setting) and its tail
+    # reader sets the consumer's own; target topics are created by the driver (`ensure_targets`).
     "allow.auto.create.topics",
 }
 # Fixed for the writer: idempotence (the Java client's default of 5 requests in flight keeps

@@ -60,25 +60,21 @@ def plan_starts(
     for m in mappings:
         out.offsets[m.source] = {}
         tid = target_ids.get(m.target)
+        # One warning per topic and cause, not one per partition (a topic may have thousands).
+        new: list[str] = []  # how each partition's target topic is new
+        outside: list[str] = []  # partitions whose committed offset lies outside the log, and why
         for p in range(m.partitions):
             tp = (m.source, p)
             offset, meta = committed.get(tp, (None, None))
             if m.source in recreated:
-                out.warnings.append(
-                    f"{m.source}[{p}]: source topic {m.source} was deleted and created again; mirroring it from "
-                    "the earliest offset"
-                )
                 out.start(tp, EARLIEST)
                 out.reset.append(tp)
                 continue
             if new_target(m.target in created, meta, tid):
-                how = (
+                new.append(
                     "created by this run"
                     if m.target in created
                     else f"the group's offset was committed into an earlier {m.target}"
-                )
-                out.warnings.append(
-                    f"{m.source}[{p}]: target topic {m.target} is new ({how}); mirroring from the earliest offset"
                 )
                 out.start(tp, EARLIEST)
                 out.reset.append(tp)
@@ -90,15 +86,43 @@ def plan_starts(
             w = marks.get(tp)
             start, why = starting_offset(offset, w.low if w else None, w.high if w else None)
             if why:
-                out.warnings.append(f"{m.source}[{p}]: {why}; mirroring from the earliest offset")
+                outside.append(f"{m.source}[{p}]: {why}")
             out.start(tp, start)
             if start >= 0:
                 out.at[tp] = start
             else:
                 out.earliest.append(tp)
                 out.restarted |= offset is not None
+        out.warnings.extend(_topic_warnings(m, m.source in recreated, new, outside))
     out.restarted |= bool(out.reset)
     return out
+
+
+def _topic_warnings(m: TopicMapping, recreated: bool, new: list[str], outside: list[str]) -> list[str]:
+    """`plan_starts`' warnings for one topic: a line per cause, naming how many partitions."""
+    out = []
+    if recreated:
+        out.append(
+            f"{m.source} ({_count(m.partitions)}): source topic {m.source} was deleted and created again; "
+            "mirroring it from the earliest offset"
+        )
+    if new:
+        out.append(
+            f"{m.source} ({_count(len(new))}): target topic {m.target} is new ({new[0]}); mirroring from the "
+            "earliest offset"
+        )
+    if len(outside) == 1:
+        out.append(f"{outside[0]}; mirroring from the earliest offset")
+    elif outside:
+        out.append(
+            f"{_count(len(outside))} of {m.source} start from the earliest offset, their committed offset "
+            f"outside the log; the first: {outside[0]}"
+        )
+    return out
+
+
+def _count(n: int) -> str:
+    return "1 partition" if n == 1 else f"{n} partitions"
 
 
 class StartingOffsets:

@@ -64,8 +64,10 @@ class TaskPlan:
     # Each target topic's max.message.bytes (the driver reads them at every topic refresh):
     # a topic that takes smaller batches than batch.size gets a producer with batches that fit.
     limits: dict[str, int] = field(default_factory=dict)
-    # Source partitions whose earlier batch in this query completed: their tasks need not
-    # read the target's tail unless retried (`mirror_chunks`).
+    # Source partitions whose target holds nothing past this batch's start: an earlier batch
+    # of theirs in this query completed, or their target partition was empty when the driver
+    # read it before the run's first query. Their tasks need not read the target's tail
+    # unless retried (`mirror_chunks`).
     settled: frozenset[tuple[str, int]] = frozenset()
     # exactly_once: each source topic's id as the query started (the driver sets it per
     # query), written with the progress: progress naming another id is a deleted incarnation's.
@@ -294,7 +296,11 @@ def mirror_chunks(
     partition the plan does not call `settled` (its first batch in this query: the group's
     commit may trail what an earlier run produced). A settled partition's batch starts
     where its previous batch in this query ended, and that batch's task flushed every record
-    it was given before the batch completed: the target holds nothing past it.
+    it was given before the batch completed; or it is the partition's first batch and its
+    target partition was empty when the driver read it before the run's first query
+    (`mirror.spark.starts.empty_targets`). Either way the target holds nothing past the
+    batch's start, but for copies an earlier driver's executors were still sending (those
+    are then produced again: duplicates, never a skip).
     """
     opened = open_slice(plan, chunks)
     if opened is None:

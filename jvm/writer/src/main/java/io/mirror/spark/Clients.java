@@ -11,11 +11,11 @@ import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
-import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
  * The executor JVM's Kafka clients, kept across tasks and batches (as Spark's own Kafka sink
- * keeps its producers): one producer per settings and batch size, shared by the tasks running
+ * keeps its producers), none of which creates a topic ({@link Producers}): one producer per
+ * settings and batch size, shared by the tasks running
  * at once, each of which waits only for its own records; and one consumer reading target
  * partitions' last records for the first batches of a query.
  *
@@ -32,8 +32,7 @@ final class Clients {
         Map<String, Object> props = new TreeMap<>(settings);
         props.put("batch.size", Integer.toString(batchSize));
         String key = props.toString();
-        return PRODUCERS.computeIfAbsent(
-                key, k -> new KafkaProducer<>(props, new ByteArraySerializer(), new ByteArraySerializer()));
+        return PRODUCERS.computeIfAbsent(key, k -> Producers.create(props));
     }
 
     /** Drop a producer that failed: no later task may use it, and what it holds is failed now. */
@@ -51,6 +50,9 @@ final class Clients {
         Map<String, Object> props = new TreeMap<>(settings);
         props.put("enable.auto.commit", "false");
         props.put("isolation.level", "read_uncommitted");
+        // Reading a target partition must not create its topic (deleted meanwhile) with the
+        // broker's defaults: the consumer's own setting, as for the Python tasks' readers.
+        props.put("allow.auto.create.topics", "false");
         String key = props.toString();
         KafkaConsumer<byte[], byte[]> c = CONSUMERS.computeIfAbsent(
                 key, k -> new KafkaConsumer<>(props, new ByteArrayDeserializer(), new ByteArrayDeserializer()));
