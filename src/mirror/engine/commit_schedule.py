@@ -19,6 +19,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from typing import Any
+
+from mirror.engine.transactions import TransactionalCommitter
 
 # Commits remembered for the lead: a slow one is planned for until this many faster ones
 # came after it.
@@ -37,6 +40,16 @@ class CommitSchedule:
         self._due = self._started = self.next
         self._took: deque[float] = deque(maxlen=RECENT)  # due -> readable, of recent commits
         self._ticking = False  # between `start` and `done`: transactions of a revoke or a claim teach nothing
+
+    @classmethod
+    def of(cls, interval: float, clock: Callable[[], float], committer: Any) -> CommitSchedule:
+        """The schedule of `committer`'s commits: a transactional one tells it when a
+        transaction's records became readable (`visible`)."""
+        transactional = isinstance(committer, TransactionalCommitter)
+        schedule = cls(interval, clock, transactional=transactional)
+        if transactional:
+            committer.on_committed = schedule.visible
+        return schedule
 
     @property
     def lead(self) -> float:

@@ -394,9 +394,7 @@ class FlowWorker:
         """Mirror until stopped, caught up (if asked), or failed (raises the failure)."""
         committer, gate, fence, failures, watch = self.committer, self.gate, self.fence, self.failures, self.watch
         next_refresh = 0.0
-        schedule = CommitSchedule(self.flow.commit_interval, self.clock, transactional=self.txn is not None)
-        if isinstance(committer, TransactionalCommitter):
-            committer.on_committed = schedule.visible
+        schedule = CommitSchedule.of(self.flow.commit_interval, self.clock, committer)
         next_stall_look = schedule.next + STALL_LOOK
         while not self.stop.is_set():
             now = self.clock()

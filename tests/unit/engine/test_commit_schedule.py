@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from mirror.engine.commit_schedule import CommitSchedule
+from tests.unit.engine.eos_fakes import make_eos
+from tests.unit.engine.fakes import P0, P1, batch, run
 
 
 class Hand:
@@ -103,3 +105,19 @@ def test_exactly_once_a_transaction_committed_outside_the_tick_teaches_nothing()
     start, _ = tick(schedule, clock, late=0.0, visible_after=0.2, returns_after=0.2)
 
     assert abs(schedule.next - (start + 0.8)) < 1e-9
+
+
+def test_an_exactly_once_worker_learns_the_lead_from_its_transactions(monkeypatch):
+    worker, _, target = make_eos(monkeypatch, [batch(P0, range(10)), batch(P1, range(5)), batch(P0, range(10, 20))])
+    worker.run()
+
+    assert target.visible(P0) == list(range(20))
+    schedule = worker.committer.on_committed.__self__  # type: ignore[attr-defined]
+    assert isinstance(schedule, CommitSchedule) and schedule.transactional
+    assert 0 < schedule.lead <= 0.5  # the fake clock moves a quarter second per look
+
+
+def test_an_at_least_once_worker_commits_on_the_plain_schedule():
+    worker, _, _ = run([batch(P0, range(10))])
+
+    assert not hasattr(worker.committer, "on_committed")
