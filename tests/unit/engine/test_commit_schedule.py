@@ -1,0 +1,123 @@
+"""CommitSchedule: when the worker commits next, on a clock moved by hand."""
+
+from __future__ import annotations
+
+from mirror.engine.commit_schedule import CommitSchedule
+from tests.unit.engine.eos_fakes import make_eos
+from tests.unit.engine.fakes import P0, P1, batch, run
+
+
+class Hand:
+    """A clock that moves only when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def tick(
+    schedule: CommitSchedule, clock: Hand, *, late: float, visible_after: float | None, returns_after: float
+) -> tuple[float, float | None]:
+    """One commit as the loop makes it: seen due `late` after its due time (the loop was busy
+    with a batch), its records readable `visible_after` its start (None: it committed
+    nothing), returning `returns_after` its start. Returns (start, readable at)."""
+    clock.now = schedule.next + late
+    assert schedule.due()
+    schedule.start()
+    start, visible = clock.now, None
+    if visible_after is not None:
+        clock.now = visible = start + visible_after
+        schedule.visible()
+    clock.now = start + returns_after
+    schedule.done(clock.now)
+    return start, visible
+
+
+def waits(durations: list[float], *, late: float = 0.02, interval: float = 1.0) -> list[float]:
+    """How long a record waits to be readable when it arrives at the source as a commit
+    starts: the loop is blocked in the commit, so it is read after it and goes into the next
+    transaction. One wait per commit after the first, with these times to readable."""
+    clock = Hand()
+    schedule = CommitSchedule(interval, clock, transactional=True)
+    commits = [tick(schedule, clock, late=late, visible_after=d, returns_after=d + 0.05) for d in durations]
+    return [visible - start for (start, _), (_, visible) in zip(commits, commits[1:]) if visible is not None]
+
+
+def test_at_least_once_commits_an_interval_after_the_last_commit_returned():
+    clock = Hand()
+    schedule = CommitSchedule(1.0, clock, transactional=False)
+    assert schedule.next == 1.0 and not schedule.due()
+
+    start, _ = tick(schedule, clock, late=0.0, visible_after=None, returns_after=0.4)
+
+    assert schedule.next == start + 0.4 + 1.0  # a slow commit does not bring the next one closer
+
+
+def test_exactly_once_a_record_is_readable_within_one_interval_of_arriving_as_a_commit_starts():
+    # Today's schedule (transactions an interval apart, start to start) makes such a record
+    # wait the interval, the loop's lateness and the next commit's own 0.26 s.
+    assert max(waits([0.26] * 10)[1:]) <= 1.0
+
+
+def test_exactly_once_a_commit_slower_than_the_recent_ones_is_learnt_from_the_slowest():
+    durations = [0.1, 0.3, 0.2, 0.25, 0.1, 0.3, 0.15, 0.3, 0.2, 0.1]
+    assert max(waits(durations)[2:]) <= 1.0  # once the slowest (0.3) was seen
+
+
+def test_exactly_once_leads_by_at_most_half_the_interval():
+    clock = Hand()
+    schedule = CommitSchedule(1.0, clock, transactional=True)
+
+    start, _ = tick(schedule, clock, late=0.0, visible_after=3.0, returns_after=3.0)
+
+    assert schedule.next == start + 0.5  # a target that slow gets two transactions a second, not more
+
+
+def test_exactly_once_a_commit_that_made_nothing_readable_teaches_nothing():
+    clock = Hand()
+    schedule = CommitSchedule(1.0, clock, transactional=True)
+    tick(schedule, clock, late=0.0, visible_after=0.2, returns_after=0.2)
+
+    start, _ = tick(schedule, clock, late=0.0, visible_after=None, returns_after=0.9)  # nothing produced
+
+    assert abs(schedule.next - (start + 1.0 - 0.2)) < 1e-9
+
+
+def test_exactly_once_the_lead_follows_the_target_when_commits_get_faster_again():
+    clock = Hand()
+    schedule = CommitSchedule(1.0, clock, transactional=True)
+    tick(schedule, clock, late=0.0, visible_after=0.4, returns_after=0.4)
+    for _ in range(20):
+        start, _ = tick(schedule, clock, late=0.0, visible_after=0.1, returns_after=0.1)
+
+    assert abs(schedule.next - (start + 0.9)) < 1e-9  # the slow one forgotten
+
+
+def test_exactly_once_a_transaction_committed_outside_the_tick_teaches_nothing():
+    clock = Hand()
+    schedule = CommitSchedule(1.0, clock, transactional=True)
+    tick(schedule, clock, late=0.0, visible_after=0.2, returns_after=0.2)
+    clock.now += 0.5
+    schedule.visible()  # a revoke's or a claim's transaction, between ticks
+
+    start, _ = tick(schedule, clock, late=0.0, visible_after=0.2, returns_after=0.2)
+
+    assert abs(schedule.next - (start + 0.8)) < 1e-9
+
+
+def test_an_exactly_once_worker_learns_the_lead_from_its_transactions(monkeypatch):
+    worker, _, target = make_eos(monkeypatch, [batch(P0, range(10)), batch(P1, range(5)), batch(P0, range(10, 20))])
+    worker.run()
+
+    assert target.visible(P0) == list(range(20))
+    schedule = worker.committer.on_committed.__self__  # type: ignore[attr-defined]
+    assert isinstance(schedule, CommitSchedule) and schedule.transactional
+    assert 0 < schedule.lead <= 0.5  # the fake clock moves a quarter second per look
+
+
+def test_an_at_least_once_worker_commits_on_the_plain_schedule():
+    worker, _, _ = run([batch(P0, range(10))])
+
+    assert not hasattr(worker.committer, "on_committed")
