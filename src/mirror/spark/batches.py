@@ -80,11 +80,18 @@ class Batches:
         """Mirror one micro-batch: tasks produce, then rows are stored, then the group commits."""
         # The source ends now (after the batch was planned): a target copy naming an offset at
         # or past them is not of this topic's records (a recreated topic); see `replay_check`.
+        # Only the Python tasks use them: asked now, waited for only where the batch (or the
+        # part the JVM writer left) goes their way, so the JVM writer's job does not wait for
+        # the round trip.
         t0 = time.monotonic()
-        source_ends = self.source.end_offsets(self._parts)
-        plan = replace(self.plan, source_ends=source_ends, limits=self.limits, settled=frozenset(self._settled))
+        pending = self.source.request_end_offsets(self._parts)
+        plan = replace(self.plan, limits=self.limits, settled=frozenset(self._settled))
+
+        def python(df: Any, plan: TaskPlan) -> list[TaskResult]:
+            return _python_tasks(df, replace(plan, source_ends=pending.result()))
+
         t1 = time.monotonic()
-        path, results = self.jvm.run(df, plan, {t for t, _ in self._parts}, batch_id, _python_tasks)
+        path, results = self.jvm.run(df, plan, {t for t, _ in self._parts}, batch_id, python)
         self.paths[path] = self.paths.get(path, 0) + 1
         t2 = time.monotonic()
         ends = batch_ends(self._checkpoint, batch_id)
@@ -96,8 +103,8 @@ class Batches:
         # Their next batch starts where this one ended, and the target holds nothing past it.
         self._settled.update((r.topic, r.partition) for r in results)
         log.debug(
-            "flow %s: batch %d: %d tasks (%s), %d records; tasks %.0f ms, driver %.0f ms (source ends %.0f "
-            "ms, rows stored and committed %.0f ms)",
+            "flow %s: batch %d: %d tasks (%s), %d records; tasks %.0f ms, driver %.0f ms (source ends asked "
+            "%.0f ms, rows stored and committed %.0f ms)",
             self.flow,
             batch_id,
             len(results),
