@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mirror.engine.commit_schedule import CommitSchedule
-from tests.unit.engine.eos_fakes import make_eos
+from mirror.kafka import KafkaException
+from tests.unit.engine.eos_fakes import FENCED, make_eos
 from tests.unit.engine.fakes import P0, P1, batch, run
 
 
@@ -121,3 +124,55 @@ def test_an_at_least_once_worker_commits_on_the_plain_schedule():
     worker, _, _ = run([batch(P0, range(10))])
 
     assert not hasattr(worker.committer, "on_committed")
+
+
+def test_exactly_once_a_claim_in_the_tick_teaches_nothing(monkeypatch):
+    """A held worker claims its partitions again in the tick (`Claims.recover`): that
+    transaction carries no copies and its time (a new producer, fencing the old writer, two
+    progress reads) is not a commit's time to readable. Learnt, it would set the lead to
+    half the interval for the next RECENT commits (two transactions per interval)."""
+    from mirror.engine.claims import Claims
+
+    holder: dict[str, Any] = {}
+    taught: list[bool] = []  # per readable moment reported in a tick: was it a claim's?
+    claims_in_tick: list[bool] = []
+    claiming = [False]
+    claim, visible = Claims._claim, CommitSchedule.visible
+
+    def schedule() -> CommitSchedule:
+        return holder["worker"].committer.on_committed.__self__
+
+    def watched_claim(self: Claims, *args: Any, **kwargs: Any) -> Any:
+        if holder["worker"].committer.on_committed is not None:
+            claims_in_tick.append(schedule()._ticking)
+        claiming[0] = True
+        try:
+            return claim(self, *args, **kwargs)
+        finally:
+            claiming[0] = False
+
+    def watched_visible(self: CommitSchedule) -> None:
+        if self._ticking:
+            taught.append(claiming[0])
+        visible(self)
+
+    monkeypatch.setattr(Claims, "_claim", watched_claim)
+    monkeypatch.setattr(CommitSchedule, "visible", watched_visible)
+
+    def fenced_flush(consumer: Any) -> list[Any]:
+        producer = holder["worker"].pool.for_topic(None)
+        target.fence(producer.tid)  # another owner took the id: the tick's flush fails, the worker holds
+
+        def flush(timeout: float = 0) -> int:
+            raise KafkaException(FENCED)
+
+        producer.flush = flush
+        return batch(P0, range(10, 15))
+
+    script = [batch(P0, range(10))] + [[]] * 8 + [fenced_flush] + [[]] * 8 + [batch(P0, range(15, 20))] + [[]] * 8
+    worker, _, target = make_eos(monkeypatch, script)
+    holder["worker"] = worker
+    worker.run()
+
+    assert True in claims_in_tick  # the partitions were claimed again inside a tick
+    assert taught and not any(taught)  # ... and only the commits' own transactions taught the lead
