@@ -39,7 +39,9 @@ class CommitSchedule:
         self.next = clock() + interval
         self._due = self._started = self.next
         self._took: deque[float] = deque(maxlen=RECENT)  # due -> readable, of recent commits
-        self._ticking = False  # between `start` and `done`: transactions of a revoke or a claim teach nothing
+        # Between `start` and `done`: a revoke's transaction (in a consume) teaches nothing; a
+        # claim's is not reported at all (`TransactionalCommitter.on_committed`).
+        self._ticking = False
 
     @classmethod
     def of(cls, interval: float, clock: Callable[[], float], committer: Any) -> CommitSchedule:
