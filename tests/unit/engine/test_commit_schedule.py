@@ -176,3 +176,18 @@ def test_exactly_once_a_claim_in_the_tick_teaches_nothing(monkeypatch):
 
     assert True in claims_in_tick  # the partitions were claimed again inside a tick
     assert taught and not any(taught)  # ... and only the commits' own transactions taught the lead
+
+
+def test_exactly_once_a_slow_commit_still_leaves_the_loop_time_to_read():
+    """The loop reads nothing while it commits. Commits taking 0.6 s of a 1 s interval left it
+    0.4 s per interval to read before the lead; led by half the interval, the next commit was
+    due before this one returned: one batch read between back-to-back commits (a stream of
+    transactions, and the throughput of one 2,000-record batch per commit). The lead may take
+    at most half of that reading time."""
+    clock = Hand()
+    schedule = CommitSchedule(1.0, clock, transactional=True)
+    for _ in range(3):
+        start, _ = tick(schedule, clock, late=0.0, visible_after=0.55, returns_after=0.6)
+        returned = clock.now
+
+        assert schedule.next - returned >= (1.0 - 0.6) / 2 - 1e-9
