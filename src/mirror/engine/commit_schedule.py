@@ -12,7 +12,8 @@ next one due (it looks between batches), plus that commit's own time to readable
 of what is in flight, AddOffsetsToTxn and TxnOffsetCommit, EndTxn). For `commit_interval`
 to bound that wait, each commit starts early by the `lead`: the slowest of the recent
 commits' times from due to readable, at most half the interval (a target that slow gets two
-transactions per interval, not a stream of them).
+transactions per interval, not a stream of them) and at most half the time the loop had to
+read between commits (a commit slower than that gets the reading time, not the bound).
 """
 
 from __future__ import annotations
@@ -75,7 +76,10 @@ class CommitSchedule:
         self._ticking = False
         if self.transactional:
             # From this start, not from the due time: a loop blocked past it (a slow admin
-            # call) must not leave a backlog of commits due at once.
-            self.next = self._started + self.interval - self.lead
+            # call) must not leave a backlog of commits due at once. The loop reads only
+            # between commits: the lead takes at most half of the time it had for that, or a
+            # commit slower than half the interval would be followed by the next at once.
+            reading = self._started + self.interval - running_at
+            self.next = self._started + self.interval - min(self.lead, max(0.0, reading / 2))
         else:
             self.next = running_at + self.interval
