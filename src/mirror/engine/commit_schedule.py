@@ -56,7 +56,7 @@ class CommitSchedule:
 
     @property
     def lead(self) -> float:
-        """How early a transaction's commit starts (0 at-least-once)."""
+        """How early a transaction's commit starts (0 at-least-once), less after a slow commit (`done`)."""
         return min(max(self._took, default=0.0), self.interval * MAX_LEAD)
 
     def due(self) -> bool:
