@@ -12,7 +12,8 @@ next one due (it looks between batches), plus that commit's own time to readable
 of what is in flight, AddOffsetsToTxn and TxnOffsetCommit, EndTxn). For `commit_interval`
 to bound that wait, each commit starts early by the `lead`: the slowest of the recent
 commits' times from due to readable, at most half the interval (a target that slow gets two
-transactions per interval, not a stream of them).
+transactions per interval, not a stream of them) and at most half the time the loop had to
+read between commits (a commit slower than that gets the reading time, not the bound).
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ class CommitSchedule:
         self.next = clock() + interval
         self._due = self._started = self.next
         self._took: deque[float] = deque(maxlen=RECENT)  # due -> readable, of recent commits
-        self._ticking = False  # between `start` and `done`: transactions of a revoke or a claim teach nothing
+        # Between `start` and `done`: a revoke's transaction (in a consume) teaches nothing; a
+        # claim's is not reported at all (`TransactionalCommitter.on_committed`).
+        self._ticking = False
 
     @classmethod
     def of(cls, interval: float, clock: Callable[[], float], committer: Any) -> CommitSchedule:
@@ -53,7 +56,7 @@ class CommitSchedule:
 
     @property
     def lead(self) -> float:
-        """How early a transaction's commit starts (0 at-least-once)."""
+        """How early a transaction's commit starts (0 at-least-once), less after a slow commit (`done`)."""
         return min(max(self._took, default=0.0), self.interval * MAX_LEAD)
 
     def due(self) -> bool:
@@ -73,7 +76,10 @@ class CommitSchedule:
         self._ticking = False
         if self.transactional:
             # From this start, not from the due time: a loop blocked past it (a slow admin
-            # call) must not leave a backlog of commits due at once.
-            self.next = self._started + self.interval - self.lead
+            # call) must not leave a backlog of commits due at once. The loop reads only
+            # between commits: the lead takes at most half of the time it had for that, or a
+            # commit slower than half the interval would be followed by the next at once.
+            reading = self._started + self.interval - running_at
+            self.next = self._started + self.interval - min(self.lead, max(0.0, reading / 2))
         else:
             self.next = running_at + self.interval

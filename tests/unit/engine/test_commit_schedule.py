@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mirror.engine.commit_schedule import CommitSchedule
-from tests.unit.engine.eos_fakes import make_eos
+from mirror.kafka import KafkaException
+from tests.unit.engine.eos_fakes import FENCED, make_eos
 from tests.unit.engine.fakes import P0, P1, batch, run
 
 
@@ -70,9 +73,12 @@ def test_exactly_once_leads_by_at_most_half_the_interval():
     clock = Hand()
     schedule = CommitSchedule(1.0, clock, transactional=True)
 
-    start, _ = tick(schedule, clock, late=0.0, visible_after=3.0, returns_after=3.0)
+    # Seen due 3 s late (the loop was blocked in an admin call), committed at once.
+    start, _ = tick(schedule, clock, late=3.0, visible_after=0.0, returns_after=0.0)
+    assert schedule.next == start + 0.5  # two transactions a second, not more
 
-    assert schedule.next == start + 0.5  # a target that slow gets two transactions a second, not more
+    start, _ = tick(schedule, clock, late=0.0, visible_after=3.0, returns_after=3.0)
+    assert schedule.next == start + 1.0  # slower than the interval: no lead, as before it
 
 
 def test_exactly_once_a_commit_that_made_nothing_readable_teaches_nothing():
@@ -80,7 +86,7 @@ def test_exactly_once_a_commit_that_made_nothing_readable_teaches_nothing():
     schedule = CommitSchedule(1.0, clock, transactional=True)
     tick(schedule, clock, late=0.0, visible_after=0.2, returns_after=0.2)
 
-    start, _ = tick(schedule, clock, late=0.0, visible_after=None, returns_after=0.9)  # nothing produced
+    start, _ = tick(schedule, clock, late=0.0, visible_after=None, returns_after=0.5)  # nothing produced
 
     assert abs(schedule.next - (start + 1.0 - 0.2)) < 1e-9
 
@@ -121,3 +127,70 @@ def test_an_at_least_once_worker_commits_on_the_plain_schedule():
     worker, _, _ = run([batch(P0, range(10))])
 
     assert not hasattr(worker.committer, "on_committed")
+
+
+def test_exactly_once_a_claim_in_the_tick_teaches_nothing(monkeypatch):
+    """A held worker claims its partitions again in the tick (`Claims.recover`): that
+    transaction carries no copies and its time (a new producer, fencing the old writer, two
+    progress reads) is not a commit's time to readable. Learnt, it would set the lead to
+    half the interval for the next RECENT commits (two transactions per interval)."""
+    from mirror.engine.claims import Claims
+
+    holder: dict[str, Any] = {}
+    taught: list[bool] = []  # per readable moment reported in a tick: was it a claim's?
+    claims_in_tick: list[bool] = []
+    claiming = [False]
+    claim, visible = Claims._claim, CommitSchedule.visible
+
+    def schedule() -> CommitSchedule:
+        return holder["worker"].committer.on_committed.__self__
+
+    def watched_claim(self: Claims, *args: Any, **kwargs: Any) -> Any:
+        if holder["worker"].committer.on_committed is not None:
+            claims_in_tick.append(schedule()._ticking)
+        claiming[0] = True
+        try:
+            return claim(self, *args, **kwargs)
+        finally:
+            claiming[0] = False
+
+    def watched_visible(self: CommitSchedule) -> None:
+        if self._ticking:
+            taught.append(claiming[0])
+        visible(self)
+
+    monkeypatch.setattr(Claims, "_claim", watched_claim)
+    monkeypatch.setattr(CommitSchedule, "visible", watched_visible)
+
+    def fenced_flush(consumer: Any) -> list[Any]:
+        producer = holder["worker"].pool.for_topic(None)
+        target.fence(producer.tid)  # another owner took the id: the tick's flush fails, the worker holds
+
+        def flush(timeout: float = 0) -> int:
+            raise KafkaException(FENCED)
+
+        producer.flush = flush
+        return batch(P0, range(10, 15))
+
+    script = [batch(P0, range(10))] + [[]] * 8 + [fenced_flush] + [[]] * 8 + [batch(P0, range(15, 20))] + [[]] * 8
+    worker, _, target = make_eos(monkeypatch, script)
+    holder["worker"] = worker
+    worker.run()
+
+    assert True in claims_in_tick  # the partitions were claimed again inside a tick
+    assert taught and not any(taught)  # ... and only the commits' own transactions taught the lead
+
+
+def test_exactly_once_a_slow_commit_still_leaves_the_loop_time_to_read():
+    """The loop reads nothing while it commits. Commits taking 0.6 s of a 1 s interval left it
+    0.4 s per interval to read before the lead; led by half the interval, the next commit was
+    due before this one returned: one batch read between back-to-back commits (a stream of
+    transactions, and the throughput of one 2,000-record batch per commit). The lead may take
+    at most half of that reading time."""
+    clock = Hand()
+    schedule = CommitSchedule(1.0, clock, transactional=True)
+    for _ in range(3):
+        start, _ = tick(schedule, clock, late=0.0, visible_after=0.55, returns_after=0.6)
+        returned = clock.now
+
+        assert schedule.next - returned >= (1.0 - 0.6) / 2 - 1e-9
