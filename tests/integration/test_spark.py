@@ -909,6 +909,38 @@ def test_a_batch_bound_smaller_than_one_kafka_record_batch_mirrors_exactly(
     assert len(offsets) >= 350 // 30, offsets  # the bound held: one micro-batch per 30 offsets at most
 
 
+def test_a_backlog_of_two_bounds_is_two_micro_batches_not_a_tail(clusters, write_config, unique, tmp_path, spark_local):
+    """Issue 21: `--until-caught-up` with 2,000 records over 3 partitions and a bound of
+    1,000. Spark's source shares the bound among the partitions rounding down (999, then
+    998), so the bound itself would make a third micro-batch of 3 records; the backlog split
+    evenly (`mirror.spark.trigger`) is two."""
+    from mirror.spark.job import run_flow
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic = f"sp-{unique}-even"
+    create_topic(src, topic, 3)
+    p = producer(src)
+    for i in range(2000):
+        p.produce(topic, value=b"v%d" % i, key=b"%d" % i, partition=i % 3)
+    assert p.flush(30) == 0
+    config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db")))
+    job = run_flow(
+        config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, max_records_per_batch=1000
+    )
+    assert (job.records, job.skipped) == (2000, 0)
+    offsets = sorted(
+        int(f.name)
+        for f in (tmp_path / ".mirror" / "spark" / f"f-{unique}" / "query" / "offsets").iterdir()
+        if f.name.isdigit()
+    )
+    assert offsets == [0, 1]
+    source, target = read_topic(src, topic, 3), read_topic(dst, f"src.{topic}", 3)
+    assert {p: [r.content() for r in rs] for p, rs in target.items()} == {
+        p: [r.content() for r in rs] for p, rs in source.items()
+    }
+    assert group_offsets(src, f"mirror-{unique}", topic, 3) == end_offsets(src, topic, 3)
+
+
 def test_records_without_a_timestamp_keep_it_on_either_writer(clusters, write_config, unique, tmp_path, spark_local):
     """Review (JVM writer) F1: a source record with timestamp -1 (no timestamp: librdkafka
     produces it as given) keeps -1 on the target, as the Python tasks copy it; the Java client

@@ -24,7 +24,7 @@ reads on from the progress last committed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from mirror.config import ClusterConfig, FlowConfig
@@ -208,6 +208,9 @@ class TransactionalCommitter(Committer):
         self.claims: Any = None  # Claims, wired after (it needs the committer)
         self.closing = False
         self.transactions = 0  # committed, for the log and the tests
+        # Told the moment a transaction's records became readable (the worker's `CommitSchedule`);
+        # not of a claim's.
+        self.on_committed: Callable[[], None] | None = None
         self.pool.on_renew = self._renewed
 
     @property
@@ -282,6 +285,10 @@ class TransactionalCommitter(Committer):
                 self.unsettled = Unsettled(sent, batches)
             return False
         self.transactions += 1
+        if self.on_committed is not None and claims is None:
+            # A claim's transaction carries no copies: its time (a new producer, fencing, the
+            # progress reads) says nothing of how long a commit takes to make records readable.
+            self.on_committed()
         self.progress.update(kept)
         for tp in released:
             self.progress.pop(tp, None)  # handed over: its next owner reads it from the target

@@ -51,6 +51,7 @@ from mirror.domain.ledger import Ledger, Segment
 from mirror.engine.admins import AdminFactory, AdminPair
 from mirror.engine.assignment import DRAIN_TIMEOUT, AssignedPartition, Assignment, CommitTags
 from mirror.engine.claims import Claims
+from mirror.engine.commit_schedule import CommitSchedule
 from mirror.engine.committer import Committer
 from mirror.engine.delivery import DeliveryReports
 from mirror.engine.failures import Failures
@@ -393,8 +394,8 @@ class FlowWorker:
         """Mirror until stopped, caught up (if asked), or failed (raises the failure)."""
         committer, gate, fence, failures, watch = self.committer, self.gate, self.fence, self.failures, self.watch
         next_refresh = 0.0
-        next_commit = self.clock() + self.flow.commit_interval
-        next_stall_look = next_commit + STALL_LOOK
+        schedule = CommitSchedule.of(self.flow.commit_interval, self.clock, committer)
+        next_stall_look = schedule.next + STALL_LOOK
         while not self.stop.is_set():
             now = self.clock()
             if self.requests.take() or now >= next_refresh:
@@ -427,8 +428,8 @@ class FlowWorker:
                 failures.due(idle=not msgs and not gate.pending and not self.ledger.inflight_records())
             if failures.failure is not None and not watch.recovered():
                 raise failures.failure
-            if self.clock() >= next_commit:
-                tick = self.clock()
+            if schedule.due():
+                schedule.start()
                 # The commit may block and is not a freeze (`awake` below); a freeze before
                 # it (while reports were served, say) must not hide behind it.
                 fence.check()
@@ -436,9 +437,7 @@ class FlowWorker:
                 committer.commit()
                 gate.hold_back(backlog_full(self.listeners))
                 fence.awake()
-                # exactly_once: a record is readable on the target only once its transaction
-                # commits, so transactions start a commit interval apart, the commit included.
-                next_commit = (tick if self.txn is not None else fence.running_at) + self.flow.commit_interval
+                schedule.done(fence.running_at)
                 if self.until_caught_up and committer.caught_up():
                     self.status.set(FlowState.CAUGHT_UP, "every matched partition mirrored and committed")
                     return

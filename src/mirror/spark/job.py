@@ -53,6 +53,7 @@ from mirror.spark.jvm import writer_jars
 from mirror.spark.starts import StartingOffsets, Starts, empty_targets
 from mirror.spark.startup import SessionStart
 from mirror.spark.task import CHUNK, TaskPlan
+from mirror.spark.trigger import available_now_limit, backlog
 from mirror.spark.watch import TopicWatch
 from mirror.store import open_store
 
@@ -228,10 +229,11 @@ class SparkFlow:
                 # Only before the run's first query: no task of this run can be sending then
                 # (a query stopped for a change of topics may leave sends in flight).
                 empty = empty_targets(self._target, mappings) if spark is None else set()
+                limit = self._records_per_trigger(mappings, starts)
                 spark = spark if spark is not None else session()
                 if spark is None or self.stop.is_set():
                     return  # stopped while the session started: no query begun
-                changed = self._run_query(spark, mappings, starts, empty)
+                changed = self._run_query(spark, mappings, starts, limit, empty)
                 if self.until_caught_up or not changed:
                     return
         finally:
@@ -253,21 +255,43 @@ class SparkFlow:
         except MirrorError as exc:  # the last known sizes; a refused batch fails the task (retried)
             log.warning("flow %s: cannot read the target topics' max.message.bytes: %s", self.flow.name, exc)
 
+    def _records_per_trigger(self, mappings: list[TopicMapping], starts: Starts) -> int:
+        """The query's `maxOffsetsPerTrigger`: the flow's bound, or with `until_caught_up` the
+        backlog from `starts` split evenly under it (`mirror.spark.trigger`)."""
+        bound = self.max_records_per_batch or self.flow.spark.max_records_per_batch
+        if not self.until_caught_up:
+            return bound
+        parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
+        try:
+            # The ends a read_committed consumer (Spark's source) reaches.
+            records = backlog(starts.offsets, self._source.watermarks(parts, committed_only=True))
+        except MirrorError as exc:
+            log.debug("flow %s: the source's watermarks are unreadable (%s); batches of the bound", self.flow.name, exc)
+            return bound
+        limit = available_now_limit(bound, records, len(parts))
+        log.debug("flow %s: %d records to catch up; at most %d per micro-batch", self.flow.name, records, limit)
+        return limit
+
     def _run_query(
-        self, spark: Any, mappings: list[TopicMapping], starts: Starts, empty: set[Partition] | None = None
+        self,
+        spark: Any,
+        mappings: list[TopicMapping],
+        starts: Starts,
+        limit: int,
+        empty: set[Partition] | None = None,
     ) -> bool:
-        """Run one query over `mappings` from `starts` (`empty`: partitions whose target held
-        nothing before it, `Batches.start_query`); True when it stopped because the matched
-        topics changed."""
+        """Run one query over `mappings` from `starts`, at most `limit` records a batch
+        (`empty`: partitions whose target held nothing before it, `Batches.start_query`);
+        True when it stopped because the matched topics changed."""
         assert self._batches is not None
         # exactly_once: the tasks write the source topics' ids with the progress.
         self._batches.plan = replace(self._batches.plan, source_ids=dict(self._starts.source_ids))
+        reader = self._reader(spark, mappings, starts.offsets, limit)
+        # What a task's Python worker takes in at once (`mirror.spark.arrow`); the query's
+        # session copies these when it starts.
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(CHUNK))
+        spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch", str(int(self.flow.spark.max_bytes_per_chunk)))
         with ExitStack() as stack:
-            reader = self._reader(spark, mappings, starts.offsets)
-            # What a task's Python worker takes in at once (`mirror.spark.arrow`); the query's
-            # session copies these when it starts.
-            spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(CHUNK))
-            spark.conf.set("spark.sql.execution.arrow.maxBytesPerBatch", str(int(self.flow.spark.max_bytes_per_chunk)))
             location = self._checkpoint_location(stack, mappings, starts)
             self._batches.start_query(mappings, location, empty or ())
             writer = (
@@ -291,8 +315,9 @@ class SparkFlow:
                 if query.isActive:
                     query.stop()
 
-    def _reader(self, spark: Any, mappings: list[TopicMapping], starting: dict[str, dict[str, int]]) -> Any:
-        """The query's Kafka source: the flow's partitions from `starting`, read_committed."""
+    def _reader(self, spark: Any, mappings: list[TopicMapping], starting: dict[str, dict[str, int]], limit: int) -> Any:
+        """The query's Kafka source: the flow's partitions from `starting`, read_committed, at
+        most `limit` records a micro-batch."""
         source = self.config.clusters[self.flow.source]
         reader = (
             spark.readStream.format("kafka")
@@ -311,9 +336,7 @@ class SparkFlow:
         )
         for k, v in java_kafka_options(self.flow.source, source.client).items():
             reader = reader.option(f"kafka.{k}", v)
-        return reader.option(
-            "maxOffsetsPerTrigger", str(self.max_records_per_batch or self.flow.spark.max_records_per_batch)
-        )
+        return reader.option("maxOffsetsPerTrigger", str(limit))
 
     def _checkpoint_location(self, stack: ExitStack, mappings: list[TopicMapping], starts: Starts) -> Path:
         """The query's checkpoint: the flow's, kept only where it resumes where the group says."""

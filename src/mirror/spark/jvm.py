@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from mirror.errors import ConfigError
-from mirror.kafka.settings import BATCH_SIZE, batch_size_for
+from mirror.kafka.settings import BATCH_SIZE, PRODUCER_DEFAULTS, batch_size_for
 from mirror.spark.clients import java_kafka_options
 from mirror.spark.task import FLUSH_TIMEOUT, TaskPlan, TaskResult
 
@@ -151,6 +151,12 @@ def writer_settings(plan: TaskPlan) -> WriterSettings:
         raise Untranslatable("provenance_headers: false (the Python tasks fail one partition at a time)")
     target = cluster_settings(plan.flow.target, plan.target.bootstrap, plan.target.client)
     settings = plan.producer_settings
+    if "queue.buffering.max.kbytes" not in plan.flow.producer:
+        # The Python tasks' small queue bounds each Python worker's memory; the writer's
+        # producer is one per executor, shared by its running tasks, and a 1 MiB batch takes
+        # 1 MiB of it however little it holds: `mirror run`'s queue, so send() does not wait
+        # for buffers (bench/README.md, "Records/s: the tail micro-batch and the queue").
+        settings = {**settings, "queue.buffering.max.kbytes": PRODUCER_DEFAULTS["queue.buffering.max.kbytes"]}
     producer = {**target, **java_producer_settings(settings)}
     return WriterSettings(producer, dict(target), int(settings.get("batch.size", BATCH_SIZE)))
 

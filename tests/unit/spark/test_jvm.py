@@ -91,6 +91,17 @@ def test_a_flow_without_provenance_headers_stays_on_the_python_path() -> None:
         writer_settings(task_plan("provenance_headers: false, "))
 
 
+def test_the_writers_producer_queue_is_an_executors_not_a_python_workers() -> None:
+    """The Python tasks' 4 MiB queue (`TASK_QUEUE_KB`) bounds each Python worker's memory; the
+    JVM writer's producer is one per executor, shared by its running tasks, and with 1 MiB
+    batches 4 MiB held four of them: tasks blocked in send() waiting for buffers. It gets
+    `mirror run`'s queue; a flow's own setting still wins."""
+    default = writer_settings(task_plan())
+    assert default.producer["buffer.memory"] == str(PRODUCER_DEFAULTS["queue.buffering.max.kbytes"] * 1024)
+    own = writer_settings(task_plan("producer: {queue.buffering.max.kbytes: 2048}, "))
+    assert own.producer["buffer.memory"] == str(2048 * 1024)
+
+
 def test_the_batch_plan_routes_and_stamps_provenance_as_route_does() -> None:
     plan = replace(task_plan("rename: identity, "), limits={"orders": 65536}, settled=frozenset())
     spec = json.loads(batch_plan(plan, writer_settings(plan), ["orders", "orders"], [("orders", 2)]))
