@@ -26,6 +26,7 @@ from mirror.spark.checkpoint import batch_ends
 from mirror.spark.commits import GroupCommits, Partition
 from mirror.spark.jvm import JvmWriter
 from mirror.spark.task import TaskPlan, TaskResult
+from mirror.spark.warmup import Warmup
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,10 @@ class Batches:
         self._parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
         self._checkpoint = checkpoint
         self._settled = set(empty) & set(self._parts)
+
+    def warm_up(self, spark: Any, mappings: list[TopicMapping]) -> Warmup | None:
+        """Start readying the executors' clients for a query over `mappings` (`mirror.spark.warmup`)."""
+        return Warmup.start(spark, self.jvm, replace(self.plan, limits=self.limits), {m.source for m in mappings})
 
     def on_batch(self, df: Any, batch_id: int) -> None:
         """Mirror one micro-batch: tasks produce, then rows are stored, then the group commits."""

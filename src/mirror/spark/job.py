@@ -306,6 +306,10 @@ class SparkFlow:
             )
             query = writer.queryName(f"mirror-{self.flow.name}").start()
             try:
+                # The executors ready their clients while the driver plans the first batch.
+                warmup = self._batches.warm_up(spark, mappings)
+                if warmup is not None:
+                    stack.callback(warmup.close)
                 return self._await(query, mappings)
             finally:
                 if query.isActive:

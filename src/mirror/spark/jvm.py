@@ -36,7 +36,6 @@ from typing import Any
 
 from mirror.errors import ConfigError
 from mirror.kafka.settings import BATCH_SIZE, PRODUCER_DEFAULTS, batch_size_for
-from mirror.spark.arrow import COLUMNS
 from mirror.spark.clients import java_kafka_options
 from mirror.spark.task import FLUSH_TIMEOUT, TaskPlan, TaskResult
 
@@ -285,7 +284,7 @@ class JvmWriter:
         restarted query's first batch reads what the target holds)."""
         assert self.settings is not None
         spec = batch_plan(plan, self.settings, topics, plan.settled)
-        answer = str(_writer_class(df.sparkSession._jvm).write(df.selectExpr(*COLUMNS)._jdf, spec))
+        answer = str(_writer_class(df.sparkSession._jvm).write(df._jdf, spec))
         results, problems = results_of(answer)
         if not problems:
             return results, set()

@@ -159,8 +159,7 @@ class _FailedJob:
     def _raise(*_: object) -> None:
         raise RuntimeError("Job aborted due to stage failure: Task 1 in stage 3.0 failed 4 times")
 
-    def selectExpr(self, *_: str) -> object:  # noqa: N802 (pyspark's name)
-        return type("D", (), {"_jdf": None})()
+    _jdf = None
 
 
 class _Chain:

@@ -4,7 +4,9 @@ import java.time.Duration;
 import java.util.Collections;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.TreeMap;
+import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -25,6 +27,7 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 final class Clients {
     private static final Map<String, KafkaProducer<byte[], byte[]>> PRODUCERS = new ConcurrentHashMap<>();
     private static final Map<String, KafkaConsumer<byte[], byte[]>> CONSUMERS = new ConcurrentHashMap<>();
+    private static final Set<String> WARMED = ConcurrentHashMap.newKeySet();
 
     private Clients() {}
 
@@ -33,6 +36,34 @@ final class Clients {
         props.put("batch.size", Integer.toString(batchSize));
         String key = props.toString();
         return PRODUCERS.computeIfAbsent(key, k -> Producers.create(props));
+    }
+
+    /**
+     * What {@link Warmup}'s tasks do on an executor: the producers {@code plan}'s batches will
+     * take from the cache created now, the target topics' metadata asked for on a daemon thread
+     * (so no task waits on the network here), and the tail reader created. Once per executor JVM
+     * and plan settings: a second warm task there does nothing.
+     */
+    static void warm(WriterPlan plan) {
+        if (!WARMED.add(plan.producer.toString() + plan.batchSizes + plan.defaultBatchSize)) {
+            return;
+        }
+        Map<String, KafkaProducer<byte[], byte[]>> byTarget = new TreeMap<>();
+        for (String target : new TreeSet<>(plan.targets.values())) {
+            byTarget.put(target, producer(plan.producer, plan.batchSize(target)));
+        }
+        Thread metadata = new Thread(() -> {
+            for (Map.Entry<String, KafkaProducer<byte[], byte[]>> e : byTarget.entrySet()) {
+                try {
+                    e.getValue().partitionsFor(e.getKey());
+                } catch (RuntimeException ignored) {
+                    // A discarded producer or a slow topic: the first batch asks again itself.
+                }
+            }
+        }, "mirror-warm-metadata");
+        metadata.setDaemon(true);
+        metadata.start();
+        tailReader(plan.consumer);
     }
 
     /** Drop a producer that failed: no later task may use it, and what it holds is failed now. */
@@ -47,15 +78,8 @@ final class Clients {
      * target): the caller then declines the slice.
      */
     static ConsumerRecord<byte[], byte[]> last(Map<String, String> settings, TopicPartition tp, long timeoutMs) {
-        Map<String, Object> props = new TreeMap<>(settings);
-        props.put("enable.auto.commit", "false");
-        props.put("isolation.level", "read_uncommitted");
-        // Reading a target partition must not create its topic (deleted meanwhile) with the
-        // broker's defaults: the consumer's own setting, as for the Python tasks' readers.
-        props.put("allow.auto.create.topics", "false");
-        String key = props.toString();
-        KafkaConsumer<byte[], byte[]> c = CONSUMERS.computeIfAbsent(
-                key, k -> new KafkaConsumer<>(props, new ByteArrayDeserializer(), new ByteArrayDeserializer()));
+        String key = tailKey(settings);
+        KafkaConsumer<byte[], byte[]> c = tailReader(settings);
         // A consumer is one thread's at a time: the tasks of an executor take turns (first batches only).
         synchronized (c) {
             try {
@@ -66,6 +90,27 @@ final class Clients {
                 throw e;
             }
         }
+    }
+
+    /** The cached tail reader for {@code settings}, created (not connected) if there is none. */
+    static KafkaConsumer<byte[], byte[]> tailReader(Map<String, String> settings) {
+        Map<String, Object> props = tailProps(settings);
+        return CONSUMERS.computeIfAbsent(
+                props.toString(), k -> new KafkaConsumer<>(props, new ByteArrayDeserializer(), new ByteArrayDeserializer()));
+    }
+
+    private static String tailKey(Map<String, String> settings) {
+        return tailProps(settings).toString();
+    }
+
+    private static Map<String, Object> tailProps(Map<String, String> settings) {
+        Map<String, Object> props = new TreeMap<>(settings);
+        props.put("enable.auto.commit", "false");
+        props.put("isolation.level", "read_uncommitted");
+        // Reading a target partition must not create its topic (deleted meanwhile) with the
+        // broker's defaults: the consumer's own setting, as for the Python tasks' readers.
+        props.put("allow.auto.create.topics", "false");
+        return props;
     }
 
     private static ConsumerRecord<byte[], byte[]> last(

@@ -17,12 +17,20 @@ public final class MirrorWriter {
     private MirrorWriter() {}
 
     /**
-     * Produce the batch {@code df} (the columns of mirror.spark.arrow.COLUMNS, in that order)
-     * as {@code planJson} says; returns the tasks' results as one JSON array.
+     * Produce the batch {@code df} (the Kafka source's rows as foreachBatch gives them) as
+     * {@code planJson} says; returns the tasks' results as one JSON array.
+     *
+     * The rows are read as the source made them, by column ordinal: no projection to plan,
+     * analyse and compile on the driver between the batch's start and its first task.
      */
     public static String write(Dataset<Row> df, String planJson) {
         WriterPlan plan = WriterPlan.parse(planJson);
-        List<String> results = df.queryExecution().toRdd().toJavaRDD().mapPartitions(new SliceWriter(plan)).collect();
+        int[] at = new int[SliceWriter.COLUMNS.length];
+        for (int i = 0; i < at.length; i++) {
+            at[i] = df.schema().fieldIndex(SliceWriter.COLUMNS[i]);
+        }
+        List<String> results =
+                df.queryExecution().toRdd().toJavaRDD().mapPartitions(new SliceWriter(plan, at)).collect();
         return "[" + String.join(",", results) + "]";
     }
 }

@@ -36,10 +36,17 @@ final class SliceWriter implements FlatMapFunction<Iterator<InternalRow>, String
     static final String HEADER_ORIGIN = "mirror.origin";
     private static final long TAIL_TIMEOUT_MS = 30_000;
 
-    private final WriterPlan plan;
+    /** The Kafka source's columns the writer reads, in this order (their ordinals: {@link #at}). */
+    static final String[] COLUMNS = {"topic", "partition", "offset", "timestamp", "key", "value", "headers"};
+    private static final int TOPIC = 0, PARTITION = 1, OFFSET = 2, TIMESTAMP = 3, KEY = 4, VALUE = 5, HEADERS = 6;
 
-    SliceWriter(WriterPlan plan) {
+    private final WriterPlan plan;
+    private final int[] at;
+
+    /** {@code at}: the ordinal of each of {@link #COLUMNS} in the batch's rows. */
+    SliceWriter(WriterPlan plan, int[] at) {
         this.plan = plan;
+        this.at = at.clone();
     }
 
     @Override
@@ -48,10 +55,10 @@ final class SliceWriter implements FlatMapFunction<Iterator<InternalRow>, String
             return Collections.emptyIterator();
         }
         InternalRow head = rows.next();
-        UTF8String topicName = head.getUTF8String(0).clone(); // the row's bytes are reused by the next row
+        UTF8String topicName = head.getUTF8String(at[TOPIC]).clone(); // the row's bytes are reused by the next row
         String topic = topicName.toString();
-        int partition = head.getInt(1);
-        long first = head.getLong(2);
+        int partition = head.getInt(at[PARTITION]);
+        long first = head.getLong(at[OFFSET]);
         ObjectNode out = new ObjectMapper().createObjectNode();
         out.put("topic", topic).put("partition", partition).put("first", first);
         String target = plan.targets.get(topic);
@@ -70,14 +77,16 @@ final class SliceWriter implements FlatMapFunction<Iterator<InternalRow>, String
         String failure = null;
         try {
             for (InternalRow row = head; row != null; row = rows.hasNext() ? rows.next() : null) {
-                if (row.getInt(1) != partition || !row.getUTF8String(0).equals(topicName)) {
+                if (row.getInt(at[PARTITION]) != partition || !row.getUTF8String(at[TOPIC]).equals(topicName)) {
                     // One Kafka partition per Spark partition is what keeps order.
                     throw new IllegalStateException("a Spark task got records of " + topic + "[" + partition
-                            + "] and " + row.getUTF8String(0) + "[" + row.getInt(1) + "]");
+                            + "] and " + row.getUTF8String(at[TOPIC]) + "[" + row.getInt(at[PARTITION]) + "]");
                 }
-                long offset = row.getLong(2), ts = row.getLong(3);
-                byte[] key = row.isNullAt(4) ? null : row.getBinary(4);
-                byte[] value = row.isNullAt(5) ? null : row.getBinary(5);
+                long offset = row.getLong(at[OFFSET]);
+                // Spark's timestamps are microseconds; the record's own milliseconds, as unix_millis().
+                long ts = Math.floorDiv(row.getLong(at[TIMESTAMP]), 1000L);
+                byte[] key = row.isNullAt(at[KEY]) ? null : row.getBinary(at[KEY]);
+                byte[] value = row.isNullAt(at[VALUE]) ? null : row.getBinary(at[VALUE]);
                 if (n - offset != shift) {
                     shift = n - offset;
                     changes.add(new long[] {offset, n});
@@ -166,10 +175,10 @@ final class SliceWriter implements FlatMapFunction<Iterator<InternalRow>, String
     }
 
     /** The row's own headers, in order, then its provenance (as mirror.domain.route.Route.headers). */
-    private static RecordHeaders headers(InternalRow row, byte[] prefix, long offset) {
+    private RecordHeaders headers(InternalRow row, byte[] prefix, long offset) {
         RecordHeaders out = new RecordHeaders();
-        if (!row.isNullAt(6)) {
-            ArrayData array = row.getArray(6);
+        if (!row.isNullAt(at[HEADERS])) {
+            ArrayData array = row.getArray(at[HEADERS]);
             for (int i = 0; i < array.numElements(); i++) {
                 InternalRow h = array.getStruct(i, 2);
                 out.add(h.getUTF8String(0).toString(), h.isNullAt(1) ? null : h.getBinary(1));
