@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import reduce
@@ -231,21 +232,25 @@ class JvmWriter:
         except Untranslatable as exc:
             self.unusable = f"{exc} has no faithful Java client equivalent here"
         self._checked = False
+        # The warm-up (the driver's main thread) and foreachBatch (Spark's stream thread) may
+        # ask at once: the one asking during the other's class check waits for its answer.
+        self._checking = threading.Lock()
 
     def usable(self, spark_jvm: Any) -> bool:
         """Whether batches go the JVM way; the first call also checks the class is loadable
         (said once at INFO when it is not, or when the settings rule it out)."""
-        if not self._checked:
-            self._checked = True
-            if self.unusable is None and not _loadable(spark_jvm):
-                self.unusable = f"{WRITER_CLASS} is not on the driver's classpath (run `make setup`)"
-            if self.unusable is not None:
-                log.info(
-                    "flow %s: the JVM writer is not used (%s); Python tasks produce every batch",
-                    self.flow,
-                    self.unusable,
-                )
-        return self.unusable is None
+        with self._checking:
+            if not self._checked:
+                if self.unusable is None and not _loadable(spark_jvm):
+                    self.unusable = f"{WRITER_CLASS} is not on the driver's classpath (run `make setup`)"
+                self._checked = True
+                if self.unusable is not None:
+                    log.info(
+                        "flow %s: the JVM writer is not used (%s); Python tasks produce every batch",
+                        self.flow,
+                        self.unusable,
+                    )
+            return self.unusable is None
 
     def run(
         self,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from dataclasses import replace
 
 import pytest
@@ -81,6 +82,27 @@ def test_exactly_once_and_untranslatable_flows_stay_on_the_python_path(caplog: p
         "flow f: the JVM writer is not used (queue.buffering.backpressure.threshold has no faithful Java client "
         "equivalent here); Python tasks produce every batch"
     ]
+
+
+def test_a_batch_asking_while_the_warm_up_checks_the_class_gets_the_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review (spark-first3): the warm-up (the driver's main thread, right after the query's
+    start) and batch 0 (Spark's stream thread, through foreachBatch) both ask `usable`. The
+    one asking while the other's class check is under way must get that check's answer, not
+    "usable" by default: with the class not on the driver's classpath it would call the
+    writer (a py4j JavaPackage, not callable) and fail the batch, so the query and the run."""
+    writer = JvmWriter(task_plan())
+    answers: list[bool] = []
+    batch = threading.Thread(target=lambda: answers.append(writer.usable(spark_jvm=None)))
+
+    def loadable(_jvm: object) -> bool:
+        batch.start()  # batch 0 asks while this check waits for the JVM's answer
+        batch.join(timeout=0.5)  # bounded: it must wait for the answer, so this times out
+        return False
+
+    monkeypatch.setattr("mirror.spark.jvm._loadable", loadable)
+    assert not writer.usable(spark_jvm=None)
+    batch.join(timeout=10)
+    assert answers == [False]
 
 
 def test_a_flow_without_provenance_headers_stays_on_the_python_path() -> None:
