@@ -97,9 +97,9 @@ def test_exactly_once_a_commit_that_made_nothing_readable_teaches_nothing():
     schedule = CommitSchedule(1.0, clock, transactional=True)
     tick(schedule, clock, late=0.0, visible_after=0.4, returns_after=0.4)
 
-    start, _ = tick(schedule, clock, late=0.0, visible_after=None, returns_after=0.9)  # nothing produced
+    start, _ = tick(schedule, clock, late=0.0, visible_after=None, returns_after=0.7)  # nothing produced
 
-    assert abs(schedule.next - (start + 0.8)) < 1e-9
+    assert abs(schedule.next - (start + 0.8)) < 1e-9  # learnt 0.7, it would be the interval
 
 
 def test_exactly_once_the_spacing_follows_the_target_when_commits_get_faster_again():
@@ -131,8 +131,10 @@ def test_an_exactly_once_worker_learns_its_spacing_from_its_transactions(monkeyp
     assert target.visible(P0) == list(range(20))
     schedule = worker.committer.on_committed.__self__  # type: ignore[attr-defined]
     assert isinstance(schedule, CommitSchedule) and schedule.transactional
-    assert schedule.slowest > 0  # the fake clock moves a quarter second per look
-    assert 0.5 <= schedule.spacing <= 1.0
+    # The fake clock moves a quarter second per look: a commit's start to readable is a look
+    # or two, so the spacing is twice that, at least half the interval.
+    assert schedule.slowest > 0
+    assert schedule.spacing == min(1.0, max(0.5, 2 * schedule.slowest))
 
 
 def test_an_at_least_once_worker_commits_on_the_plain_schedule():
@@ -191,3 +193,27 @@ def test_exactly_once_a_claim_in_the_tick_teaches_nothing(monkeypatch):
 
     assert True in claims_in_tick  # the partitions were claimed again inside a tick
     assert taught and not any(taught)  # ... and only the commits' own transactions taught the spacing
+
+
+def test_exactly_once_the_work_after_a_commit_leaves_the_loop_time_to_read():
+    """After EndTxn the tick still begins the next transaction, stores the offset-map rows and
+    commits the source group, unseen by the spacing: readable after 0.1 s but returning after
+    0.6 s, half an interval apart would make the next commit due before the loop read
+    anything (a stream of transactions, one consume batch between them). The loop reads at
+    least as long as that work took, never less than before exactly-once had a bound (the
+    interval, start to start)."""
+    for interval, readable, returned in [(1.0, 0.1, 0.6), (0.5, 0.06, 0.3), (1.0, 0.4, 0.9), (1.0, None, 0.6)]:
+        clock = Hand()
+        schedule = CommitSchedule(interval, clock, transactional=True)
+        for _ in range(3):
+            start, _ = tick(schedule, clock, late=0.0, visible_after=readable, returns_after=returned)
+            reading = schedule.next - clock.now
+
+            assert reading >= min(returned - (readable or 0.0), start + interval - clock.now) - 1e-9
+            assert schedule.next <= start + interval + 1e-9
+
+
+def test_exactly_once_the_first_transaction_commits_half_an_interval_in():
+    clock = Hand()
+    assert CommitSchedule(1.0, clock, transactional=True).next == 0.5
+    assert CommitSchedule(1.0, clock, transactional=False).next == 1.0
