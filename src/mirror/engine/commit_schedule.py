@@ -12,10 +12,12 @@ plus the loop's lateness in seeing the next one due (it looks between batches), 
 commit's own time to readable (the flush of what is in flight, AddOffsetsToTxn and
 TxnOffsetCommit, EndTxn), plus the markers the coordinator writes after EndTxn returned,
 which the worker cannot see. For `commit_interval` to bound that wait with room for the
-parts it cannot see, transactions start half an interval apart (start to start). A target
-slower than a quarter of the interval spaces them at twice its slowest recent commit (up
-to the interval), so commits take at most about half of the loop's time and it does not
-commit back to back.
+parts it cannot see, transactions start half an interval apart (start to start; the first
+half an interval in). A target slower than a quarter of the interval spaces them at twice
+its slowest recent commit, and the loop reads at least as long as the work after a commit
+took (the next transaction begun, the offset-map rows, the source group's commit), both up
+to the interval start to start: a slow target misses the bound, it does not commit back
+to back.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ class CommitSchedule:
         self.interval = interval
         self.clock = clock
         self.transactional = transactional
-        self.next = clock() + interval
+        self.next = clock() + self.spacing_before_any
         self._started = self.next
+        self._visible_at: float | None = self.next  # when the tick's records became readable
         self._took: deque[float] = deque(maxlen=RECENT)  # start -> readable, of recent commits
         # Between `start` and `done`: a revoke's transaction (in a consume) teaches nothing; a
         # claim's is not reported at all (`TransactionalCommitter.on_committed`).
@@ -55,6 +58,10 @@ class CommitSchedule:
         if transactional:
             committer.on_committed = schedule.visible
         return schedule
+
+    @property
+    def spacing_before_any(self) -> float:
+        return self.interval * HALF if self.transactional else self.interval
 
     @property
     def slowest(self) -> float:
@@ -74,19 +81,24 @@ class CommitSchedule:
 
     def start(self) -> None:
         """The commit begins now."""
-        self._started, self._ticking = self.clock(), True
+        self._started, self._visible_at, self._ticking = self.clock(), None, True
 
     def visible(self) -> None:
         """The target committed a transaction just now: its records are readable."""
         if self._ticking:
-            self._took.append(max(0.0, self.clock() - self._started))
+            self._visible_at = self.clock()
+            self._took.append(max(0.0, self._visible_at - self._started))
 
     def done(self, running_at: float) -> None:
         """The commit returned; `running_at`: when the loop ran again after it."""
         self._ticking = False
         if self.transactional:
             # From this start, not from the due time: a loop blocked past it (a slow admin
-            # call) must not leave a backlog of commits due at once.
-            self.next = self._started + self.spacing
+            # call) must not leave a backlog of commits due at once. The work after the
+            # records became readable (the next transaction begun, the offset-map rows, the
+            # source group's commit) is not in the spacing: the loop then reads at least as
+            # long as it took, up to the interval start to start (the schedule without a bound).
+            after = running_at - (self._visible_at if self._visible_at is not None else self._started)
+            self.next = max(self._started + self.spacing, min(self._started + self.interval, running_at + after))
         else:
             self.next = running_at + self.interval
