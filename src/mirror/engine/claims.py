@@ -11,7 +11,7 @@ worker dies inside its very first transaction.
 Where no progress exists yet (the first exactly-once run of a partition) the copy starts at
 the source group's committed offset (a flow switched over from at-least-once keeps the
 duplicates that mode left), else from the beginning (the consumer's reset is earliest). A
-group whose offsets cannot be read fails the claim (retried each commit interval): starting
+group whose offsets cannot be read fails the claim (retried at each commit): starting
 at 0 would copy the whole retention again. A partition resumed at a progress its source group
 is behind (its last writer killed between the two commits) has the group brought up to the
 progress by the committer's next commit (`TransactionalCommitter.behind`): with nothing left
@@ -108,7 +108,7 @@ class Claims:
         return {tp: start[tp] for tp in partitions if tp in start}
 
     def recover(self) -> None:
-        """Held (each commit interval): once the group confirms, claim everything held again."""
+        """Held (at each commit): once the group confirms, claim everything held again."""
         committer = self._committer
         if committer.held is None or not self._ledger.parts:
             return
@@ -149,7 +149,7 @@ class Claims:
         committer.hold(reason, confirm=False)
 
     def _failed(self, exc: MirrorError) -> None:
-        """A claim failed: retried each commit interval, unless a grant is missing or the
+        """A claim failed: retried at each commit, unless a grant is missing or the
         login refused, which no retry mends (the flow stops with it)."""
         if isinstance(exc, (AuthorizationFailed, AuthenticationFailed)):
             self._committer.refuse(exc)

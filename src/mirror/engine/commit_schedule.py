@@ -7,13 +7,17 @@ group's commit to read the copies).
 Exactly-once: a record is readable on the target only once its transaction commits, and the
 loop reads nothing while it commits. So a record arriving at the source as a commit starts
 is read after it, goes into the next transaction, and is readable when that one's commit
-is done: the time between the two commits' starts, plus the loop's lateness in seeing the
-next one due (it looks between batches), plus that commit's own time to readable (the flush
-of what is in flight, AddOffsetsToTxn and TxnOffsetCommit, EndTxn). For `commit_interval`
-to bound that wait, each commit starts early by the `lead`: the slowest of the recent
-commits' times from due to readable, at most half the interval (a target that slow gets two
-transactions per interval, not a stream of them) and at most half the time the loop had to
-read between commits (a commit slower than that gets the reading time, not the bound).
+is done and its markers are on the partitions: the time between the two commits' starts,
+plus the loop's lateness in seeing the next one due (it looks between batches), plus that
+commit's own time to readable (the flush of what is in flight, AddOffsetsToTxn and
+TxnOffsetCommit, EndTxn), plus the markers the coordinator writes after EndTxn returned,
+which the worker cannot see. For `commit_interval` to bound that wait with room for the
+parts it cannot see, transactions start half an interval apart (start to start; the first
+half an interval in). A target slower than a quarter of the interval spaces them at twice
+its slowest recent commit, and the loop reads at least as long as the work after a commit
+took (the next transaction begun, the offset-map rows, the source group's commit), both up
+to the interval start to start: a slow target misses the bound, it does not commit back
+to back.
 """
 
 from __future__ import annotations
@@ -24,10 +28,10 @@ from typing import Any
 
 from mirror.engine.transactions import TransactionalCommitter
 
-# Commits remembered for the lead: a slow one is planned for until this many faster ones
-# came after it.
+# Commits remembered for the spacing: a slow one is planned for until this many faster
+# ones came after it.
 RECENT = 8
-MAX_LEAD = 0.5  # of the interval
+HALF = 0.5  # of the interval: exactly-once transactions' spacing while commits are quick
 
 
 class CommitSchedule:
@@ -37,9 +41,10 @@ class CommitSchedule:
         self.interval = interval
         self.clock = clock
         self.transactional = transactional
-        self.next = clock() + interval
-        self._due = self._started = self.next
-        self._took: deque[float] = deque(maxlen=RECENT)  # due -> readable, of recent commits
+        self.next = clock() + self.spacing_before_any
+        self._started = self.next
+        self._visible_at: float | None = self.next  # when the tick's records became readable
+        self._took: deque[float] = deque(maxlen=RECENT)  # start -> readable, of recent commits
         # Between `start` and `done`: a revoke's transaction (in a consume) teaches nothing; a
         # claim's is not reported at all (`TransactionalCommitter.on_committed`).
         self._ticking = False
@@ -55,31 +60,45 @@ class CommitSchedule:
         return schedule
 
     @property
-    def lead(self) -> float:
-        """How early a transaction's commit starts (0 at-least-once), less after a slow commit (`done`)."""
-        return min(max(self._took, default=0.0), self.interval * MAX_LEAD)
+    def spacing_before_any(self) -> float:
+        return self.interval * HALF if self.transactional else self.interval
+
+    @property
+    def slowest(self) -> float:
+        """The slowest recent commit's time from its start to readable (0 before any): the
+        loop's lateness in seeing it due is not the target's slowness."""
+        return max(self._took, default=0.0)
+
+    @property
+    def spacing(self) -> float:
+        """Start to start of a transaction's commits (`commit_interval` at-least-once)."""
+        if not self.transactional:
+            return self.interval
+        return min(self.interval, max(self.interval * HALF, 2 * self.slowest))
 
     def due(self) -> bool:
         return self.clock() >= self.next
 
     def start(self) -> None:
         """The commit begins now."""
-        self._due, self._started, self._ticking = self.next, self.clock(), True
+        self._started, self._visible_at, self._ticking = self.clock(), None, True
 
     def visible(self) -> None:
         """The target committed a transaction just now: its records are readable."""
         if self._ticking:
-            self._took.append(max(0.0, self.clock() - self._due))
+            self._visible_at = self.clock()
+            self._took.append(max(0.0, self._visible_at - self._started))
 
     def done(self, running_at: float) -> None:
         """The commit returned; `running_at`: when the loop ran again after it."""
         self._ticking = False
         if self.transactional:
             # From this start, not from the due time: a loop blocked past it (a slow admin
-            # call) must not leave a backlog of commits due at once. The loop reads only
-            # between commits: the lead takes at most half of the time it had for that, or a
-            # commit slower than half the interval would be followed by the next at once.
-            reading = self._started + self.interval - running_at
-            self.next = self._started + self.interval - min(self.lead, max(0.0, reading / 2))
+            # call) must not leave a backlog of commits due at once. The work after the
+            # records became readable (the next transaction begun, the offset-map rows, the
+            # source group's commit) is not in the spacing: the loop then reads at least as
+            # long as it took, up to the interval start to start (the schedule without a bound).
+            after = running_at - (self._visible_at if self._visible_at is not None else self._started)
+            self.next = max(self._started + self.spacing, min(self._started + self.interval, running_at + after))
         else:
             self.next = running_at + self.interval

@@ -59,68 +59,82 @@ def test_at_least_once_commits_an_interval_after_the_last_commit_returned():
 
 
 def test_exactly_once_a_record_is_readable_within_one_interval_of_arriving_as_a_commit_starts():
-    # Today's schedule (transactions an interval apart, start to start) makes such a record
-    # wait the interval, the loop's lateness and the next commit's own 0.26 s.
-    assert max(waits([0.26] * 10)[1:]) <= 1.0
+    # Transactions an interval apart (start to start) made such a record wait the interval,
+    # the loop's lateness and the next commit's own 0.26 s; the markers come on top.
+    assert max(waits([0.26] * 10)[1:]) <= 1.0 - 0.15  # room for the markers and the reader
 
 
-def test_exactly_once_a_commit_slower_than_the_recent_ones_is_learnt_from_the_slowest():
-    durations = [0.1, 0.3, 0.2, 0.25, 0.1, 0.3, 0.15, 0.3, 0.2, 0.1]
-    assert max(waits(durations)[2:]) <= 1.0  # once the slowest (0.3) was seen
-
-
-def test_exactly_once_leads_by_at_most_half_the_interval():
+def test_exactly_once_transactions_start_half_an_interval_apart_while_commits_are_quick():
     clock = Hand()
     schedule = CommitSchedule(1.0, clock, transactional=True)
 
     # Seen due 3 s late (the loop was blocked in an admin call), committed at once.
     start, _ = tick(schedule, clock, late=3.0, visible_after=0.0, returns_after=0.0)
-    assert schedule.next == start + 0.5  # two transactions a second, not more
+    assert schedule.next == start + 0.5  # from this start: no backlog of commits due at once
 
+    start, _ = tick(schedule, clock, late=0.0, visible_after=0.2, returns_after=0.25)
+    assert schedule.next == start + 0.5
+
+
+def test_exactly_once_a_slow_target_gets_transactions_twice_its_commit_apart_up_to_the_interval():
+    """The loop reads nothing while it commits: commits taking 0.4 s half an interval apart
+    would leave it 0.1 s of every 0.5 to read. Twice the slowest recent commit keeps the
+    commits to about half its time; slower than half the interval, the interval (the
+    schedule before exactly-once had a latency bound)."""
+    durations = [0.1, 0.3, 0.2, 0.25, 0.1, 0.3, 0.15, 0.3, 0.2, 0.1]
+    assert max(waits(durations)[2:]) <= 1.0  # once the slowest (0.3) was seen: spaced 0.6
+
+    clock = Hand()
+    schedule = CommitSchedule(1.0, clock, transactional=True)
+    start, _ = tick(schedule, clock, late=0.0, visible_after=0.4, returns_after=0.45)
+    assert abs(schedule.next - (start + 0.8)) < 1e-9
     start, _ = tick(schedule, clock, late=0.0, visible_after=3.0, returns_after=3.0)
-    assert schedule.next == start + 1.0  # slower than the interval: no lead, as before it
+    assert schedule.next == start + 1.0
 
 
 def test_exactly_once_a_commit_that_made_nothing_readable_teaches_nothing():
     clock = Hand()
     schedule = CommitSchedule(1.0, clock, transactional=True)
-    tick(schedule, clock, late=0.0, visible_after=0.2, returns_after=0.2)
+    tick(schedule, clock, late=0.0, visible_after=0.4, returns_after=0.4)
 
-    start, _ = tick(schedule, clock, late=0.0, visible_after=None, returns_after=0.5)  # nothing produced
+    tick(schedule, clock, late=0.0, visible_after=None, returns_after=0.7)  # nothing produced
 
-    assert abs(schedule.next - (start + 1.0 - 0.2)) < 1e-9
+    assert schedule.slowest == 0.4 and schedule.spacing == 0.8
 
 
-def test_exactly_once_the_lead_follows_the_target_when_commits_get_faster_again():
+def test_exactly_once_the_spacing_follows_the_target_when_commits_get_faster_again():
     clock = Hand()
     schedule = CommitSchedule(1.0, clock, transactional=True)
     tick(schedule, clock, late=0.0, visible_after=0.4, returns_after=0.4)
     for _ in range(20):
         start, _ = tick(schedule, clock, late=0.0, visible_after=0.1, returns_after=0.1)
 
-    assert abs(schedule.next - (start + 0.9)) < 1e-9  # the slow one forgotten
+    assert abs(schedule.next - (start + 0.5)) < 1e-9  # the slow one forgotten
 
 
 def test_exactly_once_a_transaction_committed_outside_the_tick_teaches_nothing():
     clock = Hand()
     schedule = CommitSchedule(1.0, clock, transactional=True)
-    tick(schedule, clock, late=0.0, visible_after=0.2, returns_after=0.2)
+    tick(schedule, clock, late=0.0, visible_after=0.3, returns_after=0.3)
     clock.now += 0.5
     schedule.visible()  # a revoke's or a claim's transaction, between ticks
 
-    start, _ = tick(schedule, clock, late=0.0, visible_after=0.2, returns_after=0.2)
+    start, _ = tick(schedule, clock, late=0.0, visible_after=0.3, returns_after=0.3)
 
-    assert abs(schedule.next - (start + 0.8)) < 1e-9
+    assert abs(schedule.next - (start + 0.6)) < 1e-9
 
 
-def test_an_exactly_once_worker_learns_the_lead_from_its_transactions(monkeypatch):
+def test_an_exactly_once_worker_learns_its_spacing_from_its_transactions(monkeypatch):
     worker, _, target = make_eos(monkeypatch, [batch(P0, range(10)), batch(P1, range(5)), batch(P0, range(10, 20))])
     worker.run()
 
     assert target.visible(P0) == list(range(20))
     schedule = worker.committer.on_committed.__self__  # type: ignore[attr-defined]
     assert isinstance(schedule, CommitSchedule) and schedule.transactional
-    assert 0 < schedule.lead <= 0.5  # the fake clock moves a quarter second per look
+    # The fake clock moves a quarter second per look: a commit's start to readable is a look
+    # or two, so the spacing is twice that, at least half the interval.
+    assert schedule.slowest > 0
+    assert schedule.spacing == min(1.0, max(0.5, 2 * schedule.slowest))
 
 
 def test_an_at_least_once_worker_commits_on_the_plain_schedule():
@@ -132,8 +146,8 @@ def test_an_at_least_once_worker_commits_on_the_plain_schedule():
 def test_exactly_once_a_claim_in_the_tick_teaches_nothing(monkeypatch):
     """A held worker claims its partitions again in the tick (`Claims.recover`): that
     transaction carries no copies and its time (a new producer, fencing the old writer, two
-    progress reads) is not a commit's time to readable. Learnt, it would set the lead to
-    half the interval for the next RECENT commits (two transactions per interval)."""
+    progress reads) is not a commit's time to readable. Learnt, it would space the next RECENT
+    transactions by twice its time."""
     from mirror.engine.claims import Claims
 
     holder: dict[str, Any] = {}
@@ -178,19 +192,28 @@ def test_exactly_once_a_claim_in_the_tick_teaches_nothing(monkeypatch):
     worker.run()
 
     assert True in claims_in_tick  # the partitions were claimed again inside a tick
-    assert taught and not any(taught)  # ... and only the commits' own transactions taught the lead
+    assert taught and not any(taught)  # ... and only the commits' own transactions taught the spacing
 
 
-def test_exactly_once_a_slow_commit_still_leaves_the_loop_time_to_read():
-    """The loop reads nothing while it commits. Commits taking 0.6 s of a 1 s interval left it
-    0.4 s per interval to read before the lead; led by half the interval, the next commit was
-    due before this one returned: one batch read between back-to-back commits (a stream of
-    transactions, and the throughput of one 2,000-record batch per commit). The lead may take
-    at most half of that reading time."""
+def test_exactly_once_the_work_after_a_commit_leaves_the_loop_time_to_read():
+    """After EndTxn the tick still begins the next transaction, stores the offset-map rows and
+    commits the source group, unseen by the spacing: readable after 0.1 s but returning after
+    0.6 s, half an interval apart would make the next commit due before the loop read
+    anything (a stream of transactions, one consume batch between them). The loop reads at
+    least as long as that work took, never less than before exactly-once had a bound (the
+    interval, start to start)."""
+    for interval, readable, returned in [(1.0, 0.1, 0.6), (0.5, 0.06, 0.3), (1.0, 0.4, 0.9), (1.0, None, 0.6)]:
+        clock = Hand()
+        schedule = CommitSchedule(interval, clock, transactional=True)
+        for _ in range(3):
+            start, _ = tick(schedule, clock, late=0.0, visible_after=readable, returns_after=returned)
+            reading = schedule.next - clock.now
+
+            assert reading >= min(returned - (readable or 0.0), start + interval - clock.now) - 1e-9
+            assert schedule.next <= start + interval + 1e-9
+
+
+def test_exactly_once_the_first_transaction_commits_half_an_interval_in():
     clock = Hand()
-    schedule = CommitSchedule(1.0, clock, transactional=True)
-    for _ in range(3):
-        start, _ = tick(schedule, clock, late=0.0, visible_after=0.55, returns_after=0.6)
-        returned = clock.now
-
-        assert schedule.next - returned >= (1.0 - 0.6) / 2 - 1e-9
+    assert CommitSchedule(1.0, clock, transactional=True).next == 0.5
+    assert CommitSchedule(1.0, clock, transactional=False).next == 1.0
