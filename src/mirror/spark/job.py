@@ -49,7 +49,7 @@ from mirror.spark.checkpoint import default_checkpoint, has_batches, resume_prob
 from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.commits import GroupCommits, Partition
 from mirror.spark.exactly_once import ProgressStarts
-from mirror.spark.jvm import writer_jars
+from mirror.spark.jvm import query_name, writer_jars
 from mirror.spark.starts import StartingOffsets, Starts, empty_targets
 from mirror.spark.startup import SessionStart
 from mirror.spark.task import CHUNK, TaskPlan
@@ -304,7 +304,7 @@ class SparkFlow:
                 if self.until_caught_up
                 else writer.trigger(processingTime=f"{max(0.1, self.flow.commit_interval):g} seconds")
             )
-            query = writer.queryName(f"mirror-{self.flow.name}").start()
+            query = writer.queryName(query_name(self.flow.name)).start()
             try:
                 # The executors ready their clients while the driver plans the first batch.
                 warmup = self._batches.warm_up(spark, mappings)
@@ -572,7 +572,7 @@ def run_flow(
 
                 stack.callback(
                     ready.streams.removeListener,
-                    listen(ready, flow.name, f"mirror-{flow.name}", run_metrics.registry, job.status),
+                    listen(ready, flow.name, query_name(flow.name), run_metrics.registry, job.status),
                 )
             return ready
 
