@@ -501,6 +501,7 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
             **p.__dict__,
             "only": list(p.only),
             "skip": list(p.skip),
+            "base": str(p.base) if p.base else None,
             "producer": _jsonable(producer),
             "consumer": _jsonable(consumer),
             "consume_batch": batch,
