@@ -360,7 +360,9 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
     )
     specs.append(Spec("spark", "mirror spark run (local mode)", "spark"))
     specs.append(
-        Spec("spark-base", "mirror spark run of --base's tree (local mode)", "spark", opt_in=True, options={"base": True})
+        Spec(
+            "spark-base", "mirror spark run of --base's tree (local mode)", "spark", opt_in=True, options={"base": True}
+        )
     )
     specs.append(
         Spec(

@@ -139,19 +139,19 @@ def test_the_batch_plan_routes_and_stamps_provenance_as_route_does() -> None:
 
 def test_the_writers_answer_becomes_task_results_or_the_reasons_to_fall_back() -> None:
     answer = [
-            {
-                "topic": "orders",
-                "partition": 0,
-                "first": 10,
-                "target": "src.orders",
-                "next": 20,
-                "produced": 9,
-                "bytes": 90,
-                "max_ts": 1700,
-                "placed": True,
-                "syncs": [[10, 0], [15, 4]],
-                "warning": "orders-0 offsets 10 to 11 were deleted before they were read",
-            },
+        {
+            "topic": "orders",
+            "partition": 0,
+            "first": 10,
+            "target": "src.orders",
+            "next": 20,
+            "produced": 9,
+            "bytes": 90,
+            "max_ts": 1700,
+            "placed": True,
+            "syncs": [[10, 0], [15, 4]],
+            "warning": "orders-0 offsets 10 to 11 were deleted before they were read",
+        },
     ]
     results, problems = results_of(answer)
     assert problems == []
