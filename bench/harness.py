@@ -477,34 +477,7 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
     latency_rate = None
     warmup_result: dict[str, Any] | None = None
     try:
-        t = time.monotonic()
-        standalone = any(s.kind == "spark" and s.options.get("standalone") for s in runnable)
-        workers = max(
-            (s.options.get("cores", 1) for s in runnable if s.kind == "spark" and s.options.get("standalone")),
-            default=1,
-        )
-        status = dev.up(
-            ["src", "dst"], base, spark=standalone, spark_workers=workers, broker_config=BROKER_CONFIG
-        ).status
-        phases["clusters_up_s"] = round(time.monotonic() - t, 1)
-        env = Env(
-            src=status["clusters"]["src"]["bootstrap"],
-            dst=status["clusters"]["dst"]["bootstrap"],
-            workdir=workdir / "runs",
-            partitions=p.partitions,
-            producer=producer,
-            consumer=consumer,
-            batch=batch,
-            free_port=_free_port,
-            dst_data=workdir / "clusters" / "dst" / "data",  # where DevClusters keeps `dst`'s log
-        )
-        if standalone:
-            from mirror.devenv.spark import SparkDev
-
-            spark_dev = SparkDev(workdir / "clusters", base, workers)  # where dev.up started it
-            env.spark_master = status["spark"]["master"]
-            env.spark_pids = spark_dev.pids()
-            _log(f"spark standalone master {env.spark_master} (pids {env.spark_pids})")
+        env = _start_clusters(dev, base, runnable, p, workdir, phases)
         loads = _preload(env, p, phases)
         if p.warmup:
             warm = next(s for s in specs if s.key == "ceiling-idem")
@@ -554,6 +527,40 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
     print(render(result))
     print(f"\nJSON: {out}")
     return result
+
+
+def _start_clusters(
+    dev: Any, base: int, runnable: list[Spec], p: Params, workdir: Path, phases: dict[str, float]
+) -> Env:
+    """`src` and `dst` (and the standalone Spark cluster a standalone row needs): the run's Env."""
+    producer, consumer, batch = engine_settings()
+    t = time.monotonic()
+    standalone = any(s.kind == "spark" and s.options.get("standalone") for s in runnable)
+    workers = max(
+        (s.options.get("cores", 1) for s in runnable if s.kind == "spark" and s.options.get("standalone")),
+        default=1,
+    )
+    status = dev.up(["src", "dst"], base, spark=standalone, spark_workers=workers, broker_config=BROKER_CONFIG).status
+    phases["clusters_up_s"] = round(time.monotonic() - t, 1)
+    env = Env(
+        src=status["clusters"]["src"]["bootstrap"],
+        dst=status["clusters"]["dst"]["bootstrap"],
+        workdir=workdir / "runs",
+        partitions=p.partitions,
+        producer=producer,
+        consumer=consumer,
+        batch=batch,
+        free_port=_free_port,
+        dst_data=workdir / "clusters" / "dst" / "data",  # where DevClusters keeps `dst`'s log
+    )
+    if standalone:
+        from mirror.devenv.spark import SparkDev
+
+        spark_dev = SparkDev(workdir / "clusters", base, workers)  # where dev.up started it
+        env.spark_master = status["spark"]["master"]
+        env.spark_pids = spark_dev.pids()
+        _log(f"spark standalone master {env.spark_master} (pids {env.spark_pids})")
+    return env
 
 
 def _preload(env: Env, p: Params, phases: dict[str, float]) -> list[SourceLoad]:

@@ -332,7 +332,12 @@ def render(res: dict[str, Any]) -> str:
             else o["reason"]
         ),
     ]
-    lines += _marginal_lines(res)
+    return "\n".join(lines + _marginal_lines(res) + _footer(res))
+
+
+def _footer(res: dict[str, Any]) -> list[str]:
+    """Each rep's order, the ratios and the targets."""
+    lines = []
     orders = res.get("orders", {}).get("throughput")
     if orders:
         each = "; ".join(f"{n + 1}: {', '.join(o)}" for n, o in enumerate(orders))
@@ -346,7 +351,7 @@ def render(res: dict[str, Any]) -> str:
     for t in res["targets"]:
         mark = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
         lines.append(f"  [{mark:6}] {t['target']}: {t['value'] if t['value'] is not None else '-'}")
-    return "\n".join(lines)
+    return lines
 
 
 def _marginal_lines(res: dict[str, Any]) -> list[str]:
