@@ -10,17 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.spark_driver import _BatchLines
-from mirror.config import parse
 from mirror.spark.batches import Batches
-from mirror.spark.task import TaskPlan, TaskResult
-
-CONFIG = """\
-clusters:
-  src: {bootstrap: 127.0.0.1:9092}
-  dst: {bootstrap: 127.0.0.1:9093}
-flows:
-  - {name: f, source: src, target: dst, topics: {include: [orders]}}
-"""
+from mirror.spark.task import TaskResult
+from tests.unit.spark.fakes import task_plan
 
 
 class Source:
@@ -63,9 +55,8 @@ def _result(partition: int, records: int) -> TaskResult:
 
 
 def test_the_per_batch_line_of_the_real_handler_is_read(tmp_path: Path) -> None:
-    config = parse(CONFIG, env={})
     commits = Commits()
-    handler = Batches("f", Source(), TaskPlan(config.flow("f"), config.clusters["dst"]), Recorder(), commits)  # type: ignore[arg-type]
+    handler = Batches("f", Source(), task_plan(), Recorder(), commits)  # type: ignore[arg-type]
     handler.jvm = Writer([_result(0, 70), _result(1, 30)])  # type: ignore[assignment]
     checkpoint = tmp_path / "query"
     (checkpoint / "offsets").mkdir(parents=True)
