@@ -1,15 +1,18 @@
 """`python -m bench`: this project vs MirrorMaker 2 vs the raw ceiling, same machine, same load.
 
 1. Start two dev Kafka clusters (`src`, `dst`) on free loopback ports.
-2. Preload `src` with N records over P partitions.
-3. Throughput: each contender copies the whole topic to a fresh target topic, in
-   interleaved rounds (a b c d, a b c d, …) so slow drift of a shared machine hits every
-   contender alike. Per run: records/s and MB/s from the first to the last append on the
-   target, peak RSS and CPU seconds of the contender's process tree, wall time including
-   start-up, and a content check.
-4. Latency: `mirror run` and MirrorMaker 2 mirror a steady stamped load at about a third
+2. Preload `src` with N records over P partitions (and, with `--marginal`, a smaller topic).
+3. Warm-up, untimed: the JVM contenders' jars read, one copy of the topic (bench.warmup).
+4. Throughput: each contender copies the whole topic to a fresh target topic, in rounds
+   whose order changes from round to round (a b c, c b a, b c a, …: bench.pairing), so
+   neither the slow drift of a shared machine nor a place in the order favours one
+   contender. Per run: records/s and MB/s from the first to the last append on the target,
+   peak RSS and CPU seconds of the contender's process tree, wall time including start-up,
+   and a content check.
+5. Latency: `mirror run` and MirrorMaker 2 mirror a steady stamped load at about a third
    of the slower one's measured capacity; p50/p99 of (target append - produce) time.
-5. Medians with min and max; a table on stdout; JSON under bench/results/.
+6. Medians with min and max, ratios paired per round; a table on stdout; JSON under
+   bench/results/.
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ from bench.report import render, summarise
 
 SOURCE_TOPIC = "bench-load"
 SMALL_TOPIC = "bench-load-small"  # the `--marginal` size's topic
-WARMUP_TOPIC = "warmup.bench-load"  # the untimed warm-up copy's target
 # A deleted topic's files go 100 ms after the topic (Kafka's default: 60 s later, in the
 # background, during whichever contender then runs); the harness waits for that between runs.
 # Not 0: the broker's deletion task would then block one scheduler thread for good. Its first
