@@ -196,7 +196,13 @@ def start_session(
     ui_port: int | None = UI_PORT,
 ) -> SessionStart:
     """`spark_session(...)` started on a daemon thread (`mirror.spark.startup`): the caller
-    goes on with its checks and `get()`s the session when its first query needs it."""
+    goes on with its checks and `get()`s the session when its first query needs it.
+
+    pyspark is imported here, on the caller's thread, before the thread starts: imported on
+    the thread it would share the interpreter with the caller's next imports, and the JVM,
+    which the thread launches as soon as pyspark is in, would start that much later."""
+    import pyspark.sql  # noqa: F401 - see above
+
     return SessionStart(
         partial(spark_session, master, app, conf, quiet=quiet, submitted=submitted, ui_port=ui_port),
         running=_session_running,
