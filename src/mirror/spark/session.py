@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from mirror.errors import MirrorError
+from mirror.spark.cds import DRIVER_OPTIONS, use_options, with_java_options
 from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.startup import SessionStart
 
@@ -118,6 +119,7 @@ def spark_session(
     quiet: bool = True,
     submitted: bool = False,
     ui_port: int | None = UI_PORT,
+    class_archive: bool = True,
 ) -> Any:
     """A SparkSession with the Kafka connector from the cache; executors run this Python.
 
@@ -128,6 +130,9 @@ def spark_session(
     The Spark UI is on (`ui_port`; None turns it off): the jobs, stages, executors and the
     Structured Streaming tab are where a Spark engineer looks first. It listens where the
     driver binds (loopback for a local master or cluster).
+
+    The driver JVM this starts maps the class-data archive when one is built
+    (`mirror.spark.cds`; `class_archive=False`: not, as when building it).
     """
     import pyspark
     from pyspark.sql import SparkSession
@@ -145,7 +150,11 @@ def spark_session(
         builder = _direct(builder, master, connector_jars(pyspark.__version__) + writer_jars())
     if ui_port is not None:
         builder = builder.config("spark.ui.port", str(ui_port))
-    for k, v in (conf or {}).items():
+    conf = dict(conf or {})
+    archive = use_options() if class_archive and not submitted else []
+    if archive:
+        conf[DRIVER_OPTIONS] = with_java_options(conf.get(DRIVER_OPTIONS), archive)
+    for k, v in conf.items():
         builder = builder.config(k, v)
     # A speculative copy of a task would produce the same records alongside the original:
     # duplicates, and each one's contiguity check failing on the other's records.
