@@ -95,7 +95,7 @@ def _exercise(options: str) -> None:
     stopped and awaited (it writes an archive as it exits)."""
     from mirror.spark.session import LOCAL, spark_session
 
-    spark = spark_session(LOCAL, "mirror-class-archive", {DRIVER_OPTIONS: options}, class_archive=False)
+    spark = spark_session(LOCAL, "mirror-class-archive", {DRIVER_OPTIONS: options}, ui_port=0, class_archive=False)
     proc = spark.sparkContext._gateway.proc  # the JVM pyspark launched
     try:
         spark.range(1000).selectExpr("id % 3 AS k").groupBy("k").count().collect()
