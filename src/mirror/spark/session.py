@@ -192,20 +192,13 @@ def submitted_master() -> str:
     from pyspark import SparkConf, SparkContext
 
     SparkContext._ensure_initialized()  # joins spark-submit's gateway (PYSPARK_GATEWAY_PORT)
-    return str(SparkConf().get("spark.master", "local[*]"))
+    return str(SparkConf().get("spark.master", LOCAL))
 
 
-def start_session(
-    master: str,
-    app: str,
-    conf: Mapping[str, str] | None = None,
-    *,
-    quiet: bool = True,
-    submitted: bool = False,
-    ui_port: int | None = UI_PORT,
-) -> SessionStart:
-    """`spark_session(...)` started on a daemon thread (`mirror.spark.startup`): the caller
-    goes on with its checks and `get()`s the session when its first query needs it.
+def start_session(master: str, app: str, conf: Mapping[str, str] | None = None, **options: Any) -> SessionStart:
+    """`spark_session(master, app, conf, **options)` started on a daemon thread
+    (`mirror.spark.startup`): the caller goes on with its checks and `get()`s the session
+    when its first query needs it.
 
     pyspark is imported here, on the caller's thread, before the thread starts: imported on
     the thread it would share the interpreter with the caller's next imports, and the JVM,
@@ -213,7 +206,7 @@ def start_session(
     import pyspark.sql  # noqa: F401 - see above
 
     return SessionStart(
-        partial(spark_session, master, app, conf, quiet=quiet, submitted=submitted, ui_port=ui_port),
+        partial(spark_session, master, app, conf, **options),
         running=_session_running,
         guard=_spark_locks,
     )
