@@ -90,6 +90,7 @@ def run(
     spark_conf: tuple[str, ...],
 ) -> int:
     """Mirror one flow with Spark until stopped (or caught up); SIGTERM/Ctrl-C stop after the current batch."""
+    from mirror.spark.checkpoint import claim_checkpoint, default_checkpoint
     from mirror.spark.session import LOCAL, UI_PORT, check_local, start_session
     from mirror.spark.submit import parse_conf
 
@@ -97,6 +98,7 @@ def run(
     config = app.config(config_path)
     (flow,) = config.select_flows((flow_name,))
     check_local(config, flow, master or LOCAL)
+    claim_checkpoint(checkpoint or default_checkpoint(config, flow), flow)  # run_flow's own, before a JVM starts
     # The JVM and the SparkContext start now, beside the engine's imports, the clusters' checks
     # and the flow's start; the first query takes the session when it needs it.
     starting = start_session(

@@ -37,11 +37,11 @@ from mirror.config import Config, FlowConfig
 from mirror.domain.topics import TopicMapping, match_topics
 from mirror.engine.status import FlowState, FlowStatus
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
-from mirror.errors import MirrorError, UnsafeOperation, UsageError
+from mirror.errors import MirrorError, UnsafeOperation
 from mirror.kafka import Admin
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.spark.batches import Batches
-from mirror.spark.checkpoint import default_checkpoint, has_batches, resume_problem
+from mirror.spark.checkpoint import claim_checkpoint, default_checkpoint, has_batches, resume_problem
 from mirror.spark.clients import java_kafka_options
 from mirror.spark.commits import GroupCommits, Partition
 from mirror.spark.exactly_once import ProgressStarts
@@ -54,29 +54,6 @@ from mirror.spark.watch import TopicWatch
 from mirror.store import open_store
 
 log = logging.getLogger(__name__)
-
-MARKER = "mirror-flow.json"  # in a --checkpoint directory: which flow it belongs to
-
-
-def claim_checkpoint(directory: Path, flow: FlowConfig) -> Path:
-    """A --checkpoint directory belongs to one flow; another flow's is refused (exit 2)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    marker = directory / MARKER
-    mine = {"flow": flow.name, "source": flow.source, "group": flow.group_id}
-    if marker.exists():
-        try:
-            theirs = json.loads(marker.read_text())
-        except (OSError, ValueError):
-            theirs = None
-        if theirs != mine:
-            raise UsageError(
-                f"--checkpoint {directory} belongs to {theirs!r}, not flow {flow.name!r}",
-                hint="give each flow its own checkpoint directory (--checkpoint, or spark.checkpoint_dir in "
-                "the config)",
-            )
-    else:
-        marker.write_text(json.dumps(mine))
-    return directory / "query"
 
 
 class SparkFlow:

@@ -10,7 +10,7 @@ import pytest
 from mirror.config import parse
 from mirror.domain.route import HEADER_ORIGIN, Route
 from mirror.errors import ExitCode, MirrorError, UsageError
-from mirror.spark.job import claim_checkpoint
+from mirror.spark.checkpoint import claim_checkpoint
 from mirror.spark.session import check_master, with_task_retries
 from mirror.spark.task import delta_changes, origin_offset
 
