@@ -37,12 +37,11 @@ DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
 BUILD_TIMEOUT = 600.0  # seconds for the building JVM to write the archive and exit
 
 
-def _java_home() -> Path | None:
+def java_binary() -> Path | None:
+    """The `java` Spark runs: $JAVA_HOME's, else the one on PATH (None: none)."""
     java_home = os.environ.get("JAVA_HOME")
     java = Path(java_home) / "bin" / "java" if java_home else shutil.which("java")
-    if not java or not Path(java).exists():
-        return None
-    return Path(java).resolve().parent.parent
+    return Path(java) if java and Path(java).exists() else None
 
 
 def archive_key(java_home: Path, libjvm_stat: tuple[int, int], jars: Path, jars_mtime_ns: int) -> str:
@@ -55,9 +54,10 @@ def archive_key(java_home: Path, libjvm_stat: tuple[int, int], jars: Path, jars_
 def archive_path() -> Path | None:
     """Where the archive for this Java and this pyspark is (whether built or not); None when
     there is no Java or pyspark to key it on."""
-    home = _java_home()
-    if home is None:
+    java = java_binary()
+    if java is None:
         return None
+    home = java.resolve().parent.parent
     libjvm = home / "lib" / "server" / "libjvm.so"
     try:
         import pyspark

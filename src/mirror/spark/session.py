@@ -9,7 +9,6 @@ its checks instead of after them (`start_session`).
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import sys
 from collections.abc import Iterator, Mapping
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from mirror.errors import MirrorError
-from mirror.spark.cds import DRIVER_OPTIONS, use_options, with_java_options
+from mirror.spark.cds import DRIVER_OPTIONS, java_binary, use_options, with_java_options
 from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.startup import SessionStart
 
@@ -60,9 +59,7 @@ def connector_jars(version: str) -> list[str]:
 
 
 def check_java() -> None:
-    java_home = os.environ.get("JAVA_HOME")
-    java = Path(java_home) / "bin" / "java" if java_home else shutil.which("java")
-    if not java or not Path(java).exists():
+    if java_binary() is None:
         raise MirrorError(
             "no Java found (JAVA_HOME unset and no `java` on PATH)", hint="Spark needs a Java 17 or 21 runtime"
         )
