@@ -63,7 +63,7 @@ $(WRITER_JAR): $(WRITER_SOURCES) jvm/writer/build.sh | $(VENV)/.installed jars
 # The Spark driver JVM's class-data archive (mirror.spark.cds): built once per Java and pyspark
 # install (a no-op when it exists), so `mirror spark run` maps Spark's classes instead of loading them.
 .PHONY: class-archive
-class-archive: | $(VENV)/.installed
+class-archive: | $(VENV)/.installed jars $(WRITER_JAR)
 	@$(PY) -m mirror.spark.cds
 
 test: setup

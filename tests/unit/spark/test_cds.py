@@ -93,3 +93,42 @@ def test_a_driver_spark_submit_started_or_the_archives_own_build_maps_none(build
     assert cds.DRIVER_OPTIONS not in builder.conf  # its JVM runs already
     session.spark_session("local[2]", "app", {cds.DRIVER_OPTIONS: "-Xss4m"}, quiet=False, class_archive=False)
     assert builder.conf[cds.DRIVER_OPTIONS] == "-Xss4m"
+
+
+def test_a_failed_build_leaves_no_archive_and_setup_goes_on(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "driver-classes-k.jsa"
+    monkeypatch.setattr(cds, "archive_path", lambda: path)
+
+    def exercise(options: str) -> None:  # the driver JVM dumped half an archive, then failed
+        tmp = Path(options.split("=", 1)[1].split()[0])
+        tmp.write_bytes(b"half")
+        raise RuntimeError("the driver JVM exited with status 1")
+
+    monkeypatch.setattr(cds, "_exercise", exercise)
+    assert cds.main([]) == 0
+    assert "no class-data archive: the driver JVM exited with status 1" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # neither the archive nor the half-written one
+
+
+def test_an_archive_that_the_trial_jvm_cannot_map_is_not_installed(tmp_path, monkeypatch):
+    path = tmp_path / "driver-classes-k.jsa"
+    monkeypatch.setattr(cds, "_exercise", lambda options: Path(options.split("=", 1)[1].split()[0]).write_bytes(b"x"))
+
+    def trial(argv, **kwargs):
+        raise cds.subprocess.CalledProcessError(1, argv)
+
+    monkeypatch.setattr(cds.subprocess, "run", trial)
+    with pytest.raises(cds.subprocess.CalledProcessError):
+        cds.build(path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_tried_archive_is_renamed_into_place_and_another_javas_is_removed(tmp_path, monkeypatch):
+    path = tmp_path / "driver-classes-new.jsa"
+    (tmp_path / "driver-classes-old.jsa").write_bytes(b"old")
+    monkeypatch.setattr(cds, "_exercise", lambda options: Path(options.split("=", 1)[1].split()[0]).write_bytes(b"x"))
+    tried: list[list[str]] = []
+    monkeypatch.setattr(cds.subprocess, "run", lambda argv, **kwargs: tried.append(argv))
+    cds.build(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name] and path.read_bytes() == b"x"
+    assert tried[0][-2] == "--try" and tried[0][-1].endswith(".tmp")  # tried under its temporary name
