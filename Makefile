@@ -25,7 +25,7 @@ PYTEST_ARGS ?=
 .PHONY: setup test unit integration demo demo-down bench bench-setup clean-dev lint container-test
 
 # MM2 is in setup because the bench smoke test (tests/integration/test_bench_smoke.py) runs it.
-setup: $(VENV)/.installed jars $(WRITER_JAR)
+setup: $(VENV)/.installed jars $(WRITER_JAR) class-archive
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ jars:
 $(WRITER_JAR): $(WRITER_SOURCES) jvm/writer/build.sh | $(VENV)/.installed jars
 	@echo "building $@"
 	jvm/writer/build.sh $@ "$$($(PY) -c 'import pyspark, os; print(os.path.dirname(pyspark.__file__))')/jars" $(SPARK_JARS)
+
+# The Spark driver JVM's class-data archive (mirror.spark.cds): built once per Java and pyspark
+# install (a no-op when it exists), so `mirror spark run` maps Spark's classes instead of loading them.
+.PHONY: class-archive
+class-archive: | $(VENV)/.installed jars $(WRITER_JAR)
+	@$(PY) -m mirror.spark.cds
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

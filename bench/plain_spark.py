@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     import pyspark
     from pyspark.sql import SparkSession
 
-    from mirror.spark.job import connector_jars  # only to find the jars `make setup` fetched
+    from mirror.spark.session import connector_jars  # only to find the jars `make setup` fetched
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (

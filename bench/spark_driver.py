@@ -139,7 +139,8 @@ def _summary(values: list[float]) -> dict[str, float]:
 
 
 def measure(src: str, dst: str, workdir: Path, partitions: int, per_partition: int, batches: int) -> dict[str, Any]:
-    from mirror.spark.job import run_flow, spark_session
+    from mirror.spark.job import run_flow
+    from mirror.spark.session import spark_session
 
     load.create_topic(src, TOPIC, partitions)
     load.fill(src, TOPIC, list(range(partitions)), partitions * per_partition * batches, 64)

@@ -22,17 +22,20 @@ def jar_files(kinds: Iterable[str]) -> list[Path]:
     if "spark" in kinds:
         import pyspark
 
-        from mirror.spark.jvm import writer_jars
+        from mirror.errors import MirrorError
+        from mirror.spark.cds import archive_path
+        from mirror.spark.session import connector_jars, writer_jars
 
         folders.append(Path(pyspark.__file__).parent / "jars")
-        from mirror.errors import MirrorError
-        from mirror.spark.job import connector_jars
 
         try:
             files += [Path(j) for j in connector_jars(pyspark.__version__)]
         except MirrorError:
             pass  # no connector: the Spark rows fail on their own, with the hint
         files += [Path(j) for j in writer_jars()]
+        archive = archive_path()  # the driver JVM maps it as it starts (mirror.spark.cds)
+        if archive is not None and archive.is_file():
+            files.append(archive)
     if "mm2" in kinds and mm2.available():
         folders.append(mm2.libs())
     for folder in folders:

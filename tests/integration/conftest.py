@@ -67,7 +67,7 @@ def cassandra(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def spark_local():
     """One local-mode Spark session (its driver JVM) for every in-process Spark test."""
-    from mirror.spark.job import spark_session
+    from mirror.spark.session import spark_session
 
     spark = spark_session("local[2]", "mirror-tests", ui_port=None)  # no test looks at its UI
     try:

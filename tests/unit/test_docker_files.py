@@ -635,8 +635,8 @@ def test_the_spark_image_has_the_pinned_pyspark_and_its_connector():
 
 def test_the_spark_image_has_the_jvm_writer_where_the_driver_looks():
     """Built by the script `make setup` runs (one compile command), copied to the path the
-    image's $MIRROR_SPARK_WRITER_JAR names (`mirror.spark.jvm.writer_jar`)."""
-    from mirror.spark.jvm import JAR_ENV, JAR_NAME
+    image's $MIRROR_SPARK_WRITER_JAR names (`mirror.spark.session.writer_jar`)."""
+    from mirror.spark.session import JAR_ENV, JAR_NAME
 
     instructions = _dockerfile_instructions(SPARK_DOCKERFILE)
     assert _pinned(_bases(SPARK_DOCKERFILE)[2], "maven:3.9-eclipse-temurin-17")

@@ -49,7 +49,7 @@ def audit(
     """
     from mirror.cli.times import parse_time
     from mirror.spark.audit import audit as run_audit
-    from mirror.spark.job import check_java, check_master, spark_session
+    from mirror.spark.session import check_java, check_master, spark_session
 
     config = app.config(config_path)
     (flow,) = config.select_flows((flow_name,))

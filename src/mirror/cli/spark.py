@@ -90,27 +90,42 @@ def run(
     spark_conf: tuple[str, ...],
 ) -> int:
     """Mirror one flow with Spark until stopped (or caught up); SIGTERM/Ctrl-C stop after the current batch."""
-    from mirror.spark.job import UI_PORT, run_flow
-    from mirror.spark.jvm import describe_paths
+    from mirror.spark.checkpoint import claim_checkpoint, default_checkpoint
+    from mirror.spark.session import LOCAL, UI_PORT, check_local, start_session
     from mirror.spark.submit import parse_conf
 
     conf = dict(parse_conf(spark_conf))
     config = app.config(config_path)
     (flow,) = config.select_flows((flow_name,))
-    with stop_on_signals() as signals:
-        job = run_flow(
-            config,
-            flow,
-            master=master,
-            checkpoint=checkpoint,
-            until_caught_up=until_caught_up,
-            max_records_per_batch=max_records_per_batch,
-            metrics_port=metrics_port,
-            stop=signals.stop,
-            quiet=not app.debug,
-            ui_port=None if no_ui else UI_PORT if ui_port is None else ui_port,
-            conf=conf,
-        )
+    check_local(config, flow, master or LOCAL)
+    claim_checkpoint(checkpoint or default_checkpoint(config, flow), flow)  # run_flow's own, before a JVM starts
+    # The JVM and the SparkContext start now, beside the engine's imports, the clusters' checks
+    # and the flow's start; the first query takes the session when it needs it.
+    starting = start_session(
+        master or LOCAL,
+        f"mirror-{flow.name}",
+        conf,
+        quiet=not app.debug,
+        ui_port=None if no_ui else UI_PORT if ui_port is None else ui_port,
+    )
+    try:
+        from mirror.spark.job import run_flow
+        from mirror.spark.jvm import describe_paths
+
+        with stop_on_signals() as signals:
+            job = run_flow(
+                config,
+                flow,
+                master=master,
+                checkpoint=checkpoint,
+                until_caught_up=until_caught_up,
+                max_records_per_batch=max_records_per_batch,
+                metrics_port=metrics_port,
+                stop=signals.stop,
+                starting=starting,
+            )
+    finally:
+        starting.close()
     click.echo(
         f"flow {flow.name}: {job.records} records mirrored on Spark ({job.skipped} already on the target; "
         f"{describe_paths(job.paths)})",
@@ -161,7 +176,7 @@ def submit(
     dry_run: bool,
 ) -> int:
     """Run one flow as a Spark application through spark-submit; SIGTERM/Ctrl-C stop it after the current batch."""
-    from mirror.spark.job import CACHE, check_java, check_master
+    from mirror.spark.session import CACHE, check_java, check_master
     from mirror.spark.submit import SubmitRequest, check_deploy_mode, loopback_master, parse_conf, prepare, render
     from mirror.spark.submit import run as run_submit
 

@@ -55,8 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from mirror.cli.signals import stop_on_signals
     from mirror.config import load
-    from mirror.spark.job import run_flow, submitted_master
+    from mirror.spark.job import run_flow
     from mirror.spark.jvm import describe_paths
+    from mirror.spark.session import submitted_master
 
     config = load(args.config)
     (flow,) = config.select_flows((args.flow,))

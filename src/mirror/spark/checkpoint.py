@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mirror.config import Config, FlowConfig
+from mirror.errors import UsageError
 
 Positions = dict[tuple[str, int], int]
 
@@ -135,3 +136,27 @@ def _read_offsets(path: Path) -> Positions | None:
 
 def _positions(doc: Any) -> Positions:
     return {(t, int(p)): int(o) for t, parts in doc.items() for p, o in parts.items()}
+
+
+MARKER = "mirror-flow.json"  # in a --checkpoint directory: which flow it belongs to
+
+
+def claim_checkpoint(directory: Path, flow: FlowConfig) -> Path:
+    """A --checkpoint directory belongs to one flow; another flow's is refused (exit 2)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    marker = directory / MARKER
+    mine = {"flow": flow.name, "source": flow.source, "group": flow.group_id}
+    if marker.exists():
+        try:
+            theirs = json.loads(marker.read_text())
+        except (OSError, ValueError):
+            theirs = None
+        if theirs != mine:
+            raise UsageError(
+                f"--checkpoint {directory} belongs to {theirs!r}, not flow {flow.name!r}",
+                hint="give each flow its own checkpoint directory (--checkpoint, or spark.checkpoint_dir in "
+                "the config)",
+            )
+    else:
+        marker.write_text(json.dumps(mine))
+    return directory / "query"

@@ -22,34 +22,31 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
-import socket
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from mirror.config import Config, FlowConfig
 from mirror.domain.topics import TopicMapping, match_topics
 from mirror.engine.status import FlowState, FlowStatus
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
-from mirror.errors import MirrorError, UnsafeOperation, UsageError
+from mirror.errors import MirrorError, UnsafeOperation
 from mirror.kafka import Admin
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.spark.batches import Batches
-from mirror.spark.checkpoint import default_checkpoint, has_batches, resume_problem
-from mirror.spark.clients import REDACT, java_kafka_options
+from mirror.spark.checkpoint import claim_checkpoint, default_checkpoint, has_batches, resume_problem
+from mirror.spark.clients import java_kafka_options
 from mirror.spark.commits import GroupCommits, Partition
 from mirror.spark.exactly_once import ProgressStarts
-from mirror.spark.jvm import query_name, writer_jars
+from mirror.spark.jvm import query_name
+from mirror.spark.session import LOCAL, UI_PORT, check_local, start_session
 from mirror.spark.starts import StartingOffsets, Starts, empty_targets
 from mirror.spark.startup import SessionStart
 from mirror.spark.task import CHUNK, TaskPlan
@@ -58,67 +55,6 @@ from mirror.spark.watch import TopicWatch
 from mirror.store import open_store
 
 log = logging.getLogger(__name__)
-
-CACHE = Path(os.environ.get("MIRROR_CACHE", Path.home() / ".cache" / "mirror"))
-MARKER = "mirror-flow.json"  # in a --checkpoint directory: which flow it belongs to
-
-
-def connector_jars(version: str) -> list[str]:
-    """The Kafka connector jars `make setup` fetched for this pyspark version."""
-    folder = CACHE / f"spark-{version}" / "jars"
-    jars = sorted(str(p) for p in folder.glob("*.jar"))
-    if not any(f"spark-sql-kafka-0-10_2.13-{version}.jar" in j for j in jars):
-        raise MirrorError(
-            f"no Spark Kafka connector for pyspark {version} in {folder}",
-            hint="pyspark and deps/spark/pom.xml must name the same version; run `make setup`",
-        )
-    return jars
-
-
-def check_java() -> None:
-    java_home = os.environ.get("JAVA_HOME")
-    java = Path(java_home) / "bin" / "java" if java_home else shutil.which("java")
-    if not java or not Path(java).exists():
-        raise MirrorError(
-            "no Java found (JAVA_HOME unset and no `java` on PATH)", hint="Spark needs a Java 17 or 21 runtime"
-        )
-
-
-def check_master(master: str, timeout: float = 5.0) -> None:
-    """A standalone master that does not accept connections fails here, not after Spark's minute of retries."""
-    if not master.startswith("spark://"):
-        return
-    for hostport in master[len("spark://") :].split(","):
-        u = urlparse(f"//{hostport}")
-        try:
-            with socket.create_connection((u.hostname or "", u.port or 7077), timeout=timeout):
-                return
-        except OSError:
-            continue
-    raise MirrorError(
-        f"Spark master {master} does not answer", hint="check --master and that the master runs (mirror dev up --spark)"
-    )
-
-
-def claim_checkpoint(directory: Path, flow: FlowConfig) -> Path:
-    """A --checkpoint directory belongs to one flow; another flow's is refused (exit 2)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    marker = directory / MARKER
-    mine = {"flow": flow.name, "source": flow.source, "group": flow.group_id}
-    if marker.exists():
-        try:
-            theirs = json.loads(marker.read_text())
-        except (OSError, ValueError):
-            theirs = None
-        if theirs != mine:
-            raise UsageError(
-                f"--checkpoint {directory} belongs to {theirs!r}, not flow {flow.name!r}",
-                hint="give each flow its own checkpoint directory (--checkpoint, or spark.checkpoint_dir in "
-                "the config)",
-            )
-    else:
-        marker.write_text(json.dumps(mine))
-    return directory / "query"
 
 
 class SparkFlow:
@@ -145,7 +81,7 @@ class SparkFlow:
     ) -> None:
         self.config = config
         self.flow = flow
-        self.master = master or "local[*]"
+        self.master = master or LOCAL
         self.checkpoint = checkpoint
         self.until_caught_up = until_caught_up
         self.max_records_per_batch = max_records_per_batch
@@ -176,11 +112,7 @@ class SparkFlow:
 
     def check_local(self) -> None:
         """What must hold before a Spark session is started: Java, the master, the source options."""
-        check_java()
-        check_master(self.master)
-        java_kafka_options(
-            self.flow.source, self.config.clusters[self.flow.source].client
-        )  # a setting Spark's source cannot take: refused now
+        check_local(self.config, self.flow, self.master)
 
     def check_clusters(self) -> None:
         """The clusters answer and no other engine mirrors the flow (may run beside the session's start)."""
@@ -410,100 +342,6 @@ def _first_line(text: str) -> str:
     return text
 
 
-TASK_ATTEMPTS = 4  # Spark's spark.task.maxFailures default on a cluster
-
-
-def with_task_retries(master: str, attempts: int = TASK_ATTEMPTS) -> str:
-    """`local` / `local[N]` / `local[*]` as `local[N,attempts]`: local mode gives a task one
-    attempt whatever spark.task.maxFailures says, so one transient failure (a leader moving,
-    a slow flush) would end the run where a cluster retries. Retries are safe: a retried task
-    skips what the target already holds (`mirror.spark.task`). Other masters as given."""
-    if master == "local":
-        return f"local[1,{attempts}]"
-    if master.startswith("local[") and master.endswith("]") and "," not in master:
-        return f"{master[:-1]},{attempts}]"
-    return master
-
-
-UI_PORT = 4040  # Spark's own default; a busy port makes Spark try the next ones (spark.port.maxRetries)
-
-
-def spark_session(
-    master: str,
-    app: str,
-    conf: Mapping[str, str] | None = None,
-    *,
-    quiet: bool = True,
-    submitted: bool = False,
-    ui_port: int | None = UI_PORT,
-) -> Any:
-    """A SparkSession with the Kafka connector from the cache; executors run this Python.
-
-    `submitted`: spark-submit started this driver and its command line already says the
-    master, the jars and the executors' Python (`mirror.spark.submit`); none is set here,
-    so the executors keep the package they were given instead of this interpreter's path.
-
-    The Spark UI is on (`ui_port`; None turns it off): the jobs, stages, executors and the
-    Structured Streaming tab are where a Spark engineer looks first. It listens where the
-    driver binds (loopback for a local master or cluster).
-    """
-    import pyspark
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.appName(app)
-        .config("spark.task.maxFailures", str(TASK_ATTEMPTS))
-        .config("spark.redaction.regex", REDACT)  # the JAAS line and a client key never in a log or plan
-        .config("spark.ui.enabled", "false" if ui_port is None else "true")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-    )
-    if not submitted:
-        builder = _direct(builder, master, connector_jars(pyspark.__version__) + writer_jars())
-    if ui_port is not None:
-        builder = builder.config("spark.ui.port", str(ui_port))
-    for k, v in (conf or {}).items():
-        builder = builder.config(k, v)
-    # A speculative copy of a task would produce the same records alongside the original:
-    # duplicates, and each one's contiguity check failing on the other's records.
-    builder = builder.config("spark.speculation", "false")
-    spark = builder.getOrCreate()
-    if quiet:
-        spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
-def _direct(builder: Any, master: str, jars: list[str]) -> Any:
-    """What spark-submit would otherwise say: the master, the jars and the executors' Python."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (
-        builder.master(with_task_retries(master))
-        .config("spark.jars", ",".join(jars))
-        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
-    )
-    host = (
-        urlparse(master.replace("spark://", "//").split(",")[0]).hostname
-        if master.startswith("spark://")
-        else "127.0.0.1"
-    )
-    if host in ("127.0.0.1", "localhost"):
-        # Local mode, or a cluster on this host: the driver listens on loopback only (the
-        # host name may resolve to an address nothing routes to).
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-    return builder
-
-
-def submitted_master() -> str:
-    """The master spark-submit was given, read from its JVM before any SparkContext connects."""
-    from pyspark import SparkConf, SparkContext
-
-    SparkContext._ensure_initialized()  # joins spark-submit's gateway (PYSPARK_GATEWAY_PORT)
-    return str(SparkConf().get("spark.master", "local[*]"))
-
-
 def run_flow(
     config: Config,
     flow: FlowConfig,
@@ -519,13 +357,18 @@ def run_flow(
     submitted: bool = False,
     ui_port: int | None = UI_PORT,
     conf: Mapping[str, str] | None = None,
+    starting: SessionStart | None = None,
 ) -> SparkFlow:
     """`mirror spark run`'s core: checks, a session (unless given), the query; returns the finished run.
     `submitted`: under spark-submit (`mirror.cli.spark_app`), which set the master and the package.
+    `starting`: the session the caller already started (`start_session`, with this run's
+    master, conf and UI), let go of at the end like one started here.
 
     The query's checkpoint is `checkpoint`, else the flow's durable default (`default_checkpoint`)."""
-    location = claim_checkpoint(checkpoint or default_checkpoint(config, flow), flow)
     with ExitStack() as stack:
+        if starting is not None:
+            stack.callback(starting.close)  # also when a check below refuses the run
+        location = claim_checkpoint(checkpoint or default_checkpoint(config, flow), flow)
         metrics = run_metrics = None
         if metrics_port is not None:
             from mirror.metrics import RunMetrics, serve
@@ -545,25 +388,15 @@ def run_flow(
             stop=stop,
         )
         job.check_local()
-        if spark is None:
+        if starting is None and spark is None:
             # The JVM and the session start beside the clusters' checks and the flow's start.
-            starting = SessionStart(
-                partial(
-                    spark_session,
-                    job.master,
-                    f"mirror-{flow.name}",
-                    conf,
-                    quiet=quiet,
-                    submitted=submitted,
-                    ui_port=ui_port,
-                ),
-                running=_session_running,
-                guard=_spark_locks,
+            starting = start_session(
+                job.master, f"mirror-{flow.name}", conf, quiet=quiet, submitted=submitted, ui_port=ui_port
             )
             stack.callback(starting.close)
-            get_session: Callable[[], Any] = partial(starting.get, job.stop)
-        else:
-            get_session = partial(_given, spark)
+        get_session: Callable[[], Any] = (
+            partial(starting.get, job.stop) if starting is not None else partial(_given, spark)
+        )
 
         def session() -> Any:
             ready = get_session()
@@ -583,22 +416,3 @@ def run_flow(
 
 def _given(spark: Any) -> Any:
     return spark
-
-
-def _session_running() -> bool:
-    """Whether this process already runs a SparkContext (`getOrCreate` would hand it back)."""
-    from pyspark import SparkContext
-
-    return SparkContext._active_spark_context is not None
-
-
-@contextmanager
-def _spark_locks() -> Iterator[None]:
-    """pyspark's locks, in the order `SparkSession.builder.getOrCreate` takes them (both
-    reentrant): held around `_session_running` and the session's start, no other thread
-    creates or stops a SparkContext in between."""
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    with SparkSession.Builder._lock, SparkContext._lock:
-        yield

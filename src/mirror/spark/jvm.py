@@ -33,12 +33,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import reduce
-from pathlib import Path
 from typing import Any
 
 from mirror.errors import ConfigError
@@ -49,8 +47,6 @@ from mirror.spark.task import FLUSH_TIMEOUT, TaskPlan, TaskResult
 log = logging.getLogger(__name__)
 
 WRITER_CLASS = "io.mirror.spark.MirrorWriter"
-JAR_NAME = "mirror-spark-writer.jar"
-JAR_ENV = "MIRROR_SPARK_WRITER_JAR"  # where the jar is when not in the checkout's build/jvm
 
 INFINITE_MS = 2**31 - 1  # the Java client's largest delivery.timeout.ms
 JAVA_REQUEST_TIMEOUT_MS = 30_000  # the Java producer's default request.timeout.ms
@@ -76,20 +72,6 @@ _WRITER_FIXED = {"enable.idempotence": "true"}
 
 class Untranslatable(ValueError):
     """A setting the Java client cannot be given faithfully: the batch goes the Python way."""
-
-
-def writer_jar() -> Path | None:
-    """The writer's jar for `spark.jars` / `--jars`: $MIRROR_SPARK_WRITER_JAR, else the one
-    `make setup` built in the checkout (None: not built; the Python tasks mirror alone)."""
-    named = os.environ.get(JAR_ENV)
-    jar = Path(named) if named else Path(__file__).resolve().parents[3] / "build" / "jvm" / JAR_NAME
-    return jar if jar.is_file() else None
-
-
-def writer_jars() -> list[str]:
-    """The writer's jar for `spark.jars` / `--jars`, when built."""
-    jar = writer_jar()
-    return [str(jar)] if jar is not None else []
 
 
 def java_producer_settings(settings: Mapping[str, Any]) -> dict[str, str]:

@@ -16,10 +16,14 @@ last run using it, and only if a run started it (`_Users`).
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 class _Users:
@@ -91,12 +95,14 @@ class SessionStart:
         self._thread.start()
 
     def _start(self) -> None:
+        began = time.monotonic()
         try:
             session = _USERS.start(self._factory, self._running, self._guard)
         except BaseException as exc:  # noqa: BLE001 - handed to get(), raised on the caller's thread
             self._error = exc
             self._done.set()
             return
+        log.debug("the Spark session is up, %.1f s after its start began", time.monotonic() - began)
         with self._lock:
             self._session = session
             closed = self._closed

@@ -229,9 +229,8 @@ def prepare(req: SubmitRequest, package_dir: Path) -> list[str]:
     """Checks that need no cluster, the package built or reused, and the line to run."""
     import importlib.metadata
 
-    from mirror.spark.job import connector_jars, with_task_retries
-    from mirror.spark.jvm import writer_jars
     from mirror.spark.package import ensure_package
+    from mirror.spark.session import connector_jars, with_task_retries, writer_jars
 
     check_deploy_mode(req.master, req.deploy_mode)
     jars = connector_jars(importlib.metadata.version("pyspark")) + writer_jars()

@@ -10,7 +10,8 @@ import pytest
 from mirror.config import parse
 from mirror.domain.route import HEADER_ORIGIN, Route
 from mirror.errors import ExitCode, MirrorError, UsageError
-from mirror.spark.job import check_master, claim_checkpoint, with_task_retries
+from mirror.spark.checkpoint import claim_checkpoint
+from mirror.spark.session import check_master, with_task_retries
 from mirror.spark.task import delta_changes, origin_offset
 
 R = Route("orders", 1, "nyc.orders", b"nyc/orders/1/")
@@ -69,16 +70,16 @@ def test_a_checkpoint_directory_belongs_to_one_flow(tmp_path):
 
 
 def test_a_pyspark_without_its_connector_jar_is_refused(tmp_path, monkeypatch):
-    from mirror.spark import job
+    from mirror.spark import session
 
-    monkeypatch.setattr(job, "CACHE", tmp_path)
+    monkeypatch.setattr(session, "CACHE", tmp_path)
     (tmp_path / "spark-4.2.0" / "jars").mkdir(parents=True)
     (tmp_path / "spark-4.2.0" / "jars" / "spark-sql-kafka-0-10_2.13-4.2.0.jar").write_bytes(b"")
-    assert job.connector_jars("4.2.0") == [
+    assert session.connector_jars("4.2.0") == [
         str(tmp_path / "spark-4.2.0" / "jars" / "spark-sql-kafka-0-10_2.13-4.2.0.jar")
     ]
     with pytest.raises(MirrorError, match="no Spark Kafka connector for pyspark 4.3.0") as info:
-        job.connector_jars("4.3.0")
+        session.connector_jars("4.3.0")
     assert "make setup" in str(info.value)
 
 

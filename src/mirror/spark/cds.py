@@ -1,0 +1,156 @@
+"""The driver JVM's class-data archive: Spark's classes mapped at start instead of loaded.
+
+Before a first query runs, a driver JVM loads and verifies some 13,000 classes from pyspark's
+jars (spark-submit, the SparkContext, the SQL session's configuration and function registry,
+the Kafka source's analysis): seconds of CPU that the plain PySpark job pays too and that
+decide when the first record lands. A dynamic AppCDS archive (the JDK's class-data sharing)
+holds those classes already parsed and verified, and a JVM started with it maps them instead.
+
+It is built once per checkout, Java runtime and pyspark install (`make setup` runs `python -m
+mirror.spark.cds`): a session started with `-XX:ArchiveClassesAtExit` does what a run's start
+does, and its JVM writes the archive as it exits. The name says which Java and which pyspark
+jars it was built from (`archive_path`); the JVM checks the same again and starts without the
+archive when it does not match (`-Xlog` keeps that quiet). A truncated archive crashes the JVM
+that maps it, so one is never written in place: it is written beside, tried by a JVM that must
+map it (`-Xshare:on`), and only then renamed to its name. A run without the archive (not
+built, other Java, a container) starts as it always did, only slower.
+
+Only the driver's JVM started by `mirror spark run` (and `mirror audit`) uses it; under
+spark-submit the driver JVM is already running, and executors on a cluster start their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+ARCHIVE_ENV = "MIRROR_SPARK_CLASS_ARCHIVE"  # a directory for the archive other than the checkout's build/jvm
+QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")  # an archive that does not match: start without it, silently
+DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
+BUILD_TIMEOUT = 600.0  # seconds for the building JVM to write the archive and exit
+
+
+def java_binary() -> Path | None:
+    """The `java` Spark runs: $JAVA_HOME's, else the one on PATH (None: none)."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = Path(java_home) / "bin" / "java" if java_home else shutil.which("java")
+    return Path(java) if java and Path(java).exists() else None
+
+
+def archive_key(java_home: Path, libjvm_stat: tuple[int, int], jars: Path, jars_mtime_ns: int) -> str:
+    """What an archive was built from, as a short hash: the JVM build (its libjvm's size and
+    time) and pyspark's jars folder (a reinstall rewrites it)."""
+    text = f"{java_home}|{libjvm_stat[0]}|{libjvm_stat[1]}|{jars}|{jars_mtime_ns}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def archive_path() -> Path | None:
+    """Where the archive for this Java and this pyspark is (whether built or not); None when
+    there is no Java or pyspark to key it on."""
+    java = java_binary()
+    if java is None:
+        return None
+    home = java.resolve().parent.parent
+    libjvm = home / "lib" / "server" / "libjvm.so"
+    try:
+        import pyspark
+
+        jars = Path(pyspark.__file__).parent / "jars"
+        st = libjvm.stat()
+        key = archive_key(home, (st.st_size, st.st_mtime_ns), jars, jars.stat().st_mtime_ns)
+    except (ImportError, OSError):
+        return None
+    folder = os.environ.get(ARCHIVE_ENV)
+    base = Path(folder) if folder else Path(__file__).resolve().parents[3] / "build" / "jvm"
+    return base / f"driver-classes-{key}.jsa"
+
+
+def with_java_options(options: str | None, extra: list[str]) -> str:
+    """`extra` JVM options before the ones already given (a later option wins in the JVM, so
+    the user's own `spark.driver.extraJavaOptions` keep the last word)."""
+    return " ".join([*extra, *([options] if options else [])])
+
+
+def use_options() -> list[str]:
+    """The driver JVM's options to map the archive, when it is built; else none."""
+    path = archive_path()
+    if path is None or not path.is_file():
+        return []
+    log.debug("the driver JVM maps the class-data archive %s", path)
+    return [f"-XX:SharedArchiveFile={path}", *QUIET]
+
+
+# ---------------------------------------------------------------- building it (`make setup`)
+
+
+def _exercise(options: str) -> None:
+    """Start a session with the driver `options` and do what a run's start does; the JVM is
+    stopped and awaited (it writes an archive as it exits)."""
+    from mirror.spark.session import LOCAL, spark_session
+
+    spark = spark_session(LOCAL, "mirror-class-archive", {DRIVER_OPTIONS: options}, ui_port=0, class_archive=False)
+    proc = spark.sparkContext._gateway.proc  # the JVM pyspark launched
+    try:
+        spark.range(1000).selectExpr("id % 3 AS k").groupBy("k").count().collect()
+        reader = spark.readStream.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:9")
+        reader.option("assign", '{"t": [0]}').load().selectExpr("key", "value", "timestamp").schema  # noqa: B018
+    finally:
+        spark.stop()
+        proc.stdin.close()  # pyspark's gateway exits at the end of its stdin
+        proc.wait(timeout=BUILD_TIMEOUT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the driver JVM exited with status {proc.returncode}")
+
+
+def build(path: Path) -> None:
+    """Write the archive at `path`: dumped beside it, tried, then renamed (never in place)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        _exercise(with_java_options(None, [f"-XX:ArchiveClassesAtExit={tmp}", *QUIET]))
+        if not tmp.is_file():
+            raise RuntimeError("the driver JVM wrote no archive")
+        # A JVM that must map it (or fail): a broken archive is never installed.
+        subprocess.run(
+            [sys.executable, "-m", "mirror.spark.cds", "--try", str(tmp)],
+            check=True,
+            timeout=BUILD_TIMEOUT,
+            stdout=subprocess.DEVNULL,
+        )
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    for old in path.parent.glob("driver-classes-*.jsa"):
+        if old != path:
+            old.unlink(missing_ok=True)  # another Java's or pyspark's: never mapped again
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--try"]:
+        _exercise(f"-XX:SharedArchiveFile={args[1]} -Xshare:on")
+        return 0
+    path = archive_path()
+    if path is None:
+        print("mirror.spark.cds: no Java or no pyspark: no class-data archive", file=sys.stderr)
+        return 0
+    if path.is_file():
+        return 0
+    print(f"building the Spark driver's class-data archive {path}", file=sys.stderr)
+    try:
+        build(path)
+    except Exception as exc:  # noqa: BLE001 - pyspark's, py4j's, ours: only start-up time depends on it
+        # setup goes on, and runs start without it.
+        print(f"mirror.spark.cds: no class-data archive: {exc}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""The driver's class-data archive: where it is, when a run maps it, how options combine (no JVM)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from mirror.spark import cds, session
+
+
+def test_the_archive_key_changes_with_the_jvm_build_and_the_pyspark_install():
+    base = cds.archive_key(Path("/jdk"), (100, 1), Path("/venv/pyspark/jars"), 5)
+    assert base == cds.archive_key(Path("/jdk"), (100, 1), Path("/venv/pyspark/jars"), 5)
+    assert len(base) == 16
+    others = {
+        cds.archive_key(Path("/jdk2"), (100, 1), Path("/venv/pyspark/jars"), 5),  # another Java
+        cds.archive_key(Path("/jdk"), (100, 2), Path("/venv/pyspark/jars"), 5),  # the same path upgraded
+        cds.archive_key(Path("/jdk"), (100, 1), Path("/other/pyspark/jars"), 5),  # another venv
+        cds.archive_key(Path("/jdk"), (100, 1), Path("/venv/pyspark/jars"), 6),  # pyspark reinstalled
+    }
+    assert base not in others and len(others) == 4
+
+
+def test_the_users_driver_options_come_last_so_they_win():
+    assert cds.with_java_options(None, ["-XX:SharedArchiveFile=/a.jsa", "-Xlog:cds=off"]) == (
+        "-XX:SharedArchiveFile=/a.jsa -Xlog:cds=off"
+    )
+    assert cds.with_java_options("-Xss4m -XX:-UseSharedSpaces", ["-XX:SharedArchiveFile=/a.jsa"]) == (
+        "-XX:SharedArchiveFile=/a.jsa -Xss4m -XX:-UseSharedSpaces"
+    )
+
+
+def test_a_run_maps_the_archive_only_once_it_is_built(tmp_path, monkeypatch):
+    monkeypatch.setenv(cds.ARCHIVE_ENV, str(tmp_path))
+    path = cds.archive_path()
+    if path is None:
+        pytest.skip("no Java here to key an archive on")
+    assert path.parent == tmp_path and path.name.startswith("driver-classes-") and path.suffix == ".jsa"
+    assert cds.use_options() == []  # not built: the JVM starts as it always did
+    path.write_bytes(b"x")
+    assert cds.use_options() == [f"-XX:SharedArchiveFile={path}", *cds.QUIET]
+
+
+def test_no_java_means_no_archive(monkeypatch, tmp_path):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nojava"))
+    assert cds.archive_path() is None
+    assert cds.use_options() == []
+
+
+class _Builder:
+    """Records the settings `spark_session` gives pyspark's builder."""
+
+    def __init__(self) -> None:
+        self.conf: dict[str, str] = {}
+
+    def appName(self, name: str) -> _Builder:  # noqa: N802 - pyspark's name
+        return self.config("spark.app.name", name)
+
+    def master(self, master: str) -> _Builder:
+        return self.config("spark.master", master)
+
+    def config(self, key: str, value: str) -> _Builder:
+        self.conf[key] = value
+        return self
+
+    def getOrCreate(self) -> _Builder:  # noqa: N802 - pyspark's name
+        return self
+
+
+@pytest.fixture
+def builder(monkeypatch):
+    from pyspark.sql import SparkSession
+
+    fake = _Builder()
+    monkeypatch.setattr(SparkSession, "builder", fake)
+    for name, value in (("PYSPARK_PYTHON", sys.executable), ("PYSPARK_DRIVER_PYTHON", sys.executable)):
+        monkeypatch.setenv(name, value)  # what `spark_session` sets by default, undone after the test
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    monkeypatch.setattr(session, "connector_jars", lambda version: [])
+    monkeypatch.setattr(session, "use_options", lambda: ["-XX:SharedArchiveFile=/a.jsa"])
+    return fake
+
+
+def test_a_session_started_here_maps_the_archive_after_the_users_options(builder):
+    session.spark_session("local[2]", "app", {cds.DRIVER_OPTIONS: "-Xss4m"}, quiet=False, ui_port=None)
+    assert builder.conf[cds.DRIVER_OPTIONS] == "-XX:SharedArchiveFile=/a.jsa -Xss4m"
+
+
+def test_a_driver_spark_submit_started_or_the_archives_own_build_maps_none(builder):
+    session.spark_session("local[2]", "app", quiet=False, submitted=True, ui_port=None)
+    assert cds.DRIVER_OPTIONS not in builder.conf  # its JVM runs already
+    session.spark_session("local[2]", "app", {cds.DRIVER_OPTIONS: "-Xss4m"}, quiet=False, class_archive=False)
+    assert builder.conf[cds.DRIVER_OPTIONS] == "-Xss4m"
+
+
+def test_a_failed_build_leaves_no_archive_and_setup_goes_on(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "driver-classes-k.jsa"
+    monkeypatch.setattr(cds, "archive_path", lambda: path)
+
+    def exercise(options: str) -> None:  # the driver JVM dumped half an archive, then failed
+        tmp = Path(options.split("=", 1)[1].split()[0])
+        tmp.write_bytes(b"half")
+        raise RuntimeError("the driver JVM exited with status 1")
+
+    monkeypatch.setattr(cds, "_exercise", exercise)
+    assert cds.main([]) == 0
+    assert "no class-data archive: the driver JVM exited with status 1" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # neither the archive nor the half-written one
+
+
+def test_an_archive_that_the_trial_jvm_cannot_map_is_not_installed(tmp_path, monkeypatch):
+    path = tmp_path / "driver-classes-k.jsa"
+    monkeypatch.setattr(cds, "_exercise", lambda options: Path(options.split("=", 1)[1].split()[0]).write_bytes(b"x"))
+
+    def trial(argv, **kwargs):
+        raise cds.subprocess.CalledProcessError(1, argv)
+
+    monkeypatch.setattr(cds.subprocess, "run", trial)
+    with pytest.raises(cds.subprocess.CalledProcessError):
+        cds.build(path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_tried_archive_is_renamed_into_place_and_another_javas_is_removed(tmp_path, monkeypatch):
+    path = tmp_path / "driver-classes-new.jsa"
+    (tmp_path / "driver-classes-old.jsa").write_bytes(b"old")
+    monkeypatch.setattr(cds, "_exercise", lambda options: Path(options.split("=", 1)[1].split()[0]).write_bytes(b"x"))
+    tried: list[list[str]] = []
+    monkeypatch.setattr(cds.subprocess, "run", lambda argv, **kwargs: tried.append(argv))
+    cds.build(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name] and path.read_bytes() == b"x"
+    assert tried[0][-2] == "--try" and tried[0][-1].endswith(".tmp")  # tried under its temporary name
