@@ -68,6 +68,7 @@ class Env:
     spark_master: str | None = None  # the standalone cluster's URL, when a `spark-standalone` row runs
     spark_pids: list[int] = field(default_factory=list)  # its master and worker: sampled with the contender
     dst_data: Path | None = None  # the target broker's log directory: deleted topics' files gone from it
+    base: Path | None = None  # another tree, for the `spark-base` row
 
 
 @dataclass
@@ -152,6 +153,13 @@ class Spec:
             if not daemon:
                 argv.append("--until-caught-up")
             roots: list[int] = []
+            if self.options.get("base"):
+                # Another tree's `mirror` (its src/ ahead of this checkout's) and its JVM writer;
+                # run outside this checkout, whose top-level packages `python -m` would put first.
+                assert env.base is not None
+                jar = env.base / "build" / "jvm" / "mirror-spark-writer.jar"
+                base_env = {"PYTHONPATH": str(env.base / "src"), "MIRROR_SPARK_WRITER_JAR": str(jar)}
+                return Contender(argv, log, cwd=run_dir, env=base_env).start()
             if self.options.get("standalone"):
                 if not env.spark_master:
                     raise RuntimeError(f"contender {self.key}: no standalone Spark cluster was started")
@@ -352,6 +360,11 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
         )
     )
     specs.append(Spec("spark", "mirror spark run (local mode)", "spark"))
+    specs.append(
+        Spec(
+            "spark-base", "mirror spark run of --base's tree (local mode)", "spark", opt_in=True, options={"base": True}
+        )
+    )
     specs.append(
         Spec(
             "spark-eos",

@@ -79,6 +79,7 @@ class Params:
     marginal: int | None = None
     # An untimed copy of the source topic before the first measured run (see `_warm_up`).
     warmup: bool = True
+    base: Path | None = None  # the `spark-base` row's tree (--base)
 
     @classmethod
     def quick_mode(cls) -> Params:
@@ -171,6 +172,7 @@ def _alias(spec: Spec, phase: str, rep: int) -> str:
         "spark-standalone": "s2",
         "spark-standalone-w2": "s3",
         "plain-spark": "s0",
+        "spark-base": "sb",
     }
     return f"{phase}{short.get(spec.key, spec.key)}r{rep}x{uuid.uuid4().hex[:4]}"
 
@@ -461,6 +463,8 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
     for s in specs:
         if s.kind == "mirror" and not mirror_ok:
             s.kind, s.reason = "unavailable", f"pending: {mirror_reason}"
+        if s.options.get("base") and p.base is None:
+            s.kind, s.reason = "unavailable", "needs --base (another tree to run in the same rounds)"
     # Opt-in rows (diagnostics such as mirror-noprov) run only when named in --only.
     chosen = [s for s in specs if (s.key in p.only if (p.only or s.opt_in) else True) and s.key not in p.skip]
     runnable = [s for s in chosen if s.kind != "unavailable"]
@@ -502,6 +506,7 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
             **p.__dict__,
             "only": list(p.only),
             "skip": list(p.skip),
+            "base": str(p.base) if p.base else None,
             "producer": _jsonable(producer),
             "consumer": _jsonable(consumer),
             "consume_batch": batch,
@@ -554,6 +559,7 @@ def _start_clusters(
         batch=batch,
         free_port=_free_port,
         dst_data=workdir / "clusters" / "dst" / "data",  # where DevClusters keeps `dst`'s log
+        base=p.base,
     )
     if standalone:
         from mirror.devenv.spark import SparkDev
@@ -733,6 +739,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="JSON result path (default bench/results/bench-<time>.json)")
     ap.add_argument("--workdir", type=Path, help="keep clusters' data and contender logs here")
     ap.add_argument("--keep", action="store_true", help="keep the temporary workdir (logs) after the run")
+    ap.add_argument(
+        "--base",
+        type=Path,
+        help="the spark-base row: `mirror spark run` of another tree (its src/ and its built "
+        "build/jvm/mirror-spark-writer.jar), in the same rounds as this one's",
+    )
     args = ap.parse_args(argv)
     p = Params.quick_mode() if args.quick else Params()
     for name in (
@@ -755,6 +767,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.no_warmup:
         p.warmup = False
     p.only = tuple(x for x in args.only.split(",") if x)
+    p.base = args.base.resolve() if args.base else None
     if args.skip:
         p.skip = tuple(x for x in args.skip.split(",") if x)
     run(p, out=args.out, workdir=args.workdir, keep=args.keep)

@@ -93,6 +93,16 @@ def load_data(src: str, unique: str, records: int = RECORDS) -> dict[str, int]:
     return {plain: 3, tx: 2}
 
 
+def one_partition_topic(src: str, topic: str, records: int, prefix: bytes = b"v") -> str:
+    """`topic` created with one partition holding `records` records (values prefix + i, keys i)."""
+    create_topic(src, topic, 1)
+    p = producer(src)
+    for i in range(records):
+        p.produce(topic, value=prefix + b"%d" % i, key=b"%d" % i, partition=0)
+    assert p.flush(30) == 0
+    return topic
+
+
 def assert_exact(src: str, dst: str, unique: str, topics: dict[str, int]) -> dict[str, dict[int, list[Rec]]]:
     """Every committed source record once on the target: same partition, order, key, value,
     timestamp and headers, with its provenance; nothing aborted; the group at the end offsets."""
@@ -572,12 +582,7 @@ def test_a_partition_added_to_a_source_topic_while_the_query_runs_is_mirrored(cl
     from confluent_kafka.admin import AdminClient, NewPartitions
 
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
-    topic = f"sp-{unique}-grow"
-    create_topic(src, topic, 1)
-    p = producer(src)
-    for i in range(50):
-        p.produce(topic, value=b"a%d" % i, key=b"%d" % i, partition=0)
-    assert p.flush(30) == 0
+    topic = one_partition_topic(src, f"sp-{unique}-grow", 50, b"a")
     config = write_config(flow_yaml(unique, topic, tmp_path / "offsets.db"))
     run = SparkRun(config, f"f-{unique}", "--checkpoint", str(tmp_path / "cp"))
     try:
@@ -939,6 +944,42 @@ def test_a_backlog_of_two_bounds_is_two_micro_batches_not_a_tail(clusters, write
         p: [r.content() for r in rs] for p, rs in source.items()
     }
     assert group_offsets(src, f"mirror-{unique}", topic, 3) == end_offsets(src, topic, 3)
+
+
+def test_source_records_deleted_before_their_batch_is_read_are_skipped_as_sparks_reader_skips_them(
+    clusters, write_config, unique, tmp_path, spark_local, monkeypatch, caplog
+):
+    """Issue 21 (direct read): retention removes source records after Spark planned a batch's
+    range and before the JVM writer's task reads it. Spark's reader with failOnDataLoss false
+    (as the job sets it) goes on from the log start; so does the writer's own consumer, which
+    says what was lost, and copies the rest exactly."""
+    import logging
+
+    from mirror.kafka import Admin
+    from mirror.spark.batches import Batches
+    from mirror.spark.job import run_flow
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic = one_partition_topic(src, f"sp-{unique}-lost", 300)
+    config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db")))
+    on_batch = Batches.on_batch
+
+    def retention_first(self: Batches, df: object, batch_id: int) -> None:
+        if batch_id == 0:  # planned as [0, 101): its first 50 records go before it is read
+            Admin("src", config.clusters["src"]).delete_records({(topic, 0): 50})
+        on_batch(self, df, batch_id)
+
+    monkeypatch.setattr(Batches, "on_batch", retention_first)
+    with caplog.at_level(logging.WARNING, logger="mirror.spark.batches"):
+        job = run_flow(
+            config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, max_records_per_batch=100
+        )
+    assert job._batches is not None and set(job._batches.paths) == {"jvm"}
+    kept = [r.content() for r in read_partition(src, topic, 0)]
+    assert len(kept) == 250 == job.records
+    assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == kept
+    assert f"{topic}-0 offsets 0 to 49 were deleted before they were read" in caplog.text
+    assert group_offsets(src, f"mirror-{unique}", topic, 1) == end_offsets(src, topic, 1)
 
 
 def test_records_without_a_timestamp_keep_it_on_either_writer(clusters, write_config, unique, tmp_path, spark_local):

@@ -45,6 +45,7 @@ from mirror.spark.checkpoint import claim_checkpoint, default_checkpoint, has_ba
 from mirror.spark.clients import java_kafka_options
 from mirror.spark.commits import GroupCommits, Partition
 from mirror.spark.exactly_once import ProgressStarts
+from mirror.spark.jvm import query_name
 from mirror.spark.session import LOCAL, UI_PORT, check_local, start_session
 from mirror.spark.starts import StartingOffsets, Starts, empty_targets
 from mirror.spark.startup import SessionStart
@@ -235,7 +236,7 @@ class SparkFlow:
                 if self.until_caught_up
                 else writer.trigger(processingTime=f"{max(0.1, self.flow.commit_interval):g} seconds")
             )
-            query = writer.queryName(f"mirror-{self.flow.name}").start()
+            query = writer.queryName(query_name(self.flow.name)).start()
             try:
                 # The executors ready their clients while the driver plans the first batch.
                 warmup = self._batches.warm_up(spark, mappings)
@@ -404,7 +405,7 @@ def run_flow(
 
                 stack.callback(
                     ready.streams.removeListener,
-                    listen(ready, flow.name, f"mirror-{flow.name}", run_metrics.registry, job.status),
+                    listen(ready, flow.name, query_name(flow.name), run_metrics.registry, job.status),
                 )
             return ready
 

@@ -2,10 +2,16 @@
 
 `mirror.spark.task` moves every record from the JVM into a Python worker and back out through
 librdkafka; the JVM writer (jvm/writer, `io.mirror.spark.MirrorWriter`, called through py4j)
-produces them where Spark read them. It does what the Python tasks do for a batch that needs
-no skipping, and nothing else: same route, partition, key, value, headers, CreateTime and
-provenance header, an idempotent producer closed at its first error (gapless), and
-per task the offset map's (source -> target) pairs from the acknowledged offsets.
+copies them on the executors. Spark's Kafka source plans each batch (and logs and
+checkpoints its offsets); the writer takes the batch's offset ranges from the running
+query's execution of it and its tasks read them with their own cached Java consumers, built
+from the source's executor parameters (security, read_committed, failOnDataLoss as Spark's
+reader would use them), so a fetched record goes to the producer as it is, with no row in
+between. It does what the Python tasks do for a batch that needs no skipping, and nothing
+else: same route, partition, key, value, headers, CreateTime and provenance header, an
+idempotent producer closed at its first error (gapless), and per task the offset map's
+(source -> target) pairs from the acknowledged offsets. Where it cannot find the ranges
+(not expected: a Spark whose plan differs) the batch goes to the Python tasks, said at INFO.
 
 The skip-what-the-target-holds rule stays with the Python tasks: a JVM task declines its slice
 wherever the target may hold part of it (a retried attempt, or a partition the plan does not
@@ -144,6 +150,12 @@ def writer_settings(plan: TaskPlan) -> WriterSettings:
     return WriterSettings(producer, dict(target), int(settings.get("batch.size", BATCH_SIZE)))
 
 
+def query_name(flow: str) -> str:
+    """The name of `flow`'s streaming query: the JVM writer finds a batch's offset ranges in the
+    running query of that name (`MirrorWriter.write`)."""
+    return f"mirror-{flow}"
+
+
 def batch_plan(
     plan: TaskPlan, settings: WriterSettings, topics: Iterable[str], settled: Iterable[tuple[str, int]]
 ) -> str:
@@ -157,6 +169,7 @@ def batch_plan(
     return json.dumps(
         {
             "flow": flow.name,
+            "query": query_name(flow.name),
             "producer": settings.producer,
             "consumer": {**settings.consumer, "client.id": f"mirror-spark-{flow.name}-tail"},
             "targets": targets,
@@ -172,12 +185,12 @@ def batch_plan(
     )
 
 
-def results_of(text: str) -> tuple[list[TaskResult], list[str]]:
+def results_of(tasks: Iterable[Mapping[str, Any]]) -> tuple[list[TaskResult], list[str]]:
     """The writer's answer as `TaskResult`s, and why any task declined or failed (then the
     results are not used: the batch goes the Python way)."""
     results: list[TaskResult] = []
     problems: list[str] = []
-    for row in json.loads(text):
+    for row in tasks:
         where = f"{row['topic']}[{row['partition']}]"
         if "declined" in row:
             problems.append(f"{where} declined: {row['declined']}")
@@ -196,6 +209,7 @@ def results_of(text: str) -> tuple[list[TaskResult], list[str]]:
                     max_timestamp_ms=row["max_ts"],
                     syncs=[(s, t) for s, t in row["syncs"]],
                     placed=row["placed"],
+                    warning=row.get("warning"),
                 )
             )
     return results, problems
@@ -252,7 +266,10 @@ class JvmWriter:
         tasks cannot skip (provenance headers off)."""
         if not self.usable(df.sparkSession._jvm):
             return "python", python(df, plan)
-        results, left = self.write(df, plan, topics, batch_id)
+        written = self.write(df, plan, topics, batch_id)
+        if written is None:
+            return "python", python(df, plan)
+        results, left = written
         if not left:
             return "jvm", results
         rest = df.where(_partitions_in(left))
@@ -260,10 +277,12 @@ class JvmWriter:
 
     def write(
         self, df: Any, plan: TaskPlan, topics: Iterable[str], batch_id: int
-    ) -> tuple[list[TaskResult], set[tuple[str, int]]]:
-        """Produce the batch `df` on the executors' Java producers: the results of the tasks
-        that produced their slice and the partitions of those that declined or failed (logged
-        once at INFO; the caller gives them to the Python path).
+    ) -> tuple[list[TaskResult], set[tuple[str, int]]] | None:
+        """Read and produce batch `batch_id` (`df`) on the executors' Java clients: the results
+        of the tasks that produced their slice and the partitions of those that declined or
+        failed (logged once at INFO; the caller gives them to the Python path). None when the
+        writer cannot find the batch's offset ranges in the running query (said at INFO; it
+        produced nothing, and the whole batch goes the Python way).
 
         A job that failed raises (py4j's Py4JJavaError), as the Python tasks' job does: it
         ended without waiting for its other tasks, which Spark kills but which may still be
@@ -271,8 +290,16 @@ class JvmWriter:
         restarted query's first batch reads what the target holds)."""
         assert self.settings is not None
         spec = batch_plan(plan, self.settings, topics, plan.settled)
-        answer = str(_writer_class(df.sparkSession._jvm).write(df._jdf, spec))
-        results, problems = results_of(answer)
+        answer = json.loads(str(_writer_class(df.sparkSession._jvm).write(df._jdf, spec, batch_id)))
+        if "unread" in answer:
+            log.info(
+                "flow %s: batch %d: the JVM writer cannot read the batch (%s); Python tasks produce it",
+                self.flow,
+                batch_id,
+                answer["unread"],
+            )
+            return None
+        results, problems = results_of(answer["tasks"])
         if not problems:
             return results, set()
         log.info(
@@ -283,7 +310,7 @@ class JvmWriter:
             len(problems),
             problems[0],
         )
-        return results, {(r["topic"], r["partition"]) for r in json.loads(answer) if "next" not in r}
+        return results, {(r["topic"], r["partition"]) for r in answer["tasks"] if "next" not in r}
 
 
 def _partitions_in(parts: Iterable[tuple[str, int]]) -> Any:

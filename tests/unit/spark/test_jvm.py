@@ -138,31 +138,43 @@ def test_the_batch_plan_routes_and_stamps_provenance_as_route_does() -> None:
 
 
 def test_the_writers_answer_becomes_task_results_or_the_reasons_to_fall_back() -> None:
-    answer = json.dumps(
-        [
-            {
-                "topic": "orders",
-                "partition": 0,
-                "first": 10,
-                "target": "src.orders",
-                "next": 20,
-                "produced": 9,
-                "bytes": 90,
-                "max_ts": 1700,
-                "placed": True,
-                "syncs": [[10, 0], [15, 4]],
-            },
-        ]
-    )
+    answer = [
+        {
+            "topic": "orders",
+            "partition": 0,
+            "first": 10,
+            "target": "src.orders",
+            "next": 20,
+            "produced": 9,
+            "bytes": 90,
+            "max_ts": 1700,
+            "placed": True,
+            "syncs": [[10, 0], [15, 4]],
+            "warning": "orders-0 offsets 10 to 11 were deleted before they were read",
+        },
+    ]
     results, problems = results_of(answer)
     assert problems == []
-    assert results == [TaskResult("orders", 0, "src.orders", 10, 20, 9, 0, 90, 1700, [(10, 0), (15, 4)], True)]
-    declined = json.dumps(
-        [
-            {"topic": "orders", "partition": 1, "first": 5, "declined": "a retried task"},
-            {"topic": "orders", "partition": 2, "first": 7, "failed": "RecordTooLargeException"},
-        ]
-    )
+    assert results == [
+        TaskResult(
+            "orders",
+            0,
+            "src.orders",
+            10,
+            20,
+            9,
+            0,
+            90,
+            1700,
+            [(10, 0), (15, 4)],
+            True,
+            "orders-0 offsets 10 to 11 were deleted before they were read",
+        )
+    ]
+    declined = [
+        {"topic": "orders", "partition": 1, "first": 5, "declined": "a retried task"},
+        {"topic": "orders", "partition": 2, "first": 7, "failed": "RecordTooLargeException"},
+    ]
     assert results_of(declined) == (
         [],
         ["orders[1] declined: a retried task", "orders[2] failed: RecordTooLargeException"],
@@ -211,3 +223,50 @@ def test_a_failed_jvm_job_fails_the_batch_as_a_failed_python_job_does() -> None:
     with pytest.raises(RuntimeError, match="stage failure"):
         writer.run(_FailedJob(), task_plan(""), ["orders"], 7, python)
     assert ran == []
+
+
+class _Answering:
+    """A batch whose JVM writer answers `answer` (recording what it was asked)."""
+
+    def __init__(self, answer: dict[str, object]) -> None:
+        self.asked: list[tuple[object, ...]] = []
+        writer = type("W", (), {"write": staticmethod(lambda *a: self.asked.append(a) or json.dumps(answer))})
+        self.sparkSession = type("S", (), {"_jvm": type("J", (), {"io": _Chain(writer)})})()
+
+    _jdf = "jdf"
+
+
+def test_a_batch_whose_ranges_the_writer_cannot_find_goes_whole_to_the_python_tasks(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The JVM writer reads the offset ranges Spark planned for the batch from the running
+    query (named in the plan, checked by batch id); where it cannot find them it produced
+    nothing, so the whole batch goes the Python way with its plan unchanged (settled
+    partitions stay settled: nothing was written to their targets)."""
+    writer = JvmWriter(task_plan(""))
+    writer._checked = True
+    plan = replace(task_plan(""), settled=frozenset({("orders", 1)}))
+    batch = _Answering({"unread": "no running query mirror-f executing batch 7"})
+    ran: list[tuple[object, object]] = []
+
+    def python(df: object, p: object) -> list[TaskResult]:
+        ran.append((df, p))
+        return [TaskResult("orders", 1, "src.orders", 0, 5, produced=5)]
+
+    with caplog.at_level(logging.INFO, logger="mirror.spark.jvm"):
+        path, results = writer.run(batch, plan, ["orders"], 7, python)
+    assert (path, [r.produced for r in results]) == ("python", [5])
+    assert ran == [(batch, plan)]
+    _, spec, batch_id = batch.asked[0]
+    assert (json.loads(str(spec))["query"], batch_id) == ("mirror-f", 7)
+    assert "cannot read the batch (no running query mirror-f executing batch 7)" in caplog.text
+
+
+def test_a_batch_the_writer_produced_whole_takes_the_jvm_path() -> None:
+    writer = JvmWriter(task_plan(""))
+    writer._checked = True
+    task = {"topic": "orders", "partition": 0, "first": 3, "target": "src.orders", "next": 9, "produced": 6}
+    done = {**task, "bytes": 60, "max_ts": 5, "placed": True, "syncs": [[3, 0]]}
+    path, results = writer.run(_Answering({"tasks": [done]}), task_plan(""), ["orders"], 0, lambda *_: [])
+    assert path == "jvm"
+    assert results == [TaskResult("orders", 0, "src.orders", 3, 9, 6, 0, 60, 5, [(3, 0)], True)]

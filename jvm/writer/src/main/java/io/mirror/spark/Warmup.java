@@ -9,7 +9,7 @@ import org.apache.spark.sql.SparkSession;
 
 /**
  * A small job, run while the driver plans a query's first batch, that gets the executors'
- * Kafka clients ready for {@link SliceWriter}: the writer's classes loaded, its cached producers
+ * Kafka clients ready for {@link DirectWriter}: the writer's classes loaded, its cached producers
  * created with the batch's settings (the same cache and keys, so the first batch finds them),
  * the target topics' metadata asked for, and the tail reader created (which also loads the
  * consumer classes Spark's Kafka source needs on the executor). Without it the first batch's

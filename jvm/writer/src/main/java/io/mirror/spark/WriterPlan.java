@@ -21,6 +21,8 @@ final class WriterPlan implements Serializable {
     private static final long serialVersionUID = 1L;
 
     final String flow;
+    /** The name of the flow's streaming query (its batches' ranges are found by it). */
+    final String query;
     /** Java producer settings (bootstrap, security, tuning), without batch.size. */
     final Map<String, String> producer;
     /** Java consumer settings for reading a target partition's last record. */
@@ -38,6 +40,7 @@ final class WriterPlan implements Serializable {
 
     private WriterPlan(JsonNode n) {
         flow = n.get("flow").asText();
+        query = n.get("query").asText();
         producer = strings(n.get("producer"));
         consumer = strings(n.get("consumer"));
         targets = strings(n.get("targets"));

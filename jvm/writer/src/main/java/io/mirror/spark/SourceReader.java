@@ -1,0 +1,177 @@
+package io.mirror.spark;
+
+import java.time.Duration;
+import java.util.ArrayDeque;
+import java.util.Collections;
+import java.util.List;
+import java.util.Map;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+
+/**
+ * One source partition's offset range [from, until) read by a raw Java consumer, as Spark's
+ * Kafka source would read it for the same batch: the consumer is built from the batch's own
+ * executor parameters (bootstrap, security, isolation level: read_committed skips aborted
+ * records and transaction markers), and a record retention deleted before it was read is
+ * skipped with failOnDataLoss false, or fails the slice with it true (the Python path's Spark
+ * reader then fails the query as the option says).
+ *
+ * A reader is kept between batches ({@link SourceReaders}): the next batch of the same
+ * partition usually starts where this range ended, and then continues with the records the
+ * consumer already fetched past it, without a seek (which would drop them).
+ */
+final class SourceReader {
+    private static final long POLL_MS = 100;
+    /** With no record for this long, ask whether the range can still be read (its end may be gone). */
+    private static final long STALL_CHECK_MS = 1_000;
+
+    final String key;
+    private final KafkaConsumer<byte[], byte[]> consumer;
+    private TopicPartition tp;
+    /** Records fetched but not yet handed out, in offset order. */
+    private final ArrayDeque<ConsumerRecord<byte[], byte[]>> buffered = new ArrayDeque<>();
+    /** Where the last range ended cleanly (the consumer and the buffer continue from there); -1: nowhere. */
+    private long endedAt = -1;
+    private long next, until, pollTimeoutMs, lastProgress;
+    private boolean failOnDataLoss;
+    private String lost;
+    long idleSince;
+
+    SourceReader(String key, Map<String, Object> params) {
+        this.key = key;
+        this.consumer = new KafkaConsumer<>(params, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+    }
+
+    /** Whether the range of {@code tp} starting at {@code from} continues this reader's last range. */
+    boolean continues(TopicPartition tp, long from) {
+        return tp.equals(this.tp) && endedAt == from;
+    }
+
+    /** Start reading [from, until) of {@code tp}. */
+    void start(TopicPartition tp, long from, long until, long pollTimeoutMs, boolean failOnDataLoss) {
+        if (!continues(tp, from)) {
+            buffered.clear();
+            if (!tp.equals(this.tp)) {
+                consumer.assign(Collections.singletonList(tp));
+                this.tp = tp;
+            }
+            consumer.seek(tp, from);
+        }
+        endedAt = -1;
+        this.next = from;
+        this.until = until;
+        this.pollTimeoutMs = pollTimeoutMs;
+        this.failOnDataLoss = failOnDataLoss;
+        this.lost = null;
+        this.lastProgress = System.currentTimeMillis();
+    }
+
+    /**
+     * The range's next record, or null once it is read. Throws when it cannot be read as
+     * Spark's source would (data lost with failOnDataLoss, no progress within the source's
+     * poll timeout, the task killed).
+     */
+    ConsumerRecord<byte[], byte[]> next() {
+        while (true) {
+            ConsumerRecord<byte[], byte[]> r = buffered.peekFirst();
+            if (r != null) {
+                if (r.offset() >= until) {
+                    return done();
+                }
+                buffered.pollFirst();
+                if (r.offset() < next) {
+                    continue; // not expected: the consumer gave an offset twice
+                }
+                next = r.offset() + 1;
+                return r;
+            }
+            // Nothing buffered: the consumer's position is past everything handed out or
+            // skipped (transaction markers, aborted records under read_committed).
+            if (next >= until || consumer.position(tp) >= until) {
+                return done();
+            }
+            if (Thread.currentThread().isInterrupted() || killed()) {
+                throw new IllegalStateException("the task was killed");
+            }
+            List<ConsumerRecord<byte[], byte[]>> got = poll();
+            if (!got.isEmpty()) {
+                buffered.addAll(got);
+                lastProgress = System.currentTimeMillis();
+            } else if (stalled()) {
+                return done();
+            }
+        }
+    }
+
+    /** What the range lost to retention (or a truncated log) before it was read; null: nothing. */
+    String lost() {
+        return lost;
+    }
+
+    private ConsumerRecord<byte[], byte[]> done() {
+        endedAt = until;
+        return null;
+    }
+
+    private List<ConsumerRecord<byte[], byte[]>> poll() {
+        try {
+            return consumer.poll(Duration.ofMillis(POLL_MS)).records(tp);
+        } catch (OffsetOutOfRangeException e) {
+            // The consumer's reset policy is "none" (Spark's executor parameters): its
+            // position is below the log start (retention deleted it) or past the log end.
+            long position = consumer.position(tp);
+            long start = consumer.beginningOffsets(Collections.singletonList(tp)).get(tp);
+            long to = Math.min(Math.max(start, position), until);
+            skipLost(position, position < start ? to : until);
+            return Collections.emptyList();
+        }
+    }
+
+    /**
+     * After a poll with nothing: whether the range's rest is gone (the log ends before it, as
+     * read at this isolation level). True once skipped; throws after the poll timeout.
+     */
+    private boolean stalled() {
+        long quiet = System.currentTimeMillis() - lastProgress;
+        if (quiet < STALL_CHECK_MS) {
+            return false;
+        }
+        long position = consumer.position(tp);
+        long end = consumer.endOffsets(Collections.singletonList(tp)).get(tp);
+        if (end <= position && end < until) {
+            skipLost(position, until);
+            return true;
+        }
+        if (quiet >= pollTimeoutMs) {
+            throw new IllegalStateException("no record of " + tp + " from offset " + position + " within "
+                    + pollTimeoutMs + " ms (the range ends at " + until + ")");
+        }
+        return false;
+    }
+
+    /** Offsets [from, to) are no longer in the log: skipped, or fail as failOnDataLoss says. */
+    private void skipLost(long from, long to) {
+        String what = tp + " offsets " + from + " to " + (to - 1) + " were deleted before they were read";
+        if (failOnDataLoss) {
+            throw new IllegalStateException(what + " (failOnDataLoss)");
+        }
+        lost = lost == null ? what : lost + "; " + what;
+        if (to < until) {
+            consumer.seek(tp, to);
+        }
+        next = Math.max(next, to);
+        lastProgress = System.currentTimeMillis();
+    }
+
+    private static boolean killed() {
+        org.apache.spark.TaskContext ctx = org.apache.spark.TaskContext.get();
+        return ctx != null && ctx.isInterrupted();
+    }
+
+    void close() {
+        consumer.close(Duration.ZERO);
+    }
+}
