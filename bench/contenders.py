@@ -67,6 +67,7 @@ class Env:
     source_ends: list[int] = field(default_factory=list)  # end offset of each source partition after preload
     spark_master: str | None = None  # the standalone cluster's URL, when a `spark-standalone` row runs
     spark_pids: list[int] = field(default_factory=list)  # its master and worker: sampled with the contender
+    dst_data: Path | None = None  # the target broker's log directory: deleted topics' files gone from it
     base: Path | None = None  # another tree, for the `spark-base` row
 
 

@@ -1,15 +1,18 @@
 """`python -m bench`: this project vs MirrorMaker 2 vs the raw ceiling, same machine, same load.
 
 1. Start two dev Kafka clusters (`src`, `dst`) on free loopback ports.
-2. Preload `src` with N records over P partitions.
-3. Throughput: each contender copies the whole topic to a fresh target topic, in
-   interleaved rounds (a b c d, a b c d, …) so slow drift of a shared machine hits every
-   contender alike. Per run: records/s and MB/s from the first to the last append on the
-   target, peak RSS and CPU seconds of the contender's process tree, wall time including
-   start-up, and a content check.
-4. Latency: `mirror run` and MirrorMaker 2 mirror a steady stamped load at about a third
+2. Preload `src` with N records over P partitions (and, with `--marginal`, a smaller topic).
+3. Warm-up, untimed: the JVM contenders' jars read, one copy of the topic (bench.warmup).
+4. Throughput: each contender copies the whole topic to a fresh target topic, in rounds
+   whose order changes from round to round (a b c, c b a, b c a, …: bench.pairing), so
+   neither the slow drift of a shared machine nor a place in the order favours one
+   contender. Per run: records/s and MB/s from the first to the last append on the target,
+   peak RSS and CPU seconds of the contender's process tree, wall time including start-up,
+   and a content check.
+5. Latency: `mirror run` and MirrorMaker 2 mirror a steady stamped load at about a third
    of the slower one's measured capacity; p50/p99 of (target append - produce) time.
-5. Medians with min and max; a table on stdout; JSON under bench/results/.
+6. Medians with min and max, ratios paired per round; a table on stdout; JSON under
+   bench/results/.
 """
 
 from __future__ import annotations
@@ -31,14 +34,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import load, mm2
+from bench import load, mm2, pairing, warmup
 from bench.contenders import ROOT, Env, Spec, catalogue, engine_settings
 from bench.procs import Contender
 from bench.report import render, summarise
 
 SOURCE_TOPIC = "bench-load"
+SMALL_TOPIC = "bench-load-small"  # the `--marginal` size's topic
+# A deleted topic's files go 100 ms after the topic (Kafka's default: 60 s later, in the
+# background, during whichever contender then runs); the harness waits for that between runs.
+# Not 0: the broker's deletion task would then block one scheduler thread for good. Its first
+# round (and the log manager's other periodic tasks') 1 s after start instead of 30 s, so the
+# first deletion does not wait for it and those tasks start before the preload, not in a run.
+BROKER_CONFIG = {"log.segment.delete.delay.ms": "100", "log.initial.task.delay.ms": "1000"}
 BENCH_GROUP = "bench-app"  # mirrored consumer group (checkpoints); see contenders.mirror_config
 RESULTS = ROOT / "bench" / "results"
+
+
+@dataclass
+class SourceLoad:
+    """One preloaded source topic the contenders copy whole."""
+
+    topic: str
+    records: int
+    ends: list[int]  # each partition's end offset after the preload
 
 
 @dataclass
@@ -55,6 +74,11 @@ class Params:
     only: Sequence[str] = ()
     skip: Sequence[str] = ()
     quick: bool = False
+    # Also copy a topic of this many records in every rep: records per CPU second at the
+    # margin (bench.marginal). None: off.
+    marginal: int | None = None
+    # An untimed copy of the source topic before the first measured run (see `_warm_up`).
+    warmup: bool = True
     base: Path | None = None  # the `spark-base` row's tree (--base)
 
     @classmethod
@@ -73,6 +97,7 @@ class Params:
             run_timeout=180.0,
             skip=("mm2-t2", "mm2-eos", "plain-spark", "spark"),
             quick=True,
+            warmup=False,  # a shape check, not a comparison: no seconds spent on fairness
         )
 
 
@@ -175,9 +200,11 @@ def _last_line(cont: Contender) -> str:
     return (errors or lines or ["(empty log)"])[-1][:300]
 
 
-def throughput_run(env: Env, spec: Spec, p: Params, rep: int) -> dict[str, Any]:
-    alias = _alias(spec, "t", rep)
-    target = f"{alias}.{SOURCE_TOPIC}"
+def throughput_run(env: Env, spec: Spec, p: Params, rep: int, src: SourceLoad | None = None) -> dict[str, Any]:
+    """One contender copies `src` (default: the bench topic) to a fresh target topic, timed."""
+    src = src or SourceLoad(SOURCE_TOPIC, p.records, env.source_ends)
+    alias = _alias(spec, "t" if src.topic == SOURCE_TOPIC else "u", rep)
+    target = f"{alias}.{src.topic}"
     t0 = time.monotonic()
     load.create_target_topic(env.dst, target, p.partitions)
     ends = load.EndOffsets(env.dst, target, p.partitions)
@@ -190,9 +217,9 @@ def throughput_run(env: Env, spec: Spec, p: Params, rep: int) -> dict[str, Any]:
     txn = spec.transactional  # commit markers take target offsets
     # A transactional copy's end offsets count its commit markers: a mirror that keeps running
     # is done once its committed progress covers the source (MM2: its offsets topic).
-    progress = mm2.Progress(env.dst, alias, SOURCE_TOPIC) if txn and spec.kind == "mm2" else None
-    done = (lambda: progress.covers(env.source_ends)) if progress else (lambda: ends.reached(env.source_ends))
-    cont = spec.start(env, alias, SOURCE_TOPIC, target)
+    progress = mm2.Progress(env.dst, alias, src.topic) if txn and spec.kind == "mm2" else None
+    done = (lambda: progress.covers(src.ends)) if progress else (lambda: ends.reached(src.ends))
+    cont = spec.start(env, alias, src.topic, target)
     try:
         err = _wait(cont, done, p.run_timeout, exits=spec.exits_when_done)
         usage = cont.finish()
@@ -219,8 +246,8 @@ def throughput_run(env: Env, spec: Spec, p: Params, rep: int) -> dict[str, Any]:
             first_record_s=round(span.first_append_ms / 1000.0 - cont.started_wall, 2),
             append_time=span.append_time,
         )
-        result["verified"] = span.records == p.records and load.same_edges(
-            env.src, SOURCE_TOPIC, env.dst, target, p.partitions, transactional=txn
+        result["verified"] = span.records == src.records and load.same_edges(
+            env.src, src.topic, env.dst, target, p.partitions, transactional=txn
         )
         if txn:
             # Offsets past the records: commit markers, the proof the copy was written in
@@ -233,8 +260,8 @@ def throughput_run(env: Env, spec: Spec, p: Params, rep: int) -> dict[str, Any]:
         result["overhead_s"]["verify"] = round(time.monotonic() - t0, 2)
         if not result["ok"]:
             result["error"] = (
-                f"target has {span.records} records, expected {p.records}"
-                if span.records != p.records
+                f"target has {span.records} records, expected {src.records}"
+                if span.records != src.records
                 else "content check failed"
                 if not result["verified"]
                 else "target records do not carry append times; span unreliable"
@@ -249,6 +276,8 @@ def throughput_run(env: Env, spec: Spec, p: Params, rep: int) -> dict[str, Any]:
         if progress is not None:
             progress.close()
         load.delete_topics(env.dst, [target])
+        if env.dst_data is not None and not load.await_files_deleted(env.dst_data, target):
+            _log(f"  (the files of {target} were still on the target broker after 30 s)")
         result["overhead_s"]["cleanup"] = round(time.monotonic() - t0, 2)
 
 
@@ -447,46 +476,22 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
     base = _free_base_port(2)
     _log(f"starting clusters src, dst on 127.0.0.1:{base} and :{base + 100} (workdir {workdir})")
     runs: dict[str, list[dict[str, Any]]] = {s.key: [] for s in chosen}
+    small_runs: dict[str, list[dict[str, Any]]] = {}  # --marginal: the runs on the smaller topic
     lat_runs: dict[str, list[dict[str, Any]]] = {}
+    orders: dict[str, list[list[str]]] = {}  # phase -> each rep's order of runs
     phases: dict[str, float] = {}
     latency_rate = None
+    warmup_result: dict[str, Any] | None = None
     try:
+        env = _start_clusters(dev, base, runnable, p, workdir, phases)
+        loads = _preload(env, p, phases)
+        if p.warmup:
+            warm = next(s for s in specs if s.key == "ceiling-idem")
+            warmup_result = _warm_up(env, runnable, warm, p, loads[0], phases)
         t = time.monotonic()
-        standalone = any(s.kind == "spark" and s.options.get("standalone") for s in runnable)
-        workers = max(
-            (s.options.get("cores", 1) for s in runnable if s.kind == "spark" and s.options.get("standalone")),
-            default=1,
-        )
-        status = dev.up(["src", "dst"], base, spark=standalone, spark_workers=workers).status
-        phases["clusters_up_s"] = round(time.monotonic() - t, 1)
-        env = Env(
-            src=status["clusters"]["src"]["bootstrap"],
-            dst=status["clusters"]["dst"]["bootstrap"],
-            workdir=workdir / "runs",
-            partitions=p.partitions,
-            producer=producer,
-            consumer=consumer,
-            batch=batch,
-            free_port=_free_port,
-            base=p.base,
-        )
-        if standalone:
-            from mirror.devenv.spark import SparkDev
-
-            spark_dev = SparkDev(workdir / "clusters", base, workers)  # where dev.up started it
-            env.spark_master = status["spark"]["master"]
-            env.spark_pids = spark_dev.pids()
-            _log(f"spark standalone master {env.spark_master} (pids {env.spark_pids})")
-        _log(f"preloading {p.records:,} x {p.record_size} B over {p.partitions} partitions")
-        phases["preload_s"] = round(load.preload(env.src, SOURCE_TOPIC, p.records, p.partitions, p.record_size), 1)
-        env.source_ends = [hi for _lo, hi in load.watermarks(env.src, SOURCE_TOPIC, p.partitions)]
-        # An application group halfway through the topic, so both mirrors' checkpointers
-        # (ours: flow.groups; MM2: its checkpoint connector) have a group to translate.
-        load.commit_group(env.src, BENCH_GROUP, SOURCE_TOPIC, {q: end // 2 for q, end in enumerate(env.source_ends)})
-        _log(f"preloaded in {phases['preload_s']} s")
-
-        _throughput_phase(env, runnable, p, runs, phases)
-        latency_rate = _latency_phase(env, runnable, p, runs, lat_runs, phases)
+        _throughput_phase(env, runnable, p, loads, runs, small_runs, orders)
+        phases["throughput_s"] = round(time.monotonic() - t, 1)
+        latency_rate = _latency_phase(env, runnable, p, runs, lat_runs, phases, orders)
     finally:
         t = time.monotonic()
         dev.down()
@@ -512,11 +517,15 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
         specs=chosen,
         runs=runs,
         lat_runs=lat_runs,
+        marginal_runs=small_runs,
         meta={
             "started_at": started.isoformat(timespec="seconds"),
             "finished_at": finished.isoformat(timespec="seconds"),
             "duration_s": round(time.monotonic() - t_start, 1),
             "phases": phases,
+            # Which run came when: each rep's order (bench.pairing), and the untimed warm-up copy.
+            "orders": orders,
+            "warmup": warmup_result,
         },
     )
     out = out or RESULTS / f"bench-{started.strftime('%Y%m%dT%H%M%SZ')}{'-quick' if p.quick else ''}.json"
@@ -527,18 +536,103 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
     return result
 
 
-def _throughput_phase(
-    env: Env, runnable: list[Spec], p: Params, runs: dict[str, list[dict[str, Any]]], phases: dict[str, float]
-) -> None:
-    """Every runnable contender `p.reps` times, interleaved (a slow spell of the machine hits all alike)."""
+def _start_clusters(
+    dev: Any, base: int, runnable: list[Spec], p: Params, workdir: Path, phases: dict[str, float]
+) -> Env:
+    """`src` and `dst` (and the standalone Spark cluster a standalone row needs): the run's Env."""
+    producer, consumer, batch = engine_settings()
     t = time.monotonic()
+    standalone = any(s.kind == "spark" and s.options.get("standalone") for s in runnable)
+    workers = max(
+        (s.options.get("cores", 1) for s in runnable if s.kind == "spark" and s.options.get("standalone")),
+        default=1,
+    )
+    status = dev.up(["src", "dst"], base, spark=standalone, spark_workers=workers, broker_config=BROKER_CONFIG).status
+    phases["clusters_up_s"] = round(time.monotonic() - t, 1)
+    env = Env(
+        src=status["clusters"]["src"]["bootstrap"],
+        dst=status["clusters"]["dst"]["bootstrap"],
+        workdir=workdir / "runs",
+        partitions=p.partitions,
+        producer=producer,
+        consumer=consumer,
+        batch=batch,
+        free_port=_free_port,
+        dst_data=workdir / "clusters" / "dst" / "data",  # where DevClusters keeps `dst`'s log
+        base=p.base,
+    )
+    if standalone:
+        from mirror.devenv.spark import SparkDev
+
+        spark_dev = SparkDev(workdir / "clusters", base, workers)  # where dev.up started it
+        env.spark_master = status["spark"]["master"]
+        env.spark_pids = spark_dev.pids()
+        _log(f"spark standalone master {env.spark_master} (pids {env.spark_pids})")
+    return env
+
+
+def _preload(env: Env, p: Params, phases: dict[str, float]) -> list[SourceLoad]:
+    """The bench topic (and with `--marginal` the smaller one), each with an application group
+    committed halfway, so both mirrors' checkpointers (ours: flow.groups; MM2: its checkpoint
+    connector) have a group to translate."""
+    sizes = [(SOURCE_TOPIC, p.records)] + ([(SMALL_TOPIC, p.marginal)] if p.marginal else [])
+    loads = []
+    took = 0.0
+    for topic, records in sizes:
+        _log(f"preloading {topic}: {records:,} x {p.record_size} B over {p.partitions} partitions")
+        took += load.preload(env.src, topic, records, p.partitions, p.record_size)
+        ends = [hi for _lo, hi in load.watermarks(env.src, topic, p.partitions)]
+        load.commit_group(env.src, BENCH_GROUP, topic, {q: end // 2 for q, end in enumerate(ends)})
+        loads.append(SourceLoad(topic, records, ends))
+    env.source_ends = loads[0].ends
+    phases["preload_s"] = round(took, 1)
+    _log(f"preloaded in {phases['preload_s']} s")
+    return loads
+
+
+def _warm_up(
+    env: Env, runnable: list[Spec], spec: Spec, p: Params, src: SourceLoad, phases: dict[str, float]
+) -> dict[str, Any]:
+    """Untimed, before the first measured run: the JVM contenders' jars read (bench.warmup), and
+    one copy of the bench topic by `spec` (the ceiling loop with acks=all and idempotence, as
+    the mirrors produce), so the first contender does not alone pay for the brokers' cold fetch
+    and produce paths (JIT, heap sizing) or a source log not yet in the page cache."""
+    t = time.monotonic()
+    jar_bytes = warmup.read_files(warmup.jar_files({s.kind for s in runnable}))
+    _log(f"warm-up: {jar_bytes / 1e6:,.0f} MB of jars read; an untimed copy by {spec.key}")
+    r = throughput_run(env, spec, p, -1, src)
+    phases["warmup_s"] = round(time.monotonic() - t, 1)
+    _log(f"  -> {_brief(r)}")
+    return {"jar_bytes": jar_bytes, "copy": r}
+
+
+def _throughput_phase(
+    env: Env,
+    runnable: list[Spec],
+    p: Params,
+    loads: list[SourceLoad],
+    runs: dict[str, list[dict[str, Any]]],
+    small_runs: dict[str, list[dict[str, Any]]],
+    orders: dict[str, list[list[str]]],
+) -> None:
+    """Every runnable contender `p.reps` times on each of `loads` (the bench topic first), in an
+    order that changes from rep to rep (bench.pairing: each pair swaps places every rep), written
+    down in `orders` and in each run (`position`)."""
+    slots = [(spec, src) for spec in runnable for src in loads]
+    orders["throughput"] = []
     for rep in range(p.reps):
-        for spec in runnable:
-            _log(f"throughput: {spec.key} run {rep + 1}/{p.reps}")
-            r = throughput_run(env, spec, p, rep)
-            runs[spec.key].append(r)
+        order = pairing.rep_order(slots, rep)
+        orders["throughput"].append([_slot_name(spec, src) for spec, src in order])
+        for position, (spec, src) in enumerate(order):
+            _log(f"throughput: {_slot_name(spec, src)} run {rep + 1}/{p.reps}")
+            r = throughput_run(env, spec, p, rep, src)
+            r["position"] = position
+            (runs[spec.key] if src is loads[0] else small_runs.setdefault(spec.key, [])).append(r)
             _log(f"  -> {_brief(r)}")
-    phases["throughput_s"] = round(time.monotonic() - t, 1)
+
+
+def _slot_name(spec: Spec, src: SourceLoad) -> str:
+    return spec.key if src.topic == SOURCE_TOPIC else f"{spec.key}@{src.records}"
 
 
 def _latency_phase(
@@ -548,8 +642,10 @@ def _latency_phase(
     runs: dict[str, list[dict[str, Any]]],
     lat_runs: dict[str, list[dict[str, Any]]],
     phases: dict[str, float],
+    orders: dict[str, list[list[str]]],
 ) -> float | None:
     """Latency at one fixed rate below every contender's capacity; returns that rate (None: not measured).
+    The order changes from rep to rep as the throughput phase's does.
 
     The ceiling's latency is the floor this machine allows (a reference, not a target)."""
     lat_specs = [
@@ -565,10 +661,14 @@ def _latency_phase(
     if not latency_rate:
         return latency_rate
     t = time.monotonic()
+    orders["latency"] = []
     for rep in range(p.latency_reps):
-        for spec in lat_specs:
+        order = pairing.rep_order(lat_specs, rep)
+        orders["latency"].append([spec.key for spec in order])
+        for position, spec in enumerate(order):
             _log(f"latency: {spec.key} run {rep + 1}/{p.latency_reps} at {latency_rate:,.0f} records/s")
             r = latency_run(env, spec, p, rep, latency_rate)
+            r["position"] = position
             lat_runs.setdefault(spec.key, []).append(r)
             _log(f"  -> {_brief(r)}")
     phases["latency_s"] = round(time.monotonic() - t, 1)
@@ -626,6 +726,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="comma-separated contender keys to leave out (e.g. mm2,mm2-t2); --quick skips mm2-t2 and the "
         "Spark rows unless this is given",
     )
+    ap.add_argument(
+        "--marginal",
+        type=int,
+        metavar="N",
+        help="also copy an N-record topic in every rep, and report records per CPU second at the margin: "
+        "(records - N) / (CPU s at records - CPU s at N), start-up excluded (e.g. 300000)",
+    )
+    ap.add_argument(
+        "--no-warmup", action="store_true", help="no untimed warm-up copy before the first timed run (--quick: none)"
+    )
     ap.add_argument("--out", type=Path, help="JSON result path (default bench/results/bench-<time>.json)")
     ap.add_argument("--workdir", type=Path, help="keep clusters' data and contender logs here")
     ap.add_argument("--keep", action="store_true", help="keep the temporary workdir (logs) after the run")
@@ -650,6 +760,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         value = getattr(args, name)
         if value is not None:
             setattr(p, name, value)
+    if args.marginal is not None:
+        if not 0 < args.marginal < p.records:
+            ap.error(f"--marginal: {args.marginal} must be above 0 and below --records ({p.records})")
+        p.marginal = args.marginal
+    if args.no_warmup:
+        p.warmup = False
     p.only = tuple(x for x in args.only.split(",") if x)
     p.base = args.base.resolve() if args.base else None
     if args.skip:

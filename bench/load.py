@@ -13,6 +13,8 @@ the produce time the load generator wrote into the first 8 bytes of its value.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import struct
 import subprocess
 import sys
@@ -68,6 +70,23 @@ def delete_topics(bootstrap: str, topics: list[str]) -> None:
             fut.result(timeout=60)
         except KafkaException:
             pass  # already gone, or never created by a contender that failed early
+
+
+def await_files_deleted(log_dir: Path, topic: str, timeout: float = 30.0) -> bool:
+    """Wait until a deleted topic's partition directories (live, or renamed `...-delete` for the
+    broker's deletion task) are gone from `log_dir`; False if still there after `timeout`."""
+    own = re.compile(rf"{re.escape(topic)}-\d+(\..*-delete)?")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            left = [d for d in os.listdir(log_dir) if own.fullmatch(d)]
+        except FileNotFoundError:
+            return True
+        if not left:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
 
 
 def topic_names(bootstrap: str) -> set[str]:

@@ -6,6 +6,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from bench import marginal, pairing
+
 SCHEMA = "mirror-bench/1"
 
 # Fields every available throughput row carries as {median, min, max} (the smoke test checks them).
@@ -40,12 +42,62 @@ def _median(row: dict[str, Any] | None, field: str) -> float | None:
     return row[field]["median"]
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 3) if a is not None and b else None
+# (name, a, b, field, phase, how): each compared per rep (bench.pairing), phase "t" throughput
+# runs, "l" latency runs, "m" records per CPU second at the margin (bench.marginal).
+RATIOS: tuple[tuple[str, str, str, str, str, str], ...] = (
+    ("mirror/mm2", "mirror", "mm2", "records_per_s", "t", "ratio"),
+    ("mirror/ceiling", "mirror", "ceiling", "records_per_s", "t", "ratio"),
+    ("mirror-eos/mirror", "mirror-eos", "mirror", "records_per_s", "t", "ratio"),
+    ("mirror-eos - mirror p99 latency (ms)", "mirror-eos", "mirror", "p99_ms", "l", "difference"),
+    # Exactly-once against exactly-once: MirrorMaker 2 with exactly-once source support.
+    ("mirror-eos/mm2-eos", "mirror-eos", "mm2-eos", "records_per_s", "t", "ratio"),
+    ("mm2-eos/mm2", "mm2-eos", "mm2", "records_per_s", "t", "ratio"),
+    ("mirror-eos/mm2-eos p99 latency", "mirror-eos", "mm2-eos", "p99_ms", "l", "ratio"),
+    ("mirror-w2/mm2-t2", "mirror-w2", "mm2-t2", "records_per_s", "t", "ratio"),
+    ("mirror-w2/mirror", "mirror-w2", "mirror", "records_per_s", "t", "ratio"),
+    ("mirror-w2/ceiling", "mirror-w2", "ceiling", "records_per_s", "t", "ratio"),
+    ("mirror/mm2 records per CPU second", "mirror", "mm2", "records_per_cpu_s", "t", "ratio"),
+    ("mirror/mm2 peak RSS", "mirror", "mm2", "peak_rss_mb", "t", "ratio"),
+    ("mirror/mm2 p99 latency", "mirror", "mm2", "p99_ms", "l", "ratio"),
+    ("mirror/mm2 p50 latency", "mirror", "mm2", "p50_ms", "l", "ratio"),
+    # The Spark engine against the job a PySpark user would write, and against `mirror run`.
+    ("spark/plain-spark", "spark", "plain-spark", "records_per_s", "t", "ratio"),
+    ("spark/plain-spark wall", "spark", "plain-spark", "wall_s", "t", "ratio"),
+    ("spark/plain-spark first record", "spark", "plain-spark", "first_record_s", "t", "ratio"),
+    ("spark/mirror records per CPU second", "spark", "mirror", "records_per_cpu_s", "t", "ratio"),
+    # Start-up excluded: the records between the two sizes over the CPU they cost (--marginal).
+    ("spark/mirror marginal records per CPU second", "spark", "mirror", "", "m", "ratio"),
+    ("plain-spark/mirror marginal records per CPU second", "plain-spark", "mirror", "", "m", "ratio"),
+    ("spark/plain-spark marginal records per CPU second", "spark", "plain-spark", "", "m", "ratio"),
+    ("mirror/mirror-nostore", "mirror", "mirror-nostore", "records_per_s", "t", "ratio"),
+)
 
 
-def _difference(a: float | None, b: float | None) -> float | None:
-    return round(a - b, 1) if a is not None and b is not None else None
+def _paired_ratios(
+    runs: dict[str, list[dict[str, Any]]],
+    lat_runs: dict[str, list[dict[str, Any]]],
+    margins: dict[str, dict[int, float]],
+) -> tuple[dict[str, float | None], dict[str, list[float]]]:
+    """Every RATIOS entry from the runs of the same rep (bench.pairing), and the per-rep values."""
+    out: dict[str, float | None] = {}
+    each: dict[str, list[float]] = {}
+    for name, a, b, field, phase, how in RATIOS:
+        if phase == "m":
+            xa, xb = margins.get(a, {}), margins.get(b, {})
+        else:
+            source = runs if phase == "t" else lat_runs
+            xa, xb = pairing.by_rep(source.get(a, []), field), pairing.by_rep(source.get(b, []), field)
+        if how == "ratio":
+            values = pairing.ratios(xa, xb)
+            summary = pairing.log_median(values)
+            out[name] = round(summary, 3) if summary is not None else None
+        else:
+            values = pairing.differences(xa, xb)
+            summary = pairing.median(values)
+            out[name] = round(summary, 1) if summary is not None else None
+        if values:
+            each[name] = [round(v, 3) for v in values]
+    return out, each
 
 
 def summarise(
@@ -56,7 +108,10 @@ def summarise(
     runs: dict[str, list[dict[str, Any]]],
     lat_runs: dict[str, list[dict[str, Any]]],
     meta: dict[str, Any],
+    marginal_runs: dict[str, list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
+    """The JSON document. `marginal_runs`: each contender's runs on the smaller topic
+    (`--marginal`), for the records per CPU second at the margin."""
     rows = []
     for spec in specs:
         row: dict[str, Any] = {"key": spec.key, "label": spec.label, "available": spec.kind != "unavailable"}
@@ -91,60 +146,21 @@ def summarise(
         for f in LATENCY_FIELDS:
             row[f] = _stats([r.get(f) for r in ok])
         latency.append(row)
-    lat_by_key = {r["key"]: r for r in latency}
 
     def tput(key: str) -> float | None:
         return _median(by_key.get(key), "records_per_s")
 
-    ratios = {
-        "mirror/mm2": _ratio(tput("mirror"), tput("mm2")),
-        "mirror/ceiling": _ratio(tput("mirror"), tput("ceiling")),
-        "mirror-eos/mirror": _ratio(tput("mirror-eos"), tput("mirror")),
-        "mirror-eos - mirror p99 latency (ms)": _difference(
-            _median(lat_by_key.get("mirror-eos"), "p99_ms"), _median(lat_by_key.get("mirror"), "p99_ms")
-        ),
-        # Exactly-once against exactly-once: MirrorMaker 2 with exactly-once source support.
-        "mirror-eos/mm2-eos": _ratio(tput("mirror-eos"), tput("mm2-eos")),
-        "mm2-eos/mm2": _ratio(tput("mm2-eos"), tput("mm2")),
-        "mirror-eos/mm2-eos p99 latency": _ratio(
-            _median(lat_by_key.get("mirror-eos"), "p99_ms"), _median(lat_by_key.get("mm2-eos"), "p99_ms")
-        ),
-        "mirror-w2/mm2-t2": _ratio(tput("mirror-w2"), tput("mm2-t2")),
-        "mirror-w2/mirror": _ratio(tput("mirror-w2"), tput("mirror")),
-        "mirror-w2/ceiling": _ratio(tput("mirror-w2"), tput("ceiling")),
-        "mirror/mm2 records per CPU second": _ratio(
-            _median(by_key.get("mirror"), "records_per_cpu_s"), _median(by_key.get("mm2"), "records_per_cpu_s")
-        ),
-        "mirror/mm2 peak RSS": _ratio(
-            _median(by_key.get("mirror"), "peak_rss_mb"), _median(by_key.get("mm2"), "peak_rss_mb")
-        ),
-        "mirror/mm2 p99 latency": _ratio(
-            _median(lat_by_key.get("mirror"), "p99_ms"), _median(lat_by_key.get("mm2"), "p99_ms")
-        ),
-        "mirror/mm2 p50 latency": _ratio(
-            _median(lat_by_key.get("mirror"), "p50_ms"), _median(lat_by_key.get("mm2"), "p50_ms")
-        ),
-        # The Spark engine against the job a PySpark user would write, and against `mirror run`.
-        "spark/plain-spark": _ratio(tput("spark"), tput("plain-spark")),
-        "spark/plain-spark wall": _ratio(
-            _median(by_key.get("spark"), "wall_s"), _median(by_key.get("plain-spark"), "wall_s")
-        ),
-        "spark/plain-spark first record": _ratio(
-            _median(by_key.get("spark"), "first_record_s"), _median(by_key.get("plain-spark"), "first_record_s")
-        ),
-        "spark/mirror records per CPU second": _ratio(
-            _median(by_key.get("spark"), "records_per_cpu_s"), _median(by_key.get("mirror"), "records_per_cpu_s")
-        ),
-    }
+    margins = marginal.per_contender(runs, marginal_runs or {}, params.get("records"), params.get("marginal"))
+    ratios, ratios_by_rep = _paired_ratios(runs, lat_runs, margins)
 
     nostore = by_key.get("mirror-nostore")
-    if nostore and nostore["available"] and tput("mirror-nostore") and tput("mirror"):
-        on, off = tput("mirror"), tput("mirror-nostore")
+    with_store = ratios["mirror/mirror-nostore"]
+    if nostore and nostore["available"] and with_store is not None:
         overhead = {
             "available": True,
-            "with_store_records_per_s": on,
-            "without_store_records_per_s": off,
-            "overhead_pct": round(100.0 * (1 - on / off), 1),
+            "with_store_records_per_s": tput("mirror"),
+            "without_store_records_per_s": tput("mirror-nostore"),
+            "overhead_pct": round(100.0 * (1 - with_store), 1),  # paired per rep, as every ratio
         }
     else:
         overhead = {"available": False, "reason": (nostore or {}).get("reason") or "not measured in this run"}
@@ -210,9 +226,30 @@ def summarise(
         "throughput": rows,
         "latency": latency,
         "offset_store_overhead": overhead,
+        "marginal": _marginal_section(margins, marginal_runs or {}, params),
         "ratios": ratios,
+        # Each ratio's value in every rep both contenders ran (what `ratios` summarises).
+        "ratios_by_rep": ratios_by_rep,
         "targets": targets,
     }
+
+
+def _marginal_section(
+    margins: dict[str, dict[int, float]], small_runs: dict[str, list[dict[str, Any]]], params: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The JSON's `marginal` section: each contender's runs on the smaller topic and its records
+    per CPU second at the margin, per rep and summarised (None when the run had no `--marginal`)."""
+    if not params.get("marginal") or not small_runs:
+        return None
+    rows = {
+        key: {
+            "runs": runs,
+            "records_per_cpu_s_by_rep": {str(rep): round(v, 1) for rep, v in margins.get(key, {}).items()},
+            "records_per_cpu_s": _stats(list(margins.get(key, {}).values())),
+        }
+        for key, runs in small_runs.items()
+    }
+    return {"records": params.get("records"), "small_records": params["marginal"], "rows": rows}
 
 
 def _target(name: str, value: float | None, ok: Any) -> dict[str, Any]:
@@ -295,12 +332,44 @@ def render(res: dict[str, Any]) -> str:
             else o["reason"]
         ),
     ]
-    lines += ["", "ratios (medians): " + ", ".join(f"{k} = {v}" for k, v in res["ratios"].items() if v is not None)]
+    return "\n".join(lines + _marginal_lines(res) + _footer(res))
+
+
+def _footer(res: dict[str, Any]) -> list[str]:
+    """Each rep's order, the ratios and the targets."""
+    lines = []
+    orders = res.get("orders", {}).get("throughput")
+    if orders:
+        each = "; ".join(f"{n + 1}: {', '.join(o)}" for n, o in enumerate(orders))
+        lines += ["", f"throughput order per rep: {each}"]
+    lines += [
+        "",
+        "ratios (per rep, then the median in log space; see bench/pairing.py): "
+        + ", ".join(f"{k} = {v}" for k, v in res["ratios"].items() if v is not None),
+    ]
     lines += ["", "targets (reported, not asserted):"]
     for t in res["targets"]:
         mark = {True: "met", False: "MISSED", None: "n/a"}[t["met"]]
         lines.append(f"  [{mark:6}] {t['target']}: {t['value'] if t['value'] is not None else '-'}")
-    return "\n".join(lines)
+    return lines
+
+
+def _marginal_lines(res: dict[str, Any]) -> list[str]:
+    m = res.get("marginal")
+    if not m:
+        return []
+    lines = [
+        "",
+        f"records per CPU second at the margin: ({m['records']:,} - {m['small_records']:,}) records / (CPU s at "
+        f"{m['records']:,} - CPU s at {m['small_records']:,}), per rep",
+    ]
+    table: list[tuple[str, ...]] = [("contender", "CPU s (small topic)", "records/CPU s at the margin", "by rep")]
+    labels = {r["key"]: r["label"] for r in res["throughput"]}
+    for key, row in m["rows"].items():
+        cpu = _stats([r.get("cpu_s") for r in row["runs"] if r.get("ok")])
+        by_rep = ", ".join(f"{v:,.0f}" for v in row["records_per_cpu_s_by_rep"].values()) or "-"
+        table.append((labels.get(key, key), _fmt(cpu, 1), _fmt(row["records_per_cpu_s"]), by_rep))
+    return lines + _grid(table)
 
 
 def _grid(rows: list[tuple[str, ...]]) -> list[str]:

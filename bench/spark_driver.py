@@ -40,7 +40,12 @@ from bench import load
 from bench.harness import RESULTS, _free_base_port, _free_port
 
 TOPIC = "driver-load"
-_LINE = re.compile(r"batch (\d+): (\d+) tasks, (\d+) records; tasks (\d+) ms, driver (\d+) ms")
+# `Batches.on_batch`'s DEBUG line: "batch 3: 12 tasks (jvm), 500000 records; tasks 812 ms, driver 40 ms
+# (...)". The path in brackets ("jvm", "python", "python*") is optional so older lines still read.
+_LINE = re.compile(
+    r"batch (?P<batch>\d+): (?P<tasks>\d+) tasks(?: \((?P<path>[^)]*)\))?, (?P<records>\d+) records; "
+    r"tasks (?P<tasks_ms>\d+) ms, driver (?P<driver_ms>\d+) ms"
+)
 
 
 class _BatchLines(logging.Handler):
@@ -48,15 +53,14 @@ class _BatchLines(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
-        self.batches: list[dict[str, int]] = []
+        self.batches: list[dict[str, Any]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         m = _LINE.search(record.getMessage())
         if m:
-            batch, tasks, records, tasks_ms, driver_ms = map(int, m.groups())
-            self.batches.append(
-                {"batch": batch, "tasks": tasks, "records": records, "tasks_ms": tasks_ms, "driver_ms": driver_ms}
-            )
+            found: dict[str, Any] = {k: int(v) for k, v in m.groupdict().items() if k != "path" and v is not None}
+            found["path"] = m.group("path")
+            self.batches.append(found)
 
 
 def _progress_listener(spark: Any) -> tuple[Any, list[dict[str, Any]]]:

@@ -93,6 +93,16 @@ def load_data(src: str, unique: str, records: int = RECORDS) -> dict[str, int]:
     return {plain: 3, tx: 2}
 
 
+def one_partition_topic(src: str, topic: str, records: int, prefix: bytes = b"v") -> str:
+    """`topic` created with one partition holding `records` records (values prefix + i, keys i)."""
+    create_topic(src, topic, 1)
+    p = producer(src)
+    for i in range(records):
+        p.produce(topic, value=prefix + b"%d" % i, key=b"%d" % i, partition=0)
+    assert p.flush(30) == 0
+    return topic
+
+
 def assert_exact(src: str, dst: str, unique: str, topics: dict[str, int]) -> dict[str, dict[int, list[Rec]]]:
     """Every committed source record once on the target: same partition, order, key, value,
     timestamp and headers, with its provenance; nothing aborted; the group at the end offsets."""
@@ -572,12 +582,7 @@ def test_a_partition_added_to_a_source_topic_while_the_query_runs_is_mirrored(cl
     from confluent_kafka.admin import AdminClient, NewPartitions
 
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
-    topic = f"sp-{unique}-grow"
-    create_topic(src, topic, 1)
-    p = producer(src)
-    for i in range(50):
-        p.produce(topic, value=b"a%d" % i, key=b"%d" % i, partition=0)
-    assert p.flush(30) == 0
+    topic = one_partition_topic(src, f"sp-{unique}-grow", 50, b"a")
     config = write_config(flow_yaml(unique, topic, tmp_path / "offsets.db"))
     run = SparkRun(config, f"f-{unique}", "--checkpoint", str(tmp_path / "cp"))
     try:
@@ -961,12 +966,7 @@ def test_source_records_deleted_before_their_batch_is_read_are_skipped_as_sparks
     from mirror.spark.job import run_flow
 
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
-    topic = f"sp-{unique}-lost"
-    create_topic(src, topic, 1)
-    p = producer(src)
-    for i in range(300):
-        p.produce(topic, value=b"v%d" % i, key=b"%d" % i, partition=0)
-    assert p.flush(30) == 0
+    topic = one_partition_topic(src, f"sp-{unique}-lost", 300)
     config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db")))
     on_batch = Batches.on_batch
     ends: list[int] = []

@@ -41,3 +41,18 @@ def test_commit_group_raises_an_error_that_is_not_transient(monkeypatch):
     with pytest.raises(KafkaException):
         load.commit_group("127.0.0.1:9", "g", "t", {0: 5})
     assert not fake.committed and fake.closed
+
+
+def test_a_deleted_topics_files_are_awaited_and_no_other_topics(tmp_path):
+    (tmp_path / "t1.bench-load-small-0").mkdir()  # another topic whose name starts the same
+    (tmp_path / "other-3").mkdir()
+    assert load.await_files_deleted(tmp_path, "t1.bench-load", timeout=0)
+
+    (tmp_path / "t1.bench-load-11.5f2c0a-delete").mkdir()  # renamed for the broker's deletion task
+    assert not load.await_files_deleted(tmp_path, "t1.bench-load", timeout=0)
+    (tmp_path / "t1.bench-load-11.5f2c0a-delete").rmdir()
+    (tmp_path / "t1.bench-load-0").mkdir()  # not yet renamed
+    assert not load.await_files_deleted(tmp_path, "t1.bench-load", timeout=0)
+    (tmp_path / "t1.bench-load-0").rmdir()
+    assert load.await_files_deleted(tmp_path, "t1.bench-load", timeout=0)
+    assert load.await_files_deleted(tmp_path / "absent", "t1.bench-load", timeout=0)

@@ -1,0 +1,63 @@
+"""bench/harness.py's throughput phase: each rep's order written down, runs at each size kept
+apart. The runs themselves are made up (the harness's own logic only; no clusters)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench import harness
+from bench.contenders import catalogue
+
+
+def test_each_rep_runs_in_its_own_order_and_the_smaller_topics_runs_are_kept_apart(monkeypatch):
+    ran: list[tuple[str, str, int]] = []
+
+    def fake_run(env: Any, spec: Any, p: Any, rep: int, src: harness.SourceLoad) -> dict[str, Any]:
+        ran.append((spec.key, src.topic, rep))
+        return {"rep": rep, "ok": False, "error": "made up", "records": src.records}
+
+    monkeypatch.setattr(harness, "throughput_run", fake_run)
+    specs = [s for s in catalogue(True, None) if s.key in ("mirror", "plain-spark", "spark")]
+    loads = [
+        harness.SourceLoad(harness.SOURCE_TOPIC, 1000, [500, 500]),
+        harness.SourceLoad(harness.SMALL_TOPIC, 300, [150, 150]),
+    ]
+    runs: dict[str, list[dict[str, Any]]] = {s.key: [] for s in specs}
+    small: dict[str, list[dict[str, Any]]] = {}
+    orders: dict[str, list[list[str]]] = {}
+
+    harness._throughput_phase(None, specs, harness.Params(reps=2), loads, runs, small, orders)  # type: ignore[arg-type]
+
+    assert orders["throughput"] == [
+        ["mirror", "mirror@300", "plain-spark", "plain-spark@300", "spark", "spark@300"],
+        ["spark@300", "spark", "plain-spark@300", "plain-spark", "mirror@300", "mirror"],
+    ]
+    assert [(k, rep) for k, t, rep in ran if t == harness.SOURCE_TOPIC][:3] == [
+        ("mirror", 0),
+        ("plain-spark", 0),
+        ("spark", 0),
+    ]
+    assert {k: [(r["rep"], r["position"], r["records"]) for r in rs] for k, rs in runs.items()} == {
+        "mirror": [(0, 0, 1000), (1, 5, 1000)],
+        "plain-spark": [(0, 2, 1000), (1, 3, 1000)],
+        "spark": [(0, 4, 1000), (1, 1, 1000)],
+    }
+    assert {k: [r["records"] for r in rs] for k, rs in small.items()} == {
+        "mirror": [300, 300],
+        "plain-spark": [300, 300],
+        "spark": [300, 300],
+    }
+
+
+@pytest.mark.parametrize("marginal", ["0", "1000000", "2000000"])
+def test_a_marginal_size_outside_the_load_is_a_usage_error(marginal, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        harness.main(["--records", "1000000", "--marginal", marginal])
+    assert exit_.value.code == 2
+    assert "--marginal" in capsys.readouterr().err
+
+
+def test_the_quick_mode_spends_nothing_on_the_warm_up():
+    assert harness.Params().warmup and not harness.Params.quick_mode().warmup
