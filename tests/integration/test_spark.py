@@ -952,33 +952,45 @@ def test_source_records_deleted_before_their_batch_is_read_are_skipped_as_sparks
     """Issue 21 (direct read): retention removes source records after Spark planned a batch's
     range and before the JVM writer's task reads it. Spark's reader with failOnDataLoss false
     (as the job sets it) goes on from the log start; so does the writer's own consumer, which
-    says what was lost, and copies the rest exactly."""
+    says what was lost, and copies the rest exactly.
+
+    Review (direct read) D1: the deletion takes batch 0's whole range and the head of batch 1's.
+    A range of which nothing is left is named in a warning too (the task produced nothing, so
+    no result carried it), and batch 1's warning names its own offsets only (its reader
+    continues from batch 0's, whose consumer still stood at offset 0)."""
     import logging
 
     from mirror.kafka import Admin
     from mirror.spark.batches import Batches
+    from mirror.spark.checkpoint import batch_ends
     from mirror.spark.job import run_flow
 
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
     topic = one_partition_topic(src, f"sp-{unique}-lost", 300)
     config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db")))
     on_batch = Batches.on_batch
+    ends: list[int] = []
 
     def retention_first(self: Batches, df: object, batch_id: int) -> None:
-        if batch_id == 0:  # planned as [0, 101): its first 50 records go before it is read
-            Admin("src", config.clusters["src"]).delete_records({(topic, 0): 50})
+        if batch_id == 0:  # planned as [0, end): all of it and 49 records past it go before it is read
+            end = (batch_ends(self._checkpoint, 0) or {})[(topic, 0)]
+            ends.append(end)
+            Admin("src", config.clusters["src"]).delete_records({(topic, 0): end + 49})
         on_batch(self, df, batch_id)
 
     monkeypatch.setattr(Batches, "on_batch", retention_first)
-    with caplog.at_level(logging.WARNING, logger="mirror.spark.batches"):
+    with caplog.at_level(logging.WARNING, logger="mirror.spark"):
         job = run_flow(
             config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, max_records_per_batch=100
         )
     assert job._batches is not None and set(job._batches.paths) == {"jvm"}
+    end = ends[0]
+    assert 0 < end < 300 - 49
     kept = [r.content() for r in read_partition(src, topic, 0)]
-    assert len(kept) == 250 == job.records
+    assert len(kept) == 300 - end - 49 == job.records
     assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == kept
-    assert f"{topic}-0 offsets 0 to 49 were deleted before they were read" in caplog.text
+    assert f"{topic}-0 offsets 0 to {end - 1} were deleted before they were read" in caplog.text
+    assert f"{topic}-0 offsets {end} to {end + 48} were deleted before they were read" in caplog.text
     assert group_offsets(src, f"mirror-{unique}", topic, 1) == end_offsets(src, topic, 1)
 
 

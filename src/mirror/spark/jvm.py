@@ -187,7 +187,8 @@ def batch_plan(
 
 def results_of(tasks: Iterable[Mapping[str, Any]]) -> tuple[list[TaskResult], list[str]]:
     """The writer's answer as `TaskResult`s, and why any task declined or failed (then the
-    results are not used: the batch goes the Python way)."""
+    results are not used: the batch goes the Python way). A task that produced nothing
+    answers only when it has a warning (`warnings_of`): no result."""
     results: list[TaskResult] = []
     problems: list[str] = []
     for row in tasks:
@@ -196,7 +197,7 @@ def results_of(tasks: Iterable[Mapping[str, Any]]) -> tuple[list[TaskResult], li
             problems.append(f"{where} declined: {row['declined']}")
         elif "failed" in row:
             problems.append(f"{where} failed: {row['failed']}")
-        else:
+        elif "next" in row:
             results.append(
                 TaskResult(
                     row["topic"],
@@ -213,6 +214,17 @@ def results_of(tasks: Iterable[Mapping[str, Any]]) -> tuple[list[TaskResult], li
                 )
             )
     return results, problems
+
+
+def _left(tasks: Iterable[Mapping[str, Any]]) -> set[tuple[str, int]]:
+    """The partitions whose task declined or failed: the Python tasks produce them."""
+    return {(r["topic"], r["partition"]) for r in tasks if "declined" in r or "failed" in r}
+
+
+def warnings_of(tasks: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The warnings of tasks that produced nothing (their range's records were deleted before
+    they were read): no result carries them to `Batches.finish`, which logs the others."""
+    return [r["warning"] for r in tasks if "warning" in r and "next" not in r]
 
 
 class JvmWriter:
@@ -299,6 +311,8 @@ class JvmWriter:
                 answer["unread"],
             )
             return None
+        for warning in warnings_of(answer["tasks"]):
+            log.warning("flow %s: batch %d: %s", self.flow, batch_id, warning)
         results, problems = results_of(answer["tasks"])
         if not problems:
             return results, set()
@@ -310,7 +324,7 @@ class JvmWriter:
             len(problems),
             problems[0],
         )
-        return results, {(r["topic"], r["partition"]) for r in answer["tasks"] if "next" not in r}
+        return results, _left(answer["tasks"])
 
 
 def _partitions_in(parts: Iterable[tuple[str, int]]) -> Any:

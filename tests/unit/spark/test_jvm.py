@@ -270,3 +270,38 @@ def test_a_batch_the_writer_produced_whole_takes_the_jvm_path() -> None:
     path, results = writer.run(_Answering({"tasks": [done]}), task_plan(""), ["orders"], 0, lambda *_: [])
     assert path == "jvm"
     assert results == [TaskResult("orders", 0, "src.orders", 3, 9, 6, 0, 60, 5, [(3, 0)], True)]
+
+
+def test_a_range_retention_deleted_whole_is_named_in_a_warning_and_left_to_no_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Review (direct read) D1: a task whose range retention deleted whole (Spark's source
+    with failOnDataLoss false skips it too) produced nothing; its answer carries only the
+    warning. The driver logs it, and the partition is neither a result nor left to the
+    Python tasks (nothing of it is left to read)."""
+    writer = JvmWriter(task_plan(""))
+    writer._checked = True
+    done = {
+        "topic": "orders",
+        "partition": 0,
+        "first": 3,
+        "target": "src.orders",
+        "next": 9,
+        "produced": 6,
+        "bytes": 60,
+        "max_ts": 5,
+        "placed": True,
+        "syncs": [[3, 0]],
+    }
+    lost = {"topic": "orders", "partition": 1, "first": 0, "warning": "orders-1 offsets 0 to 100 were deleted"}
+    ran: list[object] = []
+
+    def python(df: object, p: object) -> list[TaskResult]:
+        ran.append(df)
+        return []
+
+    with caplog.at_level(logging.WARNING, logger="mirror.spark.jvm"):
+        path, results = writer.run(_Answering({"tasks": [done, lost]}), task_plan(""), ["orders"], 4, python)
+    assert (path, ran) == ("jvm", [])
+    assert results == [TaskResult("orders", 0, "src.orders", 3, 9, 6, 0, 60, 5, [(3, 0)], True)]
+    assert "batch 4: orders-1 offsets 0 to 100 were deleted" in caplog.text

@@ -13,8 +13,9 @@ import org.apache.spark.sql.kafka010.KafkaOffsetRange;
  * produced as a {@link Slice}: each record's key, value and headers go from the fetched
  * record to the producer as they are, with no row in between.
  *
- * A range that holds no record to copy (aborted transactions, markers, all deleted) answers
- * nothing, as a Spark partition without rows did.
+ * A range that holds no record to copy (aborted transactions, markers) answers nothing, as a
+ * Spark partition without rows did; one whose records retention deleted answers the warning
+ * only (the driver logs it).
  */
 final class DirectWriter implements FlatMapFunction<Iterator<KafkaBatchInputPartition>, String> {
     private static final long serialVersionUID = 1L;
@@ -41,6 +42,7 @@ final class DirectWriter implements FlatMapFunction<Iterator<KafkaBatchInputPart
         SourceReader reader = SourceReaders.borrow(part.executorKafkaParams(), range.topicPartition(), range.fromOffset());
         Slice slice = null;
         boolean clean = false;
+        String lost = null;
         try {
             reader.start(range.topicPartition(), range.fromOffset(), range.untilOffset(), part.pollTimeoutMs(),
                     part.failOnDataLoss());
@@ -50,6 +52,8 @@ final class DirectWriter implements FlatMapFunction<Iterator<KafkaBatchInputPart
                     break;
                 }
             }
+            // Read before the reader goes back: another task may borrow it at once.
+            lost = reader.lost();
             clean = true;
         } catch (RuntimeException e) {
             String why = "reading " + range.topicPartition() + " [" + range.fromOffset() + ", " + range.untilOffset()
@@ -66,7 +70,13 @@ final class DirectWriter implements FlatMapFunction<Iterator<KafkaBatchInputPart
                 reader.close();
             }
         }
-        return slice == null ? Collections.emptyIterator() : one(slice.finish(reader.lost()).toString());
+        if (slice != null) {
+            return one(slice.finish(lost).toString());
+        }
+        // Nothing to copy. Where retention deleted the range's records, say so: no result carries it.
+        return lost == null
+                ? Collections.emptyIterator()
+                : one(Slice.answer(topic, partition, range.fromOffset()).put("warning", lost).toString());
     }
 
     private static Iterator<String> one(String answer) {

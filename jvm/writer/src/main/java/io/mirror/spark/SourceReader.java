@@ -152,17 +152,25 @@ final class SourceReader {
         return false;
     }
 
-    /** Offsets [from, to) are no longer in the log: skipped, or fail as failOnDataLoss says. */
+    /**
+     * Offsets [from, to) are no longer in the log: skipped, or fail as failOnDataLoss says. Only
+     * the part within this range is named: a reader continuing from a range that ended in lost
+     * offsets still has its consumer there, below this range's start.
+     */
     private void skipLost(long from, long to) {
-        String what = tp + " offsets " + from + " to " + (to - 1) + " were deleted before they were read";
-        if (failOnDataLoss) {
-            throw new IllegalStateException(what + " (failOnDataLoss)");
+        long first = Math.max(from, next);
+        if (first < to) {
+            String what = tp + " offsets " + first + " to " + (to - 1) + " were deleted before they were read";
+            if (failOnDataLoss) {
+                throw new IllegalStateException(what + " (failOnDataLoss)");
+            }
+            lost = lost == null ? what : lost + "; " + what;
         }
-        lost = lost == null ? what : lost + "; " + what;
-        if (to < until) {
-            consumer.seek(tp, to);
+        long resume = Math.max(to, next);
+        if (resume < until) {
+            consumer.seek(tp, resume);
         }
-        next = Math.max(next, to);
+        next = resume;
         lastProgress = System.currentTimeMillis();
     }
 
