@@ -179,7 +179,17 @@ final class SourceReader {
         return ctx != null && ctx.isInterrupted();
     }
 
+    /**
+     * Closes the consumer, never throwing: it is called in a task's {@code finally} and by the
+     * idle cache, and an exception here (kafka-clients rethrows an interrupt from close) would
+     * leave the task before its slice's sends are awaited, so a retried attempt could hand the
+     * partition to the Python path while those sends still land.
+     */
     void close() {
-        consumer.close(Duration.ZERO);
+        try {
+            consumer.close(Duration.ZERO);
+        } catch (RuntimeException e) {
+            org.slf4j.LoggerFactory.getLogger(SourceReader.class).warn("closing a source reader: " + e); // not its key: that holds the credentials
+        }
     }
 }
