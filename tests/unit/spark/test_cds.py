@@ -70,7 +70,7 @@ class _Builder:
 
 
 @pytest.fixture
-def builder(monkeypatch):
+def builder(monkeypatch, tmp_path):
     from pyspark.sql import SparkSession
 
     fake = _Builder()
@@ -78,6 +78,7 @@ def builder(monkeypatch):
     for name, value in (("PYSPARK_PYTHON", sys.executable), ("PYSPARK_DRIVER_PYTHON", sys.executable)):
         monkeypatch.setenv(name, value)  # what `spark_session` sets by default, undone after the test
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))  # no spark-defaults.conf unless a test writes one
     monkeypatch.setattr(session, "connector_jars", lambda version: [])
     monkeypatch.setattr(session, "use_options", lambda: ["-XX:SharedArchiveFile=/a.jsa"])
     return fake
@@ -132,3 +133,26 @@ def test_a_tried_archive_is_renamed_into_place_and_another_javas_is_removed(tmp_
     cds.build(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name] and path.read_bytes() == b"x"
     assert tried[0][-2] == "--try" and tried[0][-1].endswith(".tmp")  # tried under its temporary name
+
+
+def test_the_driver_options_of_spark_defaults_conf_are_kept_beside_the_archive(builder, tmp_path):
+    """A --conf beats spark-defaults.conf: setting the driver options for the archive must not
+    drop the ones an administrator put there (spark-submit reads $SPARK_CONF_DIR/spark-defaults.conf)."""
+    (tmp_path / "spark-defaults.conf").write_text(
+        "# site settings\nspark.executor.memory 2g\nspark.driver.extraJavaOptions   -Dsite=1 -Xss8m\n"
+    )
+    session.spark_session("local[2]", "app", quiet=False, ui_port=None)
+    assert builder.conf[cds.DRIVER_OPTIONS] == "-XX:SharedArchiveFile=/a.jsa -Dsite=1 -Xss8m"
+    session.spark_session("local[2]", "app", {cds.DRIVER_OPTIONS: "-Dmine=2"}, quiet=False, ui_port=None)
+    assert builder.conf[cds.DRIVER_OPTIONS] == "-XX:SharedArchiveFile=/a.jsa -Dmine=2"  # --conf wins, as in Spark
+
+
+@pytest.mark.parametrize(
+    "theirs",
+    ["-Xshare:on", "-XX:ArchiveClassesAtExit=/tmp/mine.jsa", "-XX:SharedArchiveFile=/mine.jsa -Xss4m"],
+)
+def test_a_user_who_sets_class_data_sharing_options_gets_none_of_ours(builder, theirs):
+    """With ours before theirs, -Xshare:on fails the JVM when ours does not match, and a
+    dynamic dump cannot take our dynamic archive as its base: their choice alone."""
+    session.spark_session("local[2]", "app", {cds.DRIVER_OPTIONS: theirs}, quiet=False, ui_port=None)
+    assert builder.conf[cds.DRIVER_OPTIONS] == theirs
