@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -76,6 +77,50 @@ def with_java_options(options: str | None, extra: list[str]) -> str:
     """`extra` JVM options before the ones already given (a later option wins in the JVM, so
     the user's own `spark.driver.extraJavaOptions` keep the last word)."""
     return " ".join([*extra, *([options] if options else [])])
+
+
+# A driver's own class-data sharing choice (required, off, its own archive, its own dump): ours
+# beside it could only break it (-Xshare:on fails on an archive that does not match, and a
+# dynamic dump cannot start from our dynamic archive).
+_SHARING = re.compile(r"-Xshare:|SharedArchiveFile|ArchiveClassesAtExit|UseSharedSpaces|AutoCreateSharedArchive")
+
+
+def sets_sharing(options: str | None) -> bool:
+    """Whether driver JVM `options` already say how the JVM shares class data."""
+    return bool(options and _SHARING.search(options))
+
+
+def default_driver_options() -> str | None:
+    """`spark.driver.extraJavaOptions` from the spark-defaults.conf the driver's spark-submit
+    reads ($SPARK_CONF_DIR, else $SPARK_HOME/conf, else pyspark's own conf): a `--conf` of the
+    key replaces that file's value, so the archive's options are given with it, not instead."""
+    folder = os.environ.get("SPARK_CONF_DIR")
+    if not folder:
+        home = os.environ.get("SPARK_HOME")
+        if not home:
+            import pyspark
+
+            home = str(Path(pyspark.__file__).parent)
+        folder = str(Path(home) / "conf")
+    try:
+        text = (Path(folder) / "spark-defaults.conf").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return _property(text, DRIVER_OPTIONS)
+
+
+def _property(text: str, key: str) -> str | None:
+    """`key`'s value in a Java properties file (the last one, trimmed, as Spark reads it;
+    continued lines joined, escapes other than a line's end left as written)."""
+    found = None
+    for line in re.sub(r"\\\n[ \t\f]*", "", text).splitlines():
+        line = line.lstrip(" \t\f")
+        if not line or line[0] in "#!":
+            continue
+        entry = re.match(r"([^=:\s]*)[ \t\f]*[=:]?(.*)", line)
+        if entry is not None and entry.group(1) == key:
+            found = entry.group(2).strip()
+    return found
 
 
 def use_options() -> list[str]:

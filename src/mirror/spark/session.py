@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from mirror.errors import MirrorError
-from mirror.spark.cds import DRIVER_OPTIONS, java_binary, use_options, with_java_options
+from mirror.spark.cds import (
+    DRIVER_OPTIONS,
+    default_driver_options,
+    java_binary,
+    sets_sharing,
+    use_options,
+    with_java_options,
+)
 from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.startup import SessionStart
 
@@ -148,9 +155,11 @@ def spark_session(
     if ui_port is not None:
         builder = builder.config("spark.ui.port", str(ui_port))
     conf = dict(conf or {})
-    archive = use_options() if class_archive and not submitted else []
-    if archive:
-        conf[DRIVER_OPTIONS] = with_java_options(conf.get(DRIVER_OPTIONS), archive)
+    if class_archive and not submitted:
+        theirs = conf[DRIVER_OPTIONS] if DRIVER_OPTIONS in conf else default_driver_options()
+        archive = [] if sets_sharing(theirs) else use_options()
+        if archive:
+            conf[DRIVER_OPTIONS] = with_java_options(theirs, archive)
     for k, v in conf.items():
         builder = builder.config(k, v)
     # A speculative copy of a task would produce the same records alongside the original:
