@@ -1,0 +1,48 @@
+"""The run's Spark session start (`mirror.spark.session.start_session`), without a JVM."""
+
+from __future__ import annotations
+
+import pytest
+
+from mirror.errors import ExitCode, MirrorError
+from mirror.spark import session
+
+
+def test_a_session_that_does_not_start_is_a_one_line_error_exit_1(monkeypatch):
+    """pyspark's error when the driver JVM dies at start (a bad driver option, a broken class
+    archive) is raised on the run's thread as one line, not a traceback with the JVM's."""
+
+    def spark_session(*args, **kwargs):
+        raise RuntimeError(
+            "[JAVA_GATEWAY_EXITED] Java gateway process exited before sending its port number.\n"
+            "\tat org.apache.spark.deploy.SparkSubmit.main(SparkSubmit.scala)"
+        )
+
+    monkeypatch.setattr(session, "spark_session", spark_session)
+    starting = session.start_session("local[2]", "mirror-f1", ui_port=None)
+    try:
+        with pytest.raises(MirrorError) as info:
+            starting.get()
+    finally:
+        starting.close()
+    assert info.value.exit_code == ExitCode.FAILURE
+    assert str(info.value) == (
+        "the Spark session did not start: [JAVA_GATEWAY_EXITED] Java gateway process exited before "
+        "sending its port number."
+    )
+
+
+def test_a_mirror_error_at_start_is_raised_as_it_is(monkeypatch):
+    refused = MirrorError("no Spark Kafka connector for pyspark 9.9.9 in /x", hint="run `make setup`")
+
+    def spark_session(*args, **kwargs):
+        raise refused
+
+    monkeypatch.setattr(session, "spark_session", spark_session)
+    starting = session.start_session("local[2]", "mirror-f1", ui_port=None)
+    try:
+        with pytest.raises(MirrorError) as info:
+            starting.get()
+    finally:
+        starting.close()
+    assert info.value is refused
