@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -212,10 +212,22 @@ def start_session(master: str, app: str, conf: Mapping[str, str] | None = None, 
     import pyspark.sql  # noqa: F401 - see above
 
     return SessionStart(
-        partial(spark_session, master, app, conf, **options),
+        partial(_started, partial(spark_session, master, app, conf, **options)),
         running=_session_running,
         guard=_spark_locks,
     )
+
+
+def _started(start: Callable[[], Any]) -> Any:
+    """`start()`'s session; pyspark's or py4j's error as one line (exit 1): theirs carry the
+    JVM's trace, and `get()` raises it on the run's thread where `main()` shows it."""
+    try:
+        return start()
+    except MirrorError:
+        raise
+    except Exception as exc:
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise MirrorError(f"the Spark session did not start: {first}") from exc
 
 
 def _session_running() -> bool:
