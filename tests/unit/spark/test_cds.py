@@ -156,3 +156,15 @@ def test_a_user_who_sets_class_data_sharing_options_gets_none_of_ours(builder, t
     dynamic dump cannot take our dynamic archive as its base: their choice alone."""
     session.spark_session("local[2]", "app", {cds.DRIVER_OPTIONS: theirs}, quiet=False, ui_port=None)
     assert builder.conf[cds.DRIVER_OPTIONS] == theirs
+
+
+def test_a_build_in_a_shared_archive_folder_leaves_the_other_installs_archives(tmp_path, monkeypatch):
+    """$MIRROR_SPARK_CLASS_ARCHIVE may serve several checkouts (each its own pyspark, so its own
+    key): one's `make setup` must not delete the archive the others map."""
+    monkeypatch.setenv(cds.ARCHIVE_ENV, str(tmp_path))
+    path = tmp_path / "driver-classes-mine.jsa"
+    (tmp_path / "driver-classes-theirs.jsa").write_bytes(b"theirs")
+    monkeypatch.setattr(cds, "_exercise", lambda options: Path(options.split("=", 1)[1].split()[0]).write_bytes(b"x"))
+    monkeypatch.setattr(cds.subprocess, "run", lambda argv, **kwargs: None)
+    cds.build(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["driver-classes-mine.jsa", "driver-classes-theirs.jsa"]
