@@ -32,7 +32,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-ARCHIVE_ENV = "MIRROR_SPARK_CLASS_ARCHIVE"  # a directory for the archive other than the checkout's build/jvm
+ARCHIVE_ENV = "MIRROR_SPARK_CLASS_ARCHIVE"  # a folder for the archive other than build/jvm (may be shared)
 QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")  # an archive that does not match: start without it, silently
 DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
 BUILD_TIMEOUT = 600.0  # seconds for the building JVM to write the archive and exit
@@ -172,9 +172,11 @@ def build(path: Path) -> None:
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
+    if os.environ.get(ARCHIVE_ENV):
+        return  # a folder other installs may share: theirs are mapped still
     for old in path.parent.glob("driver-classes-*.jsa"):
         if old != path:
-            old.unlink(missing_ok=True)  # another Java's or pyspark's: never mapped again
+            old.unlink(missing_ok=True)  # this checkout's for another Java or pyspark: never mapped again
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -125,6 +125,7 @@ def test_an_archive_that_the_trial_jvm_cannot_map_is_not_installed(tmp_path, mon
 
 
 def test_a_tried_archive_is_renamed_into_place_and_another_javas_is_removed(tmp_path, monkeypatch):
+    monkeypatch.delenv(cds.ARCHIVE_ENV, raising=False)  # the checkout's own build/jvm
     path = tmp_path / "driver-classes-new.jsa"
     (tmp_path / "driver-classes-old.jsa").write_bytes(b"old")
     monkeypatch.setattr(cds, "_exercise", lambda options: Path(options.split("=", 1)[1].split()[0]).write_bytes(b"x"))
