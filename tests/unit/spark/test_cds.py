@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -169,3 +170,20 @@ def test_a_build_in_a_shared_archive_folder_leaves_the_other_installs_archives(t
     monkeypatch.setattr(cds.subprocess, "run", lambda argv, **kwargs: None)
     cds.build(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["driver-classes-mine.jsa", "driver-classes-theirs.jsa"]
+
+
+def test_the_archive_is_on_disk_before_it_gets_its_name(tmp_path, monkeypatch):
+    """A JVM crashes on a truncated archive: were the machine to stop after the rename with the
+    archive's blocks still unwritten, every run would find a truncated one under the name."""
+    monkeypatch.delenv(cds.ARCHIVE_ENV, raising=False)
+    path = tmp_path / "driver-classes-k.jsa"
+    monkeypatch.setattr(cds, "_exercise", lambda options: Path(options.split("=", 1)[1].split()[0]).write_bytes(b"x"))
+    monkeypatch.setattr(cds.subprocess, "run", lambda argv, **kwargs: None)
+    synced: list[tuple[str, bool]] = []
+    real = os.fsync
+    monkeypatch.setattr(
+        cds.os, "fsync", lambda fd: (synced.append((os.readlink(f"/proc/self/fd/{fd}"), path.exists())), real(fd))
+    )
+    cds.build(path)
+    assert any(name.endswith(".tmp") and not named for name, named in synced)
+    assert path.read_bytes() == b"x"
