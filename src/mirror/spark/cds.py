@@ -169,6 +169,7 @@ def build(path: Path) -> None:
             timeout=BUILD_TIMEOUT,
             stdout=subprocess.DEVNULL,
         )
+        _sync(tmp)  # a crash after the rename must not leave a truncated archive, which crashes the JVM
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -177,6 +178,14 @@ def build(path: Path) -> None:
     for old in path.parent.glob("driver-classes-*.jsa"):
         if old != path:
             old.unlink(missing_ok=True)  # this checkout's for another Java or pyspark: never mapped again
+
+
+def _sync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def main(argv: list[str] | None = None) -> int:
