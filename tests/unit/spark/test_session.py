@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from mirror.errors import ExitCode, MirrorError
+from mirror.errors import ExitCode, MirrorError, UsageError
 from mirror.spark import session
 
 
@@ -46,3 +48,12 @@ def test_a_mirror_error_at_start_is_raised_as_it_is(monkeypatch):
     finally:
         starting.close()
     assert info.value is refused
+
+
+def test_no_pyspark_is_one_line_before_any_thread_starts(monkeypatch):
+    """`mirror spark run` imports pyspark on its own thread now (`start_session`): without the
+    `spark` extra that is a one-line usage error like `spark submit`'s, not a traceback."""
+    monkeypatch.setitem(sys.modules, "pyspark.sql", None)  # import pyspark.sql raises ImportError
+    with pytest.raises(UsageError, match="pyspark is not installed") as info:
+        session.start_session("local[2]", "mirror-f1", ui_port=None)
+    assert info.value.exit_code == ExitCode.USAGE
