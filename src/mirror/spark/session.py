@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from mirror.errors import MirrorError
+from mirror.errors import MirrorError, UsageError
 from mirror.spark.cds import (
     DRIVER_OPTIONS,
     default_driver_options,
@@ -209,7 +209,10 @@ def start_session(master: str, app: str, conf: Mapping[str, str] | None = None, 
     pyspark is imported here, on the caller's thread, before the thread starts: imported on
     the thread it would share the interpreter with the caller's next imports, and the JVM,
     which the thread launches as soon as pyspark is in, would start that much later."""
-    import pyspark.sql  # noqa: F401 - see above
+    try:
+        import pyspark.sql  # noqa: F401 - see above
+    except ImportError as exc:
+        raise UsageError("pyspark is not installed", hint="run `make setup` (it installs the `spark` extra)") from exc
 
     return SessionStart(
         partial(_started, partial(spark_session, master, app, conf, **options)),
