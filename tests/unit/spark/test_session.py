@@ -10,15 +10,11 @@ from mirror.errors import ExitCode, MirrorError, UsageError
 from mirror.spark import session
 
 
-def test_a_session_that_does_not_start_is_a_one_line_error_exit_1(monkeypatch):
-    """pyspark's error when the driver JVM dies at start (a bad driver option, a broken class
-    archive) is raised on the run's thread as one line, not a traceback with the JVM's."""
+def start_error(monkeypatch, error: Exception) -> MirrorError:
+    """What `get()` raises when the session's factory raises `error`."""
 
     def spark_session(*args, **kwargs):
-        raise RuntimeError(
-            "[JAVA_GATEWAY_EXITED] Java gateway process exited before sending its port number.\n"
-            "\tat org.apache.spark.deploy.SparkSubmit.main(SparkSubmit.scala)"
-        )
+        raise error
 
     monkeypatch.setattr(session, "spark_session", spark_session)
     starting = session.start_session("local[2]", "mirror-f1", ui_port=None)
@@ -27,8 +23,21 @@ def test_a_session_that_does_not_start_is_a_one_line_error_exit_1(monkeypatch):
             starting.get()
     finally:
         starting.close()
-    assert info.value.exit_code == ExitCode.FAILURE
-    assert str(info.value) == (
+    return info.value
+
+
+def test_a_session_that_does_not_start_is_a_one_line_error_exit_1(monkeypatch):
+    """pyspark's error when the driver JVM dies at start (a bad driver option, a broken class
+    archive) is raised on the run's thread as one line, not a traceback with the JVM's."""
+    error = start_error(
+        monkeypatch,
+        RuntimeError(
+            "[JAVA_GATEWAY_EXITED] Java gateway process exited before sending its port number.\n"
+            "\tat org.apache.spark.deploy.SparkSubmit.main(SparkSubmit.scala)"
+        ),
+    )
+    assert error.exit_code == ExitCode.FAILURE
+    assert str(error) == (
         "the Spark session did not start: [JAVA_GATEWAY_EXITED] Java gateway process exited before "
         "sending its port number."
     )
@@ -36,22 +45,11 @@ def test_a_session_that_does_not_start_is_a_one_line_error_exit_1(monkeypatch):
 
 def test_a_mirror_error_at_start_is_raised_as_it_is(monkeypatch):
     refused = MirrorError("no Spark Kafka connector for pyspark 9.9.9 in /x", hint="run `make setup`")
-
-    def spark_session(*args, **kwargs):
-        raise refused
-
-    monkeypatch.setattr(session, "spark_session", spark_session)
-    starting = session.start_session("local[2]", "mirror-f1", ui_port=None)
-    try:
-        with pytest.raises(MirrorError) as info:
-            starting.get()
-    finally:
-        starting.close()
-    assert info.value is refused
+    assert start_error(monkeypatch, refused) is refused
 
 
 def test_no_pyspark_is_one_line_before_any_thread_starts(monkeypatch):
-    """`mirror spark run` imports pyspark on its own thread now (`start_session`): without the
+    """`start_session` imports pyspark on the caller's thread (before the JVM's): without the
     `spark` extra that is a one-line usage error like `spark submit`'s, not a traceback."""
     monkeypatch.setitem(sys.modules, "pyspark.sql", None)  # import pyspark.sql raises ImportError
     with pytest.raises(UsageError, match="pyspark is not installed") as info:
