@@ -215,6 +215,9 @@ def measure_driver_only(
         commits,
         metrics=RunMetrics.create().listener,
     )
+    # As the run's preflight describes the group first: on a new cluster the group's
+    # coordinator answers NOT_COORDINATOR for a moment, and the first commit would fail.
+    source.group_members(flow.group_id)
     checkpoint = workdir / "query"
     handler.start_query(mappings, checkpoint)
     (checkpoint / "offsets").mkdir(parents=True)
