@@ -81,7 +81,8 @@ def builder(monkeypatch, tmp_path):
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))  # no spark-defaults.conf unless a test writes one
     monkeypatch.setattr(session, "connector_jars", lambda version: [])
-    monkeypatch.setattr(session, "use_options", lambda: ["-XX:SharedArchiveFile=/a.jsa"])
+    for module in (cds, session):  # where spark_session finds it
+        monkeypatch.setattr(module, "use_options", lambda: ["-XX:SharedArchiveFile=/a.jsa"], raising=False)
     return fake
 
 
@@ -158,6 +159,14 @@ def test_a_user_who_sets_class_data_sharing_options_gets_none_of_ours(builder, t
     dynamic dump cannot take our dynamic archive as its base: their choice alone."""
     session.spark_session("local[2]", "app", {cds.DRIVER_OPTIONS: theirs}, quiet=False, ui_port=None)
     assert builder.conf[cds.DRIVER_OPTIONS] == theirs
+
+
+def test_an_administrators_class_data_sharing_choice_gets_none_of_ours(builder, tmp_path):
+    """spark.driver.defaultJavaOptions come before the driver's own options: an -Xshare:on
+    there fails the JVM beside an archive of ours that does not match just the same."""
+    (tmp_path / "spark-defaults.conf").write_text("spark.driver.defaultJavaOptions=-Xshare:on\n")
+    session.spark_session("local[2]", "app", {cds.DRIVER_OPTIONS: "-Xss4m"}, quiet=False, ui_port=None)
+    assert builder.conf[cds.DRIVER_OPTIONS] == "-Xss4m"
 
 
 def test_a_build_in_a_shared_archive_folder_leaves_the_other_installs_archives(tmp_path, monkeypatch):
