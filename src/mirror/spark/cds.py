@@ -28,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 ARCHIVE_ENV = "MIRROR_SPARK_CLASS_ARCHIVE"  # a folder for the archive other than build/jvm (may be shared)
 QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")  # an archive that does not match: start without it, silently
 DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
+DEFAULT_OPTIONS = "spark.driver.defaultJavaOptions"  # an administrator's, given before DRIVER_OPTIONS
 BUILD_TIMEOUT = 600.0  # seconds for the building JVM to write the archive and exit
 
 
@@ -90,10 +92,9 @@ def sets_sharing(options: str | None) -> bool:
     return bool(options and _SHARING.search(options))
 
 
-def default_driver_options() -> str | None:
-    """`spark.driver.extraJavaOptions` from the spark-defaults.conf the driver's spark-submit
-    reads ($SPARK_CONF_DIR, else $SPARK_HOME/conf, else pyspark's own conf): a `--conf` of the
-    key replaces that file's value, so the archive's options are given with it, not instead."""
+def spark_defaults() -> dict[str, str]:
+    """The spark-defaults.conf the driver's spark-submit reads ($SPARK_CONF_DIR, else
+    $SPARK_HOME/conf, else pyspark's own conf); {} when there is none."""
     folder = os.environ.get("SPARK_CONF_DIR")
     if not folder:
         home = os.environ.get("SPARK_HOME")
@@ -105,22 +106,35 @@ def default_driver_options() -> str | None:
     try:
         text = (Path(folder) / "spark-defaults.conf").read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
-        return None
-    return _property(text, DRIVER_OPTIONS)
+        return {}
+    return _properties(text)
 
 
-def _property(text: str, key: str) -> str | None:
-    """`key`'s value in a Java properties file (the last one, trimmed, as Spark reads it;
-    continued lines joined, escapes other than a line's end left as written)."""
-    found = None
+def _properties(text: str) -> dict[str, str]:
+    """A Java properties file's keys and values (trimmed, as Spark reads them; continued lines
+    joined, escapes other than a line's end left as written)."""
+    found = {}
     for line in re.sub(r"\\\n[ \t\f]*", "", text).splitlines():
         line = line.lstrip(" \t\f")
         if not line or line[0] in "#!":
             continue
         entry = re.match(r"([^=:\s]*)[ \t\f]*[=:]?(.*)", line)
-        if entry is not None and entry.group(1) == key:
-            found = entry.group(2).strip()
+        if entry is not None:
+            found[entry.group(1)] = entry.group(2).strip()
     return found
+
+
+def driver_options(conf: Mapping[str, str]) -> str | None:
+    """The `spark.driver.extraJavaOptions` a driver started with the settings `conf` is given
+    to map the archive (None: as they are). A `--conf` of the key replaces spark-defaults.conf's
+    value, so that one is kept after ours; a driver whose options (or its administrator's
+    `spark.driver.defaultJavaOptions`) already choose its class-data sharing gets none of ours."""
+    defaults = spark_defaults()
+    theirs, admins = (conf.get(key, defaults.get(key)) for key in (DRIVER_OPTIONS, DEFAULT_OPTIONS))
+    if sets_sharing(theirs) or sets_sharing(admins):
+        return None
+    archive = use_options()
+    return with_java_options(theirs, archive) if archive else None
 
 
 def use_options() -> list[str]:

@@ -19,14 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from mirror.errors import MirrorError, UsageError
-from mirror.spark.cds import (
-    DRIVER_OPTIONS,
-    default_driver_options,
-    java_binary,
-    sets_sharing,
-    use_options,
-    with_java_options,
-)
+from mirror.spark.cds import DRIVER_OPTIONS, driver_options, java_binary
 from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.startup import SessionStart
 
@@ -155,11 +148,9 @@ def spark_session(
     if ui_port is not None:
         builder = builder.config("spark.ui.port", str(ui_port))
     conf = dict(conf or {})
-    if class_archive and not submitted:
-        theirs = conf[DRIVER_OPTIONS] if DRIVER_OPTIONS in conf else default_driver_options()
-        archive = [] if sets_sharing(theirs) else use_options()
-        if archive:
-            conf[DRIVER_OPTIONS] = with_java_options(theirs, archive)
+    options = driver_options(conf) if class_archive and not submitted else None
+    if options is not None:
+        conf[DRIVER_OPTIONS] = options
     for k, v in conf.items():
         builder = builder.config(k, v)
     # A speculative copy of a task would produce the same records alongside the original:

@@ -81,8 +81,7 @@ def builder(monkeypatch, tmp_path):
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))  # no spark-defaults.conf unless a test writes one
     monkeypatch.setattr(session, "connector_jars", lambda version: [])
-    for module in (cds, session):  # where spark_session finds it
-        monkeypatch.setattr(module, "use_options", lambda: ["-XX:SharedArchiveFile=/a.jsa"], raising=False)
+    monkeypatch.setattr(cds, "use_options", lambda: ["-XX:SharedArchiveFile=/a.jsa"])
     return fake
 
 
