@@ -97,22 +97,23 @@ def run(
     conf = dict(parse_conf(spark_conf))
     config = app.config(config_path)
     (flow,) = config.select_flows((flow_name,))
-    check_local(config, flow, master or LOCAL)
-    claim_checkpoint(checkpoint or default_checkpoint(config, flow), flow)  # run_flow's own, before a JVM starts
-    # The JVM and the SparkContext start now, beside the engine's imports, the clusters' checks
-    # and the flow's start; the first query takes the session when it needs it.
-    starting = start_session(
-        master or LOCAL,
-        f"mirror-{flow.name}",
-        conf,
-        quiet=not app.debug,
-        ui_port=None if no_ui else UI_PORT if ui_port is None else ui_port,
-    )
-    try:
-        from mirror.spark.job import run_flow
-        from mirror.spark.jvm import describe_paths
+    # The handlers first: a SIGTERM or Ctrl-C while the JVM starts is a stop like any other.
+    with stop_on_signals() as signals:
+        check_local(config, flow, master or LOCAL)
+        claim_checkpoint(checkpoint or default_checkpoint(config, flow), flow)  # run_flow's own, before a JVM starts
+        # The JVM and the SparkContext start now, beside the engine's imports, the clusters'
+        # checks and the flow's start; the first query takes the session when it needs it.
+        starting = start_session(
+            master or LOCAL,
+            f"mirror-{flow.name}",
+            conf,
+            quiet=not app.debug,
+            ui_port=None if no_ui else UI_PORT if ui_port is None else ui_port,
+        )
+        try:
+            from mirror.spark.job import run_flow
+            from mirror.spark.jvm import describe_paths
 
-        with stop_on_signals() as signals:
             job = run_flow(
                 config,
                 flow,
@@ -124,8 +125,8 @@ def run(
                 stop=signals.stop,
                 starting=starting,
             )
-    finally:
-        starting.close()
+        finally:
+            starting.close()
     click.echo(
         f"flow {flow.name}: {job.records} records mirrored on Spark ({job.skipped} already on the target; "
         f"{describe_paths(job.paths)})",

@@ -24,16 +24,19 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-ARCHIVE_ENV = "MIRROR_SPARK_CLASS_ARCHIVE"  # a directory for the archive other than the checkout's build/jvm
+ARCHIVE_ENV = "MIRROR_SPARK_CLASS_ARCHIVE"  # a folder for the archive other than build/jvm (may be shared)
 QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")  # an archive that does not match: start without it, silently
 DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
+DEFAULT_OPTIONS = "spark.driver.defaultJavaOptions"  # an administrator's, given before DRIVER_OPTIONS
 BUILD_TIMEOUT = 600.0  # seconds for the building JVM to write the archive and exit
 
 
@@ -76,6 +79,62 @@ def with_java_options(options: str | None, extra: list[str]) -> str:
     """`extra` JVM options before the ones already given (a later option wins in the JVM, so
     the user's own `spark.driver.extraJavaOptions` keep the last word)."""
     return " ".join([*extra, *([options] if options else [])])
+
+
+# A driver's own class-data sharing choice (required, off, its own archive, its own dump): ours
+# beside it could only break it (-Xshare:on fails on an archive that does not match, and a
+# dynamic dump cannot start from our dynamic archive).
+_SHARING = re.compile(r"-Xshare:|SharedArchiveFile|ArchiveClassesAtExit|UseSharedSpaces|AutoCreateSharedArchive")
+
+
+def sets_sharing(options: str | None) -> bool:
+    """Whether driver JVM `options` already say how the JVM shares class data."""
+    return bool(options and _SHARING.search(options))
+
+
+def spark_defaults() -> dict[str, str]:
+    """The spark-defaults.conf the driver's spark-submit reads ($SPARK_CONF_DIR, else
+    $SPARK_HOME/conf, else pyspark's own conf); {} when there is none."""
+    folder = os.environ.get("SPARK_CONF_DIR")
+    if not folder:
+        home = os.environ.get("SPARK_HOME")
+        if not home:
+            import pyspark
+
+            home = str(Path(pyspark.__file__).parent)
+        folder = str(Path(home) / "conf")
+    try:
+        text = (Path(folder) / "spark-defaults.conf").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    return _properties(text)
+
+
+def _properties(text: str) -> dict[str, str]:
+    """A Java properties file's keys and values (trimmed, as Spark reads them; continued lines
+    joined, escapes other than a line's end left as written)."""
+    found = {}
+    for line in re.sub(r"\\\n[ \t\f]*", "", text).splitlines():
+        line = line.lstrip(" \t\f")
+        if not line or line[0] in "#!":
+            continue
+        entry = re.match(r"([^=:\s]*)[ \t\f]*[=:]?(.*)", line)
+        if entry is not None:
+            found[entry.group(1)] = entry.group(2).strip()
+    return found
+
+
+def driver_options(conf: Mapping[str, str]) -> str | None:
+    """The `spark.driver.extraJavaOptions` a driver started with the settings `conf` is given
+    to map the archive (None: as they are). A `--conf` of the key replaces spark-defaults.conf's
+    value, so that one is kept after ours; a driver whose options (or its administrator's
+    `spark.driver.defaultJavaOptions`) already choose its class-data sharing gets none of ours."""
+    defaults = spark_defaults()
+    theirs, admins = (conf.get(key, defaults.get(key)) for key in (DRIVER_OPTIONS, DEFAULT_OPTIONS))
+    if sets_sharing(theirs) or sets_sharing(admins):
+        return None
+    archive = use_options()
+    return with_java_options(theirs, archive) if archive else None
 
 
 def use_options() -> list[str]:
@@ -124,12 +183,23 @@ def build(path: Path) -> None:
             timeout=BUILD_TIMEOUT,
             stdout=subprocess.DEVNULL,
         )
+        _sync(tmp)  # a crash after the rename must not leave a truncated archive, which crashes the JVM
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
+    if os.environ.get(ARCHIVE_ENV):
+        return  # a folder other installs may share: theirs are mapped still
     for old in path.parent.glob("driver-classes-*.jsa"):
         if old != path:
-            old.unlink(missing_ok=True)  # another Java's or pyspark's: never mapped again
+            old.unlink(missing_ok=True)  # this checkout's for another Java or pyspark: never mapped again
+
+
+def _sync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,15 +11,15 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from mirror.errors import MirrorError
-from mirror.spark.cds import DRIVER_OPTIONS, java_binary, use_options, with_java_options
+from mirror.errors import MirrorError, UsageError
+from mirror.spark.cds import DRIVER_OPTIONS, driver_options, java_binary
 from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.startup import SessionStart
 
@@ -148,9 +148,9 @@ def spark_session(
     if ui_port is not None:
         builder = builder.config("spark.ui.port", str(ui_port))
     conf = dict(conf or {})
-    archive = use_options() if class_archive and not submitted else []
-    if archive:
-        conf[DRIVER_OPTIONS] = with_java_options(conf.get(DRIVER_OPTIONS), archive)
+    options = driver_options(conf) if class_archive and not submitted else None
+    if options is not None:
+        conf[DRIVER_OPTIONS] = options
     for k, v in conf.items():
         builder = builder.config(k, v)
     # A speculative copy of a task would produce the same records alongside the original:
@@ -200,13 +200,28 @@ def start_session(master: str, app: str, conf: Mapping[str, str] | None = None, 
     pyspark is imported here, on the caller's thread, before the thread starts: imported on
     the thread it would share the interpreter with the caller's next imports, and the JVM,
     which the thread launches as soon as pyspark is in, would start that much later."""
-    import pyspark.sql  # noqa: F401 - see above
+    try:
+        import pyspark.sql  # noqa: F401 - see above
+    except ImportError as exc:
+        raise UsageError("pyspark is not installed", hint="run `make setup` (it installs the `spark` extra)") from exc
 
     return SessionStart(
-        partial(spark_session, master, app, conf, **options),
+        partial(_started, partial(spark_session, master, app, conf, **options)),
         running=_session_running,
         guard=_spark_locks,
     )
+
+
+def _started(start: Callable[[], Any]) -> Any:
+    """`start()`'s session; pyspark's or py4j's error as one line (exit 1): theirs carry the
+    JVM's trace, and `get()` raises it on the run's thread where `main()` shows it."""
+    try:
+        return start()
+    except MirrorError:
+        raise
+    except Exception as exc:
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise MirrorError(f"the Spark session did not start: {first}") from exc
 
 
 def _session_running() -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -70,7 +71,7 @@ class _Builder:
 
 
 @pytest.fixture
-def builder(monkeypatch):
+def builder(monkeypatch, tmp_path):
     from pyspark.sql import SparkSession
 
     fake = _Builder()
@@ -78,8 +79,9 @@ def builder(monkeypatch):
     for name, value in (("PYSPARK_PYTHON", sys.executable), ("PYSPARK_DRIVER_PYTHON", sys.executable)):
         monkeypatch.setenv(name, value)  # what `spark_session` sets by default, undone after the test
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))  # no spark-defaults.conf unless a test writes one
     monkeypatch.setattr(session, "connector_jars", lambda version: [])
-    monkeypatch.setattr(session, "use_options", lambda: ["-XX:SharedArchiveFile=/a.jsa"])
+    monkeypatch.setattr(cds, "use_options", lambda: ["-XX:SharedArchiveFile=/a.jsa"])
     return fake
 
 
@@ -124,6 +126,7 @@ def test_an_archive_that_the_trial_jvm_cannot_map_is_not_installed(tmp_path, mon
 
 
 def test_a_tried_archive_is_renamed_into_place_and_another_javas_is_removed(tmp_path, monkeypatch):
+    monkeypatch.delenv(cds.ARCHIVE_ENV, raising=False)  # the checkout's own build/jvm
     path = tmp_path / "driver-classes-new.jsa"
     (tmp_path / "driver-classes-old.jsa").write_bytes(b"old")
     monkeypatch.setattr(cds, "_exercise", lambda options: Path(options.split("=", 1)[1].split()[0]).write_bytes(b"x"))
@@ -132,3 +135,63 @@ def test_a_tried_archive_is_renamed_into_place_and_another_javas_is_removed(tmp_
     cds.build(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name] and path.read_bytes() == b"x"
     assert tried[0][-2] == "--try" and tried[0][-1].endswith(".tmp")  # tried under its temporary name
+
+
+def test_the_driver_options_of_spark_defaults_conf_are_kept_beside_the_archive(builder, tmp_path):
+    """A --conf beats spark-defaults.conf: setting the driver options for the archive must not
+    drop the ones an administrator put there (spark-submit reads $SPARK_CONF_DIR/spark-defaults.conf)."""
+    (tmp_path / "spark-defaults.conf").write_text(
+        "# site settings\nspark.executor.memory 2g\nspark.driver.extraJavaOptions   -Dsite=1 -Xss8m\n"
+    )
+    session.spark_session("local[2]", "app", quiet=False, ui_port=None)
+    assert builder.conf[cds.DRIVER_OPTIONS] == "-XX:SharedArchiveFile=/a.jsa -Dsite=1 -Xss8m"
+    session.spark_session("local[2]", "app", {cds.DRIVER_OPTIONS: "-Dmine=2"}, quiet=False, ui_port=None)
+    assert builder.conf[cds.DRIVER_OPTIONS] == "-XX:SharedArchiveFile=/a.jsa -Dmine=2"  # --conf wins, as in Spark
+
+
+@pytest.mark.parametrize(
+    "theirs",
+    ["-Xshare:on", "-XX:ArchiveClassesAtExit=/tmp/mine.jsa", "-XX:SharedArchiveFile=/mine.jsa -Xss4m"],
+)
+def test_a_user_who_sets_class_data_sharing_options_gets_none_of_ours(builder, theirs):
+    """With ours before theirs, -Xshare:on fails the JVM when ours does not match, and a
+    dynamic dump cannot take our dynamic archive as its base: their choice alone."""
+    session.spark_session("local[2]", "app", {cds.DRIVER_OPTIONS: theirs}, quiet=False, ui_port=None)
+    assert builder.conf[cds.DRIVER_OPTIONS] == theirs
+
+
+def test_an_administrators_class_data_sharing_choice_gets_none_of_ours(builder, tmp_path):
+    """spark.driver.defaultJavaOptions come before the driver's own options: an -Xshare:on
+    there fails the JVM beside an archive of ours that does not match just the same."""
+    (tmp_path / "spark-defaults.conf").write_text("spark.driver.defaultJavaOptions=-Xshare:on\n")
+    session.spark_session("local[2]", "app", {cds.DRIVER_OPTIONS: "-Xss4m"}, quiet=False, ui_port=None)
+    assert builder.conf[cds.DRIVER_OPTIONS] == "-Xss4m"
+
+
+def test_a_build_in_a_shared_archive_folder_leaves_the_other_installs_archives(tmp_path, monkeypatch):
+    """$MIRROR_SPARK_CLASS_ARCHIVE may serve several checkouts (each its own pyspark, so its own
+    key): one's `make setup` must not delete the archive the others map."""
+    monkeypatch.setenv(cds.ARCHIVE_ENV, str(tmp_path))
+    path = tmp_path / "driver-classes-mine.jsa"
+    (tmp_path / "driver-classes-theirs.jsa").write_bytes(b"theirs")
+    monkeypatch.setattr(cds, "_exercise", lambda options: Path(options.split("=", 1)[1].split()[0]).write_bytes(b"x"))
+    monkeypatch.setattr(cds.subprocess, "run", lambda argv, **kwargs: None)
+    cds.build(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["driver-classes-mine.jsa", "driver-classes-theirs.jsa"]
+
+
+def test_the_archive_is_on_disk_before_it_gets_its_name(tmp_path, monkeypatch):
+    """A JVM crashes on a truncated archive: were the machine to stop after the rename with the
+    archive's blocks still unwritten, every run would find a truncated one under the name."""
+    monkeypatch.delenv(cds.ARCHIVE_ENV, raising=False)
+    path = tmp_path / "driver-classes-k.jsa"
+    monkeypatch.setattr(cds, "_exercise", lambda options: Path(options.split("=", 1)[1].split()[0]).write_bytes(b"x"))
+    monkeypatch.setattr(cds.subprocess, "run", lambda argv, **kwargs: None)
+    synced: list[tuple[str, bool]] = []
+    real = os.fsync
+    monkeypatch.setattr(
+        cds.os, "fsync", lambda fd: (synced.append((os.readlink(f"/proc/self/fd/{fd}"), path.exists())), real(fd))
+    )
+    cds.build(path)
+    assert any(name.endswith(".tmp") and not named for name, named in synced)
+    assert path.read_bytes() == b"x"
