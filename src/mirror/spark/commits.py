@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from mirror.domain.topics import TopicMapping
@@ -72,8 +72,10 @@ class GroupCommits:
         self._owed = {tp: o for tp, o in self._owed.items() if o >= self._committed.get(tp, -1)}
 
     def rewind(self, partitions: list[Partition]) -> None:
-        """The group back to offset 0 of `partitions` (their target topic is new)."""
-        self.source.alter_group_offsets(self.group, dict.fromkeys(partitions, 0), metadata=self.tags(partitions))
+        """The group back to offset 0 of `partitions` (their target topic is new), before the
+        query starts: retried while the source refuses it for now (`_insist`)."""
+        offsets = dict.fromkeys(partitions, 0)
+        self._insist(lambda: self.source.alter_group_offsets(self.group, offsets, metadata=self.tags(partitions)))
         for tp in partitions:
             self._committed[tp] = 0
 
@@ -129,17 +131,33 @@ class GroupCommits:
         """Commit what is still owed, retrying for up to the source's timeout: the run ends
         right after (`--until-caught-up`), and must not end with the group silently behind.
         Raises the source's last refusal if it never took the commit."""
+
+        def owed_sent() -> None:
+            self.commit({})
+            if self._owed and self._refused is not None:
+                raise self._refused
+
+        try:
+            self._insist(owed_sent)
+        except AuthenticationFailed:
+            raise
+        except ClusterUnavailable as exc:
+            raise ClusterUnavailable(
+                f"flow {self.flow}: group {self.group!r} is behind what was mirrored: {exc.message}",
+                hint="nothing is lost: the next run resumes from the group; check the source cluster",
+            ) from None
+
+    def _insist(self, call: Callable[[], None]) -> None:
+        """`call()` again while the source refuses it for now, for up to the source's timeout."""
         deadline = time.monotonic() + self.source.timeout
         while True:
-            self.commit({})
-            refused = self._refused
-            if not self._owed or refused is None:
-                return
-            if time.monotonic() >= deadline:
-                raise ClusterUnavailable(
-                    f"flow {self.flow}: group {self.group!r} is behind what was mirrored: {refused.message}",
-                    hint="nothing is lost: the next run resumes from the group; check the source cluster",
-                )
+            try:
+                return call()
+            except AuthenticationFailed:
+                raise
+            except ClusterUnavailable:
+                if time.monotonic() >= deadline:
+                    raise
             time.sleep(RETRY_WAIT)
 
     def commit_progress(self, progress: Mapping[str, Any] | None) -> None:

@@ -106,3 +106,15 @@ def test_a_new_query_keeps_what_is_owed_past_its_start_and_drops_what_it_mirrors
     commits.start({A: 100, B: 50}, [B])  # the query starts at the progress; B from the beginning
     commits.commit({})
     assert client.group == {A: 100}
+
+
+def test_a_rewind_refused_while_the_coordinator_moves_is_sent_again_before_the_query_starts() -> None:
+    """A new target topic: the group goes back to 0 before the query starts (crash safety),
+    so the rewind is insisted on, not owed."""
+    client = Coordinator(KafkaError.NOT_COORDINATOR, KafkaError.NOT_COORDINATOR)
+    commits = commits_over(client, timeout=5.0)
+    commits.start({A: 100}, ())
+    commits.rewind([A])
+    assert client.group == {A: 0} and commits.positions == {A: 0}
+    with pytest.raises(ClusterUnavailable):
+        commits_over(Coordinator(*[KafkaError.NOT_COORDINATOR] * 1000), timeout=0.3).rewind([A])
