@@ -15,14 +15,7 @@ from mirror.errors import ClusterUnavailable
 from mirror.spark.job import SparkFlow
 from tests.unit.kafka.fakes import Coordinator
 from tests.unit.spark.test_commits import commits_over
-
-CONFIG = """\
-clusters:
-  src: {bootstrap: 127.0.0.1:9092}
-  dst: {bootstrap: 127.0.0.1:9093}
-flows:
-  - {name: f, source: src, target: dst, topics: {include: [orders]}}
-"""
+from tests.unit.spark.test_store_outage import CONFIG
 
 
 class Ended:
