@@ -118,3 +118,18 @@ def test_a_rewind_refused_while_the_coordinator_moves_is_sent_again_before_the_q
     assert client.group == {A: 0} and commits.positions == {A: 0}
     with pytest.raises(ClusterUnavailable):
         commits_over(Coordinator(*[KafkaError.NOT_COORDINATOR] * 1000), timeout=0.3).rewind([A])
+
+
+def test_a_partition_rewound_for_a_new_incarnation_owes_nothing_from_the_old_one() -> None:
+    """A commit refused in one query, then the next query finds the target topic new (or the
+    source topic re-created): the partition is rewound to 0 and mirrored again from the
+    beginning. The old incarnation's owed position must not follow it: committed into the
+    new one, a crash would resume past records the new topic never received."""
+    client = Coordinator(KafkaError.NOT_COORDINATOR)
+    commits = commits_over(client, timeout=5.0)
+    commits.start({A: 10, B: 10}, ())
+    commits.commit({A: 500, B: 500})  # refused: owed
+    commits.start({B: 500}, ())  # the new query: A is reset (neither `at` nor `earliest`)
+    commits.rewind([A])
+    commits.commit({A: 100})  # the new query's first batch copied 100 records of A
+    assert client.group[A] == 100
