@@ -66,10 +66,13 @@ class GroupCommits:
         starts at the target's progress, and the group's catch-up to it may have been
         refused); the query mirrors again from its start anything before it."""
         self._committed.update(at)
+        earliest = set(earliest)
         for tp in earliest:
             self._committed.pop(tp, None)
-            self._owed.pop(tp, None)
-        self._owed = {tp: o for tp, o in self._owed.items() if o >= self._committed.get(tp, -1)}
+        # Only a partition resuming `at` a position keeps what it owes: any other (from the
+        # beginning, or reset for a new target or re-created source topic) starts a new
+        # incarnation, where an old position would skip records the target never received.
+        self._owed = {tp: o for tp, o in self._owed.items() if tp in at and tp not in earliest and o >= at[tp]}
 
     def rewind(self, partitions: list[Partition]) -> None:
         """The group back to offset 0 of `partitions` (their target topic is new), before the
@@ -78,6 +81,7 @@ class GroupCommits:
         self._insist(lambda: self.source.alter_group_offsets(self.group, offsets, metadata=self.tags(partitions)))
         for tp in partitions:
             self._committed[tp] = 0
+            self._owed.pop(tp, None)  # the old incarnation's: never into the new one
 
     def tags(self, partitions: Iterable[Partition]) -> dict[Partition, str]:
         """Commit metadata naming the id of each partition's target topic (see `new_target`)."""
