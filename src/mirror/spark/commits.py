@@ -5,6 +5,12 @@ Invariant: the group only moves forward from where the running query started eac
 target topic, the tag `mirror run` writes too (`new_target` reads it back at the next start).
 A partition the query starts from the beginning forgets its old position, so an earlier
 incarnation's offsets never hold this query's commits back.
+
+A commit the source cannot take right now (its group coordinator moving in a rolling restart:
+`ClusterUnavailable`) is owed, not lost: the next commit (the next batch's, or the query's
+progress a second later) sends it again with whatever moved since, and `settle` insists on it
+before a run ends caught up. Skipping a commit loses nothing: Spark's checkpoint and the
+target-tail skip rule make the records after the group's position exact on a restart.
 """
 
 from __future__ import annotations
@@ -12,17 +18,20 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from mirror.domain.topics import TopicMapping
-from mirror.errors import MirrorError
+from mirror.errors import AuthenticationFailed, ClusterUnavailable, MirrorError
 
 log = logging.getLogger(__name__)
 
 TARGET_TOPIC_ID = "target-topic-id="  # group commit metadata, the same tag `mirror run` writes (engine.assignment.TID)
 
 Partition = tuple[str, int]
+
+RETRY_WAIT = 0.5  # between attempts of a commit the source refused, while `settle` insists
 
 
 class GroupCommits:
@@ -36,6 +45,8 @@ class GroupCommits:
         self.target_ids: dict[str, str] = {}  # target topic -> id, as the query started (and learnt since)
         self._targets: dict[str, str] = {}  # source topic -> target topic
         self._committed: dict[Partition, int] = {}
+        self._owed: dict[Partition, int] = {}  # positions a refused commit left to the next one
+        self._refused: ClusterUnavailable | None = None  # why, while the source refuses commits
         self._lock = threading.Lock()
 
     @property
@@ -49,16 +60,28 @@ class GroupCommits:
         self.target_ids = dict(target_ids)
 
     def start(self, at: Mapping[Partition, int], earliest: Iterable[Partition]) -> None:
-        """The query starts `at` these offsets, and `earliest` partitions from the beginning."""
+        """The query starts `at` these offsets, and `earliest` partitions from the beginning.
+
+        A position still owed stays owed where it is not behind the start (exactly_once
+        starts at the target's progress, and the group's catch-up to it may have been
+        refused); the query mirrors again from its start anything before it."""
         self._committed.update(at)
+        earliest = set(earliest)
         for tp in earliest:
             self._committed.pop(tp, None)
+        # Only a partition resuming `at` a position keeps what it owes: any other (from the
+        # beginning, or reset for a new target or re-created source topic) starts a new
+        # incarnation, where an old position would skip records the target never received.
+        self._owed = {tp: o for tp, o in self._owed.items() if tp in at and tp not in earliest and o >= at[tp]}
 
     def rewind(self, partitions: list[Partition]) -> None:
-        """The group back to offset 0 of `partitions` (their target topic is new)."""
-        self.source.alter_group_offsets(self.group, dict.fromkeys(partitions, 0), metadata=self.tags(partitions))
+        """The group back to offset 0 of `partitions` (their target topic is new), before the
+        query starts: retried while the source refuses it for now (`_insist`)."""
+        offsets = dict.fromkeys(partitions, 0)
+        self._insist(lambda: self.source.alter_group_offsets(self.group, offsets, metadata=self.tags(partitions)))
         for tp in partitions:
             self._committed[tp] = 0
+            self._owed.pop(tp, None)  # the old incarnation's: never into the new one
 
     def tags(self, partitions: Iterable[Partition]) -> dict[Partition, str]:
         """Commit metadata naming the id of each partition's target topic (see `new_target`)."""
@@ -75,13 +98,71 @@ class GroupCommits:
         }
 
     def commit(self, positions: Mapping[Partition, int]) -> None:
-        """Commit the partitions whose position is ahead of the group's."""
+        """Commit the partitions whose position is ahead of the group's, with any still owed.
+
+        The source refusing it for now (`ClusterUnavailable`: a moving coordinator, no
+        answer) leaves them owed to the next call, with one WARNING per outage; any other
+        refusal (a missing grant, a group with members) is raised."""
         with self._lock:
-            ahead = {tp: o for tp, o in positions.items() if o > self._committed.get(tp, -1)}
-            if not ahead:
+            for tp, o in positions.items():
+                if o > self._committed.get(tp, -1) and o > self._owed.get(tp, -1):
+                    self._owed[tp] = o
+            if not self._owed:
                 return
-            self.source.alter_group_offsets(self.group, ahead, metadata=self.tags(ahead))
+            ahead = dict(self._owed)
+            try:
+                self.source.alter_group_offsets(self.group, ahead, metadata=self.tags(ahead))
+            except AuthenticationFailed:
+                raise
+            except ClusterUnavailable as exc:
+                if self._refused is None:
+                    log.warning(
+                        "flow %s: the source refused the commit of group %s for now (%s); it is sent again with "
+                        "the next one",
+                        self.flow,
+                        self.group,
+                        exc,
+                    )
+                self._refused = exc
+                return
             self._committed.update(ahead)
+            self._owed.clear()
+            if self._refused is not None:
+                log.info("flow %s: the source takes the commits of group %s again", self.flow, self.group)
+                self._refused = None
+
+    def settle(self) -> None:
+        """Commit what is still owed, retrying for up to the source's timeout: the run ends
+        right after (`--until-caught-up`), and must not end with the group silently behind.
+        Raises the source's last refusal if it never took the commit."""
+
+        def owed_sent() -> None:
+            self.commit({})
+            if self._owed and self._refused is not None:
+                raise self._refused
+
+        try:
+            self._insist(owed_sent)
+        except AuthenticationFailed:
+            raise
+        except ClusterUnavailable as exc:
+            raise ClusterUnavailable(
+                f"flow {self.flow}: group {self.group!r} is behind what was mirrored: {exc.message}",
+                hint="nothing is lost: the next run resumes from the group; check the source cluster",
+            ) from None
+
+    def _insist(self, call: Callable[[], None]) -> None:
+        """`call()` again while the source refuses it for now, for up to the source's timeout."""
+        deadline = time.monotonic() + self.source.timeout
+        while True:
+            try:
+                return call()
+            except AuthenticationFailed:
+                raise
+            except ClusterUnavailable:
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(RETRY_WAIT)
 
     def commit_progress(self, progress: Mapping[str, Any] | None) -> None:
         """Commit the end offsets of the last completed batch (a query's `lastProgress`).

@@ -322,6 +322,7 @@ class SparkFlow:
         if exc is not None:
             raise MirrorError(f"flow {self.flow.name}: the Spark query failed: {_first_line(str(exc))}")
         self._commits.commit_progress(query.lastProgress)
+        self._commits.settle()  # a commit the source refused (its coordinator moving) is made now, or fails the run
         if self.until_caught_up:
             self.status.set(FlowState.CAUGHT_UP, "every matched partition mirrored and committed")
         return False

@@ -10,10 +10,12 @@ from concurrent.futures import Future
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError
 
 from mirror.config import ClusterConfig
-from mirror.errors import ClusterUnavailable
+from mirror.errors import AuthorizationFailed, ClusterUnavailable, KafkaOperationError
 from mirror.kafka import Admin
+from tests.unit.kafka.fakes import Coordinator
 
 
 class SilentClient:
@@ -156,3 +158,29 @@ def test_one_lane_by_default_and_with_a_client_handed_in(monkeypatch: pytest.Mon
     given = AnsweringClient()
     Admin("dst", ClusterConfig(bootstrap="127.0.0.1:1", timeout=1), client=given, lanes=8).delete_groups(["a", "b"])
     assert len(AnsweringClient.made) == 2 and given.asked == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "code", [KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS]
+)
+def test_offsets_refused_while_the_group_coordinator_moves_are_cluster_unavailable(code: int) -> None:
+    """A rolling restart moves the group's coordinator: the commit may be sent again (its
+    callers retry `ClusterUnavailable`), said in one line naming the group and partition."""
+    admin = Admin("src", ClusterConfig(bootstrap="127.0.0.1:1", timeout=1), client=Coordinator(code))
+    with pytest.raises(ClusterUnavailable) as refused:
+        admin.alter_group_offsets("g", {("t", 3): 7})
+    assert "'g'" in str(refused.value) and "t[3]" in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("code", [KafkaError.UNKNOWN_MEMBER_ID, KafkaError.OFFSET_METADATA_TOO_LARGE])
+def test_offsets_refused_for_good_stay_operation_errors(code: int) -> None:
+    admin = Admin("src", ClusterConfig(bootstrap="127.0.0.1:1", timeout=1), client=Coordinator(code))
+    with pytest.raises(KafkaOperationError) as refused:
+        admin.alter_group_offsets("g", {("t", 3): 7})
+    assert not isinstance(refused.value, ClusterUnavailable)
+    with pytest.raises(AuthorizationFailed):
+        Admin(
+            "src",
+            ClusterConfig(bootstrap="127.0.0.1:1", timeout=1),
+            client=Coordinator(KafkaError.TOPIC_AUTHORIZATION_FAILED),
+        ).alter_group_offsets("g", {("t", 3): 7})

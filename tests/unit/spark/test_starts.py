@@ -81,6 +81,8 @@ def test_a_start_over_many_partitions_says_so_once_per_topic_not_once_per_partit
 class FakeSource:
     """The source cluster's admin port, in memory: group commits (with metadata) and the log."""
 
+    timeout = 1.0  # a refused commit is sent again for up to this long (`GroupCommits._insist`)
+
     def __init__(self, committed, low=0, high=50):
         self.committed = dict(committed)  # (topic, partition) -> (offset, metadata)
         self.low, self.high = low, high

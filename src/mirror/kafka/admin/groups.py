@@ -11,7 +11,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaExcep
 from mirror.errors import ClusterUnavailable, KafkaOperationError
 from mirror.kafka.admin.base import AdminBase
 from mirror.kafka.admin.offsets import PendingOffsets
-from mirror.kafka.errors import AUTHORIZATION, HINT_NOT_READY, authorization_error
+from mirror.kafka.errors import AUTHORIZATION, HINT_NOT_READY, authorization_error, is_retriable
 from mirror.kafka.offsets import chunks
 
 
@@ -208,6 +208,14 @@ class GroupAdmin(AdminBase):
                 group_refused = tp.error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
                 need = ("Read", "group", group) if group_refused else ("Read", "topic", tp.topic)
                 raise authorization_error(self.name, tp.error, f"set {group!r} offsets", need)
+            if tp.error is not None and is_retriable(tp.error):
+                # The group's coordinator moving (a rolling restart): nothing was set, and
+                # the same request may be sent again once it answers.
+                raise ClusterUnavailable(
+                    f"cluster {self.name!r} could not set {group!r} offset of {tp.topic}[{tp.partition}] yet: "
+                    f"{tp.error.str()}",
+                    hint=HINT_NOT_READY,
+                )
             if tp.error is not None:
                 raise KafkaOperationError(
                     f"cluster {self.name!r}: cannot set {group!r} offset of {tp.topic}[{tp.partition}]: "
