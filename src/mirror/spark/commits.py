@@ -37,8 +37,9 @@ RETRY_WAIT = 0.5  # between attempts of a commit the source refused, while `sett
 class GroupCommits:
     """Commits a flow's consumer group on the source, tagged, never backwards within a query."""
 
-    def __init__(self, flow: str, group: str, source: Any, target: Any) -> None:
+    def __init__(self, flow: str, group: str, source: Any, target: Any, stop: threading.Event | None = None) -> None:
         self.flow = flow
+        self.stop = stop or threading.Event()  # the run's: set, a refused commit is no longer insisted on
         self.group = group
         self.source = source
         self.target = target
@@ -131,10 +132,11 @@ class GroupCommits:
                 log.info("flow %s: the source takes the commits of group %s again", self.flow, self.group)
                 self._refused = None
 
-    def settle(self) -> None:
+    def settle(self) -> bool:
         """Commit what is still owed, retrying for up to the source's timeout: the run ends
         right after (`--until-caught-up`), and must not end with the group silently behind.
-        Raises the source's last refusal if it never took the commit."""
+        Raises the source's last refusal if it never took the commit; False when the run was
+        stopped meanwhile (not caught up: the next run resumes from the group)."""
 
         def owed_sent() -> None:
             self.commit({})
@@ -143,16 +145,20 @@ class GroupCommits:
 
         try:
             self._insist(owed_sent)
+            return True
         except AuthenticationFailed:
             raise
         except ClusterUnavailable as exc:
+            if self.stop.is_set():
+                return False
             raise ClusterUnavailable(
                 f"flow {self.flow}: group {self.group!r} is behind what was mirrored: {exc.message}",
                 hint="nothing is lost: the next run resumes from the group; check the source cluster",
             ) from None
 
     def _insist(self, call: Callable[[], None]) -> None:
-        """`call()` again while the source refuses it for now, for up to the source's timeout."""
+        """`call()` again while the source refuses it for now, for up to the source's timeout
+        (not once the run is stopped: its last refusal is raised then)."""
         deadline = time.monotonic() + self.source.timeout
         while True:
             try:
@@ -160,9 +166,8 @@ class GroupCommits:
             except AuthenticationFailed:
                 raise
             except ClusterUnavailable:
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= deadline or self.stop.wait(RETRY_WAIT):
                     raise
-            time.sleep(RETRY_WAIT)
 
     def commit_progress(self, progress: Mapping[str, Any] | None) -> None:
         """Commit the end offsets of the last completed batch (a query's `lastProgress`).

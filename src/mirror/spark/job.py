@@ -136,7 +136,7 @@ class SparkFlow:
         name, group = self.flow.name, self.flow.group_id
         store = open_store(self.config.offset_store)
         recorder = OffsetMapRecorder(store, name, registry=None)
-        self._commits = GroupCommits(name, group, self._source, self._target)
+        self._commits = GroupCommits(name, group, self._source, self._target, stop=self.stop)
         progress = (
             ProgressStarts(self.flow, self.config.clusters[self.flow.target], self._target)
             if self.flow.exactly_once
@@ -322,7 +322,10 @@ class SparkFlow:
         if exc is not None:
             raise MirrorError(f"flow {self.flow.name}: the Spark query failed: {_first_line(str(exc))}")
         self._commits.commit_progress(query.lastProgress)
-        self._commits.settle()  # a commit the source refused (its coordinator moving) is made now, or fails the run
+        # A commit the source refused (its coordinator moving) is made now, or fails the run.
+        if not self._commits.settle():
+            self.status.set(FlowState.STOPPING, "stop requested")
+            return False
         if self.until_caught_up:
             self.status.set(FlowState.CAUGHT_UP, "every matched partition mirrored and committed")
         return False

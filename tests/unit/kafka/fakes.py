@@ -48,3 +48,27 @@ class Coordinator:
         fut: Future[Any] = Future()
         fut.set_result(Answer())
         return {req.group_id: fut}
+
+
+class MixedCoordinator(Coordinator):
+    """A coordinator answering one commit with an error per partition (`codes`, in the
+    answer's order): a broker refuses the topics the principal may not Read itself and hands
+    the rest to the group's coordinator, which may be moving (NOT_COORDINATOR) meanwhile."""
+
+    def __init__(self, codes: dict[tuple[str, int], int | None]) -> None:
+        super().__init__()
+        self.codes = codes
+
+    def alter_consumer_group_offsets(self, requests: Any, **_kw: Any) -> dict[str, Future[Any]]:
+        (req,) = requests
+        answered = []
+        for tp in req.topic_partitions:
+            code = self.codes.get((tp.topic, tp.partition))
+            answered.append(Answered(tp.topic, tp.partition, tp.offset, KafkaError(code) if code is not None else None))
+
+        class Answer:
+            topic_partitions = answered
+
+        fut: Future[Any] = Future()
+        fut.set_result(Answer())
+        return {req.group_id: fut}

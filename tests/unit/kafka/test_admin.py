@@ -15,7 +15,7 @@ from confluent_kafka import KafkaError
 from mirror.config import ClusterConfig
 from mirror.errors import AuthorizationFailed, ClusterUnavailable, KafkaOperationError
 from mirror.kafka import Admin
-from tests.unit.kafka.fakes import Coordinator
+from tests.unit.kafka.fakes import Coordinator, MixedCoordinator
 
 
 class SilentClient:
@@ -184,3 +184,19 @@ def test_offsets_refused_for_good_stay_operation_errors(code: int) -> None:
             ClusterConfig(bootstrap="127.0.0.1:1", timeout=1),
             client=Coordinator(KafkaError.TOPIC_AUTHORIZATION_FAILED),
         ).alter_group_offsets("g", {("t", 3): 7})
+
+
+def test_a_partition_refused_for_good_is_reported_before_one_refused_for_now() -> None:
+    """A mixed answer (the coordinator moving for one topic, Read on the other missing):
+    said as the moving coordinator, the run's commits would treat the missing grant as an
+    outage to wait out (`GroupCommits`), and `failover apply` would say "not yet" where only
+    an ACL helps. The refusal for good wins, whatever the answer's order."""
+    client = MixedCoordinator({("a", 0): KafkaError.NOT_COORDINATOR, ("b", 0): KafkaError.TOPIC_AUTHORIZATION_FAILED})
+    admin = Admin("src", ClusterConfig(bootstrap="127.0.0.1:1", timeout=1), client=client)
+    with pytest.raises(AuthorizationFailed) as refused:
+        admin.alter_group_offsets("g", {("a", 0): 5, ("b", 0): 7})
+    assert "'b'" in str(refused.value) or " b" in str(refused.value)
+    client.codes = {("a", 0): KafkaError.COORDINATOR_LOAD_IN_PROGRESS, ("b", 0): KafkaError.UNKNOWN_TOPIC_OR_PART}
+    with pytest.raises(KafkaOperationError) as gone:
+        admin.alter_group_offsets("g", {("a", 0): 5, ("b", 0): 7})
+    assert not isinstance(gone.value, ClusterUnavailable) and "b[0]" in str(gone.value)

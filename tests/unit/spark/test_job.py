@@ -50,3 +50,19 @@ def test_a_run_whose_group_commit_never_gets_through_fails_instead_of_exit_0_beh
     with pytest.raises(ClusterUnavailable, match="mirror.f"):
         job._await(Ended(), [])
     assert client.group == {} and job.status.state is not FlowState.CAUGHT_UP
+
+
+def test_a_stop_while_the_owed_commit_is_insisted_on_stops_the_run_not_fails_it() -> None:
+    """SIGTERM or Ctrl-C as the last batch ends, the source refusing the group's commit: the
+    run stops as asked (not caught up, nothing lost: the next run resumes from the group),
+    instead of insisting for the source's whole timeout and then failing with exit 1."""
+    client = Coordinator(*[KafkaError.NOT_COORDINATOR] * 1000)
+    config = parse(CONFIG, env={})
+    job = SparkFlow(config, config.flow("f"), until_caught_up=True)
+    job._commits = commits_over(client, timeout=3.0)
+    job._commits.stop = job.stop  # as `SparkFlow.run` hands it over
+    job._commits.commit({("orders", 0): 100})  # the last batch's own commit, refused
+    job.stop.set()
+    assert job._await(Ended(), []) is False
+    assert job.status.state is FlowState.STOPPING
+    assert client.group == {} and len(client.asked) <= 3  # no retrying once stopped

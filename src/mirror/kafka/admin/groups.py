@@ -202,25 +202,31 @@ class GroupAdmin(AdminBase):
 
     def _altered(self, group: str, fut: Any) -> None:
         res = self._result(f"set offsets of group {group!r}", fut, ("Read", "group", group))
-        for tp in res.topic_partitions:
-            if tp.error is not None and tp.error.code() in AUTHORIZATION:
+        # A refusal for good first, whatever the answer's order: the broker refuses a topic we
+        # may not Read itself and hands the rest to the coordinator, which may be moving.
+        refused = sorted(
+            (tp for tp in res.topic_partitions if tp.error is not None),
+            key=lambda tp: (tp.error.code() not in AUTHORIZATION, is_retriable(tp.error)),
+        )
+        if refused:
+            tp = refused[0]
+            if tp.error.code() in AUTHORIZATION:
                 # librdkafka puts a refused group (GROUP_AUTHORIZATION_FAILED) on every partition too.
                 group_refused = tp.error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
                 need = ("Read", "group", group) if group_refused else ("Read", "topic", tp.topic)
                 raise authorization_error(self.name, tp.error, f"set {group!r} offsets", need)
-            if tp.error is not None and is_retriable(tp.error):
-                # The group's coordinator moving (a rolling restart): nothing was set, and
-                # the same request may be sent again once it answers.
+            if is_retriable(tp.error):
+                # The group's coordinator moving (a rolling restart): these partitions were
+                # not set (or, after a timed-out write, may be later); sending the same
+                # offsets again once it answers is safe.
                 raise ClusterUnavailable(
                     f"cluster {self.name!r} could not set {group!r} offset of {tp.topic}[{tp.partition}] yet: "
                     f"{tp.error.str()}",
                     hint=HINT_NOT_READY,
                 )
-            if tp.error is not None:
-                raise KafkaOperationError(
-                    f"cluster {self.name!r}: cannot set {group!r} offset of {tp.topic}[{tp.partition}]: "
-                    f"{tp.error.str()}"
-                )
+            raise KafkaOperationError(
+                f"cluster {self.name!r}: cannot set {group!r} offset of {tp.topic}[{tp.partition}]: {tp.error.str()}"
+            )
 
     def delete_groups(self, groups: Iterable[str]) -> None:
         futs = {
