@@ -57,8 +57,16 @@ def test_quick_bench_writes_a_complete_result(tmp_path: Path) -> None:
     # The Spark rows run in the default bench (the standalone one when named); --quick leaves
     # them out: JVM start-up would double this quick run.
     spark_rows = {s.key: s for s in catalogue(True, None) if s.kind == "spark"}
-    assert set(spark_rows) == {"plain-spark", "spark", "spark-eos", "spark-standalone", "spark-standalone-w2"}
+    assert set(spark_rows) == {
+        "plain-spark",
+        "spark",
+        "spark-base",
+        "spark-eos",
+        "spark-standalone",
+        "spark-standalone-w2",
+    }
     assert sorted(k for k, s in spark_rows.items() if s.opt_in) == [
+        "spark-base",
         "spark-eos",
         "spark-standalone",
         "spark-standalone-w2",
