@@ -129,3 +129,25 @@ def test_fixed_names_and_serve_on_loopback():
         "mirror_canary_duplicated_total",
     ):
         assert fixed in names, fixed
+
+
+def test_an_interval_without_fetches_or_batches_keeps_the_last_figures():
+    """An idle interval (a long-polling fetch still out, nothing produced) has no window
+    figures; the gauges keep the last seen instead of vanishing from the next scrape."""
+    first = parse_stats(json.dumps(_stats(10_000, 10)))
+    busy = parse_stats(json.dumps(_stats(30_000, 20)), first)
+    idle_doc = _stats(30_000, 20)
+    idle_doc["topics"] = {"a": {"batchsize": {"cnt": 0}, "batchcnt": {"cnt": 0}}}
+    for b in idle_doc["brokers"].values():
+        b["rtt"] = {"cnt": 0}
+    idle = parse_stats(json.dumps(idle_doc), busy)
+    assert (idle.fetch_size_avg, idle.fetch_size_max) == (busy.fetch_size_avg, busy.fetch_size_max) == (2000.0, 2000.0)
+    assert (idle.batch_size_avg, idle.batch_size_max, idle.batch_count_avg) == (
+        busy.batch_size_avg,
+        busy.batch_size_max,
+        busy.batch_count_avg,
+    )
+    assert (idle.rtt_avg, idle.rtt_max) == (busy.rtt_avg, busy.rtt_max) == (0.0015, 0.009)
+    # and the next busy interval is measured from the idle document's counters
+    again = parse_stats(json.dumps(_stats(31_000, 21)), idle)
+    assert again.fetch_size_avg == 1000.0
