@@ -443,7 +443,8 @@ class MonitorMetrics:
 class ClientStats:
     """The tuning figures of one client, from one librdkafka statistics JSON.
 
-    librdkafka's windowed stats (rtt, batchsize) cover one `statistics.interval.ms`;
+    librdkafka's windowed stats (rtt, batchsize) cover one `statistics.interval.ms` (an
+    interval with none keeps the previous figures);
     fetch size is not reported as such, so it is derived from the brokers' `rxbytes`
     and Fetch request counts between two consecutive statistics (hence `_prev`).
     """
@@ -516,7 +517,29 @@ def parse_stats(raw: str | Mapping[str, Any], prev: ClientStats | None = None) -
         out.batch_count_avg = sum(a * c for a, c in counts) / n
     out.tx_messages = int(doc.get("txmsgs", 0))
     out.rx_messages = int(doc.get("rxmsgs", 0))
+    if prev is not None:
+        _keep_last_window(out, prev)
     return out
+
+
+_WINDOW_FIELDS = (
+    "fetch_size_avg",
+    "fetch_size_max",
+    "batch_size_avg",
+    "batch_size_max",
+    "batch_count_avg",
+    "rtt_avg",
+    "rtt_max",
+)
+
+
+def _keep_last_window(out: ClientStats, prev: ClientStats) -> None:
+    """An interval in which no fetch returned, nothing was produced or no request was answered
+    (a consumer long-polling an idle topic) has no window figures: keep the last seen, so a
+    tuning gauge does not flicker out of every other scrape."""
+    for name in _WINDOW_FIELDS:
+        if getattr(out, name) is None:
+            setattr(out, name, getattr(prev, name))
 
 
 class ClientStatsCollector(Collector):
@@ -563,27 +586,27 @@ class ClientStatsCollector(Collector):
         g = {
             "fetch_size_avg": GaugeMetricFamily(
                 "mirror_client_fetch_size_avg_bytes",
-                "Average fetch response size over the last statistics interval.",
+                "Average fetch response size over the last statistics interval that had any.",
                 labels=labels,
             ),
             "fetch_size_max": GaugeMetricFamily(
                 "mirror_client_fetch_size_max_bytes",
-                "Largest per-broker average fetch response size over the last statistics interval.",
+                "Largest per-broker average fetch response size over the last statistics interval that had any.",
                 labels=labels,
             ),
             "batch_size_avg": GaugeMetricFamily(
                 "mirror_client_batch_size_avg_bytes",
-                "Average producer batch size over the last statistics interval.",
+                "Average producer batch size over the last statistics interval that had any.",
                 labels=labels,
             ),
             "batch_size_max": GaugeMetricFamily(
                 "mirror_client_batch_size_max_bytes",
-                "Largest producer batch over the last statistics interval.",
+                "Largest producer batch over the last statistics interval that had any.",
                 labels=labels,
             ),
             "batch_count_avg": GaugeMetricFamily(
                 "mirror_client_batch_records_avg",
-                "Average records per producer batch over the last statistics interval.",
+                "Average records per producer batch over the last statistics interval that had any.",
                 labels=labels,
             ),
             "in_flight": GaugeMetricFamily(
@@ -594,12 +617,12 @@ class ClientStatsCollector(Collector):
             ),
             "rtt_avg": GaugeMetricFamily(
                 "mirror_client_rtt_avg_seconds",
-                "Average broker round-trip time over the last statistics interval.",
+                "Average broker round-trip time over the last statistics interval that had any.",
                 labels=labels,
             ),
             "rtt_max": GaugeMetricFamily(
                 "mirror_client_rtt_max_seconds",
-                "Largest broker round-trip time over the last statistics interval.",
+                "Largest broker round-trip time over the last statistics interval that had any.",
                 labels=labels,
             ),
         }
