@@ -178,18 +178,21 @@ def test_a_source_topic_recreated_while_the_flow_is_stopped_is_mirrored_from_its
 
 
 class Feeder:
-    """Produces records to a source topic's partitions in a thread, a hundred every 0.2s,
-    until the `with` block ends (bounded: at most `limit` records)."""
+    """Produces records to a source topic's partitions in a thread, a hundred every `every`
+    seconds, until the `with` block ends (bounded: at most `limit` records)."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int = 3, limit: int = 200_000) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, partitions: int = 3, limit: int = 200_000, every: float = 0.2
+    ) -> None:
         self.bootstrap, self.topic, self.partitions, self.limit = bootstrap, topic, partitions, limit
+        self.every = every
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._feed, daemon=True)
 
     def _feed(self) -> None:
         p = producer(self.bootstrap)
         n = 0
-        while n < self.limit and not self.stop.wait(0.2):
+        while n < self.limit and not self.stop.wait(self.every):
             for _ in range(100):
                 p.produce(self.topic, value=b"fed-%d" % n, key=b"%d" % n, partition=n % self.partitions)
                 n += 1
@@ -249,18 +252,21 @@ def test_an_executor_killed_mid_batch_then_the_driver_killed_and_restarted_lose_
 
     run = SparkRun(config, flow, "--master", master, "--max-records-per-batch", "600")
     kills = []
+    # Source records arriving all along keep the run opening transactions: a run that copied
+    # the whole backlog between two polls would otherwise never show one open again.
     try:
-        wait_for(open_transaction, 480, "a task's transaction open on the target", interval=0.05, detail=run.output)
-        (pid, *_) = executors(home, master)
-        os.kill(pid, signal.SIGKILL)
-        kills.append(("executor", committed()))
-        wait_for(
-            lambda: committed() > kills[0][1], 300, "a batch committed after the executor was lost", detail=run.output
-        )
-        # The run may have copied the whole source by now: more source records keep it
-        # opening transactions until the driver is killed in one.
-        with Feeder(src, plain):
-            wait_for(open_transaction, 300, "a transaction open again", interval=0.05, detail=run.output)
+        with Feeder(src, plain, every=0.5):
+            wait_for(open_transaction, 240, "a task's transaction open on the target", interval=0.05, detail=run.output)
+            (pid, *_) = executors(home, master)
+            os.kill(pid, signal.SIGKILL)
+            kills.append(("executor", committed()))
+            wait_for(
+                lambda: committed() > kills[0][1],
+                240,
+                "a batch committed after the executor was lost",
+                detail=run.output,
+            )
+            wait_for(open_transaction, 240, "a transaction open again", interval=0.05, detail=run.output)
             run.kill()
         kills.append(("driver", committed()))
     finally:
