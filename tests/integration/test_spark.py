@@ -618,7 +618,7 @@ def test_a_second_driver_of_a_running_flow_is_refused_before_its_jvm_and_the_fir
             text=True,
             timeout=120,
         )
-        print(f"the second driver was refused in {time.monotonic() - t0:.1f}s")
+        print(f"the second driver was refused in {time.monotonic() - t0:.1f}s: {second.stderr.strip()}")
         lines = [ln for ln in second.stderr.splitlines() if ln.strip()]
         assert second.returncode == 3 and len(lines) == 1, second.stderr
         assert lines[0].startswith(f"Error: flow {flow}: ") and str(checkpoint) in lines[0]

@@ -18,22 +18,7 @@ import pytest
 from mirror.errors import ExitCode, UnsafeOperation
 from mirror.spark import checkpoint_lock
 from mirror.spark.checkpoint_lock import LOCK_FILE, hold_checkpoint
-
-# A driver stand-in: holds the lock, says so, releases it on the first line of stdin (and
-# says so), then waits for the second line (or its death).
-_HOLDER = textwrap.dedent(
-    """
-    import sys
-    from pathlib import Path
-    from mirror.spark.checkpoint_lock import hold_checkpoint
-
-    with hold_checkpoint(Path(sys.argv[1]), "f"):
-        print("held", flush=True)
-        sys.stdin.readline()
-    print("released", flush=True)
-    sys.stdin.readline()
-    """
-)
+from tests.unit.spark.lockholder import held_by_another_process
 
 # A second driver's claim, in its own process: exit 0 when it got the lock, 3 when refused.
 _PROBE = textwrap.dedent(
@@ -55,15 +40,8 @@ _PROBE = textwrap.dedent(
 
 @pytest.fixture
 def holder(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+    with held_by_another_process(tmp_path, "f") as proc:
         yield proc
-    finally:
-        proc.kill()
-        proc.wait(30)
 
 
 def probe(directory: Path) -> subprocess.CompletedProcess[str]:
