@@ -202,6 +202,14 @@ def submit(
         check_deploy_mode(master, deploy_mode)
         check_java()
         check_master(master)
+        if deploy_mode == "client":
+            # The driver will run here on this checkpoint and hold it (mirror.cli.spark_app); while
+            # another driver holds it, refuse now rather than after spark-submit's JVM started.
+            # Only a look: held across spark-submit, it would refuse our own driver.
+            from mirror.spark.checkpoint import default_checkpoint, own_checkpoint
+
+            with own_checkpoint(checkpoint or default_checkpoint(config, flow), flow):
+                pass
     cmd = prepare(req, package_dir or CACHE / "spark-submit")
     if dry_run:
         click.echo(render(cmd))
