@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -194,3 +195,27 @@ def test_the_archive_is_on_disk_before_it_gets_its_name(tmp_path, monkeypatch):
     cds.build(path)
     assert any(name.endswith(".tmp") and not named for name, named in synced)
     assert path.read_bytes() == b"x"
+
+
+def test_a_killed_builds_temporary_is_removed_and_a_live_builders_is_left(tmp_path, monkeypatch):
+    """A `make setup` killed while its JVM dumps leaves its ~150 MB temporary, which its own
+    clean-up never ran for; one whose builder lives may still be written and tried."""
+    monkeypatch.delenv(cds.ARCHIVE_ENV, raising=False)  # the checkout's own build/jvm
+    exited = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        killed = tmp_path / f"driver-classes-old.jsa.{int(exited.stdout)}.tmp"
+        building = tmp_path / f"driver-classes-k.jsa.{live.pid}.tmp"
+        killed.write_bytes(b"killed")
+        building.write_bytes(b"being written")
+        path = tmp_path / "driver-classes-k.jsa"
+        monkeypatch.setattr(
+            cds, "_exercise", lambda options: Path(options.split("=", 1)[1].split()[0]).write_bytes(b"x")
+        )
+        monkeypatch.setattr(cds.subprocess, "run", lambda argv, **kwargs: None)
+        cds.build(path)
+        assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, building.name]
+        assert building.read_bytes() == b"being written"
+    finally:
+        live.stdin.close()  # type: ignore[union-attr]
+        live.wait(timeout=30)
