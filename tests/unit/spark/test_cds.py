@@ -201,19 +201,23 @@ def test_a_killed_builds_temporary_is_removed_and_a_live_builders_is_left(tmp_pa
     """A `make setup` killed while its JVM dumps leaves its ~150 MB temporary, which its own
     clean-up never ran for; one whose builder lives may still be written and tried."""
     monkeypatch.delenv(cds.ARCHIVE_ENV, raising=False)  # the checkout's own build/jvm
+    path = tmp_path / "driver-classes-k.jsa"
+    monkeypatch.setattr(cds, "archive_path", lambda: path)
     exited = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    killed = [tmp_path / f"driver-classes-{key}.jsa.{int(exited.stdout)}.tmp" for key in ("k", "old")]
     live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
-        killed = tmp_path / f"driver-classes-old.jsa.{int(exited.stdout)}.tmp"
         building = tmp_path / f"driver-classes-k.jsa.{live.pid}.tmp"
-        killed.write_bytes(b"killed")
         building.write_bytes(b"being written")
-        path = tmp_path / "driver-classes-k.jsa"
+        killed[0].write_bytes(b"killed")
         monkeypatch.setattr(
             cds, "_exercise", lambda options: Path(options.split("=", 1)[1].split()[0]).write_bytes(b"x")
         )
         monkeypatch.setattr(cds.subprocess, "run", lambda argv, **kwargs: None)
-        cds.build(path)
+        assert cds.main([]) == 0  # builds
+        assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, building.name]
+        killed[1].write_bytes(b"killed")  # beside an archive another build installed
+        assert cds.main([]) == 0  # builds nothing
         assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, building.name]
         assert building.read_bytes() == b"being written"
     finally:
