@@ -194,6 +194,29 @@ def build(path: Path) -> None:
             old.unlink(missing_ok=True)  # this checkout's for another Java or pyspark: never mapped again
 
 
+_TMP = re.compile(r"driver-classes-.+\.jsa\.(\d+)\.tmp")
+
+
+def _remove_killed_builds(folder: Path) -> None:
+    """The archives of builds killed mid-way (their own clean-up never ran), ~150 MB each: a
+    temporary names its builder's pid, and one whose builder still runs may be being written
+    or tried."""
+    for tmp in folder.glob("driver-classes-*.jsa.*.tmp"):
+        named = _TMP.fullmatch(tmp.name)
+        if named is not None and not _alive(int(named.group(1))):
+            tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
 def _sync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -211,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     if path is None:
         print("mirror.spark.cds: no Java or no pyspark: no class-data archive", file=sys.stderr)
         return 0
+    if not os.environ.get(ARCHIVE_ENV):
+        # Not in a folder other installs may share: there a temporary's pid may be another
+        # host's or another container's.
+        _remove_killed_builds(path.parent)
     if path.is_file():
         return 0
     print(f"building the Spark driver's class-data archive {path}", file=sys.stderr)
