@@ -223,3 +223,42 @@ def test_a_killed_builds_temporary_is_removed_and_a_live_builders_is_left(tmp_pa
     finally:
         live.stdin.close()  # type: ignore[union-attr]
         live.wait(timeout=30)
+
+
+def test_the_trial_jvm_writes_a_crash_report_beside_the_archive(tmp_path, monkeypatch):
+    """A JVM that crashes writes hs_err_pid<N>.log into its cwd, which for `make setup` is the checkout."""
+    path = tmp_path / "driver-classes-k.jsa"
+    monkeypatch.setattr(cds, "_exercise", lambda options: Path(options.split("=", 1)[1].split()[0]).write_bytes(b"x"))
+    tried: list[list[str]] = []
+    monkeypatch.setattr(cds.subprocess, "run", lambda argv, **kwargs: tried.append(argv))
+    cds.build(path)
+    given: list[str] = []
+    monkeypatch.setattr(cds, "_exercise", given.append)
+    assert tried[0][1:4] == ["-m", "mirror.spark.cds", "--try"]
+    assert cds.main(tried[0][3:]) == 0  # the trial process, as it is started
+    assert f"-XX:ErrorFile={tmp_path / 'driver-classes-k.hs_err.log'}" in given[0].split()
+
+
+def test_a_trial_jvm_that_crashes_on_a_truncated_archive_says_where_its_report_is(tmp_path, monkeypatch):
+    """A real crash: the first 20 MB of the archive `make setup` built pass the JVM's checks and
+    crash it as it maps them. The report is beside the archive, named in the build's error."""
+    built = cds.archive_path()
+    if built is None or not built.is_file():
+        pytest.skip("no class-data archive built here (`make setup` builds it)")
+    monkeypatch.delenv(cds.ARCHIVE_ENV, raising=False)
+    with built.open("rb") as archive:
+        truncated = archive.read(20_000_000)
+    monkeypatch.setattr(
+        cds, "_exercise", lambda options: Path(options.split("=", 1)[1].split()[0]).write_bytes(truncated)
+    )
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    path = tmp_path / "driver-classes-k.jsa"
+    report = tmp_path / "driver-classes-k.hs_err.log"
+    with pytest.raises(RuntimeError, match="the trial JVM could not map the archive") as info:
+        cds.build(path)
+    assert str(info.value).endswith(f"; the JVM's crash report: {report}")
+    assert "A fatal error has been detected by the Java Runtime Environment" in report.read_text()
+    assert list(cwd.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd", report.name]  # no archive installed
