@@ -49,7 +49,7 @@ def audit(
     """
     from mirror.cli.times import parse_time
     from mirror.spark.audit import audit as run_audit
-    from mirror.spark.session import check_java, check_master, spark_session
+    from mirror.spark.session import check_java, check_master, start_session
 
     config = app.config(config_path)
     (flow,) = config.select_flows((flow_name,))
@@ -66,11 +66,12 @@ def audit(
     from_ms, to_ms = when(from_time, "--from"), when(to_time, "--to")
     check_java()
     check_master(master or "local[*]")
-    spark = spark_session(master or "local[*]", f"mirror-audit-{flow.name}", quiet=not app.debug)
+    # Started as `mirror spark run` starts its own: a JVM that does not start is one line.
+    starting = start_session(master or "local[*]", f"mirror-audit-{flow.name}", quiet=not app.debug)
     try:
-        report = run_audit(spark, config, flow, list(topics) or None, from_ms=from_ms, to_ms=to_ms)
+        report = run_audit(starting.get(), config, flow, list(topics) or None, from_ms=from_ms, to_ms=to_ms)
     finally:
-        spark.stop()
+        starting.close()  # stops the session
     if as_json:
         click.echo(report.to_json())
     else:

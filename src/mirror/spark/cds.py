@@ -176,13 +176,7 @@ def build(path: Path) -> None:
         _exercise(with_java_options(None, [f"-XX:ArchiveClassesAtExit={tmp}", *QUIET]))
         if not tmp.is_file():
             raise RuntimeError("the driver JVM wrote no archive")
-        # A JVM that must map it (or fail): a broken archive is never installed.
-        subprocess.run(
-            [sys.executable, "-m", "mirror.spark.cds", "--try", str(tmp)],
-            check=True,
-            timeout=BUILD_TIMEOUT,
-            stdout=subprocess.DEVNULL,
-        )
+        _trial(tmp, path.with_name(f"{path.stem}.hs_err.log"))
         _sync(tmp)  # a crash after the rename must not leave a truncated archive, which crashes the JVM
         tmp.replace(path)
     finally:
@@ -192,6 +186,45 @@ def build(path: Path) -> None:
     for old in path.parent.glob("driver-classes-*.jsa"):
         if old != path:
             old.unlink(missing_ok=True)  # this checkout's for another Java or pyspark: never mapped again
+
+
+def _trial(tmp: Path, report: Path) -> None:
+    """A JVM that must map the archive at `tmp` (or fail): a broken archive is never installed.
+    One that crashes on it writes its error report to `report`, not into its cwd (the checkout)."""
+    report.unlink(missing_ok=True)  # so that one there afterwards is this trial's
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "mirror.spark.cds", "--try", str(tmp), str(report)],
+            check=True,
+            timeout=BUILD_TIMEOUT,
+            stdout=subprocess.DEVNULL,
+        )
+    except subprocess.CalledProcessError as exc:
+        where = f"; the JVM's crash report: {report}" if report.is_file() else ""
+        raise RuntimeError(f"the trial JVM could not map the archive (exit {exc.returncode}){where}") from exc
+
+
+_TMP = re.compile(r"driver-classes-.+\.jsa\.(\d+)\.tmp")
+
+
+def _remove_killed_builds(folder: Path) -> None:
+    """The archives of builds killed mid-way (their own clean-up never ran), ~150 MB each: a
+    temporary names its builder's pid, and one whose builder still runs may be being written
+    or tried."""
+    for tmp in folder.glob("driver-classes-*.jsa.*.tmp"):
+        named = _TMP.fullmatch(tmp.name)
+        if named is not None and not _alive(int(named.group(1))):
+            tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def _sync(path: Path) -> None:
@@ -205,12 +238,16 @@ def _sync(path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["--try"]:
-        _exercise(f"-XX:SharedArchiveFile={args[1]} -Xshare:on")
+        _exercise(f"-XX:SharedArchiveFile={args[1]} -Xshare:on -XX:ErrorFile={args[2]}")
         return 0
     path = archive_path()
     if path is None:
         print("mirror.spark.cds: no Java or no pyspark: no class-data archive", file=sys.stderr)
         return 0
+    if not os.environ.get(ARCHIVE_ENV):
+        # Not in a folder other installs may share: there a temporary's pid may be another
+        # host's or another container's.
+        _remove_killed_builds(path.parent)
     if path.is_file():
         return 0
     print(f"building the Spark driver's class-data archive {path}", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -119,8 +120,8 @@ def test_an_archive_that_the_trial_jvm_cannot_map_is_not_installed(tmp_path, mon
         raise cds.subprocess.CalledProcessError(1, argv)
 
     monkeypatch.setattr(cds.subprocess, "run", trial)
-    with pytest.raises(cds.subprocess.CalledProcessError):
-        cds.build(path)
+    with pytest.raises(RuntimeError, match=r"^the trial JVM could not map the archive \(exit 1\)$"):
+        cds.build(path)  # no crash report: none named
     assert list(tmp_path.iterdir()) == []
 
 
@@ -133,7 +134,7 @@ def test_a_tried_archive_is_renamed_into_place_and_another_javas_is_removed(tmp_
     monkeypatch.setattr(cds.subprocess, "run", lambda argv, **kwargs: tried.append(argv))
     cds.build(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name] and path.read_bytes() == b"x"
-    assert tried[0][-2] == "--try" and tried[0][-1].endswith(".tmp")  # tried under its temporary name
+    assert tried[0][3] == "--try" and tried[0][4].endswith(".tmp")  # tried under its temporary name
 
 
 def test_the_driver_options_of_spark_defaults_conf_are_kept_beside_the_archive(builder, tmp_path):
@@ -194,3 +195,70 @@ def test_the_archive_is_on_disk_before_it_gets_its_name(tmp_path, monkeypatch):
     cds.build(path)
     assert any(name.endswith(".tmp") and not named for name, named in synced)
     assert path.read_bytes() == b"x"
+
+
+def test_a_killed_builds_temporary_is_removed_and_a_live_builders_is_left(tmp_path, monkeypatch):
+    """A `make setup` killed while its JVM dumps leaves its ~150 MB temporary, which its own
+    clean-up never ran for; one whose builder lives may still be written and tried."""
+    monkeypatch.delenv(cds.ARCHIVE_ENV, raising=False)  # the checkout's own build/jvm
+    path = tmp_path / "driver-classes-k.jsa"
+    monkeypatch.setattr(cds, "archive_path", lambda: path)
+    exited = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    killed = [tmp_path / f"driver-classes-{key}.jsa.{int(exited.stdout)}.tmp" for key in ("k", "old")]
+    live = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        building = tmp_path / f"driver-classes-k.jsa.{live.pid}.tmp"
+        building.write_bytes(b"being written")
+        killed[0].write_bytes(b"killed")
+        monkeypatch.setattr(
+            cds, "_exercise", lambda options: Path(options.split("=", 1)[1].split()[0]).write_bytes(b"x")
+        )
+        monkeypatch.setattr(cds.subprocess, "run", lambda argv, **kwargs: None)
+        assert cds.main([]) == 0  # builds
+        assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, building.name]
+        killed[1].write_bytes(b"killed")  # beside an archive another build installed
+        assert cds.main([]) == 0  # builds nothing
+        assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, building.name]
+        assert building.read_bytes() == b"being written"
+    finally:
+        live.stdin.close()  # type: ignore[union-attr]
+        live.wait(timeout=30)
+
+
+def test_the_trial_jvm_writes_a_crash_report_beside_the_archive(tmp_path, monkeypatch):
+    """A JVM that crashes writes hs_err_pid<N>.log into its cwd, which for `make setup` is the checkout."""
+    path = tmp_path / "driver-classes-k.jsa"
+    monkeypatch.setattr(cds, "_exercise", lambda options: Path(options.split("=", 1)[1].split()[0]).write_bytes(b"x"))
+    tried: list[list[str]] = []
+    monkeypatch.setattr(cds.subprocess, "run", lambda argv, **kwargs: tried.append(argv))
+    cds.build(path)
+    given: list[str] = []
+    monkeypatch.setattr(cds, "_exercise", given.append)
+    assert tried[0][1:4] == ["-m", "mirror.spark.cds", "--try"]
+    assert cds.main(tried[0][3:]) == 0  # the trial process, as it is started
+    assert f"-XX:ErrorFile={tmp_path / 'driver-classes-k.hs_err.log'}" in given[0].split()
+
+
+def test_a_trial_jvm_that_crashes_on_a_truncated_archive_says_where_its_report_is(tmp_path, monkeypatch):
+    """A real crash: the first 20 MB of the archive `make setup` built pass the JVM's checks and
+    crash it as it maps them. The report is beside the archive, named in the build's error."""
+    built = cds.archive_path()
+    if built is None or not built.is_file():
+        pytest.skip("no class-data archive built here (`make setup` builds it)")
+    monkeypatch.delenv(cds.ARCHIVE_ENV, raising=False)
+    with built.open("rb") as archive:
+        truncated = archive.read(20_000_000)
+    monkeypatch.setattr(
+        cds, "_exercise", lambda options: Path(options.split("=", 1)[1].split()[0]).write_bytes(truncated)
+    )
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    path = tmp_path / "driver-classes-k.jsa"
+    report = tmp_path / "driver-classes-k.hs_err.log"
+    with pytest.raises(RuntimeError, match="the trial JVM could not map the archive") as info:
+        cds.build(path)
+    assert str(info.value).endswith(f"; the JVM's crash report: {report}")
+    assert "A fatal error has been detected by the Java Runtime Environment" in report.read_text()
+    assert list(cwd.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd", report.name]  # no archive installed
