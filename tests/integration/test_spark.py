@@ -576,6 +576,73 @@ def test_a_running_query_picks_up_a_new_topic_serves_metrics_and_stops_on_sigter
         run.close()
 
 
+def test_a_second_driver_of_a_running_flow_is_refused_before_its_jvm_and_the_first_carries_on(
+    clusters, write_config, unique, tmp_path
+):
+    """Two drivers of one flow would both produce until Spark's offset log failed the later
+    one: the second is refused (exit 3, one line naming the holder) before it starts a JVM,
+    and the first mirrors on, untouched, and lets the checkpoint go at its clean stop."""
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic, flow = f"sp-{unique}-a", f"f-{unique}"
+    create_topic(src, topic, 2)
+    p = producer(src)
+
+    def produce(start: int, end: int) -> None:
+        for i in range(start, end):
+            p.produce(topic, value=b"a%d" % i, key=b"%d" % i, partition=i % 2)
+        assert p.flush(30) == 0
+
+    produce(0, 200)
+    config = write_config(flow_yaml(unique, f"sp-{unique}-.*", tmp_path / "offsets.db"))
+    checkpoint = tmp_path / "cp"
+    run = SparkRun(config, flow, "--checkpoint", str(checkpoint))
+    # The second driver's Java only records that it was started: a refusal must come before it.
+    java_home, started = tmp_path / "java-home", tmp_path / "java-started"
+    (java_home / "bin").mkdir(parents=True)
+    (java_home / "bin" / "java").write_text(f"#!/bin/sh\ntouch '{started}'\nexit 1\n")
+    (java_home / "bin" / "java").chmod(0o755)
+    try:
+        group = f"mirror-{unique}"
+        wait_for(
+            lambda: group_offsets(src, group, topic, 2) == {0: 100, 1: 100},
+            180,
+            "the first driver copying",
+            detail=run.output,
+        )
+        t0 = time.monotonic()
+        second = subprocess.run(
+            [*spawn_prefix(), sys.executable, "-m", "mirror", "spark", "run", "-c", str(config), "--flow", flow]
+            + ["--checkpoint", str(checkpoint)],
+            env={**os.environ, "JAVA_HOME": str(java_home)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        print(f"the second driver was refused in {time.monotonic() - t0:.1f}s: {second.stderr.strip()}")
+        lines = [ln for ln in second.stderr.splitlines() if ln.strip()]
+        assert second.returncode == 3 and len(lines) == 1, second.stderr
+        assert lines[0].startswith(f"Error: flow {flow}: ") and str(checkpoint) in lines[0]
+        assert f"pid {run.proc.pid} " in lines[0]
+        assert not started.exists(), "the refused driver started a JVM"
+
+        produce(200, 300)
+        wait_for(
+            lambda: group_offsets(src, group, topic, 2) == {0: 150, 1: 150},
+            180,
+            "the first driver mirroring on",
+            detail=run.output,
+        )
+        run.proc.send_signal(signal.SIGTERM)
+        assert run.wait(120) == 0, run.output()
+    finally:
+        run.close()
+    assert_exact(src, dst, unique, {topic: 2})
+    from mirror.spark.checkpoint_lock import hold_checkpoint
+
+    with hold_checkpoint(checkpoint, flow):  # released at the first driver's clean stop
+        pass
+
+
 def test_a_partition_added_to_a_source_topic_while_the_query_runs_is_mirrored(clusters, write_config, unique, tmp_path):
     """Review M5: a source topic grown while `mirror spark run` runs must not fail the run; the
     new partition is mirrored (its target partition grown first) and committed."""

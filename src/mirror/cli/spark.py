@@ -90,7 +90,7 @@ def run(
     spark_conf: tuple[str, ...],
 ) -> int:
     """Mirror one flow with Spark until stopped (or caught up); SIGTERM/Ctrl-C stop after the current batch."""
-    from mirror.spark.checkpoint import claim_checkpoint, default_checkpoint
+    from mirror.spark.checkpoint import default_checkpoint, own_checkpoint
     from mirror.spark.session import LOCAL, UI_PORT, check_local, start_session
     from mirror.spark.submit import parse_conf
 
@@ -100,33 +100,35 @@ def run(
     # The handlers first: a SIGTERM or Ctrl-C while the JVM starts is a stop like any other.
     with stop_on_signals() as signals:
         check_local(config, flow, master or LOCAL)
-        claim_checkpoint(checkpoint or default_checkpoint(config, flow), flow)  # run_flow's own, before a JVM starts
-        # The JVM and the SparkContext start now, beside the engine's imports, the clusters'
-        # checks and the flow's start; the first query takes the session when it needs it.
-        starting = start_session(
-            master or LOCAL,
-            f"mirror-{flow.name}",
-            conf,
-            quiet=not app.debug,
-            ui_port=None if no_ui else UI_PORT if ui_port is None else ui_port,
-        )
-        try:
-            from mirror.spark.job import run_flow
-            from mirror.spark.jvm import describe_paths
-
-            job = run_flow(
-                config,
-                flow,
-                master=master,
-                checkpoint=checkpoint,
-                until_caught_up=until_caught_up,
-                max_records_per_batch=max_records_per_batch,
-                metrics_port=metrics_port,
-                stop=signals.stop,
-                starting=starting,
+        # run_flow's own claim, taken before a JVM starts and held until the session is
+        # stopped: a second driver of the flow is refused here (exit 3) without starting one.
+        with own_checkpoint(checkpoint or default_checkpoint(config, flow), flow):
+            # The JVM and the SparkContext start now, beside the engine's imports, the clusters'
+            # checks and the flow's start; the first query takes the session when it needs it.
+            starting = start_session(
+                master or LOCAL,
+                f"mirror-{flow.name}",
+                conf,
+                quiet=not app.debug,
+                ui_port=None if no_ui else UI_PORT if ui_port is None else ui_port,
             )
-        finally:
-            starting.close()
+            try:
+                from mirror.spark.job import run_flow
+                from mirror.spark.jvm import describe_paths
+
+                job = run_flow(
+                    config,
+                    flow,
+                    master=master,
+                    checkpoint=checkpoint,
+                    until_caught_up=until_caught_up,
+                    max_records_per_batch=max_records_per_batch,
+                    metrics_port=metrics_port,
+                    stop=signals.stop,
+                    starting=starting,
+                )
+            finally:
+                starting.close()
     click.echo(
         f"flow {flow.name}: {job.records} records mirrored on Spark ({job.skipped} already on the target; "
         f"{describe_paths(job.paths)})",
@@ -200,6 +202,14 @@ def submit(
         check_deploy_mode(master, deploy_mode)
         check_java()
         check_master(master)
+        if deploy_mode == "client":
+            # The driver will run here on this checkpoint and hold it (mirror.cli.spark_app); while
+            # another driver holds it, refuse now rather than after spark-submit's JVM started.
+            # Only a look: held across spark-submit, it would refuse our own driver.
+            from mirror.spark.checkpoint import default_checkpoint, own_checkpoint
+
+            with own_checkpoint(checkpoint or default_checkpoint(config, flow), flow):
+                pass
     cmd = prepare(req, package_dir or CACHE / "spark-submit")
     if dry_run:
         click.echo(render(cmd))

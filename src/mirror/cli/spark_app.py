@@ -55,18 +55,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from mirror.cli.signals import stop_on_signals
     from mirror.config import load
+    from mirror.spark.checkpoint import default_checkpoint, own_checkpoint
     from mirror.spark.job import run_flow
     from mirror.spark.jvm import describe_paths
     from mirror.spark.session import submitted_master
 
     config = load(args.config)
     (flow,) = config.select_flows((args.flow,))
-    with stop_on_signals() as signals:
+    # The driver's checkpoint held before it joins spark-submit's JVM: a second driver of the
+    # flow is refused (exit 3) before its SparkContext starts; run_flow holds it again.
+    checkpoint = args.checkpoint or default_checkpoint(config, flow)
+    with stop_on_signals() as signals, own_checkpoint(checkpoint, flow):
         job = run_flow(
             config,
             flow,
             master=submitted_master(),
-            checkpoint=args.checkpoint,
+            checkpoint=checkpoint,
             until_caught_up=args.until_caught_up,
             max_records_per_batch=args.max_records_per_batch,
             metrics_port=args.metrics_port,

@@ -24,12 +24,14 @@ offsets (`sources/0/0`). Spark writes each file whole (a rename), so a file is t
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from mirror.config import Config, FlowConfig
 from mirror.errors import UsageError
+from mirror.spark.checkpoint_lock import hold_checkpoint
 
 Positions = dict[tuple[str, int], int]
 
@@ -160,3 +162,13 @@ def claim_checkpoint(directory: Path, flow: FlowConfig) -> Path:
     else:
         marker.write_text(json.dumps(mine))
     return directory / "query"
+
+
+@contextmanager
+def own_checkpoint(directory: Path, flow: FlowConfig) -> Iterator[Path]:
+    """The flow's checkpoint `directory`, claimed for the flow (`claim_checkpoint`) and held by
+    this driver until the block ends (`hold_checkpoint`: another driver of it is refused, exit 3);
+    yields the query's checkpoint location."""
+    location = claim_checkpoint(directory, flow)
+    with hold_checkpoint(directory, flow.name):
+        yield location

@@ -41,7 +41,7 @@ from mirror.errors import MirrorError, UnsafeOperation
 from mirror.kafka import Admin
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.spark.batches import Batches
-from mirror.spark.checkpoint import claim_checkpoint, default_checkpoint, has_batches, resume_problem
+from mirror.spark.checkpoint import default_checkpoint, has_batches, own_checkpoint, resume_problem
 from mirror.spark.clients import java_kafka_options
 from mirror.spark.commits import GroupCommits, Partition
 from mirror.spark.exactly_once import ProgressStarts
@@ -372,7 +372,8 @@ def run_flow(
     with ExitStack() as stack:
         if starting is not None:
             stack.callback(starting.close)  # also when a check below refuses the run
-        location = claim_checkpoint(checkpoint or default_checkpoint(config, flow), flow)
+        # Held until the session below is stopped: a second driver of the flow is refused.
+        location = stack.enter_context(own_checkpoint(checkpoint or default_checkpoint(config, flow), flow))
         metrics = run_metrics = None
         if metrics_port is not None:
             from mirror.metrics import RunMetrics, serve
