@@ -10,12 +10,13 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from mirror.errors import ExitCode, UnsafeOperation
+from mirror.errors import ExitCode, MirrorError, UnsafeOperation
 from mirror.spark import checkpoint_lock
 from mirror.spark.checkpoint_lock import LOCK_FILE, hold_checkpoint
 from tests.unit.spark.lockholder import held_by_another_process
@@ -114,3 +115,72 @@ def test_a_filesystem_without_locks_runs_unlocked_and_says_so_once(tmp_path, mon
                 pass
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and str(tmp_path) in warnings[0] and "not refused" in warnings[0]
+
+
+# Found by review-lock: each of the next four failed before the fix.
+
+
+def test_a_second_run_of_the_flow_on_another_thread_of_the_process_is_refused(tmp_path):
+    """Claims nest on the claiming thread only: a library running two flows' `run_flow` on two
+    threads must not let both drive one checkpoint."""
+    got: list[object] = []
+
+    def second() -> None:
+        try:
+            with hold_checkpoint(tmp_path, "f"):
+                got.append("held")
+        except UnsafeOperation as exc:
+            got.append(exc)
+
+    with hold_checkpoint(tmp_path, "f"):
+        t = threading.Thread(target=second)
+        t.start()
+        t.join(10)
+    assert len(got) == 1 and isinstance(got[0], UnsafeOperation), got
+    assert "another run in this process" in str(got[0])
+    with hold_checkpoint(tmp_path, "f"):  # and the first's release freed it for anyone
+        pass
+
+
+def test_a_failed_holder_write_is_one_error_and_leaves_nothing_held(tmp_path, monkeypatch):
+    """The checkpoint volume full as the holder is written: one error (exit 1), and the
+    descriptor let go, so the process (or another) can claim it again."""
+
+    def full(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(checkpoint_lock.os, "pwrite", full)
+    with pytest.raises(MirrorError) as info:
+        with hold_checkpoint(tmp_path, "f"):
+            pass
+    assert info.value.exit_code == 1 and "No space left on device" in str(info.value)
+    monkeypatch.undo()
+    with hold_checkpoint(tmp_path, "f"):
+        pass
+
+
+def test_a_failed_release_write_does_not_hide_the_run_or_keep_the_lock(tmp_path, monkeypatch):
+    """Forgetting the holder is best effort: an error there is logged, the lock still let go."""
+    real = os.ftruncate
+    with hold_checkpoint(tmp_path, "f"):
+
+        def broken(fd: int, size: int) -> None:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+        monkeypatch.setattr(checkpoint_lock.os, "ftruncate", broken)
+    monkeypatch.setattr(checkpoint_lock.os, "ftruncate", real)
+    with hold_checkpoint(tmp_path, "f"):
+        pass
+
+
+def test_the_lock_file_is_not_followed_through_a_symlink(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    cp = tmp_path / "cp"
+    cp.mkdir()
+    (cp / LOCK_FILE).symlink_to(victim)
+    with pytest.raises(MirrorError) as info:
+        with hold_checkpoint(cp, "f"):
+            pass
+    assert victim.read_text() == "precious\n"
+    assert str(cp / LOCK_FILE) in str(info.value) and info.value.exit_code == 1
