@@ -184,3 +184,21 @@ def test_the_lock_file_is_not_followed_through_a_symlink(tmp_path):
             pass
     assert victim.read_text() == "precious\n"
     assert str(cp / LOCK_FILE) in str(info.value) and info.value.exit_code == 1
+
+
+def test_a_forked_child_does_not_keep_the_lock_after_the_parent_let_go(tmp_path):
+    """flock is per open file description, which a fork (without exec) shares."""
+    r, w = os.pipe()
+    with hold_checkpoint(tmp_path, "f"):
+        pid = os.fork()
+        if pid == 0:  # the child waits, holding whatever it inherited, until the parent probes
+            os.close(w)
+            os.read(r, 1)
+            os._exit(0)
+    os.close(r)
+    try:
+        done = probe(tmp_path)  # another driver, while the forked child still lives
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        os.close(w)
+        os.waitpid(pid, 0)
