@@ -11,9 +11,10 @@ time the holder writes into the file. The kernel releases the lock when the hold
 ends however it ends, so a SIGKILLed driver leaves nothing to clean up; the file itself stays
 (removing a locked file would let a third driver lock a new file beside the held one).
 
-Invariants: the lock belongs to the driver process, not to an object. Claims in one process
+Invariants: the lock belongs to the driver's run, not to an object. Claims on one thread
 nest (the CLI claims before the JVM starts, `run_flow` again around the run) and the lock is
-released when the outermost claim ends. The descriptor is not inherited (Python opens it
+released when the outermost claim ends; a claim from another thread of the process is
+another run, refused like another process's. The descriptor is not inherited (Python opens it
 close-on-exec): the JVM a driver starts must not keep the flow locked after the driver died.
 
 flock is a local-filesystem lock; on NFS Linux maps it to the server's byte-range locks, so
@@ -29,6 +30,7 @@ import json
 import logging
 import os
 import socket
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -45,7 +47,7 @@ LOCK_FILE = "mirror-driver.lock"
 _NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL}
 
 _guard = threading.Lock()
-_held: dict[Path, list[int]] = {}  # directory -> [descriptor (-1: unlocked filesystem), claims]
+_held: dict[Path, list[int]] = {}  # directory -> [descriptor (-1: unlocked filesystem), claims, owner thread]
 _warned: set[Path] = set()
 
 
@@ -57,7 +59,12 @@ def hold_checkpoint(directory: Path, flow: str) -> Iterator[None]:
     with _guard:
         entry = _held.get(key)
         if entry is None:
-            entry = _held[key] = [_acquire(key, flow), 0]
+            entry = _held[key] = [_acquire(key, flow), 0, threading.get_ident()]
+        elif entry[2] != threading.get_ident():
+            raise UnsafeOperation(
+                f"flow {flow}: its checkpoint {key} is held by another run in this process",
+                hint="one run per flow at a time",
+            )
         entry[1] += 1
     try:
         yield
@@ -75,9 +82,13 @@ def _acquire(directory: Path, flow: str) -> int:
     path = directory / LOCK_FILE
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        # Not through a symlink: writing the holder truncates, and must only ever truncate ours.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as exc:
         raise MirrorError(f"flow {flow}: cannot open the checkpoint's lock file {path}: {exc.strerror}") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise MirrorError(f"flow {flow}: the checkpoint's lock file {path} is not a regular file")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
@@ -99,8 +110,12 @@ def _acquire(directory: Path, flow: str) -> int:
             ) from exc
         raise MirrorError(f"flow {flow}: cannot lock the checkpoint's lock file {path}: {exc.strerror}") from exc
     holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps(holder).encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder).encode(), 0)
+    except OSError as exc:  # a full or failing volume: the checkpoint would not be written either
+        os.close(fd)
+        raise MirrorError(f"flow {flow}: cannot write the checkpoint's lock file {path}: {exc.strerror}") from exc
     return fd
 
 
@@ -110,8 +125,22 @@ def _release(fd: int) -> None:
         return
     try:
         os.ftruncate(fd, 0)
+    except OSError as exc:  # best effort: the run's own outcome is what the caller must see
+        log.warning("cannot clear the checkpoint's lock file: %s", exc.strerror)
     finally:
         os.close(fd)
+
+
+def _forget_in_child() -> None:
+    """A forked child (without exec) shares the parent's locked file description: it must let
+    go of its copies, or the flow would stay locked after the driver stopped."""
+    for fd, *_ in _held.values():
+        if fd >= 0:
+            os.close(fd)
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _holder(path: Path) -> str:
