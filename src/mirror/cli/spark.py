@@ -210,6 +210,13 @@ def submit(
 
             with own_checkpoint(checkpoint or default_checkpoint(config, flow), flow):
                 pass
+        elif checkpoint is None:
+            click.echo(
+                f"Warning: flow {flow.name}: in cluster mode the default checkpoint is in the driver "
+                "container's own directory, so a second driver of the flow is not refused; give "
+                "--checkpoint on a volume every driver mounts",
+                err=True,
+            )
     cmd = prepare(req, package_dir or CACHE / "spark-submit")
     if dry_run:
         click.echo(render(cmd))

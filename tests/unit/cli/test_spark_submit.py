@@ -25,3 +25,24 @@ def test_a_flow_whose_driver_runs_here_is_refused_before_spark_submit_starts(tmp
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("Error: flow f1: ") and f"pid {holder.pid} " in line
     assert not prepared
+
+
+def test_cluster_mode_on_the_default_checkpoint_warns_that_a_second_driver_is_not_refused(
+    tmp_path, capsys, monkeypatch
+):
+    """In cluster mode each driver container has its own default checkpoint directory: the
+    lock there keeps nothing apart, and the user is told so (review-lock D1)."""
+    cfg = tmp_path / "m.yaml"
+    cfg.write_text(
+        "clusters:\n  a: {bootstrap: '127.0.0.1:1'}\n  b: {bootstrap: '127.0.0.1:2'}\n"
+        "flows:\n  - {name: f1, source: a, target: b, topics: {include: ['x']}}\n"
+    )
+    monkeypatch.setattr(session, "check_java", lambda: None)
+    monkeypatch.setattr(submit, "prepare", lambda *args: ["true"])
+    monkeypatch.setattr(submit, "run", lambda cmd, **kw: 0)
+    base = ["spark", "submit", "-c", str(cfg), "--flow", "f1", "--master", "yarn", "--deploy-mode", "cluster"]
+    assert main(base) == 0
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("Warning: flow f1: in cluster mode") and "--checkpoint" in line
+    assert main([*base, "--checkpoint", str(tmp_path / "shared")]) == 0
+    assert capsys.readouterr().err.strip() == ""
