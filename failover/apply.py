@@ -14,6 +14,7 @@ from pathlib import Path
 from failover import offsets_file
 from failover.gather import FlowContext
 from failover.plan import Plan
+from mirror.errors import MirrorError
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,14 @@ def apply_plan(
     offsets_file.write(path, current)
     wanted = plan.offsets()
     if wanted:
-        ctx.target.alter_group_offsets(plan.group, wanted)
+        try:
+            ctx.target.alter_group_offsets(plan.group, wanted)
+        except MirrorError as exc:
+            # Some partitions may have moved: the on-call engineer needs the way back in the same line.
+            exc.message += (
+                f"; the group's previous offsets are in {path} "
+                f"(restore: mirror failover import --cluster {cluster} {path})"
+            )
+            raise
     changes = [Change(t, p, current.offsets.get((t, p)), o) for (t, p), o in sorted(wanted.items())]
     return path, changes
