@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from mirror.config import load
-from mirror.spark.checkpoint import default_checkpoint, resume_problem
+from mirror.errors import ExitCode, MirrorError
+from mirror.spark.checkpoint import claim_checkpoint, default_checkpoint, resume_problem
 
 
 def write_batch(location: Path, batch: int, ends: dict[str, dict[str, int]], *, committed: bool) -> None:
@@ -113,3 +116,19 @@ def test_an_unfinished_batch_whose_predecessor_is_gone_is_not_resumed(tmp_path):
     q = tmp_path / "query"
     write_batch(q, 5, group(p0=100), committed=False)
     assert "batch 5 never completed and the batch before it is unreadable" in (resume_problem(q, group(p0=100)) or "")
+
+
+def test_a_checkpoint_that_cannot_be_created_is_one_error_naming_it(tmp_path):
+    """A --checkpoint under a file (or a read-only volume): one line naming the directory,
+    exit 1, not a traceback (review-lock D11)."""
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        'clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: '
+        "[{name: f, source: a, target: b, topics: {include: [t]}}]\n"
+    )
+    config = load(path)
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(MirrorError) as failed:
+        claim_checkpoint(tmp_path / "afile" / "cp", config.flow("f"))
+    assert failed.value.exit_code == ExitCode.FAILURE
+    assert str(tmp_path / "afile" / "cp") in str(failed.value) and "\n" not in str(failed.value)
