@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from mirror.config import Config, FlowConfig
-from mirror.errors import UsageError
+from mirror.errors import MirrorError, UsageError
 from mirror.spark.checkpoint_lock import hold_checkpoint
 
 Positions = dict[tuple[str, int], int]
@@ -145,7 +145,10 @@ MARKER = "mirror-flow.json"  # in a --checkpoint directory: which flow it belong
 
 def claim_checkpoint(directory: Path, flow: FlowConfig) -> Path:
     """A --checkpoint directory belongs to one flow; another flow's is refused (exit 2)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise MirrorError(f"flow {flow.name}: cannot create its checkpoint {directory}: {exc.strerror}") from exc
     marker = directory / MARKER
     mine = {"flow": flow.name, "source": flow.source, "group": flow.group_id}
     if marker.exists():
@@ -160,7 +163,10 @@ def claim_checkpoint(directory: Path, flow: FlowConfig) -> Path:
                 "the config)",
             )
     else:
-        marker.write_text(json.dumps(mine))
+        try:
+            marker.write_text(json.dumps(mine))
+        except OSError as exc:
+            raise MirrorError(f"flow {flow.name}: cannot write its checkpoint's {marker}: {exc.strerror}") from exc
     return directory / "query"
 
 
