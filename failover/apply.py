@@ -14,7 +14,7 @@ from pathlib import Path
 from failover import offsets_file
 from failover.gather import FlowContext
 from failover.plan import Plan
-from mirror.errors import MirrorError
+from mirror.errors import MirrorError, UsageError
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,13 @@ def apply_plan(
     offsets_file.require_idle(ctx.target, cluster, plan.group)
     current = offsets_file.export(ctx.target, cluster, plan.group, now_ms)
     path = backup or default_backup_path(cluster, plan.group, now_ms)
+    if path.exists():
+        # An earlier apply's backup (perhaps of one that failed halfway): the only record of
+        # where the group was before it; this apply's would be of partly moved offsets.
+        raise UsageError(
+            f"--backup {path} exists: it may hold the offsets from before an earlier apply",
+            hint="give a new --backup path; restore from this one first if that apply failed",
+        )
     offsets_file.write(path, current)
     wanted = plan.offsets()
     if wanted:
@@ -44,10 +51,7 @@ def apply_plan(
             ctx.target.alter_group_offsets(plan.group, wanted)
         except MirrorError as exc:
             # Some partitions may have moved: the on-call engineer needs the way back in the same line.
-            exc.message += (
-                f"; the group's previous offsets are in {path} "
-                f"(restore: mirror failover import --cluster {cluster} {path})"
-            )
+            exc.message += f"; the group's previous offsets are in {path}"
             raise
     changes = [Change(t, p, current.offsets.get((t, p)), o) for (t, p), o in sorted(wanted.items())]
     return path, changes

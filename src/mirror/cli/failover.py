@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from failover import offsets_file
-from failover.apply import apply_plan
+from failover.apply import apply_plan, default_backup_path
 from failover.failback import report, reversed_flow
 from failover.failback import scrape as do_scrape
 from failover.gather import FlowContext, build_plan, require_topics_visible
@@ -19,13 +19,17 @@ from failover.plan import Method, Plan
 from mirror.cli import AppContext, config_option, json_option, pass_app
 from mirror.cli import failover_site as site_cli
 from mirror.cli.times import format_ms, parse_time
-from mirror.errors import NotFound, UsageError
+from mirror.errors import MirrorError, NotFound, UsageError
 from mirror.kafka import Admin
 from mirror.store import open_store
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _restore_command(config_path: Path, cluster: str, backup: Path) -> str:
+    return f"mirror failover import -c {config_path} --cluster {cluster} {backup} --yes"
 
 
 @contextmanager
@@ -238,7 +242,15 @@ def apply(
     method, at_ms = _method(translate, at, to)
     with _flow_context(app, config_path, flow) as ctx:
         result = build_plan(ctx, group, method, at_ms=at_ms)
-        path, changes = apply_plan(ctx, result, backup)
+        now_ms = int(time.time() * 1000)
+        backup = backup or default_backup_path(ctx.flow.target, result.group, now_ms)
+        written_before = backup.exists()  # apply refuses an existing backup: one there after a failure is its own
+        try:
+            path, changes = apply_plan(ctx, result, backup, now_ms=now_ms)
+        except MirrorError as exc:
+            if not written_before and backup.exists():
+                exc.hint = f"restore: {_restore_command(config_path, ctx.flow.target, backup)}"
+            raise
     if as_json:
         click.echo(
             json.dumps(
@@ -255,8 +267,7 @@ def apply(
         return
     _render(result)
     click.echo(
-        f"backup of the previous offsets: {path} (restore: mirror failover import -c {config_path} "
-        f"--cluster {ctx.flow.target} {path} --yes)"
+        f"backup of the previous offsets: {path} (restore: {_restore_command(config_path, ctx.flow.target, path)})"
     )
     for c in changes:
         before = "none" if c.before is None else str(c.before)

@@ -1,0 +1,31 @@
+"""`mirror failover apply` (single group) over the in-memory fake of our Admin port."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from types import SimpleNamespace
+
+from mirror.cli import failover as failover_cli
+from mirror.cli import main
+from tests.unit.failover.test_apply import _plan
+from tests.unit.failover.test_siteapply import FakeAdmin
+
+
+def test_a_failed_apply_prints_the_restore_command_as_written_on_success(tmp_path, capsys, monkeypatch):
+    """At 3 a.m. the line is copied as it stands: the restore command needs -c and --yes."""
+    admin = FakeAdmin()
+    admin.offsets["g"] = {("nyc.orders", 0): 5}
+    admin.fail_at = 1
+
+    @contextmanager
+    def context(app, config_path, flow):  # type: ignore[no-untyped-def]
+        yield SimpleNamespace(flow=SimpleNamespace(target="sf"), target=admin)
+
+    monkeypatch.setattr(failover_cli, "_flow_context", context)
+    monkeypatch.setattr(failover_cli, "build_plan", lambda ctx, group, method, at_ms=None: _plan())
+    cfg, backup = tmp_path / "m.yaml", tmp_path / "b.json"
+    argv = ["failover", "apply", "-c", str(cfg), "--flow", "f", "--group", "g", "--translate", "--yes"]
+    assert main([*argv, "--backup", str(backup)]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(f"(restore: mirror failover import -c {cfg} --cluster sf {backup} --yes)"), line
+    assert backup.exists()
