@@ -139,6 +139,15 @@ def run(
     return ExitCode.OK
 
 
+
+def _container_local(config_path: Path, checkpoint: Path | None, checkpoint_dir: str) -> bool:
+    """In cluster mode the driver resolves a relative checkpoint in its own container (the config
+    is shipped by base name): only an absolute one can be a volume the drivers share."""
+    if checkpoint is not None:
+        return not checkpoint.is_absolute()
+    # spark.checkpoint_dir, resolved at load beside the config file unless written absolute.
+    return Path(checkpoint_dir).is_relative_to(config_path.resolve().parent)
+
 @spark.command("submit")
 @_flow_job_options
 @click.option(
@@ -210,11 +219,11 @@ def submit(
 
             with own_checkpoint(checkpoint or default_checkpoint(config, flow), flow):
                 pass
-        elif checkpoint is None:
+        elif _container_local(config_path, checkpoint, config.spark.checkpoint_dir):
             click.echo(
-                f"Warning: flow {flow.name}: in cluster mode the default checkpoint is in the driver "
-                "container's own directory, so a second driver of the flow is not refused; give "
-                "--checkpoint on a volume every driver mounts",
+                f"Warning: flow {flow.name}: in cluster mode a relative checkpoint is in the driver "
+                "container's own directory, so a second driver of the flow is not refused; give an "
+                "absolute --checkpoint (or spark.checkpoint_dir) on a volume every driver mounts",
                 err=True,
             )
     cmd = prepare(req, package_dir or CACHE / "spark-submit")

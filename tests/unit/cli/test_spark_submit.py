@@ -46,3 +46,8 @@ def test_cluster_mode_on_the_default_checkpoint_warns_that_a_second_driver_is_no
     assert line.startswith("Warning: flow f1: in cluster mode") and "--checkpoint" in line
     assert main([*base, "--checkpoint", str(tmp_path / "shared")]) == 0
     assert capsys.readouterr().err.strip() == ""
+    assert main([*base, "--checkpoint", "relative/cp"]) == 0  # resolved in each driver's container
+    assert capsys.readouterr().err.startswith("Warning: flow f1: in cluster mode")
+    cfg.write_text(cfg.read_text() + "spark: {checkpoint_dir: /mnt/shared/spark}\n")
+    assert main(base) == 0  # an absolute checkpoint_dir: a volume the drivers may share
+    assert capsys.readouterr().err.strip() == ""
