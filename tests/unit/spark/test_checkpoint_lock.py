@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -202,3 +202,79 @@ def test_a_forked_child_does_not_keep_the_lock_after_the_parent_let_go(tmp_path)
     finally:
         os.close(w)
         os.waitpid(pid, 0)
+
+
+def _in_child(result_w: int, body: Callable[[], object]) -> None:  # pragma: no cover - runs forked
+    """Run `body` in a forked child, report "ok" or its exception through the pipe, and exit
+    without returning into pytest."""
+    try:
+        body()
+        os.write(result_w, b"ok")
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        os.write(result_w, repr(exc).encode()[:300])
+    os._exit(0)
+
+
+def _child_result(pid: int, result_r: int) -> bytes:
+    got = os.read(result_r, 400)
+    os.close(result_r)
+    os.waitpid(pid, 0)
+    return got
+
+
+def test_a_forked_child_leaves_an_inherited_claim_cleanly_and_then_claims_its_own(tmp_path):
+    """review-lock2 E3: leaving the claim a forked child inherited raises nothing, and the child
+    can claim the checkpoint for itself once the parent let go."""
+    released_r, released_w = os.pipe()
+    result_r, result_w = os.pipe()
+    pid = -1
+    try:
+        with hold_checkpoint(tmp_path, "f"):
+            pid = os.fork()
+    except BaseException as exc:
+        if pid == 0:  # pragma: no cover - the child, leaving the inherited claim
+            os.write(result_w, b"leaving the inherited claim: " + repr(exc).encode()[:300])
+            os._exit(0)
+        raise
+    if pid == 0:  # pragma: no cover
+
+        def own_claim() -> None:
+            os.read(released_r, 1)
+            with hold_checkpoint(tmp_path, "f"):
+                assert probe(tmp_path).returncode == ExitCode.UNSAFE  # really locked, by the child
+
+        _in_child(result_w, own_claim)
+    os.write(released_w, b"x")  # the parent let go as its block ended
+    got = _child_result(pid, result_r)
+    assert got == b"ok", got
+
+
+def test_a_fork_while_another_thread_is_in_the_lock_code_leaves_the_child_able_to_claim(tmp_path):
+    """review-lock2 E4: a fork taken while another thread holds the module's guard (mid-claim)
+    must not hand the child a guard locked forever."""
+    ready, go_on = threading.Event(), threading.Event()
+
+    def mid_claim() -> None:
+        with checkpoint_lock._guard:
+            ready.set()
+            go_on.wait(0.5)  # the fork comes meanwhile (or waits for this, with the fix)
+
+    t = threading.Thread(target=mid_claim)
+    t.start()
+    assert ready.wait(10)
+    result_r, result_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # not pytest-timeout's handler: killed
+        signal.alarm(10)  # a child stuck on a copied, locked guard is killed, not left behind
+
+        def claim() -> None:
+            with hold_checkpoint(tmp_path, "f"):
+                pass
+
+        _in_child(result_w, claim)
+    go_on.set()
+    t.join(10)
+    os.close(result_w)
+    got = _child_result(pid, result_r)
+    assert got == b"ok", got
