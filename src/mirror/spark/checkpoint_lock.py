@@ -36,6 +36,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from mirror.errors import MirrorError, UnsafeOperation
 
@@ -47,7 +48,8 @@ LOCK_FILE = "mirror-driver.lock"
 _NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL}
 
 _guard = threading.Lock()
-_held: dict[Path, list[int]] = {}  # directory -> [descriptor (-1: unlocked filesystem), claims, owner thread]
+# directory -> the claim: [descriptor (-1: unlocked filesystem or inherited by a fork), claims, owner thread]
+_held: dict[Path, list[Any]] = {}
 _warned: set[Path] = set()
 
 
@@ -59,8 +61,8 @@ def hold_checkpoint(directory: Path, flow: str) -> Iterator[None]:
     with _guard:
         entry = _held.get(key)
         if entry is None:
-            entry = _held[key] = [_acquire(key, flow), 0, threading.get_ident()]
-        elif entry[2] != threading.get_ident():
+            entry = _held[key] = [_acquire(key, flow), 0, threading.current_thread()]
+        elif entry[2] is not threading.current_thread():
             raise UnsafeOperation(
                 f"flow {flow}: its checkpoint {key} is held by another run in this process",
                 hint="one run per flow at a time",
@@ -71,7 +73,8 @@ def hold_checkpoint(directory: Path, flow: str) -> Iterator[None]:
     finally:
         with _guard:
             entry[1] -= 1
-            if entry[1] == 0:
+            # Not ours any more if a fork happened in between: the child forgot it (`_forget_in_child`).
+            if entry[1] == 0 and _held.get(key) is entry:
                 del _held[key]
                 _release(entry[0])
 
@@ -86,7 +89,12 @@ def _acquire(directory: Path, flow: str) -> int:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as exc:
         raise MirrorError(f"flow {flow}: cannot open the checkpoint's lock file {path}: {exc.strerror}") from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError as exc:
+        os.close(fd)
+        raise MirrorError(f"flow {flow}: cannot read the checkpoint's lock file {path}: {exc.strerror}") from exc
+    if not regular:
         os.close(fd)
         raise MirrorError(f"flow {flow}: the checkpoint's lock file {path} is not a regular file")
     try:
@@ -132,15 +140,23 @@ def _release(fd: int) -> None:
 
 
 def _forget_in_child() -> None:
-    """A forked child (without exec) shares the parent's locked file description: it must let
-    go of its copies, or the flow would stay locked after the driver stopped."""
-    for fd, *_ in _held.values():
-        if fd >= 0:
-            os.close(fd)
+    """A forked child (without exec) shares the parent's locked file description: it lets go of
+    its copies, or the flow would stay locked after the driver stopped, and its inherited
+    claims end as no-ops. The guard, held across the fork (`before=`), is a fresh one here."""
+    global _guard
+    _guard = threading.Lock()
+    for entry in _held.values():
+        if entry[0] >= 0:
+            os.close(entry[0])
+        entry[0] = -1
     _held.clear()
 
 
-os.register_at_fork(after_in_child=_forget_in_child)
+# Forks wait for a claim in progress on another thread: its descriptor is then in `_held`
+# (closed in the child) or not opened yet, never half-made.
+os.register_at_fork(
+    before=lambda: _guard.acquire(), after_in_parent=lambda: _guard.release(), after_in_child=_forget_in_child
+)
 
 
 def _holder(path: Path) -> str:
