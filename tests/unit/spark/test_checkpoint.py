@@ -132,3 +132,25 @@ def test_a_checkpoint_that_cannot_be_created_is_one_error_naming_it(tmp_path):
         claim_checkpoint(tmp_path / "afile" / "cp", config.flow("f"))
     assert failed.value.exit_code == ExitCode.FAILURE
     assert str(tmp_path / "afile" / "cp") in str(failed.value) and "\n" not in str(failed.value)
+
+
+def test_a_marker_write_that_fails_halfway_leaves_no_marker_behind(tmp_path, monkeypatch):
+    """The volume full as the marker is written: an empty marker left behind would refuse every
+    later run as another flow's (exit 2) until removed by hand (review-lock2 E5)."""
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        'clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: '
+        "[{name: f, source: a, target: b, topics: {include: [t]}}]\n"
+    )
+    config = load(path)
+    real = Path.write_text
+
+    def full(self: Path, data: str, *args: object, **kwargs: object) -> int:
+        real(self, "")  # created, then the disk filled
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(MirrorError):
+        claim_checkpoint(tmp_path / "cp", config.flow("f"))
+    monkeypatch.undo()
+    assert claim_checkpoint(tmp_path / "cp", config.flow("f")) == tmp_path / "cp" / "query"
