@@ -139,7 +139,6 @@ def run(
     return ExitCode.OK
 
 
-
 def _container_local(config_path: Path, checkpoint: Path | None, checkpoint_dir: str) -> bool:
     """In cluster mode the driver resolves a relative checkpoint in its own container (the config
     is shipped by base name): only an absolute one can be a volume the drivers share."""
@@ -147,6 +146,7 @@ def _container_local(config_path: Path, checkpoint: Path | None, checkpoint_dir:
         return not checkpoint.is_absolute()
     # spark.checkpoint_dir, resolved at load beside the config file unless written absolute.
     return Path(checkpoint_dir).is_relative_to(config_path.resolve().parent)
+
 
 @spark.command("submit")
 @_flow_job_options

@@ -166,6 +166,7 @@ def claim_checkpoint(directory: Path, flow: FlowConfig) -> Path:
         try:
             marker.write_text(json.dumps(mine))
         except OSError as exc:
+            marker.unlink(missing_ok=True)  # half written, it would refuse every later run as another flow's
             raise MirrorError(f"flow {flow.name}: cannot write its checkpoint's {marker}: {exc.strerror}") from exc
     return directory / "query"
 
