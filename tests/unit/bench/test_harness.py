@@ -3,6 +3,7 @@ apart. The runs themselves are made up (the harness's own logic only; no cluster
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import pytest
@@ -61,3 +62,16 @@ def test_a_marginal_size_outside_the_load_is_a_usage_error(marginal, capsys):
 
 def test_the_quick_mode_spends_nothing_on_the_warm_up():
     assert harness.Params().warmup and not harness.Params.quick_mode().warmup
+
+
+def test_a_port_for_several_workers_has_all_of_its_ports_free():
+    """`mirror run --workers N --metrics-port P` serves worker i on P + i: every one of them must
+    be free, not only P (a bench row's second worker crash-looped on a port in use)."""
+    from bench.harness import _free_port
+
+    for workers in (2, 4):
+        base = _free_port(workers)
+        for i in range(workers):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", base + i))  # raises if taken
+        assert not 32768 <= base + workers - 1 < 61000  # not in the range outgoing connections take
