@@ -63,7 +63,7 @@ class Env:
     producer: dict[str, Any]
     consumer: dict[str, Any]
     batch: int
-    free_port: Any  # () -> int
+    free_port: Any  # (count=1) -> the first of `count` consecutive free ports
     source_ends: list[int] = field(default_factory=list)  # end offset of each source partition after preload
     spark_master: str | None = None  # the standalone cluster's URL, when a `spark-standalone` row runs
     spark_pids: list[int] = field(default_factory=list)  # its master and worker: sampled with the contender
@@ -109,7 +109,7 @@ class Spec:
                     str(cfg),
                 ]
             # Metrics on, as an SRE runs it (its counters are on the hot path; MM2's are always on).
-            argv += ["--metrics-port", str(env.free_port())]
+            argv += ["--metrics-port", str(env.free_port(self.workers))]  # one per worker
             if not daemon:
                 argv.append("--until-caught-up")
             if self.workers > 1:
