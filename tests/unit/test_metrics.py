@@ -4,12 +4,15 @@ except the loopback HTTP server that serves /metrics)."""
 from __future__ import annotations
 
 import json
+import socket
 import urllib.request
 
+import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from mirror.domain.acks import AckBatch
+from mirror.errors import ExitCode, UsageError
 from mirror.metrics import (
     CanaryMetrics,
     ClientStatsCollector,
@@ -151,3 +154,16 @@ def test_an_interval_without_fetches_or_batches_keeps_the_last_figures():
     # and the next busy interval is measured from the idle document's counters
     again = parse_stats(json.dumps(_stats(31_000, 21)), idle)
     assert again.fetch_size_avg == 1000.0
+
+
+def test_a_metrics_port_in_use_is_one_line_naming_it_and_exit_2():
+    """A worker's port (P + i with --workers) taken by another server: a usage error the
+    supervisor does not restart into a loop of tracebacks."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(UsageError) as failed:
+            serve(port, "127.0.0.1", CollectorRegistry())
+    assert failed.value.exit_code == ExitCode.USAGE
+    assert f"127.0.0.1:{port}" in str(failed.value) and "\n" not in str(failed.value)
