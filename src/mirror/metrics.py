@@ -33,6 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from mirror.domain.acks import AckBatch, SourcePartition
+from mirror.errors import UsageError
 
 log = logging.getLogger(__name__)
 
@@ -673,7 +674,13 @@ def serve(port: int, host: str = "127.0.0.1", registry: CollectorRegistry | None
     `server.shutdown()` stops it. The default host is loopback; `metrics.host` in the
     config (0.0.0.0 in containers) is what the CLI passes.
     """
-    server, _thread = start_http_server(port, addr=host, registry=registry if registry is not None else REGISTRY)
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry if registry is not None else REGISTRY)
+    except OSError as exc:  # in use, or a host not on this machine: a flag's value to change, not a crash
+        raise UsageError(
+            f"cannot serve metrics on {host}:{port}: {exc.strerror}",
+            hint="choose another port (with --workers N, worker i serves on the port plus i) or metrics.host",
+        ) from exc
     log.info("serving metrics on http://%s:%s/metrics", host, server.server_port)
     return server
 
