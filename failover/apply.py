@@ -14,7 +14,7 @@ from pathlib import Path
 from failover import offsets_file
 from failover.gather import FlowContext
 from failover.plan import Plan
-from mirror.errors import MirrorError, UsageError
+from mirror.errors import MirrorError
 
 
 @dataclass(frozen=True)
@@ -37,13 +37,6 @@ def apply_plan(
     offsets_file.require_idle(ctx.target, cluster, plan.group)
     current = offsets_file.export(ctx.target, cluster, plan.group, now_ms)
     path = backup or default_backup_path(cluster, plan.group, now_ms)
-    if path.exists():
-        # An earlier apply's backup (perhaps of one that failed halfway): the only record of
-        # where the group was before it; this apply's would be of partly moved offsets.
-        raise UsageError(
-            f"--backup {path} exists: it may hold the offsets from before an earlier apply",
-            hint="give a new --backup path; restore from this one first if that apply failed",
-        )
     offsets_file.write(path, current)
     wanted = plan.offsets()
     if wanted:

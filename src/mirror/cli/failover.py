@@ -244,12 +244,15 @@ def apply(
         result = build_plan(ctx, group, method, at_ms=at_ms)
         now_ms = int(time.time() * 1000)
         backup = backup or default_backup_path(ctx.flow.target, result.group, now_ms)
-        written_before = backup.exists()  # apply refuses an existing backup: one there after a failure is its own
         try:
             path, changes = apply_plan(ctx, result, backup, now_ms=now_ms)
         except MirrorError as exc:
-            if not written_before and backup.exists():
-                exc.hint = f"restore: {_restore_command(config_path, ctx.flow.target, backup)}"
+            if str(backup) in exc.message:  # failed after the backup: the way back, as on success
+                # (the error's own hint stays: what to fix before trying again)
+                exc.message += (
+                    f" (restore: {_restore_command(config_path, ctx.flow.target, backup)}; "
+                    "an apply run again with this --backup overwrites it)"
+                )
             raise
     if as_json:
         click.echo(

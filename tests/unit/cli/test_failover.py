@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 from mirror.cli import failover as failover_cli
 from mirror.cli import main
+from mirror.errors import AuthorizationFailed
 from tests.unit.failover.test_apply import _plan
 from tests.unit.failover.test_siteapply import FakeAdmin
 
@@ -27,5 +28,28 @@ def test_a_failed_apply_prints_the_restore_command_as_written_on_success(tmp_pat
     argv = ["failover", "apply", "-c", str(cfg), "--flow", "f", "--group", "g", "--translate", "--yes"]
     assert main([*argv, "--backup", str(backup)]) == 1
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.endswith(f"(restore: mirror failover import -c {cfg} --cluster sf {backup} --yes)"), line
+    assert f"(restore: mirror failover import -c {cfg} --cluster sf {backup} --yes;" in line, line
     assert backup.exists()
+
+
+def test_the_restore_command_does_not_replace_the_errors_own_advice(tmp_path, capsys, monkeypatch):
+    """A refusal's hint (a grant to add, a retry that is usual) still ends the line."""
+    admin = FakeAdmin()
+    admin.offsets["g"] = {("nyc.orders", 0): 5}
+
+    def refuse(group, offsets):  # type: ignore[no-untyped-def]
+        raise AuthorizationFailed("cluster 'sf' refused to set offsets of group 'g'", hint="grant Read on group g")
+
+    admin.alter_group_offsets = refuse
+
+    @contextmanager
+    def context(app, config_path, flow):  # type: ignore[no-untyped-def]
+        yield SimpleNamespace(flow=SimpleNamespace(target="sf"), target=admin)
+
+    monkeypatch.setattr(failover_cli, "_flow_context", context)
+    monkeypatch.setattr(failover_cli, "build_plan", lambda ctx, group, method, at_ms=None: _plan())
+    cfg, backup = tmp_path / "m.yaml", tmp_path / "b.json"
+    argv = ["failover", "apply", "-c", str(cfg), "--flow", "f", "--group", "g", "--translate", "--yes"]
+    assert main([*argv, "--backup", str(backup)]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "mirror failover import" in line and line.endswith("(grant Read on group g)"), line

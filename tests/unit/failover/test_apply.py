@@ -10,7 +10,7 @@ import pytest
 
 from failover.apply import apply_plan
 from failover.plan import Method, PartitionPlan, Plan, Truth
-from mirror.errors import ClusterUnavailable, ExitCode, UsageError
+from mirror.errors import ClusterUnavailable, ExitCode
 from tests.unit.failover.test_siteapply import FakeAdmin
 
 
@@ -38,16 +38,3 @@ def test_a_failed_offset_write_names_the_backup_it_wrote_first(tmp_path):
     assert "did not answer" in message and str(backup) in message
     saved = json.loads(backup.read_text())
     assert saved["group"] == "g" and admin.offsets["g"] == {("nyc.orders", 0): 5}
-
-
-def test_an_existing_backup_is_never_overwritten(tmp_path):
-    """Running apply again with the same --backup after a failure halfway would replace the
-    offsets from before the first apply with partly moved ones: refused, nothing changed."""
-    admin = FakeAdmin()
-    admin.offsets["g"] = {("nyc.orders", 0): 5}
-    backup = tmp_path / "backup.json"
-    backup.write_text('{"the": "first apply\'s backup"}')
-    with pytest.raises(UsageError) as refused:
-        apply_plan(SimpleNamespace(flow=SimpleNamespace(target="sf"), target=admin), _plan(), backup, now_ms=1)  # type: ignore[arg-type]
-    assert str(backup) in str(refused.value) and refused.value.exit_code == ExitCode.USAGE
-    assert backup.read_text() == '{"the": "first apply\'s backup"}' and admin.alters == []
