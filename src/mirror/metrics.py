@@ -33,7 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from mirror.domain.acks import AckBatch, SourcePartition
-from mirror.errors import UsageError
+from mirror.errors import MirrorError
 
 log = logging.getLogger(__name__)
 
@@ -676,8 +676,10 @@ def serve(port: int, host: str = "127.0.0.1", registry: CollectorRegistry | None
     """
     try:
         server, _thread = start_http_server(port, addr=host, registry=registry if registry is not None else REGISTRY)
-    except OSError as exc:  # in use, or a host not on this machine: a flag's value to change, not a crash
-        raise UsageError(
+    except OSError as exc:
+        # In use (perhaps for now: another process's port), or a host not on this machine: exit 1,
+        # so `--workers` restarts the worker with its back-off rather than dropping it.
+        raise MirrorError(
             f"cannot serve metrics on {host}:{port}: {exc.strerror}",
             hint="choose another port (with --workers N, worker i serves on the port plus i) or metrics.host",
         ) from exc

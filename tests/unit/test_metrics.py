@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from mirror.domain.acks import AckBatch
-from mirror.errors import ExitCode, UsageError
+from mirror.errors import ExitCode, MirrorError
 from mirror.metrics import (
     CanaryMetrics,
     ClientStatsCollector,
@@ -156,14 +156,14 @@ def test_an_interval_without_fetches_or_batches_keeps_the_last_figures():
     assert again.fetch_size_avg == 1000.0
 
 
-def test_a_metrics_port_in_use_is_one_line_naming_it_and_exit_2():
-    """A worker's port (P + i with --workers) taken by another server: a usage error the
-    supervisor does not restart into a loop of tracebacks."""
+def test_a_metrics_port_in_use_is_one_line_naming_it_and_exit_1():
+    """A worker's port (P + i with --workers) taken by another server: one line, not a
+    traceback; exit 1, which the supervisor restarts with its back-off (the port may free)."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with pytest.raises(UsageError) as failed:
+        with pytest.raises(MirrorError) as failed:
             serve(port, "127.0.0.1", CollectorRegistry())
-    assert failed.value.exit_code == ExitCode.USAGE
+    assert failed.value.exit_code == ExitCode.FAILURE
     assert f"127.0.0.1:{port}" in str(failed.value) and "\n" not in str(failed.value)

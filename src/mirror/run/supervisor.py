@@ -115,6 +115,13 @@ def supervise(
                     delay,
                 )
                 due[i] = time.monotonic() + delay  # the other workers are watched meanwhile
+            elif rc == ExitCode.USAGE and not stop.is_set():
+                log.error(
+                    "worker %d exited with %d (its config or flags are wrong; see its error above): not restarted; "
+                    "its partitions move to the others",
+                    i,
+                    rc,
+                )
         for i, when in list(due.items()):
             if time.monotonic() >= when and not stop.is_set():
                 del due[i]
