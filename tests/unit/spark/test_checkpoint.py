@@ -154,3 +154,24 @@ def test_a_marker_write_that_fails_halfway_leaves_no_marker_behind(tmp_path, mon
         claim_checkpoint(tmp_path / "cp", config.flow("f"))
     monkeypatch.undo()
     assert claim_checkpoint(tmp_path / "cp", config.flow("f")) == tmp_path / "cp" / "query"
+
+
+def test_a_marker_write_refused_by_a_read_only_volume_is_still_one_error(tmp_path, monkeypatch):
+    """The clean-up of a failed marker write fails too (read-only): still the one error
+    (review-today D4)."""
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        'clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: '
+        "[{name: f, source: a, target: b, topics: {include: [t]}}]\n"
+    )
+    config = load(path)
+    (tmp_path / "cp").mkdir()
+
+    def read_only(self: Path, *args: object, **kwargs: object) -> None:
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(Path, "write_text", read_only)
+    monkeypatch.setattr(Path, "unlink", read_only)
+    with pytest.raises(MirrorError) as failed:
+        claim_checkpoint(tmp_path / "cp", config.flow("f"))
+    assert "Read-only file system" in str(failed.value)
