@@ -23,7 +23,9 @@ offsets (`sources/0/0`). Spark writes each file whole (a rename), so a file is t
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -163,10 +165,15 @@ def claim_checkpoint(directory: Path, flow: FlowConfig) -> Path:
                 "the config)",
             )
     else:
+        # Whole or not at all (a temporary renamed over): a half-written marker would refuse
+        # every later run as another flow's, after a full disk or a SIGKILL alike.
+        part = marker.with_name(f".{MARKER}.{os.getpid()}.tmp")
         try:
-            marker.write_text(json.dumps(mine))
+            part.write_text(json.dumps(mine))
+            os.replace(part, marker)
         except OSError as exc:
-            marker.unlink(missing_ok=True)  # half written, it would refuse every later run as another flow's
+            with contextlib.suppress(OSError):  # a read-only volume refuses the clean-up too
+                part.unlink(missing_ok=True)
             raise MirrorError(f"flow {flow.name}: cannot write its checkpoint's {marker}: {exc.strerror}") from exc
     return directory / "query"
 
