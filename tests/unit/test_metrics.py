@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from mirror.domain.acks import AckBatch
 from mirror.errors import ExitCode, MirrorError
 from mirror.metrics import (
+    MAX_KEPT_INTERVALS,
     CanaryMetrics,
     ClientStatsCollector,
     MetricsListener,
@@ -154,6 +155,22 @@ def test_an_interval_without_fetches_or_batches_keeps_the_last_figures():
     # and the next busy interval is measured from the idle document's counters
     again = parse_stats(json.dumps(_stats(31_000, 21)), idle)
     assert again.fetch_size_avg == 1000.0
+
+
+def test_figures_are_kept_for_a_few_idle_intervals_only():
+    """Kept for good, a producer's rtt would show the last healthy figure through a whole
+    target outage (review-today D5): after MAX_KEPT_INTERVALS idle ones, the gauge goes."""
+    first = parse_stats(json.dumps(_stats(10_000, 10)))
+    s = parse_stats(json.dumps(_stats(30_000, 20)), first)
+    idle_doc = _stats(30_000, 20)
+    for b in idle_doc["brokers"].values():
+        b["rtt"] = {"cnt": 0}
+    for _ in range(MAX_KEPT_INTERVALS):
+        s = parse_stats(json.dumps(idle_doc), s)
+        assert s.rtt_avg == 0.0015 and s.fetch_size_avg == 2000.0
+    s = parse_stats(json.dumps(idle_doc), s)
+    assert s.rtt_avg is None and s.fetch_size_avg is None
+    assert s.batch_size_avg is not None  # its window had figures all along
 
 
 def test_a_metrics_port_in_use_is_one_line_naming_it_and_exit_1():
