@@ -444,8 +444,8 @@ class MonitorMetrics:
 class ClientStats:
     """The tuning figures of one client, from one librdkafka statistics JSON.
 
-    librdkafka's windowed stats (rtt, batchsize) cover one `statistics.interval.ms` (an
-    interval with none keeps the previous figures);
+    librdkafka's windowed stats (rtt, batchsize) cover one `statistics.interval.ms` (a few
+    intervals with none keep the previous figures);
     fetch size is not reported as such, so it is derived from the brokers' `rxbytes`
     and Fetch request counts between two consecutive statistics (hence `_prev`).
     """
@@ -463,6 +463,7 @@ class ClientStats:
     tx_messages: int = 0
     rx_messages: int = 0
     _prev: dict[str, tuple[int, int]] = field(default_factory=dict)  # broker -> (rxbytes, fetch requests)
+    _kept: dict[str, int] = field(default_factory=dict)  # window figure -> idle intervals it was kept through
 
 
 def parse_stats(raw: str | Mapping[str, Any], prev: ClientStats | None = None) -> ClientStats:
@@ -523,6 +524,10 @@ def parse_stats(raw: str | Mapping[str, Any], prev: ClientStats | None = None) -
     return out
 
 
+# How many idle statistics intervals a window figure outlives: enough for a consumer whose
+# long-polling fetch outlasts an interval, not a whole outage (a stale rtt would mislead).
+MAX_KEPT_INTERVALS = 3
+
 _WINDOW_FIELDS = (
     "fetch_size_avg",
     "fetch_size_max",
@@ -536,11 +541,13 @@ _WINDOW_FIELDS = (
 
 def _keep_last_window(out: ClientStats, prev: ClientStats) -> None:
     """An interval in which no fetch returned, nothing was produced or no request was answered
-    (a consumer long-polling an idle topic) has no window figures: keep the last seen, so a
-    tuning gauge does not flicker out of every other scrape."""
+    (a consumer long-polling an idle topic) has no window figures: keep the last seen for up to
+    MAX_KEPT_INTERVALS, so a tuning gauge does not flicker out of every other scrape."""
     for name in _WINDOW_FIELDS:
-        if getattr(out, name) is None:
+        kept = prev._kept.get(name, 0) + 1
+        if getattr(out, name) is None and getattr(prev, name) is not None and kept <= MAX_KEPT_INTERVALS:
             setattr(out, name, getattr(prev, name))
+            out._kept[name] = kept
 
 
 class ClientStatsCollector(Collector):
@@ -587,27 +594,28 @@ class ClientStatsCollector(Collector):
         g = {
             "fetch_size_avg": GaugeMetricFamily(
                 "mirror_client_fetch_size_avg_bytes",
-                "Average fetch response size over the last statistics interval that had any.",
+                "Average fetch response size over the last statistics interval (kept through a few idle ones).",
                 labels=labels,
             ),
             "fetch_size_max": GaugeMetricFamily(
                 "mirror_client_fetch_size_max_bytes",
-                "Largest per-broker average fetch response size over the last statistics interval that had any.",
+                "Largest per-broker average fetch response size over the last statistics interval "
+                "(kept through a few idle ones).",
                 labels=labels,
             ),
             "batch_size_avg": GaugeMetricFamily(
                 "mirror_client_batch_size_avg_bytes",
-                "Average producer batch size over the last statistics interval that had any.",
+                "Average producer batch size over the last statistics interval (kept through a few idle ones).",
                 labels=labels,
             ),
             "batch_size_max": GaugeMetricFamily(
                 "mirror_client_batch_size_max_bytes",
-                "Largest producer batch over the last statistics interval that had any.",
+                "Largest producer batch over the last statistics interval (kept through a few idle ones).",
                 labels=labels,
             ),
             "batch_count_avg": GaugeMetricFamily(
                 "mirror_client_batch_records_avg",
-                "Average records per producer batch over the last statistics interval that had any.",
+                "Average records per producer batch over the last statistics interval (kept through a few idle ones).",
                 labels=labels,
             ),
             "in_flight": GaugeMetricFamily(
@@ -618,12 +626,12 @@ class ClientStatsCollector(Collector):
             ),
             "rtt_avg": GaugeMetricFamily(
                 "mirror_client_rtt_avg_seconds",
-                "Average broker round-trip time over the last statistics interval that had any.",
+                "Average broker round-trip time over the last statistics interval (kept through a few idle ones).",
                 labels=labels,
             ),
             "rtt_max": GaugeMetricFamily(
                 "mirror_client_rtt_max_seconds",
-                "Largest broker round-trip time over the last statistics interval that had any.",
+                "Largest broker round-trip time over the last statistics interval (kept through a few idle ones).",
                 labels=labels,
             ),
         }
