@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import socket
+
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mirror.domain.lag import FlowLag, GroupLag, GroupPartitionLag, PartitionLag
-from mirror.monitor.exporter import Gathered, pick, render, text
+from mirror.errors import ExitCode, MirrorError
+from mirror.monitor.exporter import Gathered, pick, render, serve, text
 
 
 def _lag(flow: str, lag_records: int) -> FlowLag:
@@ -69,3 +73,14 @@ def test_a_scrape_serves_fresh_gathers_and_leaves_out_failed_stale_and_missing_o
     s = _samples(text(served, now=100.0))
     assert {lab["flow"] for lab, _ in s["mirror_replication_lag_records"]} == {"ok"}
     assert {lab["flow"] for lab, _ in s["mirror_monitor_flow_up"]} == {"ok"}
+
+
+def test_a_monitor_port_in_use_is_one_line_naming_it() -> None:
+    """`mirror monitor --port P` with P taken: one line, exit 1, as `mirror run`'s exporter."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(MirrorError) as failed:
+            serve(None, port, "127.0.0.1")  # type: ignore[arg-type]  # never reached: the bind fails first
+    assert failed.value.exit_code == ExitCode.FAILURE and f"127.0.0.1:{port}" in str(failed.value)
