@@ -675,6 +675,16 @@ class FlowStateCollector(Collector):
 # ---------------------------------------------------------------------------- serving
 
 
+def cannot_serve(host: str, port: int, exc: OSError) -> MirrorError:
+    """A metrics port that cannot be bound: in use (perhaps for now: another process's), or a
+    host not on this machine. Exit 1, so `--workers` restarts that worker with its back-off
+    rather than dropping it."""
+    return MirrorError(
+        f"cannot serve metrics on {host}:{port}: {exc.strerror}",
+        hint="choose another port (with --workers N, worker i serves on the port plus i) or metrics.host",
+    )
+
+
 def serve(port: int, host: str = "127.0.0.1", registry: CollectorRegistry | None = None) -> WSGIServer:
     """Serve `registry` on http://host:port/metrics in a daemon thread.
 
@@ -685,12 +695,7 @@ def serve(port: int, host: str = "127.0.0.1", registry: CollectorRegistry | None
     try:
         server, _thread = start_http_server(port, addr=host, registry=registry if registry is not None else REGISTRY)
     except OSError as exc:
-        # In use (perhaps for now: another process's port), or a host not on this machine: exit 1,
-        # so `--workers` restarts the worker with its back-off rather than dropping it.
-        raise MirrorError(
-            f"cannot serve metrics on {host}:{port}: {exc.strerror}",
-            hint="choose another port (with --workers N, worker i serves on the port plus i) or metrics.host",
-        ) from exc
+        raise cannot_serve(host, port, exc) from exc
     log.info("serving metrics on http://%s:%s/metrics", host, server.server_port)
     return server
 

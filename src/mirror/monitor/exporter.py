@@ -325,7 +325,10 @@ def serve(collector: MonitorCollector, port: int, host: str = "127.0.0.1") -> Th
     """Serve the collector's /metrics (any path, as prometheus_client does) in a daemon
     thread; `server.server_port` is the bound port, `server.shutdown()` stops it."""
     handler = type("Handler", (_Handler,), {"collector": collector})
-    server = ThreadingHTTPServer((host, port), handler)
+    try:
+        server = ThreadingHTTPServer((host, port), handler)
+    except OSError as exc:
+        raise m.cannot_serve(host, port, exc) from exc
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="mirror-monitor-http", daemon=True).start()
     return server
