@@ -53,3 +53,24 @@ def test_the_restore_command_does_not_replace_the_errors_own_advice(tmp_path, ca
     assert main([*argv, "--backup", str(backup)]) == 1
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "mirror failover import" in line and line.endswith("(grant Read on group g)"), line
+
+
+def test_an_error_before_the_backup_prints_no_restore_command(tmp_path, capsys, monkeypatch):
+    """A group still in use is refused before anything is written: even when the error's text
+    happens to contain the --backup path (here: named like the group), no restore is offered
+    (review-last E1)."""
+    admin = FakeAdmin()
+    admin.offsets["g"] = {("nyc.orders", 0): 5}
+    admin.members["g"] = 1
+
+    @contextmanager
+    def context(app, config_path, flow):  # type: ignore[no-untyped-def]
+        yield SimpleNamespace(flow=SimpleNamespace(target="sf"), target=admin)
+
+    monkeypatch.setattr(failover_cli, "_flow_context", context)
+    monkeypatch.setattr(failover_cli, "build_plan", lambda ctx, group, method, at_ms=None: _plan())
+    monkeypatch.chdir(tmp_path)
+    argv = ["failover", "apply", "-c", "m.yaml", "--flow", "f", "--group", "g", "--translate", "--yes"]
+    assert main([*argv, "--backup", "g"]) == 3
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "restore" not in line and not (tmp_path / "g").exists(), line

@@ -38,3 +38,18 @@ def test_a_failed_offset_write_names_the_backup_it_wrote_first(tmp_path):
     assert "did not answer" in message and str(backup) in message
     saved = json.loads(backup.read_text())
     assert saved["group"] == "g" and admin.offsets["g"] == {("nyc.orders", 0): 5}
+
+
+def test_an_earlier_backup_is_moved_aside_not_overwritten(tmp_path):
+    """A retry after a write that timed out but landed (or a drill re-run into its old report
+    folder) would export already-moved offsets over the only record of where the group was:
+    the earlier file is kept beside, under a new name (review-last E2)."""
+    admin = FakeAdmin()
+    admin.offsets["g"] = {("nyc.orders", 0): 5}
+    backup = tmp_path / "backup.json"
+    backup.write_text('{"the": "first apply\'s backup"}')
+    path, _ = apply_plan(SimpleNamespace(flow=SimpleNamespace(target="sf"), target=admin), _plan(), backup, now_ms=7)  # type: ignore[arg-type]
+    assert path == backup and json.loads(backup.read_text())["group"] == "g"
+    (aside,) = [p for p in tmp_path.iterdir() if p != backup]
+    assert aside.name.startswith("backup.json.") and aside.read_text() == '{"the": "first apply\'s backup"}'
+    assert admin.offsets["g"] == {("nyc.orders", 0): 42}
