@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from failover import offsets_file
-from failover.apply import apply_plan, default_backup_path
+from failover.apply import BACKUP_WRITTEN, apply_plan, default_backup_path
 from failover.failback import report, reversed_flow
 from failover.failback import scrape as do_scrape
 from failover.gather import FlowContext, build_plan, require_topics_visible
@@ -247,12 +247,10 @@ def apply(
         try:
             path, changes = apply_plan(ctx, result, backup, now_ms=now_ms)
         except MirrorError as exc:
-            if str(backup) in exc.message:  # failed after the backup: the way back, as on success
-                # (the error's own hint stays: what to fix before trying again)
-                exc.message += (
-                    f" (restore: {_restore_command(config_path, ctx.flow.target, backup)}; "
-                    "an apply run again with this --backup overwrites it)"
-                )
+            if BACKUP_WRITTEN + str(backup) in getattr(exc, "__notes__", ()):
+                # Failed after the backup: the way back, as on success (the error's own hint
+                # stays: what to fix before trying again).
+                exc.message += f" (restore: {_restore_command(config_path, ctx.flow.target, backup)})"
             raise
     if as_json:
         click.echo(
