@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from mirror.domain.acks import AckBatch
-from mirror.errors import ExitCode, MirrorError
+from mirror.errors import ExitCode, MirrorError, UsageError
 from mirror.metrics import (
     MAX_KEPT_INTERVALS,
     CanaryMetrics,
@@ -184,3 +184,11 @@ def test_a_metrics_port_in_use_is_one_line_naming_it_and_exit_1():
             serve(port, "127.0.0.1", CollectorRegistry())
     assert failed.value.exit_code == ExitCode.FAILURE
     assert f"127.0.0.1:{port}" in str(failed.value) and "\n" not in str(failed.value)
+
+
+def test_a_metrics_host_not_on_this_machine_is_a_usage_error():
+    """Not a port in use for now but a config mistake: exit 2, which the supervisor does not
+    restart for ever (review-last E3)."""
+    with pytest.raises(UsageError) as failed:
+        serve(0, "192.0.2.1", CollectorRegistry())  # TEST-NET-1: never an address of this machine
+    assert failed.value.exit_code == ExitCode.USAGE and "192.0.2.1" in str(failed.value)
