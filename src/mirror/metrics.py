@@ -18,6 +18,7 @@ Three kinds of metric live here:
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import threading
@@ -33,7 +34,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from mirror.domain.acks import AckBatch, SourcePartition
-from mirror.errors import MirrorError
+from mirror.errors import MirrorError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -676,12 +677,16 @@ class FlowStateCollector(Collector):
 
 
 def cannot_serve(host: str, port: int, exc: OSError) -> MirrorError:
-    """A metrics port that cannot be bound: in use (perhaps for now: another process's), or a
-    host not on this machine. Exit 1, so `--workers` restarts that worker with its back-off
-    rather than dropping it."""
-    return MirrorError(
-        f"cannot serve metrics on {host}:{port}: {exc.strerror}",
-        hint="choose another port (with --workers N, worker i serves on the port plus i) or metrics.host",
+    """A metrics port that cannot be bound. In use (perhaps for now: another process's): exit 1,
+    so `--workers` restarts that worker with its back-off rather than dropping it. Anything
+    else (a host not on this machine, a name that does not resolve) is the config's: exit 2."""
+    if exc.errno == errno.EADDRINUSE:
+        return MirrorError(
+            f"cannot serve metrics on {host}:{port}: {exc.strerror}",
+            hint="choose another port (a --workers N pool serves on it plus 0..N-1)",
+        )
+    return UsageError(
+        f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}", hint="check metrics.host in the config"
     )
 
 

@@ -8,7 +8,7 @@ import click
 
 from mirror.cli import AppContext, config_option, pass_app
 from mirror.cli.signals import stop_on_signals
-from mirror.errors import ExitCode
+from mirror.errors import ExitCode, UsageError
 from mirror.run.daemon import run_flows
 from mirror.run.supervisor import stop_with_supervisor, supervise
 
@@ -44,6 +44,12 @@ def run(
     no_offset_store: bool,
 ) -> int:
     """Mirror the flows' topics from source to target until stopped (SIGTERM/Ctrl-C drain and commit)."""
+    if metrics_port and metrics_port + workers - 1 > 65535:  # worker i serves on metrics_port + i
+        raise UsageError(
+            f"--metrics-port {metrics_port} with --workers {workers}: worker {workers - 1} would serve on "
+            f"{metrics_port + workers - 1}",
+            hint="choose a port at most 65536 - workers",
+        )
     config = app.config(config_path)
     selected = config.select_flows(flows)
     with stop_on_signals() as signals:

@@ -118,7 +118,7 @@ def supervise(
             elif rc == ExitCode.USAGE and not stop.is_set():
                 log.error(
                     "worker %d exited with %d (its config or flags are wrong; see its error above): not restarted; "
-                    "its partitions move to the others",
+                    "any other workers still running take its partitions",
                     i,
                     rc,
                 )
