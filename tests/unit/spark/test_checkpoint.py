@@ -175,3 +175,18 @@ def test_a_marker_write_refused_by_a_read_only_volume_is_still_one_error(tmp_pat
     with pytest.raises(MirrorError) as failed:
         claim_checkpoint(tmp_path / "cp", config.flow("f"))
     assert "Read-only file system" in str(failed.value)
+
+
+def test_an_empty_marker_is_taken_as_no_marker(tmp_path):
+    """A marker left empty (a power loss before its data reached the disk) names no flow: the
+    directory is claimed again, not refused as another flow's (review-last E4)."""
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        'clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: '
+        "[{name: f, source: a, target: b, topics: {include: [t]}}]\n"
+    )
+    config = load(path)
+    (tmp_path / "cp").mkdir()
+    (tmp_path / "cp" / "mirror-flow.json").write_text("")
+    assert claim_checkpoint(tmp_path / "cp", config.flow("f")) == tmp_path / "cp" / "query"
+    assert json.loads((tmp_path / "cp" / "mirror-flow.json").read_text())["flow"] == "f"
