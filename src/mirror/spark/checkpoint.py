@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -153,10 +154,11 @@ def claim_checkpoint(directory: Path, flow: FlowConfig) -> Path:
         raise MirrorError(f"flow {flow.name}: cannot create its checkpoint {directory}: {exc.strerror}") from exc
     marker = directory / MARKER
     mine = {"flow": flow.name, "source": flow.source, "group": flow.group_id}
-    if marker.exists():
+    text = _marker_text(marker, flow)
+    if text.strip():
         try:
-            theirs = json.loads(marker.read_text())
-        except (OSError, ValueError):
+            theirs = json.loads(text)
+        except ValueError:
             theirs = None
         if theirs != mine:
             raise UsageError(
@@ -164,18 +166,38 @@ def claim_checkpoint(directory: Path, flow: FlowConfig) -> Path:
                 hint="give each flow its own checkpoint directory (--checkpoint, or spark.checkpoint_dir in "
                 "the config)",
             )
-    else:
-        # Whole or not at all (a temporary renamed over): a half-written marker would refuse
-        # every later run as another flow's, after a full disk or a SIGKILL alike.
-        part = marker.with_name(f".{MARKER}.{os.getpid()}.tmp")
-        try:
-            part.write_text(json.dumps(mine))
-            os.replace(part, marker)
-        except OSError as exc:
+    else:  # none yet, or an empty one (a power loss before its data reached the disk)
+        _write_marker(marker, mine, flow)
+    return directory / "query"
+
+
+def _marker_text(marker: Path, flow: FlowConfig) -> str:
+    try:
+        return marker.read_text()
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        raise MirrorError(f"flow {flow.name}: cannot read its checkpoint's {marker}: {exc.strerror}") from exc
+
+
+def _write_marker(marker: Path, mine: Mapping[str, str], flow: FlowConfig) -> None:
+    """Whole or not at all: a temporary of its own (two drivers on one fresh directory may share
+    a pid, in two containers), synced, then renamed over; a half-written marker would refuse
+    every later run as another flow's."""
+    part: Path | None = None
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{MARKER}.", suffix=".tmp", dir=marker.parent)
+        part = Path(name)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(mine))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(part, marker)
+    except OSError as exc:
+        if part is not None:
             with contextlib.suppress(OSError):  # a read-only volume refuses the clean-up too
                 part.unlink(missing_ok=True)
-            raise MirrorError(f"flow {flow.name}: cannot write its checkpoint's {marker}: {exc.strerror}") from exc
-    return directory / "query"
+        raise MirrorError(f"flow {flow.name}: cannot write its checkpoint's {marker}: {exc.strerror}") from exc
 
 
 @contextmanager

@@ -9,6 +9,7 @@ import pytest
 
 from mirror.config import load
 from mirror.errors import ExitCode, MirrorError
+from mirror.spark import checkpoint
 from mirror.spark.checkpoint import claim_checkpoint, default_checkpoint, resume_problem
 
 
@@ -143,16 +144,15 @@ def test_a_marker_write_that_fails_halfway_leaves_no_marker_behind(tmp_path, mon
         "[{name: f, source: a, target: b, topics: {include: [t]}}]\n"
     )
     config = load(path)
-    real = Path.write_text
 
-    def full(self: Path, data: str, *args: object, **kwargs: object) -> int:
-        real(self, "")  # created, then the disk filled
+    def full(fd: int) -> None:  # written, but not to the disk: it filled
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(Path, "write_text", full)
+    monkeypatch.setattr(checkpoint.os, "fsync", full)
     with pytest.raises(MirrorError):
         claim_checkpoint(tmp_path / "cp", config.flow("f"))
     monkeypatch.undo()
+    assert sorted(p.name for p in (tmp_path / "cp").iterdir()) == []  # no marker, no temporary
     assert claim_checkpoint(tmp_path / "cp", config.flow("f")) == tmp_path / "cp" / "query"
 
 
@@ -170,7 +170,7 @@ def test_a_marker_write_refused_by_a_read_only_volume_is_still_one_error(tmp_pat
     def read_only(self: Path, *args: object, **kwargs: object) -> None:
         raise OSError(30, "Read-only file system")
 
-    monkeypatch.setattr(Path, "write_text", read_only)
+    monkeypatch.setattr(checkpoint.os, "replace", read_only)
     monkeypatch.setattr(Path, "unlink", read_only)
     with pytest.raises(MirrorError) as failed:
         claim_checkpoint(tmp_path / "cp", config.flow("f"))
