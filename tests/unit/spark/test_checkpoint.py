@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror.config import load
+from mirror.config import Config, load
 from mirror.errors import ExitCode, MirrorError
 from mirror.spark import checkpoint
 from mirror.spark.checkpoint import claim_checkpoint, default_checkpoint, resume_problem
@@ -119,15 +119,20 @@ def test_an_unfinished_batch_whose_predecessor_is_gone_is_not_resumed(tmp_path):
     assert "batch 5 never completed and the batch before it is unreadable" in (resume_problem(q, group(p0=100)) or "")
 
 
-def test_a_checkpoint_that_cannot_be_created_is_one_error_naming_it(tmp_path):
-    """A --checkpoint under a file (or a read-only volume): one line naming the directory,
-    exit 1, not a traceback (review-lock D11)."""
+def _config(tmp_path: Path) -> Config:
+    """One flow, f, in a config file under tmp_path."""
     path = tmp_path / "m.yaml"
     path.write_text(
         'clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: '
         "[{name: f, source: a, target: b, topics: {include: [t]}}]\n"
     )
-    config = load(path)
+    return load(path)
+
+
+def test_a_checkpoint_that_cannot_be_created_is_one_error_naming_it(tmp_path):
+    """A --checkpoint under a file (or a read-only volume): one line naming the directory,
+    exit 1, not a traceback (review-lock D11)."""
+    config = _config(tmp_path)
     (tmp_path / "afile").write_text("")
     with pytest.raises(MirrorError) as failed:
         claim_checkpoint(tmp_path / "afile" / "cp", config.flow("f"))
@@ -138,12 +143,7 @@ def test_a_checkpoint_that_cannot_be_created_is_one_error_naming_it(tmp_path):
 def test_a_marker_write_that_fails_halfway_leaves_no_marker_behind(tmp_path, monkeypatch):
     """The volume full as the marker is written: an empty marker left behind would refuse every
     later run as another flow's (exit 2) until removed by hand (review-lock2 E5)."""
-    path = tmp_path / "m.yaml"
-    path.write_text(
-        'clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: '
-        "[{name: f, source: a, target: b, topics: {include: [t]}}]\n"
-    )
-    config = load(path)
+    config = _config(tmp_path)
 
     def full(fd: int) -> None:  # written, but not to the disk: it filled
         raise OSError(28, "No space left on device")
@@ -159,12 +159,7 @@ def test_a_marker_write_that_fails_halfway_leaves_no_marker_behind(tmp_path, mon
 def test_a_marker_write_refused_by_a_read_only_volume_is_still_one_error(tmp_path, monkeypatch):
     """The clean-up of a failed marker write fails too (read-only): still the one error
     (review-today D4)."""
-    path = tmp_path / "m.yaml"
-    path.write_text(
-        'clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: '
-        "[{name: f, source: a, target: b, topics: {include: [t]}}]\n"
-    )
-    config = load(path)
+    config = _config(tmp_path)
     (tmp_path / "cp").mkdir()
 
     def read_only(self: Path, *args: object, **kwargs: object) -> None:
@@ -180,12 +175,7 @@ def test_a_marker_write_refused_by_a_read_only_volume_is_still_one_error(tmp_pat
 def test_an_empty_marker_is_taken_as_no_marker(tmp_path):
     """A marker left empty (a power loss before its data reached the disk) names no flow: the
     directory is claimed again, not refused as another flow's (review-last E4)."""
-    path = tmp_path / "m.yaml"
-    path.write_text(
-        'clusters: {a: {bootstrap: "x:1"}, b: {bootstrap: "y:1"}}\nflows: '
-        "[{name: f, source: a, target: b, topics: {include: [t]}}]\n"
-    )
-    config = load(path)
+    config = _config(tmp_path)
     (tmp_path / "cp").mkdir()
     (tmp_path / "cp" / "mirror-flow.json").write_text("")
     assert claim_checkpoint(tmp_path / "cp", config.flow("f")) == tmp_path / "cp" / "query"
