@@ -5,6 +5,7 @@
 #
 #   docker/standins/podman.sh env             # the podman settings, as NAME=value lines
 #   docker/standins/podman.sh build [--spark] # stand-ins where needed, mirror:dev (+ mirror:dev-spark)
+#   docker/standins/podman.sh check           # can a container start on a bridge network here?
 #
 # Reruns are quick: the base image and each stand-in are kept in podman's storage (a
 # stand-in is rebuilt only when its files change) and podman's layer cache keeps the rest.
@@ -141,9 +142,35 @@ build() {
   fi
 }
 
+# A container on a bridge network (what every compose service gets) started and run to its
+# end: podman, runc, netavark and the firewall tool netavark drives all work. Debian's
+# netavark needs iptables and does not depend on it, so without it containers stay
+# "Created" with "netavark: No such file or directory" deep in a compose log; this says it
+# in one line before a test relies on it.
+check() {
+  local missing=()
+  for tool in podman runc iptables /usr/lib/podman/netavark /usr/lib/podman/aardvark-dns; do
+    command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+  done
+  if [ ${#missing[@]} != 0 ]; then
+    echo "podman cannot start containers here: missing ${missing[*]} (make setup installs them with apt-get)" >&2
+    return 1
+  fi
+  build_base
+  local net=mirror-check out
+  podman network exists "$net" || podman network create "$net" >/dev/null
+  if ! out=$(podman run --rm --network "$net" --pull=never "$base" true 2>&1); then
+    podman network rm -f "$net" >/dev/null 2>&1 || true
+    echo "podman cannot start a container on a bridge network: $(echo "$out" | tail -1)" >&2
+    return 1
+  fi
+  podman network rm -f "$net" >/dev/null 2>&1 || true
+}
+
 write_conf
 case "${1:-}" in
+  check) check ;;
   env) echo "CONTAINERS_CONF=$CONTAINERS_CONF" ;;
   build) shift; build "$@" ;;
-  *) echo "usage: $0 env | build [--spark]" >&2; exit 2 ;;
+  *) echo "usage: $0 env | build [--spark] | check" >&2; exit 2 ;;
 esac
