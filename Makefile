@@ -124,12 +124,13 @@ promtool:
 
 # Podman, its runtime and DNS, podman-compose and debootstrap (tests/integration/
 # test_containers.py builds and runs docker/ with them; docker/standins/README.md). Installed
-# only when one is missing, like promtool above.
-CONTAINER_TOOLS := podman runc netavark aardvark-dns podman-compose debootstrap
+# only when one is missing, like promtool above. iptables: Debian's netavark drives it for
+# every bridge network but does not depend on it, and --no-install-recommends leaves it out.
+CONTAINER_TOOLS := podman runc netavark aardvark-dns podman-compose debootstrap iptables
 .PHONY: container-tools
 setup: container-tools
 container-tools:
-	@for bin in podman runc podman-compose debootstrap /usr/lib/podman/netavark /usr/lib/podman/aardvark-dns; do \
+	@for bin in podman runc podman-compose debootstrap iptables /usr/lib/podman/netavark /usr/lib/podman/aardvark-dns; do \
 	  command -v $$bin >/dev/null 2>&1 || { missing=1; break; }; done; \
 	[ -z "$$missing" ] || { \
 	  echo "installing the Debian packages $(CONTAINER_TOOLS) with apt-get"; \
