@@ -31,12 +31,16 @@ _EXIT_MEANINGS = {
 def walk(command: click.Command, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     """Every visible command under `command` (itself first), depth first, sorted by name."""
     yield path, command
-    if isinstance(command, click.Group):
-        ctx = click.Context(command, info_name=path[-1] if path else "mirror")
-        for name in sorted(command.list_commands(ctx)):
-            sub = command.get_command(ctx, name)
-            if sub is not None and not sub.hidden:
-                yield from walk(sub, (*path, name))
+    for name, sub in _subcommands(command):
+        yield from walk(sub, (*path, name))
+
+
+def _subcommands(command: click.Command) -> list[tuple[str, click.Command]]:
+    if not isinstance(command, click.Group):
+        return []
+    ctx = click.Context(command)
+    subs = [(name, command.get_command(ctx, name)) for name in sorted(command.list_commands(ctx))]
+    return [(name, sub) for name, sub in subs if sub is not None and not sub.hidden]
 
 
 def shown_opts(param: click.Parameter) -> list[str]:
@@ -106,10 +110,9 @@ def render_command(path: tuple[str, ...], command: click.Command) -> list[str]:
     options = [p for p in command.params if isinstance(p, click.Option) and not p.hidden]
     if options:
         out += ["| option | default | what it does |", "|---|---|---|", *(_option_row(p) for p in options), ""]
-    if isinstance(command, click.Group):
-        ctx = click.Context(command, info_name=path[-1] if path else "mirror")
-        subs = [n for n in sorted(command.list_commands(ctx)) if not getattr(command.get_command(ctx, n), "hidden", True)]
-        out += ["Commands: " + ", ".join(f"`{' '.join(('mirror', *path, n))}`" for n in subs) + ".", ""]
+    subs = [f"`{' '.join(('mirror', *path, name))}`" for name, _ in _subcommands(command)]
+    if subs:
+        out += [f"Commands: {', '.join(subs)}.", ""]
     return out
 
 
