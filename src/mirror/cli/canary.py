@@ -72,7 +72,8 @@ def serving_port(config: cfg.Config, metrics_port: int | None) -> int:
 def once(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: bool) -> None:
     """Send one probe per partition through each flow and wait up to canary.max_latency for them.
 
-    Exits 1 when a probe was lost, late or duplicated.
+    Exit 0 when every probe arrived once within canary.max_latency; 1 when one was lost, late
+    or duplicated, or a cluster did not answer; 2 on a config or usage error.
     """
     config = app.config(config_path)
     results = []
