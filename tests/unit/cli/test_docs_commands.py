@@ -22,9 +22,7 @@ ROOT = Path(__file__).resolve().parents[3]
 _FENCE = re.compile(r"^\s*(```|~~~)")
 # `mirror` as a program: where a shell command starts (the line's start, after `$ `, `&&`, `|`,
 # `;` or `$(`), maybe after VAR=value words, a path (.venv/bin/mirror) or `python -m`.
-_PROGRAM = re.compile(
-    r"(?:^|&&|\|\||[;|`]|\$\()\s*(?:\$\s+)?(?:[A-Z_]+=\S*\s+)*(?:\S*/bin/|python3? -m )?mirror(?=\s)"
-)
+_PROGRAM = re.compile(r"(?:^|&&|\|\||[;|`]|\$\()\s*(?:\$\s+)?(?:[A-Z_]+=\S*\s+)*(?:\S*/bin/|python3? -m )?mirror(?=\s)")
 _END = re.compile(r"\s(?:\||;|&&|>|2>)\s|`|\)$|\)\s")
 
 
