@@ -185,8 +185,13 @@ def status(home: Path, as_json: bool) -> None:
 
 def _grant(home: Path, config_path: Path) -> None:
     dev_clusters = DevClusters(home)
+    material = Material(dev_clusters.home)
+    if not material.passwords_file.exists():
+        raise UsageError(
+            f"no secured dev clusters under {home}", hint="start them with `mirror dev up --security sasl_ssl`"
+        )
     # The file may name the dev passwords as ${VAR}: supply them (in memory only) so it loads.
-    env = {**os.environ, **{password_var(u): p for u, p in Material(dev_clusters.home).passwords().items()}}
+    env = {**os.environ, **{password_var(u): p for u, p in material.passwords().items()}}
     done = dev_clusters.grant(cfg.load(config_path, env=env))
     if not done:
         raise UsageError(
