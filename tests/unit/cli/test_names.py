@@ -105,3 +105,20 @@ def test_dev_grant_reads_MIRROR_CONFIG_like_the_other_commands(monkeypatch):
     monkeypatch.setenv("MIRROR_CONFIG", "from-env.yaml")
     assert _parse(["dev", "grant"]).params["config_path"] == Path("from-env.yaml")
     assert _parse(["lag"]).params["config_path"] == Path("from-env.yaml")
+
+
+def test_the_drills_resume_command_parses_with_the_main_spellings():
+    """The command a failed drill prints to resume it is one a user can paste."""
+    import shlex
+
+    from mirror.drill.runner import Request
+
+    from .test_docs_commands import check
+
+    config = cfg.load(ROOT / "configs" / "dev.yaml")
+    req = Request(
+        Path("runbooks/drill.md"), ROOT / "configs" / "dev.yaml", config, config.flows[0], "g", Path("d1"), 1
+    )
+    argv = shlex.split(req.resume_command(4))
+    assert argv[0] == "mirror" and check(argv[1:]) == []
+    assert _parse(argv[1:]).params["report_dir"] == Path("d1") and "--out" in argv
