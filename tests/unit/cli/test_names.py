@@ -116,9 +116,7 @@ def test_the_drills_resume_command_parses_with_the_main_spellings():
     from .test_docs_commands import check
 
     config = cfg.load(ROOT / "configs" / "dev.yaml")
-    req = Request(
-        Path("runbooks/drill.md"), ROOT / "configs" / "dev.yaml", config, config.flows[0], "g", Path("d1"), 1
-    )
+    req = Request(Path("runbooks/drill.md"), ROOT / "configs" / "dev.yaml", config, config.flows[0], "g", Path("d1"), 1)
     argv = shlex.split(req.resume_command(4))
     assert argv[0] == "mirror" and check(argv[1:]) == []
     assert _parse(argv[1:]).params["report_dir"] == Path("d1") and "--out" in argv
