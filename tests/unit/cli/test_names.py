@@ -120,3 +120,11 @@ def test_the_drills_resume_command_parses_with_the_main_spellings():
     argv = shlex.split(req.resume_command(4))
     assert argv[0] == "mirror" and check(argv[1:]) == []
     assert _parse(argv[1:]).params["report_dir"] == Path("d1") and "--out" in argv
+
+
+def test_the_dev_clusters_folder_is_read_from_one_variable(monkeypatch):
+    """`mirror dev --home` and `mirror drill --dev-home` name one folder: both read MIRROR_DEV_HOME."""
+    monkeypatch.setenv("MIRROR_DEV_HOME", "/tmp/elsewhere")
+    for argv in (["dev", "up"], ["dev", "status"], ["dev", "down"], ["dev", "grant", "-c", "x.yaml"]):
+        assert _parse(argv).params["home"] == Path("/tmp/elsewhere"), argv
+    assert _parse(["drill", "r.md", "-c", "x.yaml", "--group", "g"]).params["dev_home"] == Path("/tmp/elsewhere")
