@@ -20,7 +20,8 @@ home_option = click.option(
     type=click.Path(file_okay=False, path_type=Path),
     default=DEFAULT_HOME,
     show_default=True,
-    help="Data, logs and pid files.",
+    envvar="MIRROR_DEV_HOME",
+    help="Data, logs and pid files of the dev clusters (`mirror drill --dev-home` reads the same variable).",
 )
 
 
