@@ -9,6 +9,7 @@ import click
 from prometheus_client import CollectorRegistry
 
 from canary.prober import FlowProber, Prober
+from mirror import config as cfg
 from mirror.cli import AppContext, config_option, json_option, pass_app
 from mirror.cli.signals import stop_on_signals
 from mirror.errors import MirrorError
@@ -30,7 +31,7 @@ def canary() -> None:
     "--metrics-port",
     type=click.IntRange(0, 65535),
     default=None,
-    help="Serve /metrics on this port (default: metrics.port in the config).",
+    help="Serve /metrics on this port (default: metrics.port + 1, beside `mirror monitor` on metrics.port).",
 )
 @click.option("--host", default=None, help="Address to bind (default: metrics.host in the config).")
 @click.option("--flow", "flows", multiple=True, help="Only this flow (repeatable); default all.")
@@ -42,7 +43,7 @@ def run(app: AppContext, config_path: Path, metrics_port: int | None, host: str 
         registry = CollectorRegistry()
         prober = Prober(config, config.select_flows(flows), metrics=CanaryMetrics(registry))
         server = serve(
-            config.metrics.port if metrics_port is None else metrics_port,
+            serving_port(config, metrics_port),
             config.metrics.host if host is None else host,
             registry,
         )
@@ -50,6 +51,17 @@ def run(app: AppContext, config_path: Path, metrics_port: int | None, host: str 
             prober.run(signals.stop)
         finally:
             server.shutdown()
+
+
+def serving_port(config: cfg.Config, metrics_port: int | None) -> int:
+    """`--metrics-port`, else the port after `metrics.port`, `mirror monitor`'s default: both run
+    beside each other on one host, as the container stack and docs/monitoring.md run them."""
+    if metrics_port is not None:
+        return metrics_port
+    port = config.metrics.port
+    if port == 0:  # any free port, for both
+        return 0
+    return port + 1 if port < 65535 else port - 1
 
 
 @canary.command()
@@ -60,7 +72,8 @@ def run(app: AppContext, config_path: Path, metrics_port: int | None, host: str 
 def once(app: AppContext, config_path: Path, flows: tuple[str, ...], as_json: bool) -> None:
     """Send one probe per partition through each flow and wait up to canary.max_latency for them.
 
-    Exits 1 when a probe was lost, late or duplicated.
+    Exit 0 when every probe arrived once within canary.max_latency; 1 when one was lost, late
+    or duplicated, or a cluster did not answer; 2 on a config or usage error.
     """
     config = app.config(config_path)
     results = []

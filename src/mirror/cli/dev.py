@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from mirror import config as cfg
+from mirror.cli import config_option, json_option
 from mirror.devenv.kafka import DEFAULT_BASE_PORT, DEFAULT_HOME, DevClusters
 from mirror.devenv.security import Material, Security, password_var
 from mirror.devenv.spark import MAX_WORKERS
@@ -19,7 +20,8 @@ home_option = click.option(
     type=click.Path(file_okay=False, path_type=Path),
     default=DEFAULT_HOME,
     show_default=True,
-    help="Data, logs and pid files.",
+    envvar="MIRROR_DEV_HOME",
+    help="Data, logs and pid files of the dev clusters (`mirror drill --dev-home` reads the same variable).",
 )
 
 
@@ -48,7 +50,13 @@ def dev() -> None:
     show_default=True,
     help="Spark workers (one executor each); given again to a running cluster, the missing ones are added.",
 )
-@click.option("--base-port", type=click.IntRange(1024, 65000), default=DEFAULT_BASE_PORT, show_default=True)
+@click.option(
+    "--base-port",
+    type=click.IntRange(1024, 65000),
+    default=DEFAULT_BASE_PORT,
+    show_default=True,
+    help="Port of the first cluster's first broker; the other clusters and services are placed from it.",
+)
 @click.option(
     "--broker-config",
     "broker_config",
@@ -138,7 +146,7 @@ def parse_broker_config(items: tuple[str, ...]) -> dict[str, str]:
 
 @dev.command()
 @home_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def status(home: Path, as_json: bool) -> None:
     """Show the clusters under --home and whether they run."""
     info = DevClusters(home).status()
@@ -178,8 +186,13 @@ def status(home: Path, as_json: bool) -> None:
 
 def _grant(home: Path, config_path: Path) -> None:
     dev_clusters = DevClusters(home)
+    material = Material(dev_clusters.home)
+    if not material.passwords_file.exists():
+        raise UsageError(
+            f"no secured dev clusters under {home}", hint="start them with `mirror dev up --security sasl_ssl`"
+        )
     # The file may name the dev passwords as ${VAR}: supply them (in memory only) so it loads.
-    env = {**os.environ, **{password_var(u): p for u, p in Material(dev_clusters.home).passwords().items()}}
+    env = {**os.environ, **{password_var(u): p for u, p in material.passwords().items()}}
     done = dev_clusters.grant(cfg.load(config_path, env=env))
     if not done:
         raise UsageError(
@@ -191,7 +204,7 @@ def _grant(home: Path, config_path: Path) -> None:
 
 
 @dev.command()
-@click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@config_option
 @home_option
 def grant(config_path: Path, home: Path) -> None:
     """Grant the mirror user, on the secured dev clusters a config names, what `mirror acls` lists."""

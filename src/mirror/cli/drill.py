@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from mirror.cli import AppContext, cli, config_option, json_option, main, pass_app
+from mirror.cli.options import option
 from mirror.config import Config, FlowConfig
 from mirror.devenv.kafka import DevClusters, KafkaNode
 from mirror.domain.runbook import parse_runbook
@@ -163,9 +164,10 @@ def _site_flows(config: Config, site: str, to: str | None) -> list[FlowConfig]:
     help="With --from: drill groups per flow (GROUP-FLOW-K).",
 )
 @click.option("--yes", is_flag=True, help="Confirm: the drill moves the group's offsets and may kill a dev broker.")
-@click.option(
-    "--report",
+@option(
+    "--out",
     "report_dir",
+    aliases=["--report"],
     type=click.Path(file_okay=False, path_type=Path),
     help="Folder for report.md, report.json and the commands' files (default drill-FLOW-TIME).",
 )
@@ -174,7 +176,7 @@ def _site_flows(config: Config, site: str, to: str | None) -> list[FlowConfig]:
     type=click.IntRange(1),
     default=1,
     show_default=True,
-    help="Resume a drill (same --report) at this step.",
+    help="Resume a drill (same --out) at this step.",
 )
 @click.option(
     "--dry-run",

@@ -6,18 +6,21 @@ from pathlib import Path
 
 import click
 
+from mirror import config as cfg
 from mirror.cli import AppContext, config_option, pass_app
+from mirror.cli.options import option
 from mirror.cli.signals import stop_on_signals
 from mirror.monitor import exporter as mon
 
 
 @click.command()
 @config_option
-@click.option(
-    "--port",
+@option(
+    "--metrics-port",
+    aliases=["--port"],
     type=click.IntRange(0, 65535),
     default=None,
-    help="Port for /metrics (default: metrics.port in the config).",
+    help="Serve /metrics on this port (default: metrics.port in the config).",
 )
 @click.option("--host", default=None, help="Address to bind (default: metrics.host in the config).")
 @click.option("--flow", "flows", multiple=True, help="Only this flow (repeatable); default all.")
@@ -39,7 +42,7 @@ from mirror.monitor import exporter as mon
 def monitor(
     app: AppContext,
     config_path: Path,
-    port: int | None,
+    metrics_port: int | None,
     host: str | None,
     flows: tuple[str, ...],
     interval: float,
@@ -50,10 +53,15 @@ def monitor(
     with stop_on_signals() as signals:
         mon.run(
             config,
-            port=config.metrics.port if port is None else port,
+            port=serving_port(config, metrics_port),
             host=config.metrics.host if host is None else host,
             stop=signals.stop,
             deadline=scrape_timeout,
             interval=interval,
             flows=config.select_flows(flows),
         )
+
+
+def serving_port(config: cfg.Config, metrics_port: int | None) -> int:
+    """`--metrics-port`, else `metrics.port` (`mirror canary run` defaults to the next port)."""
+    return config.metrics.port if metrics_port is None else metrics_port

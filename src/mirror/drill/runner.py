@@ -129,7 +129,7 @@ class Request:
         if self.dev_home is not None:
             args += ["--dev-home", str(self.dev_home)]
         return " ".join(
-            shlex.quote(a) for a in [*args, "--yes", "--report", str(self.report_dir), "--from-step", str(step)]
+            shlex.quote(a) for a in [*args, "--yes", "--out", str(self.report_dir), "--from-step", str(step)]
         )
 
 
@@ -282,7 +282,7 @@ class Drill:
             except (OSError, ValueError):
                 raise UsageError(
                     f"--from-step: no earlier drill report in {rd}",
-                    hint="pass the --report folder of the drill to resume",
+                    hint="pass the --out folder of the drill to resume",
                 ) from None
             if Path(self.report["runbook"]).name != self.req.runbook.name:
                 raise UsageError(f"--from-step: {rd} holds a drill of {self.report['runbook']}, not {self.req.runbook}")
