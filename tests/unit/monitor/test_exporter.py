@@ -84,3 +84,30 @@ def test_a_monitor_port_in_use_is_one_line_naming_it() -> None:
         with pytest.raises(MirrorError) as failed:
             serve(None, port, "127.0.0.1")  # type: ignore[arg-type]  # never reached: the bind fails first
     assert failed.value.exit_code == ExitCode.FAILURE and f"127.0.0.1:{port}" in str(failed.value)
+
+
+def test_every_flow_s_error_counters_are_exported_at_zero_before_the_first_error() -> None:
+    """An alert on `increase(mirror_monitor_errors_total[5m])` cannot see a flow's first
+    failures if the series is born at 1 (increase starts from its first sample), and a panel
+    over it stays empty while all is well: each flow's series start at 0."""
+    from prometheus_client import CollectorRegistry
+
+    from mirror import metrics as m
+    from mirror.config import parse
+    from mirror.monitor.exporter import MonitorCollector
+
+    config = parse(
+        "clusters:\n  a: {bootstrap: '127.0.0.1:1'}\n  b: {bootstrap: '127.0.0.1:2'}\n"
+        "flows:\n  - {name: one, source: a, target: b, topics: {include: [x]}}\n"
+        "  - {name: two, source: b, target: a, topics: {include: [y]}}\n",
+        env={},
+    )
+    registry = CollectorRegistry()
+    MonitorCollector(config, metrics=m.MonitorMetrics(registry), registry=registry)
+    zeros = {
+        (s.labels["flow"], s.labels["reason"])
+        for fam in registry.collect()
+        for s in fam.samples
+        if s.name == "mirror_monitor_errors_total" and s.value == 0
+    }
+    assert zeros == {(f, r) for f in ("one", "two") for r in m.MONITOR_ERROR_REASONS}
