@@ -410,6 +410,10 @@ def target_end_family() -> GaugeMetricFamily:
     )
 
 
+# Why a flow's gather or scrape failed (`mirror_monitor_errors_total{reason}`).
+MONITOR_ERROR_REASONS = ("unreachable", "error", "unknown", "partial", "stale", "timeout")
+
+
 class MonitorMetrics:
     """Counters of the exporter itself: how its gathers and scrapes went.
 
@@ -436,6 +440,12 @@ class MonitorMetrics:
     def register(self, registry: CollectorRegistry) -> None:
         registry.register(self.errors)
         registry.register(self.gather_seconds)
+
+    def watch(self, flow: str) -> None:
+        """Export the flow's error counters at 0 now: a series born at 1 hides its first
+        failures from `increase()` (MirrorMonitorBlind) and leaves its panel empty."""
+        for reason in MONITOR_ERROR_REASONS:
+            self.errors.labels(flow, reason)
 
 
 # ---------------------------------------------------------------------------- librdkafka statistics

@@ -206,6 +206,8 @@ class MonitorCollector:
                 return self._admin_cache[name]
 
         self._probes = {f.name: FlowProbe(config, f, admins, store, clock, deadline) for f in self.flows}
+        for name in self._probes:
+            metrics.watch(name)
         self._gathered: dict[str, Gathered] = {}
         self._threads: list[threading.Thread] = []
         self.last: dict[str, FlowLag] = {}  # newest successful gather per flow (for logs and tests)
