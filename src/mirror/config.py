@@ -10,13 +10,14 @@ is reported, one line each, not only the first.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -27,13 +28,17 @@ from pydantic import (
     ValidationError,
 )
 
+from mirror.config_source import ConfigWarning, Interpolation, interpolate, literal_secrets, read_yaml
 from mirror.domain.naming import (
+    MAX_TOPIC_NAME,
     FlowEdge,
     RenamePolicy,
     TopicFilter,
     find_identity_collisions,
     find_identity_cycles,
     find_relay_collisions,
+    literal_name,
+    target_topic,
 )
 from mirror.errors import ConfigError, ConfigProblems
 
@@ -247,11 +252,15 @@ class Config(_Model):
 # Where the images keep state (Dockerfile ENV); a relative offset_store.path is taken from it.
 STATE_DIR_VARIABLE = "MIRROR_STATE_DIR"
 
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
-
-def load(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
-    """Read, interpolate and validate a topology file."""
+def load(
+    path: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    offline: bool = False,
+    warnings: list[ConfigWarning] | None = None,
+) -> Config:
+    """Read, interpolate and validate a topology file (`offline`, `warnings`: see `parse`)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -260,7 +269,7 @@ def load(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> 
             "-c/--config", f"cannot read {str(p)!r}: {exc.strerror}", hint="pass the path of a topology YAML file"
         ) from None
     env = os.environ if env is None else env
-    config = parse(text, env=env, source=str(p))
+    config = parse(text, env=env, source=str(p), offline=offline, warnings=warnings)
     store = config.offset_store
     if isinstance(store, SqliteStoreConfig) and not Path(store.path).is_absolute():
         # Relative to the state directory if one is set (the images set /var/lib/mirror: their
@@ -278,16 +287,21 @@ def load(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> 
     return config
 
 
-def parse(text: str, *, env: Mapping[str, str], source: str = "<config>") -> Config:
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(
-            None, f"{source}: YAML syntax error at {where}: {problem}", hint="fix the YAML syntax"
-        ) from None
+def parse(
+    text: str,
+    *,
+    env: Mapping[str, str],
+    source: str = "<config>",
+    offline: bool = False,
+    warnings: list[ConfigWarning] | None = None,
+) -> Config:
+    """Validate a topology file's text; every problem is raised at once.
+
+    `offline`: the file is being checked away from where it runs (a laptop, CI), so a secret
+    this machine does not have (an unset `${VAR}`, a missing `${file:}`) is a warning, not an
+    error; its value is taken as empty. `warnings` collects what is wrong but not fatal.
+    """
+    raw, problems = read_yaml(text, source)
     if not isinstance(raw, dict):
         raise ConfigError(
             None,
@@ -296,57 +310,38 @@ def parse(text: str, *, env: Mapping[str, str], source: str = "<config>") -> Con
         )
     # Every problem in the file is collected and reported at once: fixing a config one
     # error per run is how a 3 a.m. change takes an hour.
-    problems: list[ConfigError] = []
-    raw = _interpolate(raw, env, "", problems)
-    unset = {p.key for p in problems}
+    notes = literal_secrets(raw)
+    found = Interpolation([], [])
+    raw = interpolate(raw, env, found)
+    problems += found.errors
+    if offline:
+        notes += [ConfigWarning(p.key, f"{p.message} (offline: not checked)") for p in found.absent]
+    else:
+        problems += found.absent
+    absent = {p.key for p in found.absent}
     config: Config | None = None
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:
-        # An unset ${VAR} already explains whatever its empty value breaks.
-        problems += [p for p in _validation_problems(exc) if p.key not in unset]
+        # An absent secret already explains whatever its empty value breaks.
+        problems += [p for p in _validation_problems(exc) if p.key not in absent]
     clusters, flows = _salvage(raw, config)
     problems += _client_problems(clusters, flows)
-    canary_topic = (
-        config.canary.topic
-        if config is not None
-        else str(
-            ((raw.get("canary") or {}) if isinstance(raw.get("canary"), dict) else {}).get(
-                "topic", CanaryConfig().topic
-            )
-        )
-    )
+    canary_topic = config.canary.topic if config is not None else _raw_canary_topic(raw)
     problems += _topology_problems(clusters, flows, canary_topic)
+    if config is None and not problems:
+        problems = list(found.absent)  # offline, yet the key cannot be empty: the error stands
     if problems:
         raise problems[0] if len(problems) == 1 else ConfigProblems(problems)
     assert config is not None
+    if warnings is not None:
+        warnings += notes
     return config
 
 
-def _interpolate(node: Any, env: Mapping[str, str], path: str, problems: list[ConfigError]) -> Any:
-    if isinstance(node, dict):
-        return {k: _interpolate(v, env, _join(path, k), problems) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_interpolate(v, env, f"{path}[{i}]", problems) for i, v in enumerate(node)]
-    if isinstance(node, str) and "${" in node:
-
-        def sub(m: re.Match[str]) -> str:
-            name, default = m.group(1), m.group(2)
-            if name in env:
-                return env[name]
-            if default is not None:
-                return default
-            problems.append(
-                ConfigError(
-                    path,
-                    f"environment variable {name} is not set",
-                    hint=f"export {name}, or write ${{{name}:-default}}",
-                )
-            )
-            return ""
-
-        return _VAR.sub(sub, node)
-    return node
+def _raw_canary_topic(raw: Mapping[str, Any]) -> str:
+    canary = raw.get("canary")
+    return str((canary if isinstance(canary, dict) else {}).get("topic", CanaryConfig().topic))
 
 
 def _join(path: str, key: Any) -> str:
@@ -367,22 +362,92 @@ def _loc_path(loc: Sequence[Any]) -> str:
     return out
 
 
+REFERENCE = "docs/config.md"
+
+
 def _validation_problems(exc: ValidationError) -> list[ConfigError]:
     out = []
     for err in exc.errors(include_url=False):
         kind = err["type"]
+        path = _loc_path(err["loc"])
         if kind == "extra_forbidden":
-            message, hint = "unknown key", "check the spelling against the config shape in docs/design.md"
+            message, hint = "unknown key", _unknown_key_hint(err["loc"])
         elif kind == "missing":
-            message, hint = "required key is missing", "add it"
+            message, hint = "required key is missing", f"add it; see {REFERENCE}"
         elif kind == "union_tag_invalid":
             message, hint = "unknown kind", "use 'sqlite' or 'cassandra'"
         elif kind == "string_pattern_mismatch":
             message, hint = f"{err['input']!r} is not a valid name", "use letters, digits, '_' and '-' only"
         else:
-            message, hint = err["msg"].removeprefix("Value error, "), None
-        out.append(ConfigError(_loc_path(err["loc"]), message, hint=hint))
+            message, hint = err["msg"].removeprefix("Value error, "), f"see {_reference_key(path)} in {REFERENCE}"
+        out.append(ConfigError(path, message, hint=hint))
     return out
+
+
+def _reference_key(path: str, *, item: bool = False) -> str:
+    """A key path as the reference lists it: `flows[2].commit_interval` -> `flows[].commit_interval`
+    (`item`: the path names an entry of a list or mapping, `flows[2]` -> `flows[]`)."""
+    path = re.sub(r"^clusters\.[^.]+", "clusters.NAME", re.sub(r"\[\d+\]", "[]", path))
+    return path if item else path.removesuffix("[]")
+
+
+def _unknown_key_hint(loc: Sequence[Any]) -> str:
+    """The closest known key where an unknown one was written (a typo's fix), and the reference."""
+    known = _known_keys(loc[:-1])
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    where = f"see the keys of {_reference_key(_loc_path(loc[:-1]), item=True) or 'the top level'} in {REFERENCE}"
+    return f"did you mean `{close[0]}`? {where}" if close else where
+
+
+def _known_keys(loc: Sequence[Any]) -> list[str]:
+    """The keys the model accepts at a pydantic error location (its parents' path)."""
+    node: Any = Config
+    for part in loc:
+        node = _unwrap(node)
+        if isinstance(node, type) and issubclass(node, BaseModel):
+            field = node.model_fields.get(str(part))
+            if field is None:
+                return []
+            node = field.annotation
+        elif get_origin(node) in (list, dict):
+            node = get_args(node)[-1]
+        elif isinstance(node, list):  # a discriminated union: the tag names the member
+            node = next((m for m in node if m.model_fields["kind"].default == part), None)
+    node = _unwrap(node)
+    return list(node.model_fields) if isinstance(node, type) and issubclass(node, BaseModel) else []
+
+
+def _unwrap(node: Any) -> Any:
+    """An annotation without `Annotated`/`| None`; a union of models as the list of its members."""
+    while get_origin(node) is Annotated:
+        node = get_args(node)[0]
+    if get_origin(node) in (Union, UnionType):
+        members = [a for a in get_args(node) if a is not type(None)]
+        models = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
+        if len(members) == 1:
+            return _unwrap(members[0])
+        return models if len(models) > 1 else (models[0] if models else node)
+    return node
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _lenient(model: type[M], body: Any) -> M | None:
+    """`body` validated with its bad optional keys left at their defaults (their own errors are
+    already reported), so the cross-checks still see the rest; None when a required key is bad."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        if not isinstance(body, dict):
+            return None
+        bad = {err["loc"][0] for err in exc.errors() if err["loc"]}
+        if any(str(k) in model.model_fields and model.model_fields[str(k)].is_required() for k in bad):
+            return None
+        try:
+            return model.model_validate({k: v for k, v in body.items() if k not in bad})
+        except ValidationError:
+            return None
 
 
 def _salvage(
@@ -390,27 +455,21 @@ def _salvage(
 ) -> tuple[dict[str, ClusterConfig | None] | None, list[tuple[int, FlowConfig]]]:
     """The clusters and flows the cross-checks can look at, even when others are invalid.
 
-    A cluster that failed validation still counts as defined (its own error is already
-    reported; "unknown cluster" for every flow naming it would be noise); a flow that failed
-    is left out of the cross-checks for the same reason.
+    An entry with a bad optional key is looked at without it. A cluster whose required key
+    is bad still counts as defined (its own error is already reported; "unknown cluster" for
+    every flow naming it would be noise); such a flow is left out of the cross-checks.
     """
     if config is not None:
         return dict(config.clusters), list(enumerate(config.flows))
     clusters: dict[str, ClusterConfig | None] | None = None  # None: no usable `clusters:` at all
     if isinstance(raw.get("clusters"), dict):
-        clusters = {}
-        for name, body in raw["clusters"].items():
-            try:
-                clusters[str(name)] = ClusterConfig.model_validate(body)
-            except ValidationError:
-                clusters[str(name)] = None
+        clusters = {str(name): _lenient(ClusterConfig, body) for name, body in raw["clusters"].items()}
     flows: list[tuple[int, FlowConfig]] = []
     if isinstance(raw.get("flows"), list):
         for i, body in enumerate(raw["flows"]):
-            try:
-                flows.append((i, FlowConfig.model_validate(body)))
-            except ValidationError:
-                pass
+            flow = _lenient(FlowConfig, body)
+            if flow is not None:
+                flows.append((i, flow))
     return clusters, flows
 
 
@@ -418,7 +477,33 @@ def _topology_problems(
     clusters: Mapping[str, ClusterConfig | None] | None, flows: Sequence[tuple[int, FlowConfig]], canary_topic: str
 ) -> list[ConfigError]:
     """Cross-references pydantic cannot see: cluster names, duplicate flows, loops."""
-    return _reference_problems(clusters, flows) + _collision_problems(flows, canary_topic)
+    return (
+        _reference_problems(clusters, flows)
+        + _collision_problems(flows, canary_topic)
+        + _name_length_problems(flows, canary_topic)
+    )
+
+
+def _name_length_problems(flows: Sequence[tuple[int, FlowConfig]], canary_topic: str) -> list[ConfigError]:
+    """Target names Kafka would refuse as too long, for the topics known from the file alone:
+    literal include patterns, and the canary topic every flow mirrors. Regexes are checked
+    against the topics they match, online (`mirror validate`) and by `mirror run`."""
+    out: list[ConfigError] = []
+    for i, flow in flows:
+        named = [(f"flows[{i}].topics.include[{j}]", literal_name(p)) for j, p in enumerate(flow.topics.include)]
+        for key, topic in [*named, (f"flows[{i}]", canary_topic)]:
+            target = target_topic(topic, flow.source, flow.rename) if topic else ""
+            if len(target) > MAX_TOPIC_NAME:
+                what = "the canary topic" if key == f"flows[{i}]" else "topic"
+                out.append(
+                    ConfigError(
+                        key,
+                        f"{what} {topic!r} would be mirrored as {target!r} ({len(target)} characters), longer than "
+                        f"Kafka's limit of {MAX_TOPIC_NAME}",
+                        hint="use a shorter cluster name or topic, or rename: identity",
+                    )
+                )
+    return out
 
 
 def _reference_problems(

@@ -31,11 +31,17 @@ class AppContext:
         self.verbose = verbose  # handed on to `run --workers` children, which log on their own
         self._config: cfg.Config | None = None
         self.config_path: Path | None = None
+        self.config_warnings: list[cfg.ConfigWarning] = []
 
-    def config(self, path: str | Path) -> cfg.Config:
+    def config(self, path: str | Path, *, offline: bool = False, warn: bool = True) -> cfg.Config:
+        """The file, validated (`offline`: see `config.parse`); its warnings are logged unless
+        `warn` is False (the caller prints `config_warnings` itself)."""
         if self._config is None or self.config_path != Path(path):
-            self._config = cfg.load(path)
+            self.config_warnings = []
+            self._config = cfg.load(path, offline=offline, warnings=self.config_warnings)
             self.config_path = Path(path)
+            for w in self.config_warnings if warn else ():
+                log.warning("%s: %s", path, w)
         return self._config
 
 
