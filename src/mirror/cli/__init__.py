@@ -62,6 +62,10 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 def setup_logging(verbose: int, debug: bool) -> None:
     level = logging.DEBUG if debug or verbose > 1 else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # WARNING stays the default (a one-shot command's stderr is for what went wrong), but a
+    # daemon's start, rebalance and stop lines show at every level: a healthy `mirror run`
+    # whose logs are empty looks like a dead one (mirror.engine.lifecycle).
+    logging.getLogger("mirror.lifecycle").setLevel(min(level, logging.INFO))
     if not debug and verbose < 3:
         # librdkafka's per-retry connection chatter; the project reports reachability itself.
         logging.getLogger("mirror.librdkafka").setLevel(logging.WARNING)

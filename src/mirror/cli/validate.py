@@ -17,8 +17,8 @@ import click
 from mirror.cli import AppContext, config_option, json_option, pass_app
 from mirror.config import Config, FlowConfig
 from mirror.domain.acls import resource_for, visibility_probes
-from mirror.domain.naming import MAX_TOPIC_NAME, too_long
-from mirror.domain.topics import match_topics
+from mirror.domain.naming import MAX_TOPIC_NAME
+from mirror.domain.topics import match_topics, unmirrorable_topics
 from mirror.errors import ClusterUnavailable, ExitCode
 from mirror.kafka import Admin
 
@@ -110,13 +110,12 @@ def _online_flow(
         for p, n in probes.items()
         if n in hidden
     )
-    mappings = match_topics(config, flow, topics)
-    entry["topics"] = [m.__dict__ for m in mappings]
+    entry["topics"] = [m.__dict__ for m in match_topics(config, flow, topics)]
     return [
         f"flows.{flow.name}: topic {m.source!r} would be mirrored as {m.target!r} ({len(m.target)} characters), "
         f"longer than Kafka's limit of {MAX_TOPIC_NAME} (`mirror run` skips it; use a shorter cluster name, "
         "exclude it, or rename: identity)"
-        for m in too_long(mappings)
+        for m in unmirrorable_topics(config, flow, topics)
     ]
 
 
