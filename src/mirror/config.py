@@ -87,71 +87,113 @@ ClientSettings = dict[str, str | int | float | bool]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Each field's docstring (the string literal below it) is its description: what
+    # `mirror config reference` prints into docs/config.md.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 # ---------------------------------------------------------------------------- the tree
 
 
 class ClusterConfig(_Model):
+    """A Kafka cluster the flows name (`clusters.NAME`)."""
+
     bootstrap: Annotated[str, AfterValidator(_check_bootstrap)]
-    # librdkafka settings passed through untouched (security.protocol, sasl.*, ssl.*).
+    """The cluster's bootstrap servers, a `host:port` list (e.g. `10.0.0.1:9092,10.0.0.2:9092`)."""
     client: ClientSettings = {}
-    # How long one request may go unanswered before the cluster counts as unreachable.
+    """librdkafka settings passed through untouched to every client of this cluster
+    (`security.protocol`, `sasl.*`, `ssl.*`). Secrets belong in `${VAR}` or `${file:/path}`
+    (docs/security.md); settings that would switch a guarantee off are refused. Both engines."""
     timeout: Duration = 30.0
-    # The site the cluster runs in: `mirror failover plan --from DC` moves every group of
-    # every flow from its clusters at once. A cluster without one is a site of its own.
+    """How long one request may go unanswered before the cluster counts as unreachable (a
+    duration: `30s`, `500ms`). `mirror validate` gives up on the cluster after it. Both engines."""
     datacenter: Name | None = None
+    """The site the cluster runs in: `mirror failover plan --from DC` moves every group of
+    every flow from its clusters at once. A cluster without one is a site of its own."""
 
 
 class TopicsConfig(_Model):
+    """Which source topics a flow mirrors."""
+
     include: Annotated[list[Regex], Field(min_length=1)]
+    """Full-match regexes of the topics to mirror (`orders\\..*`). A literal name is checked
+    at load against Kafka's 249-character limit once renamed."""
     exclude: list[Regex] = []
+    """Full-match regexes of topics left out even though an include pattern matches them."""
 
 
 class SparkFlowSettings(_Model):
     """How `mirror spark run` sizes its batches (the native engine ignores these)."""
 
-    # A micro-batch's records (Spark's maxOffsetsPerTrigger), over all partitions: a backlog
-    # is mirrored and committed a batch at a time, not as one batch of a day's records. Also
-    # bounds what a retried task holds to compare with the target (its partition's slice).
     max_records_per_batch: Annotated[int, Field(ge=1)] = 500_000
-    # The bytes of source records a task's Python worker takes in at once (one Arrow batch,
-    # also at most 10,000 records): with the producer's queue, what a worker holds.
+    """A micro-batch's records (Spark's maxOffsetsPerTrigger), over all partitions: a backlog
+    is mirrored and committed a batch at a time, not as one batch of a day's records. Also
+    bounds what a retried task holds to compare with the target (its partition's slice).
+    Spark engine only."""
     max_bytes_per_chunk: Annotated[ByteSize, Field(ge=64 * 1024, lt=2**31)] = ByteSize(8 * 1024 * 1024)
+    """The bytes of source records a task's Python worker takes in at once (one Arrow batch,
+    also at most 10,000 records): with the producer's queue, what a worker holds (`8MiB`).
+    Spark engine only."""
 
 
 class FlowConfig(_Model):
+    """One direction of mirroring: topics of `source` copied to `target` (`flows[]`)."""
+
     name: Name
+    """The flow's name (letters, digits, `_`, `-`): `--flow NAME`, metric labels, group names."""
     source: str
+    """The cluster (a key of `clusters`) the topics are read from."""
     target: str
+    """The cluster (a key of `clusters`) the topics are written to."""
     topics: TopicsConfig
-    # prefix is the default because it is loop-safe in every topology; identity needs a
-    # topology without cycles (checked at load).
+    """The source topics to mirror (`include`, `exclude`); the canary topic is always added."""
     rename: RenamePolicy = RenamePolicy.PREFIX
-    groups: list[Regex] = []  # consumer groups to checkpoint and translate
-    consumer_group: str | None = None  # the mirror's own group on the source
+    """Target topic names: `prefix` (`nyc.orders`) or `identity` (`orders`). prefix is the
+    default because it is loop-safe in every topology; identity needs a topology without
+    cycles (checked at load). Both engines."""
+    groups: list[Regex] = []
+    """Full-match regexes of the consumer groups to checkpoint and translate for failover
+    (native engine: `mirror run`'s checkpointer)."""
+    consumer_group: str | None = None
+    """The mirror's own consumer group on the source; default `mirror.<flow name>`. Both engines."""
     provenance_headers: bool = True
-    refresh_interval: Duration = 30.0  # how soon a new matching topic is picked up
+    """Add a `mirror.origin` header (cluster/topic/partition/offset of the source record) to
+    every copy: `mirror audit` joins source and target on it exactly (without it: counts and
+    checksums only). Both engines."""
+    refresh_interval: Duration = 30.0
+    """How soon a new matching topic, or a new partition of one, is picked up. Both engines."""
     checkpoint_interval: Duration = 10.0
-    # Off by default, like MM2: writing offsets on the target is only safe for groups with
-    # no members there, and surprising if nobody asked for it.
+    """How often the flow's `groups` are checkpointed (their translated positions stored for
+    failover). Native engine only."""
     sync_group_offsets: bool = False
-    commit_interval: Duration = 1.0  # source offset commits are batched this often
-    # Off by default: at-least-once is the faster mode, and duplicates after a crash are fine for
-    # consumers with idempotent keys. On: the target holds every source record once for its
-    # read_committed consumers (a target transaction per commit_interval; docs/design.md).
+    """Write the checkpointed groups' translated offsets to the target for groups with no
+    members there. Off by default, like MM2: writing offsets on the target is only safe for
+    groups with no members there, and surprising if nobody asked for it. Native engine only."""
+    commit_interval: Duration = 1.0
+    """How often source offsets are committed (batched): with `exactly_once`, one target
+    transaction per interval; for the Spark engine, the micro-batch trigger. Both engines."""
     exactly_once: bool = False
-    # Target topics follow their source's copied configs (retention, cleanup.policy, ...)
-    # and partition increases. Off when the target's owners manage their topics themselves
-    # (partitions are still grown before mirroring: records keep their partition number).
+    """On: the target holds every source record once for its read_committed consumers (a
+    target transaction per commit_interval; docs/design.md). Off by default: at-least-once is
+    the faster mode, and duplicates after a crash are fine for consumers with idempotent keys.
+    Both engines."""
     sync_topic_configs: bool = True
-    # MM2 syncs every 10 minutes; a DR copy keeping data for the wrong time that long is
-    # an incident waiting for a failover. One comparison per interval costs a few requests.
+    """Target topics follow their source's copied configs (retention, cleanup.policy, ...)
+    and partition increases. Off when the target's owners manage their topics themselves
+    (partitions are still grown before mirroring: records keep their partition number).
+    Native engine only."""
     sync_topic_configs_interval: Duration = 60.0
-    consumer: ClientSettings = {}  # extra librdkafka settings for the source consumer
-    producer: ClientSettings = {}  # extra librdkafka settings for the target producer
+    """How often topic configs are compared and synced. MM2 syncs every 10 minutes; a DR copy
+    keeping data for the wrong time that long is an incident waiting for a failover. One
+    comparison per interval costs a few requests. Native engine only."""
+    consumer: ClientSettings = {}
+    """Extra librdkafka settings for the source consumer; those that would switch a
+    guarantee off are refused, with the reason. Both engines."""
+    producer: ClientSettings = {}
+    """Extra librdkafka settings for the target producer; those that would switch a
+    guarantee off are refused, with the reason. Both engines."""
     spark: SparkFlowSettings = SparkFlowSettings()
+    """How `mirror spark run` sizes its batches for this flow. Spark engine only."""
 
     @property
     def group_id(self) -> str:
@@ -168,54 +210,89 @@ class FlowConfig(_Model):
 
 
 class SqliteStoreConfig(_Model):
+    """The embedded offset store: one SQLite file, for a mirror on one host."""
+
     kind: Literal["sqlite"] = "sqlite"
-    path: str = ".mirror/offsets.db"  # relative: taken from $MIRROR_STATE_DIR if set, else the config file's directory
+    """`sqlite` (the default) or `cassandra`."""
+    path: str = ".mirror/offsets.db"
+    """The database file. Relative: taken from $MIRROR_STATE_DIR if set (the images:
+    /var/lib/mirror), else from the config file's directory, never the working directory."""
 
 
 class CassandraStoreConfig(_Model):
+    """The shared offset store: Cassandra, readable from the DR site when the primary is gone."""
+
     kind: Literal["cassandra"]
+    """`cassandra`."""
     contact_points: Annotated[list[str], Field(min_length=1)]
+    """Cassandra nodes to connect to (`host` or `host:port`)."""
     keyspace: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,47}$")] = "mirror"
-    # SimpleStrategy/1 suits one dev node only; production files name their datacenters.
+    """The keyspace holding the offset map and checkpoints (created if missing)."""
     replication: dict[str, str | int] = {"class": "SimpleStrategy", "replication_factor": 1}
+    """The keyspace's replication when it is created. SimpleStrategy/1 suits one dev node
+    only; production files name their datacenters (NetworkTopologyStrategy)."""
     consistency: Literal["ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"] = "LOCAL_QUORUM"
+    """The consistency level of reads and writes."""
     local_dc: str | None = None
+    """The Cassandra datacenter to prefer (the one next to the mirror)."""
     username: str | None = None
+    """The login name, if the cluster requires one."""
     password: str | None = None
+    """The login password; take it from `${VAR}` or `${file:/path}`, never literally."""
     timeout: Duration = 10.0
+    """How long one request may go unanswered before the store counts as unreachable."""
 
 
 OffsetStoreConfig = Annotated[SqliteStoreConfig | CassandraStoreConfig, Field(discriminator="kind")]
 
 
 class CanaryConfig(_Model):
+    """The canary: probe records written to every flow's source and read on its target."""
+
     topic: str = "mirror-canary"
+    """The canary topic, created on every source and mirrored by every flow whatever its patterns."""
     interval: Duration = 10.0
+    """How often a probe is written (`mirror canary run`)."""
     max_latency: Duration = 30.0
+    """A probe not on the target this long after it was written counts as late."""
 
 
 class MetricsConfig(_Model):
+    """The Prometheus endpoint of `mirror run` and the other daemons."""
+
     port: Annotated[int, Field(ge=0, le=65535)] = 9308
-    # 0.0.0.0 so a containerised exporter can be scraped; set 127.0.0.1 on shared hosts.
+    """The port /metrics is served on (a command's `--metrics-port` overrides it)."""
     host: str = "0.0.0.0"
+    """The address /metrics listens on. 0.0.0.0 so a containerised exporter can be scraped;
+    set 127.0.0.1 on shared hosts."""
 
 
 class SparkConfig(_Model):
-    # Each flow's Structured Streaming checkpoint goes in <checkpoint_dir>/<flow name>, kept
-    # across restarts (`mirror spark run --checkpoint` overrides it). A relative path is taken
-    # from the config file's directory, like the SQLite offset store's, so a driver started
-    # from elsewhere finds the same checkpoint. In cluster deploy mode it must be a path the
-    # driver's host can reach.
+    """Settings of the Spark engine that are not per flow."""
+
     checkpoint_dir: str = ".mirror/spark"
+    """Each flow's Structured Streaming checkpoint goes in <checkpoint_dir>/<flow name>, kept
+    across restarts (`mirror spark run --checkpoint` overrides it). A relative path is taken
+    from the config file's directory, like the SQLite offset store's, so a driver started
+    from elsewhere finds the same checkpoint. In cluster deploy mode it must be a path the
+    driver's host can reach. Spark engine only."""
 
 
 class Config(_Model):
+    """The topology file: clusters, the flows between them, and shared settings."""
+
     clusters: Annotated[dict[Name, ClusterConfig], Field(min_length=1)]
+    """The Kafka clusters, by name (letters, digits, `_`, `-`)."""
     flows: Annotated[list[FlowConfig], Field(min_length=1)]
+    """The flows: what is mirrored from where to where."""
     offset_store: OffsetStoreConfig = SqliteStoreConfig()
+    """Where the offset map and group checkpoints are kept (`kind: sqlite` or `cassandra`)."""
     canary: CanaryConfig = CanaryConfig()
+    """The canary's topic and timings."""
     metrics: MetricsConfig = MetricsConfig()
+    """Where /metrics is served."""
     spark: SparkConfig = SparkConfig()
+    """Settings of the Spark engine that are not per flow."""
 
     def flow(self, name: str) -> FlowConfig:
         for f in self.flows:

@@ -106,6 +106,7 @@ _COMMANDS = {
     "spark": "mirror.cli.spark:spark",
     "audit": "mirror.cli.audit:audit",
     "import-mm2": "mirror.cli.import_mm2:import_mm2",
+    "config": "mirror.cli.config_cmd:config",
 }
 
 
