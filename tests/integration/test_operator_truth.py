@@ -46,7 +46,8 @@ def test_validate_fails_naming_every_cluster_that_did_not_answer(clusters, tmp_p
     assert main(["validate", "-c", str(path)]) == 1
     out, err = capsys.readouterr()
     assert "NOT valid" in out
-    assert f"cluster 'gone' ({down1})" in err and f"cluster 'away' ({down2})" in err, err
+    for name, bootstrap in (("gone", down1), ("away", down2)):
+        assert f"Error: cluster '{name}' did not answer within 2s" in err and f"[bootstrap {bootstrap}]" in err, err
     assert "cluster 'src'" not in err
 
     assert main(["validate", "-c", str(path), "--json"]) == 1

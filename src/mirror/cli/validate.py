@@ -89,7 +89,7 @@ def _reach(config: Config) -> tuple[dict[str, Admin], dict[str, dict[str, int]],
         try:
             listed[name] = wait()
         except ClusterUnavailable as exc:
-            unreachable[name] = f"cluster {name!r} ({config.cluster(name).bootstrap}): {exc}"
+            unreachable[name] = f"{exc} [bootstrap {config.cluster(name).bootstrap}]"
     return admins, listed, unreachable
 
 
