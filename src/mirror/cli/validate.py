@@ -19,7 +19,7 @@ from mirror.config import Config, FlowConfig
 from mirror.domain.acls import resource_for, visibility_probes
 from mirror.domain.naming import MAX_TOPIC_NAME
 from mirror.domain.topics import match_topics, unmirrorable_topics
-from mirror.errors import ClusterUnavailable, ExitCode
+from mirror.errors import ClusterUnavailable, ExitCode, MirrorError
 from mirror.kafka import Admin
 
 
@@ -88,7 +88,7 @@ def _reach(config: Config) -> tuple[dict[str, Admin], dict[str, dict[str, int]],
     for name, wait in pending.items():
         try:
             listed[name] = wait()
-        except ClusterUnavailable as exc:
+        except MirrorError as exc:  # unreachable, a refused login, or a listing refused
             unreachable[name] = f"{exc} [bootstrap {config.cluster(name).bootstrap}]"
     return admins, listed, unreachable
 
