@@ -10,13 +10,14 @@ is reported, one line each, not only the first.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -27,13 +28,17 @@ from pydantic import (
     ValidationError,
 )
 
+from mirror.config_source import ConfigWarning, Interpolation, interpolate, literal_secrets, read_yaml
 from mirror.domain.naming import (
+    MAX_TOPIC_NAME,
     FlowEdge,
     RenamePolicy,
     TopicFilter,
     find_identity_collisions,
     find_identity_cycles,
     find_relay_collisions,
+    literal_name,
+    target_topic,
 )
 from mirror.errors import ConfigError, ConfigProblems
 
@@ -82,71 +87,113 @@ ClientSettings = dict[str, str | int | float | bool]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Each field's docstring (the string literal below it) is its description: what
+    # `mirror config reference` prints into docs/config.md.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 # ---------------------------------------------------------------------------- the tree
 
 
 class ClusterConfig(_Model):
+    """A Kafka cluster the flows name (`clusters.NAME`)."""
+
     bootstrap: Annotated[str, AfterValidator(_check_bootstrap)]
-    # librdkafka settings passed through untouched (security.protocol, sasl.*, ssl.*).
+    """The cluster's bootstrap servers, a `host:port` list (e.g. `10.0.0.1:9092,10.0.0.2:9092`)."""
     client: ClientSettings = {}
-    # How long one request may go unanswered before the cluster counts as unreachable.
+    """librdkafka settings passed through untouched to every client of this cluster
+    (`security.protocol`, `sasl.*`, `ssl.*`). Secrets belong in `${VAR}` or `${file:/path}`
+    (docs/security.md); settings that would switch a guarantee off are refused. Both engines."""
     timeout: Duration = 30.0
-    # The site the cluster runs in: `mirror failover plan --from DC` moves every group of
-    # every flow from its clusters at once. A cluster without one is a site of its own.
+    """How long one request may go unanswered before the cluster counts as unreachable (a
+    duration: `30s`, `500ms`). `mirror validate` gives up on the cluster after it. Both engines."""
     datacenter: Name | None = None
+    """The site the cluster runs in: `mirror failover plan --from DC` moves every group of
+    every flow from its clusters at once. A cluster without one is a site of its own."""
 
 
 class TopicsConfig(_Model):
+    """Which source topics a flow mirrors."""
+
     include: Annotated[list[Regex], Field(min_length=1)]
+    """Full-match regexes of the topics to mirror (`orders\\..*`). A literal name is checked
+    at load against Kafka's 249-character limit once renamed."""
     exclude: list[Regex] = []
+    """Full-match regexes of topics left out even though an include pattern matches them."""
 
 
 class SparkFlowSettings(_Model):
     """How `mirror spark run` sizes its batches (the native engine ignores these)."""
 
-    # A micro-batch's records (Spark's maxOffsetsPerTrigger), over all partitions: a backlog
-    # is mirrored and committed a batch at a time, not as one batch of a day's records. Also
-    # bounds what a retried task holds to compare with the target (its partition's slice).
     max_records_per_batch: Annotated[int, Field(ge=1)] = 500_000
-    # The bytes of source records a task's Python worker takes in at once (one Arrow batch,
-    # also at most 10,000 records): with the producer's queue, what a worker holds.
+    """A micro-batch's records (Spark's maxOffsetsPerTrigger), over all partitions: a backlog
+    is mirrored and committed a batch at a time, not as one batch of a day's records. Also
+    bounds what a retried task holds to compare with the target (its partition's slice).
+    Spark engine only."""
     max_bytes_per_chunk: Annotated[ByteSize, Field(ge=64 * 1024, lt=2**31)] = ByteSize(8 * 1024 * 1024)
+    """The bytes of source records a task's Python worker takes in at once (one Arrow batch,
+    also at most 10,000 records): with the producer's queue, what a worker holds (`8MiB`).
+    Spark engine only."""
 
 
 class FlowConfig(_Model):
+    """One direction of mirroring: topics of `source` copied to `target` (`flows[]`)."""
+
     name: Name
+    """The flow's name (letters, digits, `_`, `-`): `--flow NAME`, metric labels, group names."""
     source: str
+    """The cluster (a key of `clusters`) the topics are read from."""
     target: str
+    """The cluster (a key of `clusters`) the topics are written to."""
     topics: TopicsConfig
-    # prefix is the default because it is loop-safe in every topology; identity needs a
-    # topology without cycles (checked at load).
+    """The source topics to mirror (`include`, `exclude`); the canary topic is always added."""
     rename: RenamePolicy = RenamePolicy.PREFIX
-    groups: list[Regex] = []  # consumer groups to checkpoint and translate
-    consumer_group: str | None = None  # the mirror's own group on the source
+    """Target topic names: `prefix` (`nyc.orders`) or `identity` (`orders`). prefix is the
+    default because it is loop-safe in every topology; identity needs a topology without
+    cycles (checked at load). Both engines."""
+    groups: list[Regex] = []
+    """Full-match regexes of the consumer groups to checkpoint and translate for failover
+    (native engine: `mirror run`'s checkpointer)."""
+    consumer_group: str | None = None
+    """The mirror's own consumer group on the source; default `mirror.<flow name>`. Both engines."""
     provenance_headers: bool = True
-    refresh_interval: Duration = 30.0  # how soon a new matching topic is picked up
+    """Add a `mirror.origin` header (cluster/topic/partition/offset of the source record) to
+    every copy: `mirror audit` joins source and target on it exactly (without it: counts and
+    checksums only). Both engines."""
+    refresh_interval: Duration = 30.0
+    """How soon a new matching topic, or a new partition of one, is picked up. Both engines."""
     checkpoint_interval: Duration = 10.0
-    # Off by default, like MM2: writing offsets on the target is only safe for groups with
-    # no members there, and surprising if nobody asked for it.
+    """How often the flow's `groups` are checkpointed (their translated positions stored for
+    failover). Native engine only."""
     sync_group_offsets: bool = False
-    commit_interval: Duration = 1.0  # source offset commits are batched this often
-    # Off by default: at-least-once is the faster mode, and duplicates after a crash are fine for
-    # consumers with idempotent keys. On: the target holds every source record once for its
-    # read_committed consumers (a target transaction per commit_interval; docs/design.md).
+    """Write the checkpointed groups' translated offsets to the target for groups with no
+    members there. Off by default, like MM2: writing offsets on the target is only safe for
+    groups with no members there, and surprising if nobody asked for it. Native engine only."""
+    commit_interval: Duration = 1.0
+    """How often source offsets are committed (batched): with `exactly_once`, one target
+    transaction per interval; for the Spark engine, the micro-batch trigger. Both engines."""
     exactly_once: bool = False
-    # Target topics follow their source's copied configs (retention, cleanup.policy, ...)
-    # and partition increases. Off when the target's owners manage their topics themselves
-    # (partitions are still grown before mirroring: records keep their partition number).
+    """On: the target holds every source record once for its read_committed consumers (a
+    target transaction per commit_interval; docs/design.md). Off by default: at-least-once is
+    the faster mode, and duplicates after a crash are fine for consumers with idempotent keys.
+    Both engines."""
     sync_topic_configs: bool = True
-    # MM2 syncs every 10 minutes; a DR copy keeping data for the wrong time that long is
-    # an incident waiting for a failover. One comparison per interval costs a few requests.
+    """Target topics follow their source's copied configs (retention, cleanup.policy, ...)
+    and partition increases. Off when the target's owners manage their topics themselves
+    (partitions are still grown before mirroring: records keep their partition number).
+    Native engine only."""
     sync_topic_configs_interval: Duration = 60.0
-    consumer: ClientSettings = {}  # extra librdkafka settings for the source consumer
-    producer: ClientSettings = {}  # extra librdkafka settings for the target producer
+    """How often topic configs are compared and synced. MM2 syncs every 10 minutes; a DR copy
+    keeping data for the wrong time that long is an incident waiting for a failover. One
+    comparison per interval costs a few requests. Native engine only."""
+    consumer: ClientSettings = {}
+    """Extra librdkafka settings for the source consumer; those that would switch a
+    guarantee off are refused, with the reason. Both engines."""
+    producer: ClientSettings = {}
+    """Extra librdkafka settings for the target producer; those that would switch a
+    guarantee off are refused, with the reason. Both engines."""
     spark: SparkFlowSettings = SparkFlowSettings()
+    """How `mirror spark run` sizes its batches for this flow. Spark engine only."""
 
     @property
     def group_id(self) -> str:
@@ -163,54 +210,89 @@ class FlowConfig(_Model):
 
 
 class SqliteStoreConfig(_Model):
+    """The embedded offset store: one SQLite file, for a mirror on one host."""
+
     kind: Literal["sqlite"] = "sqlite"
-    path: str = ".mirror/offsets.db"  # relative: taken from $MIRROR_STATE_DIR if set, else the config file's directory
+    """`sqlite` (the default) or `cassandra`."""
+    path: str = ".mirror/offsets.db"
+    """The database file. Relative: taken from $MIRROR_STATE_DIR if set (the images:
+    /var/lib/mirror), else from the config file's directory, never the working directory."""
 
 
 class CassandraStoreConfig(_Model):
+    """The shared offset store: Cassandra, readable from the DR site when the primary is gone."""
+
     kind: Literal["cassandra"]
+    """`cassandra`."""
     contact_points: Annotated[list[str], Field(min_length=1)]
+    """Cassandra nodes to connect to (`host` or `host:port`)."""
     keyspace: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_]{0,47}$")] = "mirror"
-    # SimpleStrategy/1 suits one dev node only; production files name their datacenters.
+    """The keyspace holding the offset map and checkpoints (created if missing)."""
     replication: dict[str, str | int] = {"class": "SimpleStrategy", "replication_factor": 1}
+    """The keyspace's replication when it is created. SimpleStrategy/1 suits one dev node
+    only; production files name their datacenters (NetworkTopologyStrategy)."""
     consistency: Literal["ONE", "LOCAL_ONE", "QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL"] = "LOCAL_QUORUM"
+    """The consistency level of reads and writes."""
     local_dc: str | None = None
+    """The Cassandra datacenter to prefer (the one next to the mirror)."""
     username: str | None = None
+    """The login name, if the cluster requires one."""
     password: str | None = None
+    """The login password; take it from `${VAR}` or `${file:/path}`, never literally."""
     timeout: Duration = 10.0
+    """How long one request may go unanswered before the store counts as unreachable."""
 
 
 OffsetStoreConfig = Annotated[SqliteStoreConfig | CassandraStoreConfig, Field(discriminator="kind")]
 
 
 class CanaryConfig(_Model):
+    """The canary: probe records written to every flow's source and read on its target."""
+
     topic: str = "mirror-canary"
+    """The canary topic, created on every source and mirrored by every flow whatever its patterns."""
     interval: Duration = 10.0
+    """How often a probe is written (`mirror canary run`)."""
     max_latency: Duration = 30.0
+    """A probe not on the target this long after it was written counts as late."""
 
 
 class MetricsConfig(_Model):
+    """The Prometheus endpoint of `mirror run` and the other daemons."""
+
     port: Annotated[int, Field(ge=0, le=65535)] = 9308
-    # 0.0.0.0 so a containerised exporter can be scraped; set 127.0.0.1 on shared hosts.
+    """The port /metrics is served on (a command's `--metrics-port` overrides it)."""
     host: str = "0.0.0.0"
+    """The address /metrics listens on. 0.0.0.0 so a containerised exporter can be scraped;
+    set 127.0.0.1 on shared hosts."""
 
 
 class SparkConfig(_Model):
-    # Each flow's Structured Streaming checkpoint goes in <checkpoint_dir>/<flow name>, kept
-    # across restarts (`mirror spark run --checkpoint` overrides it). A relative path is taken
-    # from the config file's directory, like the SQLite offset store's, so a driver started
-    # from elsewhere finds the same checkpoint. In cluster deploy mode it must be a path the
-    # driver's host can reach.
+    """Settings of the Spark engine that are not per flow."""
+
     checkpoint_dir: str = ".mirror/spark"
+    """Each flow's Structured Streaming checkpoint goes in <checkpoint_dir>/<flow name>, kept
+    across restarts (`mirror spark run --checkpoint` overrides it). A relative path is taken
+    from the config file's directory, like the SQLite offset store's, so a driver started
+    from elsewhere finds the same checkpoint. In cluster deploy mode it must be a path the
+    driver's host can reach. Spark engine only."""
 
 
 class Config(_Model):
+    """The topology file: clusters, the flows between them, and shared settings."""
+
     clusters: Annotated[dict[Name, ClusterConfig], Field(min_length=1)]
+    """The Kafka clusters, by name (letters, digits, `_`, `-`)."""
     flows: Annotated[list[FlowConfig], Field(min_length=1)]
+    """The flows: what is mirrored from where to where."""
     offset_store: OffsetStoreConfig = SqliteStoreConfig()
+    """Where the offset map and group checkpoints are kept (`kind: sqlite` or `cassandra`)."""
     canary: CanaryConfig = CanaryConfig()
+    """The canary's topic and timings."""
     metrics: MetricsConfig = MetricsConfig()
+    """Where /metrics is served."""
     spark: SparkConfig = SparkConfig()
+    """Settings of the Spark engine that are not per flow."""
 
     def flow(self, name: str) -> FlowConfig:
         for f in self.flows:
@@ -247,11 +329,15 @@ class Config(_Model):
 # Where the images keep state (Dockerfile ENV); a relative offset_store.path is taken from it.
 STATE_DIR_VARIABLE = "MIRROR_STATE_DIR"
 
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 
-
-def load(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
-    """Read, interpolate and validate a topology file."""
+def load(
+    path: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    offline: bool = False,
+    warnings: list[ConfigWarning] | None = None,
+) -> Config:
+    """Read, interpolate and validate a topology file (`offline`, `warnings`: see `parse`)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -260,7 +346,7 @@ def load(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> 
             "-c/--config", f"cannot read {str(p)!r}: {exc.strerror}", hint="pass the path of a topology YAML file"
         ) from None
     env = os.environ if env is None else env
-    config = parse(text, env=env, source=str(p))
+    config = parse(text, env=env, source=str(p), offline=offline, warnings=warnings)
     store = config.offset_store
     if isinstance(store, SqliteStoreConfig) and not Path(store.path).is_absolute():
         # Relative to the state directory if one is set (the images set /var/lib/mirror: their
@@ -278,16 +364,21 @@ def load(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> 
     return config
 
 
-def parse(text: str, *, env: Mapping[str, str], source: str = "<config>") -> Config:
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(
-            None, f"{source}: YAML syntax error at {where}: {problem}", hint="fix the YAML syntax"
-        ) from None
+def parse(
+    text: str,
+    *,
+    env: Mapping[str, str],
+    source: str = "<config>",
+    offline: bool = False,
+    warnings: list[ConfigWarning] | None = None,
+) -> Config:
+    """Validate a topology file's text; every problem is raised at once.
+
+    `offline`: the file is being checked away from where it runs (a laptop, CI), so a secret
+    this machine does not have (an unset `${VAR}`, a missing `${file:}`) is a warning, not an
+    error; its value is taken as empty. `warnings` collects what is wrong but not fatal.
+    """
+    raw, problems = read_yaml(text, source)
     if not isinstance(raw, dict):
         raise ConfigError(
             None,
@@ -296,57 +387,38 @@ def parse(text: str, *, env: Mapping[str, str], source: str = "<config>") -> Con
         )
     # Every problem in the file is collected and reported at once: fixing a config one
     # error per run is how a 3 a.m. change takes an hour.
-    problems: list[ConfigError] = []
-    raw = _interpolate(raw, env, "", problems)
-    unset = {p.key for p in problems}
+    notes = literal_secrets(raw)
+    found = Interpolation([], [])
+    raw = interpolate(raw, env, found)
+    problems += found.errors
+    if offline:
+        notes += [ConfigWarning(p.key, f"{p.message} (offline: not checked)") for p in found.absent]
+    else:
+        problems += found.absent
+    absent = {p.key for p in found.absent}
     config: Config | None = None
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:
-        # An unset ${VAR} already explains whatever its empty value breaks.
-        problems += [p for p in _validation_problems(exc) if p.key not in unset]
+        # An absent secret already explains whatever its empty value breaks.
+        problems += [p for p in _validation_problems(exc) if p.key not in absent]
     clusters, flows = _salvage(raw, config)
     problems += _client_problems(clusters, flows)
-    canary_topic = (
-        config.canary.topic
-        if config is not None
-        else str(
-            ((raw.get("canary") or {}) if isinstance(raw.get("canary"), dict) else {}).get(
-                "topic", CanaryConfig().topic
-            )
-        )
-    )
+    canary_topic = config.canary.topic if config is not None else _raw_canary_topic(raw)
     problems += _topology_problems(clusters, flows, canary_topic)
+    if config is None and not problems:
+        problems = list(found.absent)  # offline, yet the key cannot be empty: the error stands
     if problems:
         raise problems[0] if len(problems) == 1 else ConfigProblems(problems)
     assert config is not None
+    if warnings is not None:
+        warnings += notes
     return config
 
 
-def _interpolate(node: Any, env: Mapping[str, str], path: str, problems: list[ConfigError]) -> Any:
-    if isinstance(node, dict):
-        return {k: _interpolate(v, env, _join(path, k), problems) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_interpolate(v, env, f"{path}[{i}]", problems) for i, v in enumerate(node)]
-    if isinstance(node, str) and "${" in node:
-
-        def sub(m: re.Match[str]) -> str:
-            name, default = m.group(1), m.group(2)
-            if name in env:
-                return env[name]
-            if default is not None:
-                return default
-            problems.append(
-                ConfigError(
-                    path,
-                    f"environment variable {name} is not set",
-                    hint=f"export {name}, or write ${{{name}:-default}}",
-                )
-            )
-            return ""
-
-        return _VAR.sub(sub, node)
-    return node
+def _raw_canary_topic(raw: Mapping[str, Any]) -> str:
+    canary = raw.get("canary")
+    return str((canary if isinstance(canary, dict) else {}).get("topic", CanaryConfig().topic))
 
 
 def _join(path: str, key: Any) -> str:
@@ -367,22 +439,92 @@ def _loc_path(loc: Sequence[Any]) -> str:
     return out
 
 
+REFERENCE = "docs/config.md"
+
+
 def _validation_problems(exc: ValidationError) -> list[ConfigError]:
     out = []
     for err in exc.errors(include_url=False):
         kind = err["type"]
+        path = _loc_path(err["loc"])
         if kind == "extra_forbidden":
-            message, hint = "unknown key", "check the spelling against the config shape in docs/design.md"
+            message, hint = "unknown key", _unknown_key_hint(err["loc"])
         elif kind == "missing":
-            message, hint = "required key is missing", "add it"
+            message, hint = "required key is missing", f"add it; see {REFERENCE}"
         elif kind == "union_tag_invalid":
             message, hint = "unknown kind", "use 'sqlite' or 'cassandra'"
         elif kind == "string_pattern_mismatch":
             message, hint = f"{err['input']!r} is not a valid name", "use letters, digits, '_' and '-' only"
         else:
-            message, hint = err["msg"].removeprefix("Value error, "), None
-        out.append(ConfigError(_loc_path(err["loc"]), message, hint=hint))
+            message, hint = err["msg"].removeprefix("Value error, "), f"see {_reference_key(path)} in {REFERENCE}"
+        out.append(ConfigError(path, message, hint=hint))
     return out
+
+
+def _reference_key(path: str, *, item: bool = False) -> str:
+    """A key path as the reference lists it: `flows[2].commit_interval` -> `flows[].commit_interval`
+    (`item`: the path names an entry of a list or mapping, `flows[2]` -> `flows[]`)."""
+    path = re.sub(r"^clusters\.[^.]+", "clusters.NAME", re.sub(r"\[\d+\]", "[]", path))
+    return path if item else path.removesuffix("[]")
+
+
+def _unknown_key_hint(loc: Sequence[Any]) -> str:
+    """The closest known key where an unknown one was written (a typo's fix), and the reference."""
+    known = _known_keys(loc[:-1])
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    where = f"see the keys of {_reference_key(_loc_path(loc[:-1]), item=True) or 'the top level'} in {REFERENCE}"
+    return f"did you mean `{close[0]}`? {where}" if close else where
+
+
+def _known_keys(loc: Sequence[Any]) -> list[str]:
+    """The keys the model accepts at a pydantic error location (its parents' path)."""
+    node: Any = Config
+    for part in loc:
+        node = _unwrap(node)
+        if isinstance(node, type) and issubclass(node, BaseModel):
+            field = node.model_fields.get(str(part))
+            if field is None:
+                return []
+            node = field.annotation
+        elif get_origin(node) in (list, dict):
+            node = get_args(node)[-1]
+        elif isinstance(node, list):  # a discriminated union: the tag names the member
+            node = next((m for m in node if m.model_fields["kind"].default == part), None)
+    node = _unwrap(node)
+    return list(node.model_fields) if isinstance(node, type) and issubclass(node, BaseModel) else []
+
+
+def _unwrap(node: Any) -> Any:
+    """An annotation without `Annotated`/`| None`; a union of models as the list of its members."""
+    while get_origin(node) is Annotated:
+        node = get_args(node)[0]
+    if get_origin(node) in (Union, UnionType):
+        members = [a for a in get_args(node) if a is not type(None)]
+        models = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
+        if len(members) == 1:
+            return _unwrap(members[0])
+        return models if len(models) > 1 else (models[0] if models else node)
+    return node
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _lenient(model: type[M], body: Any) -> M | None:
+    """`body` validated with its bad optional keys left at their defaults (their own errors are
+    already reported), so the cross-checks still see the rest; None when a required key is bad."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        if not isinstance(body, dict):
+            return None
+        bad = {err["loc"][0] for err in exc.errors() if err["loc"]}
+        if any(str(k) in model.model_fields and model.model_fields[str(k)].is_required() for k in bad):
+            return None
+        try:
+            return model.model_validate({k: v for k, v in body.items() if k not in bad})
+        except ValidationError:
+            return None
 
 
 def _salvage(
@@ -390,27 +532,21 @@ def _salvage(
 ) -> tuple[dict[str, ClusterConfig | None] | None, list[tuple[int, FlowConfig]]]:
     """The clusters and flows the cross-checks can look at, even when others are invalid.
 
-    A cluster that failed validation still counts as defined (its own error is already
-    reported; "unknown cluster" for every flow naming it would be noise); a flow that failed
-    is left out of the cross-checks for the same reason.
+    An entry with a bad optional key is looked at without it. A cluster whose required key
+    is bad still counts as defined (its own error is already reported; "unknown cluster" for
+    every flow naming it would be noise); such a flow is left out of the cross-checks.
     """
     if config is not None:
         return dict(config.clusters), list(enumerate(config.flows))
     clusters: dict[str, ClusterConfig | None] | None = None  # None: no usable `clusters:` at all
     if isinstance(raw.get("clusters"), dict):
-        clusters = {}
-        for name, body in raw["clusters"].items():
-            try:
-                clusters[str(name)] = ClusterConfig.model_validate(body)
-            except ValidationError:
-                clusters[str(name)] = None
+        clusters = {str(name): _lenient(ClusterConfig, body) for name, body in raw["clusters"].items()}
     flows: list[tuple[int, FlowConfig]] = []
     if isinstance(raw.get("flows"), list):
         for i, body in enumerate(raw["flows"]):
-            try:
-                flows.append((i, FlowConfig.model_validate(body)))
-            except ValidationError:
-                pass
+            flow = _lenient(FlowConfig, body)
+            if flow is not None:
+                flows.append((i, flow))
     return clusters, flows
 
 
@@ -418,7 +554,33 @@ def _topology_problems(
     clusters: Mapping[str, ClusterConfig | None] | None, flows: Sequence[tuple[int, FlowConfig]], canary_topic: str
 ) -> list[ConfigError]:
     """Cross-references pydantic cannot see: cluster names, duplicate flows, loops."""
-    return _reference_problems(clusters, flows) + _collision_problems(flows, canary_topic)
+    return (
+        _reference_problems(clusters, flows)
+        + _collision_problems(flows, canary_topic)
+        + _name_length_problems(flows, canary_topic)
+    )
+
+
+def _name_length_problems(flows: Sequence[tuple[int, FlowConfig]], canary_topic: str) -> list[ConfigError]:
+    """Target names Kafka would refuse as too long, for the topics known from the file alone:
+    literal include patterns, and the canary topic every flow mirrors. Regexes are checked
+    against the topics they match, online (`mirror validate`) and by `mirror run`."""
+    out: list[ConfigError] = []
+    for i, flow in flows:
+        named = [(f"flows[{i}].topics.include[{j}]", literal_name(p)) for j, p in enumerate(flow.topics.include)]
+        for key, topic in [*named, (f"flows[{i}]", canary_topic)]:
+            target = target_topic(topic, flow.source, flow.rename) if topic else ""
+            if len(target) > MAX_TOPIC_NAME:
+                what = "the canary topic" if key == f"flows[{i}]" else "topic"
+                out.append(
+                    ConfigError(
+                        key,
+                        f"{what} {topic!r} would be mirrored as {target!r} ({len(target)} characters), longer than "
+                        f"Kafka's limit of {MAX_TOPIC_NAME}",
+                        hint="use a shorter cluster name or topic, or rename: identity",
+                    )
+                )
+    return out
 
 
 def _reference_problems(

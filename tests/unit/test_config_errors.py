@@ -507,10 +507,13 @@ def test_every_problem_is_listed_one_line_each_with_its_key() -> None:
         parse(MANY_MISTAKES, env={})
     assert str(info.value).splitlines() == [
         "8 problems in the config:",
-        "  clusters.sf.bootstrap: 'localhost' is not a host:port list (e.g. 127.0.0.1:9092)",
-        "  flows[1].topics.include[0]: invalid regex '(unclosed': missing ), unterminated subpattern at position 0",
-        "  flows[1].tragets: unknown key (check the spelling against the config shape in docs/design.md)",
-        "  canary.interval: 'soon' is not a duration; write e.g. 10s, 500ms or 5m",
+        "  clusters.sf.bootstrap: 'localhost' is not a host:port list (e.g. 127.0.0.1:9092) "
+        "(see clusters.NAME.bootstrap in docs/config.md)",
+        "  flows[1].topics.include[0]: invalid regex '(unclosed': missing ), unterminated subpattern at position 0 "
+        "(see flows[].topics.include in docs/config.md)",
+        "  flows[1].tragets: unknown key (did you mean `target`? see the keys of flows[] in docs/config.md)",
+        "  canary.interval: 'soon' is not a duration; write e.g. 10s, 500ms or 5m "
+        "(see canary.interval in docs/config.md)",
         "  flows[0].producer.acks: '1' refused: acks must be all: a source offset is committed once the target "
         "acknowledged the records,"
         " and with fewer acks a target broker failure loses acknowledged records (remove it; the mirror sets what it "
@@ -539,7 +542,8 @@ def test_unset_variables_are_listed_with_the_other_problems_without_echoes() -> 
         "${MIRROR_TEST_A:-default})",
         "clusters.sf.bootstrap: environment variable MIRROR_TEST_B is not set (export MIRROR_TEST_B, or write "
         "${MIRROR_TEST_B:-default})",
-        "metrics.port: Input should be a valid integer, unable to parse string as an integer",
+        "metrics.port: Input should be a valid integer, unable to parse string as an integer "
+        "(see metrics.port in docs/config.md)",
     ]
 
 
@@ -571,4 +575,4 @@ def test_no_usable_clusters_is_one_problem_not_one_per_flow() -> None:
     with pytest.raises(ConfigError) as info:
         parse(GOOD_FLOW, env={})
     assert not isinstance(info.value, ConfigProblems)
-    assert str(info.value) == "clusters: required key is missing (add it)"
+    assert str(info.value) == "clusters: required key is missing (add it; see docs/config.md)"

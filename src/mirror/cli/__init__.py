@@ -31,11 +31,17 @@ class AppContext:
         self.verbose = verbose  # handed on to `run --workers` children, which log on their own
         self._config: cfg.Config | None = None
         self.config_path: Path | None = None
+        self.config_warnings: list[cfg.ConfigWarning] = []
 
-    def config(self, path: str | Path) -> cfg.Config:
+    def config(self, path: str | Path, *, offline: bool = False, warn: bool = True) -> cfg.Config:
+        """The file, validated (`offline`: see `config.parse`); its warnings are logged unless
+        `warn` is False (the caller prints `config_warnings` itself)."""
         if self._config is None or self.config_path != Path(path):
-            self._config = cfg.load(path)
+            self.config_warnings = []
+            self._config = cfg.load(path, offline=offline, warnings=self.config_warnings)
             self.config_path = Path(path)
+            for w in self.config_warnings if warn else ():
+                log.warning("%s: %s", path, w)
         return self._config
 
 
@@ -56,6 +62,10 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 def setup_logging(verbose: int, debug: bool) -> None:
     level = logging.DEBUG if debug or verbose > 1 else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # WARNING stays the default (a one-shot command's stderr is for what went wrong), but a
+    # daemon's start, rebalance and stop lines show at every level: a healthy `mirror run`
+    # whose logs are empty looks like a dead one (mirror.engine.lifecycle).
+    logging.getLogger("mirror.lifecycle").setLevel(min(level, logging.INFO))
     if not debug and verbose < 3:
         # librdkafka's per-retry connection chatter; the project reports reachability itself.
         logging.getLogger("mirror.librdkafka").setLevel(logging.WARNING)
@@ -96,6 +106,7 @@ _COMMANDS = {
     "spark": "mirror.cli.spark:spark",
     "audit": "mirror.cli.audit:audit",
     "import-mm2": "mirror.cli.import_mm2:import_mm2",
+    "config": "mirror.cli.config_cmd:config",
 }
 
 

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol, TypeVar
 
 SEPARATOR = "."
 
@@ -80,6 +81,30 @@ def target_topic(topic: str, source: str, policy: RenamePolicy) -> str:
     if policy is RenamePolicy.PREFIX:
         return f"{source}{SEPARATOR}{topic}"
     return topic
+
+
+# Kafka refuses a topic name longer than this (`Topic.MAX_NAME_LENGTH`): a prefix that pushes
+# a target name past it makes the topic impossible to create.
+MAX_TOPIC_NAME = 249
+
+
+class _Named(Protocol):
+    @property
+    def target(self) -> str: ...
+
+
+N = TypeVar("N", bound=_Named)
+
+
+def too_long(mappings: Iterable[N]) -> list[N]:
+    """The mappings whose target topic name Kafka would refuse as too long."""
+    return [m for m in mappings if len(m.target) > MAX_TOPIC_NAME]
+
+
+def literal_name(pattern: str) -> str | None:
+    """The one topic name an include pattern selects when it is a literal (`orders\\.eu` ->
+    `orders.eu`), else None."""
+    return _unescape(pattern) if _is_literal(pattern) else None
 
 
 def source_topic(target: str, source: str, policy: RenamePolicy) -> str:

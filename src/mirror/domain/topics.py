@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from mirror.domain.flow import Flow, Topology
-from mirror.domain.naming import target_topic, would_loop
+from mirror.domain.naming import target_topic, too_long, would_loop
 
 
 @dataclass(frozen=True)
@@ -21,8 +21,21 @@ def match_topics(config: Topology, flow: Flow, source_topics: Mapping[str, int])
     """The flow's topics among `source_topics` (name -> partition count), sorted by name.
 
     The canary topic is always included so that every flow can be probed end to end;
-    topics whose names show they came from the target (or went round already) are not.
+    topics whose names show they came from the target (or went round already) are not, nor
+    are those whose target name Kafka would refuse as too long (`unmirrorable_topics`).
     """
+    candidates = _candidates(config, flow, source_topics)
+    skipped = set(too_long(candidates))
+    return [m for m in candidates if m not in skipped]
+
+
+def unmirrorable_topics(config: Topology, flow: Flow, source_topics: Mapping[str, int]) -> list[TopicMapping]:
+    """The topics the flow selects but cannot mirror: their target name would be longer than
+    Kafka allows. `mirror validate` refuses them; `mirror run` skips them, saying so once."""
+    return too_long(_candidates(config, flow, source_topics))
+
+
+def _candidates(config: Topology, flow: Flow, source_topics: Mapping[str, int]) -> list[TopicMapping]:
     flt = flow.topic_filter(config.canary.topic)
     clusters: Iterable[str] = config.clusters.keys()
     out = []

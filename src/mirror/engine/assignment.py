@@ -16,6 +16,7 @@ from mirror.config import ClusterConfig, FlowConfig
 from mirror.domain.acks import AckListener, SourcePartition
 from mirror.domain.ledger import Ledger, PartitionLedger
 from mirror.domain.route import Route, route
+from mirror.engine.lifecycle import FlowLifecycle
 from mirror.errors import MirrorError
 from mirror.kafka import (
     OFFSET_BEGINNING,
@@ -128,6 +129,7 @@ class Assignment:
         # Source partitions whose target topic this worker created, with the group's committed
         # offset at that moment (None: nothing committed, UNREAD: unknown). See `_on_assign`.
         self.created: dict[SourcePartition, int | None] = {}
+        self.lifecycle = FlowLifecycle(flow)  # the start and rebalance lines operators read
 
     def note_created(self, partitions: list[TopicPartition], targets: Sequence[str]) -> None:
         """This worker created the target topics (`targets`) of these source partitions, so
@@ -217,7 +219,7 @@ class Assignment:
             # paused here before (a freeze, backpressure) and handed back would never fetch.
             consumer.resume(partitions)
         self._fence.awake()  # the offset reads above may block: not a freeze
-        log.info("flow %s: assigned %d partitions (now %d)", self.flow.name, len(partitions), len(self._ledger.parts))
+        self.lifecycle.assigned(len(partitions), len(self._ledger.parts))
 
     def _starts(
         self, partitions: list[TopicPartition]
@@ -362,7 +364,7 @@ class Assignment:
         else:
             consumer.incremental_unassign(partitions)
         self._fence.awake()  # the commit above may block: not a freeze
-        log.info("flow %s: revoked %d partitions (now %d)", self.flow.name, len(partitions), len(self._ledger.parts))
+        self.lifecycle.revoked(len(partitions), len(self._ledger.parts))
 
     def on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         # Another worker owns these now; committing would overwrite its progress.
@@ -388,6 +390,7 @@ class Assignment:
         else:
             consumer.incremental_unassign(partitions)
         log.warning("flow %s: lost %d partitions", self.flow.name, len(partitions))
+        self.lifecycle.revoked(len(partitions), len(self._ledger.parts))
         self._fence.unfence()  # the group has spoken: what is left (if anything) is ours
 
     def _drain(self, partitions: Mapping[SourcePartition, AssignedPartition]) -> None:

@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 from mirror.config import ClusterConfig, Config, FlowConfig
 from mirror.domain.acks import SourcePartition
 from mirror.domain.ledger import Ledger
-from mirror.domain.topics import TopicChange, TopicMapping, match_topics, topic_change
+from mirror.domain.naming import MAX_TOPIC_NAME
+from mirror.domain.topics import TopicChange, TopicMapping, match_topics, topic_change, unmirrorable_topics
 from mirror.engine.admins import AdminPair
 from mirror.engine.assignment import AssignedPartition, Assignment, CommitTags
 from mirror.engine.committer import Committer
@@ -103,6 +104,7 @@ class TargetWatch:
         self._subscribed: tuple[str, ...] = ()
         self.waiting: set[str] = set()  # matched source topics whose targets are not ready yet
         self._told_assignor = False
+        self._told_too_long: set[str] = set()
 
     def refresh(self) -> bool:
         """Match source topics, prepare targets, (re)subscribe. False if a cluster did not answer."""
@@ -111,7 +113,9 @@ class TargetWatch:
         self._fence.check()
         admins = self._admins
         try:
-            mappings = match_topics(self.config, self.flow, admins.source.topics())
+            listed = admins.source.topics()
+            mappings = match_topics(self.config, self.flow, listed)
+            self._report_unmirrorable(listed)
             existing = self._check_targets(mappings)
             headroom = LIMIT_HEADROOM if self.flow.provenance_headers else 0
             result = ensure_targets(admins.source, admins.target, mappings, existing=existing, headroom=headroom)
@@ -139,6 +143,7 @@ class TargetWatch:
             ]
             self._assignment.note_created(created, result.created)
         self._mappings = {m.source: m for m in mappings}
+        self._assignment.lifecycle.matched(len(mappings))
         total = sum(m.partitions for m in mappings)
         if not self._assignment.eager and total > COOPERATIVE_MAX and not self._told_assignor:
             self._told_assignor = True
@@ -155,6 +160,26 @@ class TargetWatch:
         self._committer.note_ends(mappings)
         self._subscribe(mappings)
         return True
+
+    def _report_unmirrorable(self, listed: dict[str, int]) -> None:
+        """One ERROR line per topic the flow selects but whose target name Kafka would refuse.
+
+        Skipped, not fatal: refusing at start would make a daemon under a restart policy
+        crash-loop (and stop every other topic of the flow) the moment such a topic is
+        created on the source, while skipping keeps the rest mirrored and says why once.
+        """
+        for m in unmirrorable_topics(self.config, self.flow, listed):
+            if m.source not in self._told_too_long:
+                self._told_too_long.add(m.source)
+                log.error(
+                    "flow %s: not mirroring %s: its target name %s is %d characters, longer than Kafka's limit of %d "
+                    "(use a shorter cluster name, exclude the topic, or rename: identity)",
+                    self.flow.name,
+                    m.source,
+                    m.target,
+                    len(m.target),
+                    MAX_TOPIC_NAME,
+                )
 
     def _check_targets(self, mappings: Sequence[TopicMapping]) -> dict[str, int]:
         """The target's topics; and, if a target topic this worker writes to was deleted (or

@@ -351,6 +351,7 @@ class FlowWorker:
     def close(self) -> None:
         """Drain, flush, commit, close: in that order, whatever happened before."""
         self.status.set(FlowState.STOPPING, "draining")
+        self.assignment.lifecycle.stopping = True  # the partitions the close hands back are not a rebalance
         self.gate.drop_pending()  # never produced; uncommitted, so the next owner re-reads them
         self.committer.drop_open(dict(self.ledger.parts))
         # After a fatal producer error the reports of what was in flight still come (failed
@@ -387,6 +388,7 @@ class FlowWorker:
             listener.close()
         failure = self.failures.failure
         self.status.set(FlowState.FAILED if failure else FlowState.STOPPED, str(failure or "stopped"))
+        self.assignment.lifecycle.stopped(failure)
 
     # ------------------------------------------------------------------ the loop
 
