@@ -53,6 +53,11 @@ def read_backup(path: Path) -> tuple[str | None, list[GroupOffsets]]:
 def apply_site(
     plan: PlanDoc, admin: Callable[[str], Admin], backup: Path, progress: Progress, now_ms: int
 ) -> ApplyResult:
+    if not plan.groups:  # `plan` refuses to write one; an old or hand-made one would "move 0 groups"
+        raise UnsafeOperation(
+            f"plan {plan.id} moves no group; nothing was applied",
+            hint="plan again (`mirror failover plan --from NAME ... --out PLAN`): it says why no group can be moved",
+        )
     refused = [g for g in plan.groups if g.refused]
     if refused:
         who = "; ".join(f"{g.group}: {g.refused}" for g in refused)
