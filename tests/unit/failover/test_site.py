@@ -123,3 +123,10 @@ def test_a_one_group_json_output_is_not_taken_for_a_plan_file() -> None:
     with pytest.raises(UsageError) as err:
         read_plan(doc, "p.json")
     assert "--out" in str(err.value) and "--json" in str(err.value)
+
+
+def test_a_plan_missing_a_key_names_it() -> None:
+    doc = json.loads(json.dumps(_site().to_json()))
+    del doc["groups"][0]["offsets"]
+    with pytest.raises(UsageError, match="no 'offsets' key"):
+        read_plan(doc, "p.json")
