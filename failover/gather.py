@@ -140,7 +140,8 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
         raise ClusterUnavailable(
             f"cluster {ctx.flow.source!r} did not answer, and the offset store holds no checkpoint of group "
             f"{group!r} for flow {ctx.flow.name!r}: nothing to plan from",
-            hint="bring the source back, or plan with --at TIME or --to earliest|latest (they need only the target)",
+            hint="every method needs the group's partitions from the source or a checkpoint: bring the source back, "
+            "or point offset_store at the store its flow checkpointed to",
         )
     if isinstance(result, MirrorError):
         raise result

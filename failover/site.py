@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from failover.offsets_file import malformed
 from failover.plan import Method, Plan
 from mirror.errors import UnsafeOperation, UsageError
 
@@ -218,7 +219,7 @@ def read_plan(doc: Any, source: str) -> PlanDoc:
         read = PlanDoc(str(doc["id"]), str(doc["from"]), str(doc.get("config") or ""), groups)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise UsageError(
-            f"--plan: {source} is not a failover plan file ({exc})",
+            f"--plan: {source} is not a failover plan file ({malformed(exc)})",
             hint="write one with `mirror failover plan (--from NAME | --flow F --group G) ... --out PLAN`",
         ) from None
     if plan_id(json.dumps({k: v for k, v in doc.items() if k != "id"})) != read.id:
