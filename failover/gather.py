@@ -135,6 +135,14 @@ def build_plan(ctx: FlowContext, group: str, method: Method, *, at_ms: int | Non
     """One group's plan; the single-group form of `build_plans` (its errors raised)."""
     check_group(ctx.flow, ctx.config.flows.index(ctx.flow), group)
     result = build_plans(ctx, [group], method, at_ms=at_ms)[group]
+    if isinstance(result, NotFound) and ctx.flow.source in ctx.dead:
+        # No live offsets because nobody was asked: not the group's fault, the cluster's.
+        raise ClusterUnavailable(
+            f"cluster {ctx.flow.source!r} did not answer, and the offset store holds no checkpoint of group "
+            f"{group!r} for flow {ctx.flow.name!r}: nothing to plan from",
+            hint="every method needs the group's partitions from the source or a checkpoint: bring the source back, "
+            "or point offset_store at the store its flow checkpointed to",
+        )
     if isinstance(result, MirrorError):
         raise result
     return result
@@ -249,7 +257,8 @@ def read_source(ctx: FlowContext, groups: Sequence[str], topic_ok: Callable[[str
             reads.ends = pending_ends.result()
         return reads
     except ClusterUnavailable as exc:
-        log.warning("source %s did not answer (%s); using the newest checkpoints", flow.source, exc)
+        # Said once, by the plan (a note) or its error: not a second line here.
+        log.info("source %s did not answer (%s); using the newest checkpoints", flow.source, exc)
         ctx.dead.add(flow.source)
         return SourceReads(False)
 

@@ -41,7 +41,7 @@ class GroupOffsets:
         }
 
     @classmethod
-    def from_json(cls, doc: Any, source: str) -> GroupOffsets:
+    def from_json(cls, doc: Any, source: str, flag: str = "FILE") -> GroupOffsets:
         try:
             if doc.get("version") != VERSION:
                 raise ValueError(f"unsupported version {doc.get('version')!r}")
@@ -49,9 +49,14 @@ class GroupOffsets:
             return cls(str(doc["cluster"]), str(doc["group"]), int(doc.get("time_ms", 0)), offsets)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise UsageError(
-                f"FILE: {source} is not an offsets file ({exc})",
+                f"{flag}: {source} is not an offsets file ({malformed(exc)})",
                 hint="pass a file written by `mirror failover export` or by `apply` as its backup",
             ) from None
+
+
+def malformed(exc: Exception) -> str:
+    """What is wrong with a JSON document read by hand-written code, in words."""
+    return f"no {exc.args[0]!r} key" if isinstance(exc, KeyError) else str(exc)
 
 
 def write(path: Path, doc: GroupOffsets) -> None:

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from failover.offsets_file import malformed
 from failover.plan import Method, Plan
-from mirror.errors import UsageError
+from mirror.errors import UnsafeOperation, UsageError
 
 VERSION = 1
 KIND = "site-failover-plan"
@@ -140,8 +141,7 @@ class SitePlan:
         hold 50,000 partitions (the id is the hash of the rest, so it is encoded once)."""
         body = self._body()
         text = json.dumps(body)
-        plan_id = hashlib.sha256(text.encode()).hexdigest()[:16]
-        return text[:-1] + f', "id": "{plan_id}"}}'
+        return text[:-1] + f', "id": "{plan_id(text)}"}}'
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = json.loads(self.to_text())
@@ -186,11 +186,24 @@ class PlanDoc:
     groups: list[ApplyGroup]
 
 
+def plan_id(body_text: str) -> str:
+    return hashlib.sha256(body_text.encode()).hexdigest()[:16]
+
+
 def read_plan(doc: Any, source: str) -> PlanDoc:
-    """The plan file as apply needs it; a usage error naming --plan when it is not one."""
+    """The plan file as apply needs it; a usage error naming --plan when it is not one,
+    a refusal (exit 3) when it was changed after it was written: apply runs the plan that
+    was reviewed, as written, or nothing."""
+    if isinstance(doc, dict) and "kind" not in doc and {"flow", "group", "partitions"} <= set(doc):
+        raise UsageError(
+            f"--plan: {source} is the --json output of a one-group plan, not a plan file",
+            hint="write the plan file with `mirror failover plan --flow F --group G ... --out PLAN`",
+        )
     try:
         if doc.get("kind") != KIND or doc.get("version") != VERSION:
-            raise ValueError(f"not a {KIND} version {VERSION}")
+            raise ValueError(
+                f"not a {KIND} version {VERSION}, but kind {doc.get('kind')!r} version {doc.get('version')!r}"
+            )
         groups = [
             ApplyGroup(
                 str(g["group"]),
@@ -203,12 +216,19 @@ def read_plan(doc: Any, source: str) -> PlanDoc:
             )
             for g in doc["groups"]
         ]
-        return PlanDoc(str(doc["id"]), str(doc["from"]), str(doc.get("config") or ""), groups)
+        read = PlanDoc(str(doc["id"]), str(doc["from"]), str(doc.get("config") or ""), groups)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise UsageError(
-            f"--plan: {source} is not a site failover plan ({exc})",
-            hint="write one with `mirror failover plan --from NAME ... --out PLAN`",
+            f"--plan: {source} is not a failover plan file ({malformed(exc)})",
+            hint="write one with `mirror failover plan (--from NAME | --flow F --group G) ... --out PLAN`",
         ) from None
+    if plan_id(json.dumps({k: v for k, v in doc.items() if k != "id"})) != read.id:
+        raise UnsafeOperation(
+            f"--plan: {source} was changed after it was written (its id {read.id} is not the hash of its "
+            "content); nothing was applied",
+            hint="plan again (narrow it with --group or --to) instead of editing the file, review it, apply that",
+        )
+    return read
 
 
 IDLE = ("EMPTY", "DEAD")  # group states without members

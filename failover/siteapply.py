@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from failover.offsets_file import GroupOffsets, coordinated, read_json, write_json
-from failover.site import ApplyGroup, PlanDoc, State, active, classify, source_moved
+from failover.site import KIND, ApplyGroup, PlanDoc, State, active, classify, source_moved
 from mirror.errors import ClusterUnavailable, MirrorError, UnsafeOperation, UsageError
 from mirror.kafka import Admin
 
@@ -43,16 +43,26 @@ def default_backup(plan_path: Path) -> Path:
 def read_backup(path: Path) -> tuple[str | None, list[GroupOffsets]]:
     """(plan id, groups) of a site backup; a single-group offsets file is a site of one."""
     doc = read_json(path, "--backup")
+    if isinstance(doc, dict) and doc.get("kind") == KIND:
+        raise UsageError(
+            f"--backup: {path} is a failover plan, not a backup",
+            hint=f"apply it with `mirror failover apply --plan {path} --yes`; its backup is {default_backup(path)}",
+        )
     if isinstance(doc, dict) and doc.get("kind") == BACKUP_KIND:
         if not isinstance(doc.get("groups"), list):
             raise UsageError(f"--backup: {str(path)!r} has no groups list")
-        return doc.get("plan_id"), [GroupOffsets.from_json(g, str(path)) for g in doc["groups"]]
-    return None, [GroupOffsets.from_json(doc, str(path))]
+        return doc.get("plan_id"), [GroupOffsets.from_json(g, str(path), "--backup") for g in doc["groups"]]
+    return None, [GroupOffsets.from_json(doc, str(path), "--backup")]
 
 
 def apply_site(
     plan: PlanDoc, admin: Callable[[str], Admin], backup: Path, progress: Progress, now_ms: int
 ) -> ApplyResult:
+    if not plan.groups:  # `plan` refuses to write one; an old or hand-made one would "move 0 groups"
+        raise UnsafeOperation(
+            f"plan {plan.id} moves no group; nothing was applied",
+            hint="plan again (`mirror failover plan --from NAME ... --out PLAN`): it says why no group can be moved",
+        )
     refused = [g for g in plan.groups if g.refused]
     if refused:
         who = "; ".join(f"{g.group}: {g.refused}" for g in refused)

@@ -18,7 +18,7 @@ from failover.offsets_file import coordinated
 from failover.plan import Method, Plan, Truth
 from failover.site import LANES, Key, SiteGroup, SitePlan, active
 from mirror.config import Config, FlowConfig
-from mirror.errors import ClusterUnavailable, NotFound, UsageError
+from mirror.errors import ClusterUnavailable, NotFound, UnsafeOperation, UsageError
 from mirror.kafka import Admin
 from mirror.store import FullOffsetStore, checkpointed_groups
 
@@ -67,6 +67,8 @@ def build_site_plan(config: Config, store: FullOffsetStore, req: SiteRequest) ->
     # refuse it). One that reads them but cannot be planned is refused, with the reason.
     idle = sorted(g for g, sg in groups.items() if not sg.plans and not sg.errors)
     site_groups = [_settle(groups[g], {c.flow.name: c.flow for c in ctxs}) for g in sorted(groups) if g not in idle]
+    if not site_groups:
+        raise nothing_to_move(req, ctxs, found, dead)
     read_states(ctxs[0], site_groups, dead, {f.name: f.source for f in flows})
     notes = [
         f"cluster {c!r} did not answer: its groups are planned from their newest checkpoints" for c in sorted(dead)
@@ -91,6 +93,52 @@ def build_site_plan(config: Config, store: FullOffsetStore, req: SiteRequest) ->
         req.at_ms,
         notes,
     )
+
+
+def group_site_plan(ctx: FlowContext, plan: Plan, config_path: str, now_ms: int) -> SitePlan:
+    """A one-group plan as the plan file `apply --plan` takes: a site of one flow and one
+    group, with what apply re-checks (the group's commits, members, live source offsets)
+    read as for a site, so one format and one apply serve both."""
+    f = ctx.flow
+    sg = _settle(SiteGroup(plan.group, f.target, [f.source], [plan]), {f.name: f})
+    read_states(ctx, [sg], ctx.dead, {f.name: f.source})
+    return SitePlan(
+        f.source,
+        [f.source],
+        f.target,
+        plan.method,
+        now_ms,
+        config_path,
+        [(f.name, f.source, f.target)],
+        [sg],
+        plan.at_ms,
+        list(plan.notes),
+    )
+
+
+def nothing_to_move(
+    req: SiteRequest, ctxs: Sequence[FlowContext], found: dict[str, list[str]], dead: set[str]
+) -> UnsafeOperation:
+    """The refusal of a plan that would move no group: why, one line per flow (a plan of
+    nothing, applied, says "moved 0 groups" and exit 0 in the middle of an incident)."""
+    lines = []
+    for ctx in ctxs:
+        f = ctx.flow
+        wanted = " and --group ".join(", ".join(p) for p in (f.groups, req.patterns) if p)
+        if not f.groups:
+            why = f"it names no groups to fail over (flows[{ctx.config.flows.index(f)}].groups is empty)"
+        elif found[f.name]:
+            why = (
+                f"{len(found[f.name])} group(s) match {wanted} but none read its topics: "
+                + ", ".join(found[f.name][:5])
+                + (" ..." if len(found[f.name]) > 5 else "")
+            )
+        elif f.source in dead:
+            why = f"cluster {f.source!r} did not answer, and no stored checkpoint is of a group matching {wanted}"
+        else:
+            why = f"no group on {f.source!r} and no stored checkpoint matches {wanted}"
+        lines.append(f"\n  flow {f.name} ({f.source} -> {f.target}): {why}")
+    return UnsafeOperation(f"the plan would move no group from {req.site!r}; nothing was written:" + "".join(lines))
 
 
 def discover(ctxs: Sequence[FlowContext], patterns: Sequence[str]) -> dict[str, list[str]]:

@@ -470,7 +470,7 @@ def test_active_group_refused_then_backup_and_import_restore(clusters, write_con
             "dst",
             "--group",
             group,
-            "-o",
+            "--out",
             str(tmp_path / "e.json"),
         )
         == 0

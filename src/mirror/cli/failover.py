@@ -16,6 +16,7 @@ from failover.failback import report, reversed_flow
 from failover.failback import scrape as do_scrape
 from failover.gather import FlowContext, build_plan, require_topics_visible
 from failover.plan import Method, Plan
+from failover.sitegather import group_site_plan
 from mirror.cli import AppContext, config_option, json_option, pass_app
 from mirror.cli import failover_site as site_cli
 from mirror.cli.times import format_ms, parse_time
@@ -158,9 +159,15 @@ def failover() -> None:
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="With --from: also write the plan here, for `apply --plan`.",
+    help="Also write the plan file here, for `apply --plan` (one format for one group and for a site).",
 )
-@click.option("-v", "--verbose", "details", is_flag=True, help="With --from: every partition under its group.")
+@click.option(
+    "-v",
+    "--verbose",
+    "details",
+    is_flag=True,
+    help="Every partition under its group (a one-group plan always lists them).",
+)
 @json_option
 @pass_app
 def plan(
@@ -187,11 +194,19 @@ def plan(
     method, at_ms = _method(translate, at, to)
     with _flow_context(app, config_path, flow) as ctx:
         result = build_plan(ctx, group, method, at_ms=at_ms)
+        saved = group_site_plan(ctx, result, str(config_path.resolve()), _now_ms()) if out is not None else None
+    if saved is not None and out is not None:
+        text = saved.to_text()
+        site_cli.write_plan(out, text)
     if as_json:
         # One line, by the C encoder: `indent=` would use the pure-Python one (~1 s at 10,000 partitions).
         click.echo(json.dumps(result.to_json()))
-    else:
-        _render(result)
+        return
+    _render(result)
+    if saved is not None and out is not None:
+        if saved.groups[0].refused:
+            click.echo(f"note: the plan file refuses the group: {saved.groups[0].refused}")
+        site_cli.written(json.loads(text)["id"], out)
 
 
 @failover.command()
@@ -201,7 +216,7 @@ def plan(
     "--plan",
     "plan_path",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="A site plan written by `plan --from ... --out`: apply it as written.",
+    help="A plan file written by `plan ... --out` (one group or a site): apply it as written.",
 )
 @click.option("--yes", is_flag=True, help="Confirm: commit the plan's offsets on the target.")
 @click.option(
@@ -280,11 +295,16 @@ def apply(
 @click.option("--cluster", required=True, help="Cluster to read the group's offsets from.")
 @click.option("--group", required=True)
 @click.option(
-    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="File to write (default: stdout)."
+    "--out", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path), help="File to write (default: stdout)."
 )
+# The earlier spelling, kept working for scripts; `--out` is the one name for output files.
+@click.option("-o", "--output", "old_out", type=click.Path(dir_okay=False, path_type=Path), hidden=True)
 @pass_app
-def export(app: AppContext, config_path: Path, cluster: str, group: str, output: Path | None) -> None:
+def export(
+    app: AppContext, config_path: Path, cluster: str, group: str, out: Path | None, old_out: Path | None
+) -> None:
     """Save a group's committed offsets on one cluster as JSON."""
+    output = out or old_out
     config = app.config(config_path)
     admin = Admin(cluster, config.cluster(cluster))
     doc = offsets_file.export(admin, cluster, group, _now_ms())

@@ -65,15 +65,23 @@ def plan_site(
         store.close()
     text = plan.to_text()
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text + "\n", encoding="utf-8")
+        write_plan(out, text)
     if as_json:
         click.echo(text)
         return
     doc = json.loads(text)
     render_site(plan, doc, details)
     if out is not None:
-        click.echo(f"plan {doc['id']} written to {out}; apply it with: mirror failover apply --plan {out} --yes")
+        written(doc["id"], out)
+
+
+def write_plan(out: Path, text: str) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n", encoding="utf-8")
+
+
+def written(plan_id: str, out: Path) -> None:
+    click.echo(f"plan {plan_id} written to {out}; apply it with: mirror failover apply --plan {out} --yes")
 
 
 def _age(ms: int | None) -> str:

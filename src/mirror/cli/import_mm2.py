@@ -8,10 +8,20 @@ from pathlib import Path
 import click
 
 from mirror.cli import AppContext, json_option, pass_app
-from mirror.domain.mm2_config import parse_properties, translate
-from mirror.errors import ConfigError
+from mirror.config import parse_duration
+from mirror.domain.mm2_config import Translation, parse_properties, translate
+from mirror.errors import ConfigError, UsageError
 from mirror.migrate.mm2 import render, take_over, write_file
 from mirror.store import open_store
+
+
+def _duration(flag: str, value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
 
 
 @click.command("import-mm2")
@@ -45,6 +55,17 @@ from mirror.store import open_store
     is_flag=True,
     help="Mirror matched topics MirrorMaker 2 never started from their beginning instead of refusing.",
 )
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Confirm the take-over: it sets each flow's group offsets on the source and writes its offset map.",
+)
+@click.option(
+    "--wait-quiet",
+    metavar="DURATION",
+    help="Wait up to this long (e.g. 60s) for a MirrorMaker 2 that just stopped to go quiet (no heartbeat for "
+    "15 s or 3 heartbeat intervals) before refusing (default: that quiet window plus 15 s).",
+)
 @json_option
 @pass_app
 def import_mm2(
@@ -55,6 +76,8 @@ def import_mm2(
     config_only: bool,
     force: bool,
     copy_new_topics: bool,
+    yes: bool,
+    wait_quiet: str | None,
     as_json: bool,
 ) -> None:
     """Translate a MirrorMaker 2 file into a topology and resume each flow where MM2 stopped.
@@ -63,6 +86,12 @@ def import_mm2(
     flows' groups start after the last record MM2 committed, into the same target topics,
     and MM2's offset syncs and checkpoints become the flows' offset map and checkpoints.
     """
+    if not config_only and not yes:  # checked first: a refused run writes nothing, not even --out
+        raise UsageError(
+            "--yes is required: the take-over sets each flow's group offsets on the source and writes its offset map",
+            hint="add --yes, or --config-only to write the topology file only",
+        )
+    wait_s = _duration("--wait-quiet", wait_quiet)
     try:
         text = mm2_path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -89,13 +118,25 @@ def import_mm2(
         store = open_store(config.offset_store)
         try:
             result["took_over"] = [
-                r.as_dict() for r in take_over(config, translation.flows, store, copy_new_topics=copy_new_topics)
+                r.as_dict()
+                for r in take_over(
+                    config,
+                    translation.flows,
+                    store,
+                    copy_new_topics=copy_new_topics,
+                    wait_quiet=wait_s,
+                    progress=lambda line: click.echo(line, err=True),
+                )
             ]
         finally:
             store.close()
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
+    _render(result, translation, config_path, mm2_path, config_only)
+
+
+def _render(result: dict, translation: Translation, config_path: Path, mm2_path: Path, config_only: bool) -> None:
     click.echo(
         f"{config_path}: {len(translation.config['clusters'])} clusters, {len(translation.flows)} flows"
         + (
@@ -120,5 +161,5 @@ def import_mm2(
     if config_only:
         click.echo(
             f"nothing taken over (--config-only); review {config_path}, then: mirror import-mm2 --mm2-config "
-            f"{mm2_path} -c {config_path}"
+            f"{mm2_path} -c {config_path} --yes"
         )

@@ -62,6 +62,10 @@ HEARTBEAT_TAIL = 1000  # heartbeats read back per partition: every pair into the
 # A Connect worker killed without a goodbye keeps its tasks for its session timeout (10 s by
 # default); quiet for longer than that, it is gone.
 HEARTBEAT_QUIET_S = 15.0
+# How much longer than its quiet window the import waits, by default, for an MM2 that just
+# stopped: its last heartbeat came at most one interval before it stopped.
+WAIT_MARGIN_S = 15.0
+Progress = Callable[[str], None]
 
 
 @dataclass
@@ -148,23 +152,39 @@ def take_over(
     admin: Callable[[str], Admin] | None = None,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
+    wait_quiet: float | None = None,
+    progress: Progress = lambda _line: None,
 ) -> list[FlowReport]:
-    """Import MM2's progress for each flow (see the module docstring); returns what was done."""
+    """Import MM2's progress for each flow (see the module docstring); returns what was done.
+
+    `wait_quiet`: seconds to wait for MM2's heartbeats to go quiet (None: its quiet window
+    plus `WAIT_MARGIN_S`); `progress` gets a line when the import waits."""
     make = admin or (lambda name: Admin(name, config.cluster(name)))
     reports = []
     for mm2 in flows:
         sides = _Sides(make(mm2.source), make(mm2.target), config, config.flow(mm2.name), mm2)
-        reports.append(_flow(sides, store, copy_new_topics, int(clock() * 1000), sleep))
+        quiet = _Quiet(clock, sleep, wait_quiet, progress)
+        reports.append(_flow(sides, store, copy_new_topics, quiet))
     return reports
 
 
-def _flow(
-    s: _Sides, store: FullOffsetStore, copy_new_topics: bool, now_ms: int, sleep: Callable[[float], None]
-) -> FlowReport:
+@dataclass(frozen=True)
+class _Quiet:
+    """How the import waits for an MM2 that just stopped (injected: tests sleep in no time)."""
+
+    clock: Callable[[], float]
+    sleep: Callable[[float], None]
+    budget: float | None
+    progress: Progress
+
+
+def _flow(s: _Sides, store: FullOffsetStore, copy_new_topics: bool, quiet: _Quiet) -> FlowReport:
     report = FlowReport(s.flow.name)
     target_topics = s.target.topics()
+    beat = _wait_stopped(s, target_topics, quiet, report)
     started = time.monotonic()
-    beat = _refuse_running(s, target_topics, now_ms, report)
+    now_ms = int(quiet.clock() * 1000)
+    sleep = quiet.sleep
     if s.mm2.offsets_topic not in target_topics:
         raise NotFound(
             f"MirrorMaker 2's offsets topic {s.mm2.offsets_topic!r} is not on {s.mm2.target!r}",
@@ -297,9 +317,10 @@ def _partition_maps(
     return maps
 
 
-def _refuse_running(s: _Sides, target_topics: dict[str, int], now_ms: int, report: FlowReport) -> int | None:
-    """MM2 still running for this pair: its heartbeats on the target are fresh. Returns the
-    newest one's time, to see at the end whether another came (`_refuse_moving`).
+def _wait_stopped(s: _Sides, target_topics: dict[str, int], quiet: _Quiet, report: FlowReport) -> int | None:
+    """Wait until MM2 is stopped for this pair: its heartbeats on the target quiet for its
+    quiet window. Returns the newest one's time, to see at the end whether another came
+    (`_refuse_moving`); refused (exit 3) when they do not go quiet within the budget.
 
     Its Connect worker group would say so better, but librdkafka neither lists nor
     describes groups of another protocol than `consumer`. A heartbeat comes every
@@ -317,17 +338,33 @@ def _refuse_running(s: _Sides, target_topics: dict[str, int], now_ms: int, repor
             "during the import"
         )
         return None
-    quiet_ms = int(max(HEARTBEAT_QUIET_S, 3 * s.mm2.heartbeat_interval) * 1000)
-    newest = _newest_heartbeat(s, target_topics)
-    if newest is not None and now_ms - newest < quiet_ms:
-        raise UnsafeOperation(
-            f"MirrorMaker 2 still runs for {s.mm2.source}->{s.mm2.target}: its last heartbeat on "
-            f"{s.mm2.target!r} is {max(0, now_ms - newest) / 1000:.1f}s old",
-            hint="stop every MirrorMaker 2 process of this pair first (its worker group is "
-            f"{s.mm2.connect_group!r}); a stopped one is quiet for {quiet_ms // 1000}s, then run "
-            "import-mm2 again",
-        )
-    return newest
+    window = max(HEARTBEAT_QUIET_S, 3 * s.mm2.heartbeat_interval)
+    budget = quiet.budget if quiet.budget is not None else window + WAIT_MARGIN_S
+    deadline = quiet.clock() + budget
+    pair = f"{s.mm2.source}->{s.mm2.target}"
+    waiting_since: int | None = None
+    while True:
+        newest = _newest_heartbeat(s, target_topics)
+        now = quiet.clock()
+        if newest is None:
+            return None
+        age = max(0.0, now - newest / 1000)
+        if age >= window:
+            return newest
+        if now + window - age > deadline:
+            raise UnsafeOperation(
+                f"MirrorMaker 2 still runs for {pair}: its last heartbeat on {s.mm2.target!r} is {age:.1f}s old, "
+                f"and {window:.0f}s of quiet cannot come within --wait-quiet {budget:.0f}s",
+                hint="stop every MirrorMaker 2 process of this pair first (its worker group is "
+                f"{s.mm2.connect_group!r}), then run import-mm2 again (or give it a longer --wait-quiet)",
+            )
+        if newest != waiting_since:
+            quiet.progress(
+                f"MirrorMaker 2's last heartbeat for {pair} is {age:.1f}s old: waiting until it has been quiet for "
+                f"{window:.0f}s (at most {max(0.0, deadline - now):.0f}s more, --wait-quiet)"
+            )
+            waiting_since = newest
+        quiet.sleep(window - age)
 
 
 def _newest_heartbeat(s: _Sides, target_topics: dict[str, int]) -> int | None:

@@ -62,3 +62,19 @@ def test_an_error_before_the_backup_prints_no_restore_command(tmp_path, capsys, 
     assert main([*APPLY, "-c", "m.yaml", "--backup", "g"]) == 3
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "restore" not in line and not (tmp_path / "g").exists(), line
+
+
+def test_output_files_are_named_out_with_the_old_spelling_hidden(capsys):
+    """One name per meaning: `--out FILE` writes a file in every failover command; export's
+    `-o/--output` still works but is not offered any more."""
+    assert main(["failover", "export", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "--out FILE" in text and "--output" not in text and "-o," not in text
+    for spelling in ("--out", "-o", "--output"):
+        assert main(["failover", "export", "-c", "missing.yaml", "--cluster", "x", "--group", "g", spelling, "f"]) == 2
+        assert "missing.yaml" in capsys.readouterr().err  # parsed; stopped at the config, not at the flag
+
+
+def test_plan_file_given_with_the_single_group_flags_is_a_usage_error(capsys):
+    assert main(["failover", "apply", "--plan", "p.json", "--group", "g", "--yes"]) == 2
+    assert "--plan" in capsys.readouterr().err

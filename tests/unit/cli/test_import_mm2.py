@@ -54,5 +54,22 @@ def test_taking_over_needs_the_secrets_exported(
     monkeypatch.delenv("NYC_SASL_PASSWORD", raising=False)
     props = tmp_path / "mm2.properties"
     props.write_text(MM2)
-    assert main(["import-mm2", "--mm2-config", str(props), "--out", str(tmp_path / "m.yaml")]) == 2
+    assert main(["import-mm2", "--mm2-config", str(props), "--out", str(tmp_path / "m.yaml"), "--yes"]) == 2
     assert "NYC_SASL_PASSWORD" in capsys.readouterr().err
+
+
+def test_taking_over_needs_yes_and_writes_nothing_without_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The take-over sets the flows' groups' offsets: like every command that moves offsets, it
+    asks for --yes, and refuses (exit 2) before writing anything, --json or not."""
+    props, out = tmp_path / "mm2.properties", tmp_path / "m.yaml"
+    props.write_text(MM2)
+    for extra in ([], ["--json"]):
+        assert main(["import-mm2", "--mm2-config", str(props), "--out", str(out), *extra]) == 2
+        err = capsys.readouterr().err
+        assert "--yes" in err and "--config-only" in err and len(err.strip().splitlines()) == 1, err
+        assert not out.exists()
+    out.write_text("clusters: {}\n")
+    assert main(["import-mm2", "--mm2-config", str(props), "-c", str(out)]) == 2
+    assert "--yes" in capsys.readouterr().err

@@ -24,3 +24,23 @@ def test_bad_files_are_usage_errors(tmp_path: Path, text: str) -> None:
     path.write_text(text)
     with pytest.raises(UsageError):
         offsets_file.read(path)
+
+
+def test_a_missing_key_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    path.write_text('{"version": 1, "cluster": "sf", "group": "g"}')
+    with pytest.raises(UsageError, match="no 'offsets' key"):
+        offsets_file.read(path)
+
+
+def test_a_plan_given_as_a_backup_is_named_with_the_flag(tmp_path: Path) -> None:
+    """`import --backup PLAN`: the plan is not what it restores from; say which file it is and
+    which command takes it, under the flag that was given."""
+    from failover.siteapply import read_backup
+    from tests.unit.failover.test_site import _site
+
+    path = tmp_path / "p.json"
+    path.write_text(_site().to_text())
+    with pytest.raises(UsageError) as err:
+        read_backup(path)
+    assert str(err.value).startswith("--backup: ") and "apply --plan" in str(err.value), str(err.value)

@@ -8,7 +8,7 @@ import pytest
 
 from failover.plan import Method, PartitionPlan, Plan, Truth
 from failover.site import ApplyGroup, SiteGroup, SitePlan, State, classify, read_plan, source_moved
-from mirror.errors import ExitCode, UsageError
+from mirror.errors import ExitCode, UnsafeOperation, UsageError
 
 
 def _plan(flow: str, group: str, truth: Truth, *parts: tuple[int, int, int, int]) -> Plan:
@@ -102,3 +102,31 @@ def test_classify() -> None:
 def test_source_moved() -> None:
     assert source_moved({("s", 0): 5, ("s", 1): 6}, {("s", 0): 5, ("s", 1): 9}) == [("s", 1)]
     assert source_moved({("s", 0): 5}, {}) == []  # nothing committed now: deleted, not moved on
+
+
+def test_a_plan_edited_after_it_was_written_is_refused() -> None:
+    """The id is the hash of the rest: a plan changed by hand (an offset, a group renamed) is
+    not the plan that was reviewed; apply refuses it (exit 3) instead of committing it."""
+    for edit in ("offset", "group"):
+        doc = json.loads(json.dumps(_site().to_json()))
+        if edit == "offset":
+            doc["groups"][0]["offsets"][0]["offset"] = 0
+        else:
+            doc["groups"][0]["group"] = "no-such-group"
+        with pytest.raises(UnsafeOperation) as err:
+            read_plan(doc, "p.json")
+        assert err.value.exit_code == ExitCode.UNSAFE and "changed after it was written" in str(err.value), edit
+
+
+def test_a_one_group_json_output_is_not_taken_for_a_plan_file() -> None:
+    doc = _plan("f1", "billing", Truth.SOURCE, (0, 5, 0, 0)).to_json()
+    with pytest.raises(UsageError) as err:
+        read_plan(doc, "p.json")
+    assert "--out" in str(err.value) and "--json" in str(err.value)
+
+
+def test_a_plan_missing_a_key_names_it() -> None:
+    doc = json.loads(json.dumps(_site().to_json()))
+    del doc["groups"][0]["offsets"]
+    with pytest.raises(UsageError, match="no 'offsets' key"):
+        read_plan(doc, "p.json")

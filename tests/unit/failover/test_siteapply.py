@@ -157,3 +157,12 @@ def test_restore_refuses_while_a_group_is_active(sf: FakeAdmin, tmp_path: Path) 
     with pytest.raises(UnsafeOperation, match="g4"):
         restore_backup(saved, lambda _c: sf, print)  # type: ignore[arg-type,return-value]
     assert sf.offsets["g0"][("nyc.t", 0)] == 100  # nothing restored
+
+
+def test_a_plan_moving_no_group_is_refused(sf: FakeAdmin, tmp_path: Path) -> None:
+    """An old or hand-made plan with no group: "moved 0 group(s)", exit 0, would be a false fine."""
+    backup = tmp_path / "b.json"
+    with pytest.raises(UnsafeOperation) as err:
+        apply_site(PlanDoc("abc123", "nyc", "/x.yaml", []), lambda _c: sf, backup, print, 1)  # type: ignore[arg-type,return-value]
+    assert err.value.exit_code == ExitCode.UNSAFE and "moves no group" in str(err.value)
+    assert not backup.exists() and sf.alters == []

@@ -122,11 +122,12 @@ def run(tmp_path: Path, src: FakeCluster, dst: FakeCluster, monkeypatch, **kw):
             t.flows,
             store,
             admin=clusters.__getitem__,
-            clock=lambda: NOW_MS / 1000,
+            clock=kw.pop("clock", lambda: NOW_MS / 1000),
             sleep=kw.pop("sleep", lambda s: None),
             **kw,
         )
-        assert store.source_ends("src-to-dst") == {("orders", 0): (12, NOW_MS)}
+        ((end, seen_ms),) = store.source_ends("src-to-dst").values()
+        assert end == 12 and NOW_MS <= seen_ms <= NOW_MS + 60_000  # when it was read, after any wait
         return (
             reports,
             store.syncs("src-to-dst", "orders", 0),
@@ -147,11 +148,61 @@ def test_resumes_after_mm2s_last_commit_with_exact_rows_and_checkpoints(tmp_path
     assert (report.partitions, report.copied, report.remaining, report.copied_twice) == (1, 10, 2, 0)
 
 
+@dataclass
+class FakeTime:
+    """The import's clock and sleep: sleeping moves the clock; `beating` MM2 emits a
+    heartbeat on `dst` every time the import sleeps (it still runs)."""
+
+    dst: FakeCluster
+    now: float = NOW_MS / 1000
+    beating: bool = False
+    slept: float = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.now += seconds
+        self.slept += seconds
+        if self.beating:
+            log = self.dst.logs[("heartbeats", 0)]
+            beat = struct.pack(">hq", 0, int(self.now * 1000))
+            log.append(TailRecord(len(log), 0, _s("src") + _s("dst"), beat, []))
+
+
 def test_a_fresh_heartbeat_means_mm2_still_runs(tmp_path: Path, monkeypatch) -> None:
+    """Heartbeats keep coming while the import waits: refused (exit 3) within --wait-quiet,
+    nothing written."""
     src, dst = world(heartbeat_age_ms=3_000)
-    with pytest.raises(UnsafeOperation, match="still runs"):
-        run(tmp_path, src, dst, monkeypatch)
+    t = FakeTime(dst, beating=True)
+    lines: list[str] = []
+    with pytest.raises(UnsafeOperation, match="still runs") as err:
+        run(tmp_path, src, dst, monkeypatch, clock=t.clock, sleep=t.sleep, wait_quiet=40.0, progress=lines.append)
+    # Refused as soon as 15 s of quiet cannot fit in what is left of the 40 s.
+    assert "--wait-quiet 40s" in str(err.value) and 25 <= t.slept <= 40 and lines
     assert src.calls == []
+
+
+def test_an_mm2_that_just_stopped_is_waited_for_until_its_heartbeats_go_quiet(tmp_path: Path, monkeypatch) -> None:
+    """Stopped 3 s ago: the import waits (a progress line) until 15 s of quiet, then takes over."""
+    src, dst = world(heartbeat_age_ms=3_000)
+    t = FakeTime(dst)
+    lines: list[str] = []
+    (report,), *_ = run(tmp_path, src, dst, monkeypatch, clock=t.clock, sleep=t.sleep, progress=lines.append)
+    assert report.partitions == 1 and src.calls
+    assert 12 <= t.slept <= 16, t.slept  # 12 s to 15 s of quiet, then the 3 intervals of `_refuse_moving` overlap
+    assert len(lines) == 1 and "3.0s old" in lines[0] and "quiet for 15s" in lines[0], lines
+
+
+def test_a_wait_shorter_than_the_quiet_window_is_refused_without_waiting_for_nothing(
+    tmp_path: Path, monkeypatch
+) -> None:
+    src, dst = world(heartbeat_age_ms=3_000)
+    t = FakeTime(dst)
+    with pytest.raises(UnsafeOperation, match="--wait-quiet"):
+        run(tmp_path, src, dst, monkeypatch, clock=t.clock, sleep=t.sleep, wait_quiet=5.0)
+    assert t.slept <= 5.0 and src.calls == []
 
 
 def test_a_heartbeat_during_the_import_is_refused_whatever_the_clocks_say(tmp_path: Path, monkeypatch) -> None:
