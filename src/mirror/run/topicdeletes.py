@@ -20,10 +20,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from mirror.config import Config, FlowConfig
-from mirror.domain.topic_deletes import GoneTopics, foreign_record
+from mirror.domain.topic_deletes import GoneTopics, Headers, foreign_record
 from mirror.errors import MirrorError
 from mirror.kafka.admin import FlowAdmins
 from mirror.kafka.reader import read_headers
@@ -45,12 +45,14 @@ class TopicDeleter:
         *,
         admins: FlowAdmins | None = None,
         clock: Callable[[], float] = time.monotonic,
+        reader: Callable[..., Sequence[tuple[int, Headers]]] = read_headers,
     ) -> None:
         self.config = config
         self.flow = flow
         self.store = store
         self.admins = admins or FlowAdmins(config, flow)
         self.clock = clock
+        self._read = reader  # (cluster name, cluster, topic, partition, start, end, timeout) -> [(offset, headers)]
         self.gone = GoneTopics(flow.topic_delete_grace)
         self.kept: dict[str, str] = {}  # target topic -> why it is kept (warned once)
         self.deleted: list[str] = []
@@ -124,7 +126,7 @@ class TopicDeleter:
             head_end = min(wm.low + SAMPLE, wm.high)
             ranges = [(wm.low, head_end), (max(head_end, wm.high - SAMPLE), wm.high)]
             for start, end in ranges:
-                records = read_headers(self.flow.target, cluster, topic, p, start, end, timeout=cluster.timeout)
+                records = self._read(self.flow.target, cluster, topic, p, start, end, timeout=cluster.timeout)
                 foreign = foreign_record(records, self.flow.source, c.source)
                 if foreign is not None:
                     offset, reason = foreign
