@@ -30,8 +30,8 @@ class GoneTopics:
     grace: float
     since: dict[str, float] = field(default_factory=dict)
 
-    def observe(self, present: set[str], watched: Iterable[str], now: float) -> tuple[list[str], list[str]]:
-        """(due: gone for at least the grace, back: gone at the last observation and present now)."""
+    def observe(self, present: set[str], watched: Iterable[str], now: float) -> tuple[list[str], list[str], list[str]]:
+        """(due: gone for at least the grace; back: gone before and present now; new: first seen gone now)."""
         watched = set(watched)
         back = sorted(t for t in self.since if t in present)
         for t in back:
@@ -39,12 +39,14 @@ class GoneTopics:
         for t in list(self.since):
             if t not in watched:
                 del self.since[t]  # no longer ours to delete (its record was forgotten)
-        due = []
+        due, new = [], []
         for t in sorted(watched - present):
-            first = self.since.setdefault(t, now)
-            if now - first >= self.grace:
+            if t not in self.since:
+                self.since[t] = now
+                new.append(t)
+            if now - self.since[t] >= self.grace:
                 due.append(t)
-        return due, back
+        return due, back, new
 
     def forget(self, topic: str) -> None:
         self.since.pop(topic, None)

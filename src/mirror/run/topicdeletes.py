@@ -63,7 +63,16 @@ class TopicDeleter:
         if not created:
             return []
         present = set(self.admins.source.topics())
-        due, back = self.gone.observe(present, created, self.clock())
+        due, back, new = self.gone.observe(present, created, self.clock())
+        for source in new:
+            log.info(
+                "flow %s: source topic %s is gone; target topic %s is deleted after topic_delete_grace (%gs) "
+                "unless it comes back",
+                self.flow.name,
+                source,
+                created[source].target,
+                self.flow.topic_delete_grace,
+            )
         for source in back:
             log.info(
                 "flow %s: source topic %s is back within topic_delete_grace; target topic %s is kept",

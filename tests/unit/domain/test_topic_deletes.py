@@ -7,25 +7,25 @@ from mirror.domain.topic_deletes import GoneTopics, foreign_record
 
 def test_a_source_topic_is_due_only_once_gone_for_the_whole_grace():
     gone = GoneTopics(grace=300)
-    assert gone.observe({"a", "b"}, ["a", "b"], now=0) == ([], [])
-    assert gone.observe({"b"}, ["a", "b"], now=10) == ([], [])  # a's count starts
-    assert gone.observe({"b"}, ["a", "b"], now=309) == ([], [])
-    assert gone.observe({"b"}, ["a", "b"], now=310) == (["a"], [])
+    assert gone.observe({"a", "b"}, ["a", "b"], now=0) == ([], [], [])
+    assert gone.observe({"b"}, ["a", "b"], now=10) == ([], [], ["a"])  # a's count starts
+    assert gone.observe({"b"}, ["a", "b"], now=309) == ([], [], [])
+    assert gone.observe({"b"}, ["a", "b"], now=310) == (["a"], [], [])
 
 
 def test_a_source_topic_recreated_within_the_grace_starts_over():
     gone = GoneTopics(grace=300)
     gone.observe(set(), ["a"], now=0)
-    assert gone.observe({"a"}, ["a"], now=200) == ([], ["a"])  # back: kept
-    assert gone.observe(set(), ["a"], now=250) == ([], [])  # gone again: a new count
-    assert gone.observe(set(), ["a"], now=549) == ([], [])
-    assert gone.observe(set(), ["a"], now=550) == (["a"], [])
+    assert gone.observe({"a"}, ["a"], now=200) == ([], ["a"], [])  # back: kept
+    assert gone.observe(set(), ["a"], now=250) == ([], [], ["a"])  # gone again: a new count
+    assert gone.observe(set(), ["a"], now=549) == ([], [], [])
+    assert gone.observe(set(), ["a"], now=550) == (["a"], [], [])
 
 
 def test_a_topic_no_longer_watched_is_forgotten():
     gone = GoneTopics(grace=1)
     gone.observe(set(), ["a"], now=0)
-    assert gone.observe(set(), [], now=5) == ([], [])
+    assert gone.observe(set(), [], now=5) == ([], [], [])
     assert gone.since == {}
 
 
