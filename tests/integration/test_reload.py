@@ -46,6 +46,13 @@ def _produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     assert p.flush(30) == 0
 
 
+def _reload_ok(port: int) -> bool:
+    try:
+        return total(scrape(port, timeout=5), "mirror_config_reload_successful") == 1
+    except OSError:  # not serving yet
+        return False
+
+
 def _values(bootstrap: str, topic: str, partitions: int = 1) -> Counter[bytes]:
     return Counter(r.value for p in range(partitions) for r in read_partition(bootstrap, topic, p))
 
@@ -140,3 +147,45 @@ def test_sighup_adds_removes_and_changes_flows_while_another_flows_records_keep_
     assert "flows[0].refresh_interval" in log and "flows[1].target" in log  # every problem of the refused file
     assert "added: n-" in log and "removed: gone-" in log and "changed: n-" in log
     assert "Traceback" not in log, log
+
+
+def test_the_supervisor_passes_sighup_on_to_every_worker(clusters, write_config, unique):
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    a, b = f"rw-{unique}.a", f"rw-{unique}.b"
+    create_topic(src, a, 2)
+    create_topic(dst, b, 2)
+    _produce(dst, b, [b"%d" % i for i in range(20)])
+    first = f"""\
+flows:
+  - name: a-{unique}
+    source: src
+    target: dst
+    consumer_group: mirror-a-{unique}
+    topics: {{include: ["{a}"]}}
+"""
+    added = f"""\
+  - name: b-{unique}
+    source: dst
+    target: src
+    consumer_group: mirror-b-{unique}
+    topics: {{include: ["{b}"]}}
+"""
+    path = write_config(first)
+    port = free_port()
+    with MirrorProcess(path, "--workers", "2", "--metrics-port", str(port)) as m:
+        for i in range(2):
+            wait_for(
+                lambda i=i: _reload_ok(port + i),
+                90,
+                f"worker {i} serving",
+                detail=m.output,
+            )
+        path.write_text(path.read_text() + added)
+        m.signal(signal.SIGHUP)
+        wait_for(lambda: m.output().count("config reloaded from") == 2, 120, "both workers reloaded", detail=m.output)
+        wait_for(lambda: sum(_values(src, f"dst.{b}", 2).values()) >= 20, 90, "b mirrored", detail=m.output)
+        m.stop()
+        log = m.output()
+    assert _values(src, f"dst.{b}", 2) == Counter(b"%d" % i for i in range(20))
+    assert "passing the reload on to 2 worker(s)" in log
+    assert "exited with" not in log, log  # no worker died of the signal
