@@ -57,9 +57,7 @@ flows:
             detail=m.output,
         )
         wait_for(lambda: f"src.{clean}" not in topics(dst), 120, "the clean copy to be deleted", detail=m.output)
-        wait_for(
-            lambda: f"target topic src.{foreign} is kept" in m.output(), 60, "the kept warning", detail=m.output
-        )
+        wait_for(lambda: f"target topic src.{foreign} is kept" in m.output(), 60, "the kept warning", detail=m.output)
         # Past the grace of back's first deletion: its copy is still there and got the new records.
         wait_for(
             lambda: {b"new-%d" % i for i in range(5)} <= {r.value for r in read_partition(dst, f"src.{back}", 0)},
