@@ -74,3 +74,27 @@ flows:
     assert f"deleted target topic src.{clean}" in log
     assert f"deleted target topic src.{back}" not in log
     assert " ERROR " not in log and "Traceback" not in log, log
+
+
+def test_the_cassandra_store_keeps_created_topics_per_flow(cassandra, unique):
+    from mirror.config import CassandraStoreConfig
+    from mirror.store.base import CreatedTopic
+    from mirror.store.cassandra import CassandraStore
+
+    store = CassandraStore(
+        CassandraStoreConfig(
+            kind="cassandra", contact_points=[cassandra.contact_point], keyspace=f"mirror_{unique}", consistency="ONE"
+        )
+    )
+    try:
+        store.record_created_topics("f", [CreatedTopic("nyc.a", "a", "id-a", 1), CreatedTopic("nyc.b", "b", "", 2)])
+        store.record_created_topics("g", [CreatedTopic("nyc.a", "a", "id-g", 3)])
+        assert sorted(store.created_topics("f"), key=lambda c: c.target) == [
+            CreatedTopic("nyc.a", "a", "id-a", 1),
+            CreatedTopic("nyc.b", "b", "", 2),
+        ]
+        store.forget_created_topic("f", "nyc.a")
+        assert [c.target for c in store.created_topics("f")] == ["nyc.b"]
+        assert [c.topic_id for c in store.created_topics("g")] == ["id-g"]
+    finally:
+        store.close()

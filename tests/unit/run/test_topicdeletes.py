@@ -139,3 +139,13 @@ def test_without_provenance_headers_nothing_is_deleted():
     now[0] = 60
     assert deleter.tick() == [] and target.deleted == []
     assert "provenance_headers is off" in deleter.kept["nyc.t1"]
+
+
+def test_a_source_topic_only_left_out_of_the_listing_is_not_gone():
+    deleter, source, target, _store, now = setup({"nyc.t1": 2, "nyc.t2": 1})
+    hidden = dict(source.topics_)
+    source.topics = lambda: {}  # type: ignore[method-assign]  # listed with an error, say: left out
+    deleter.tick()
+    now[0] = 60
+    assert deleter.tick() == [] and target.deleted == []  # asked by name, the source still knows them
+    assert source.topic_ids(hidden) == {t: f"id-{t}" for t in hidden}
