@@ -275,6 +275,39 @@ class TopicSyncMetrics:
             self.failures.labels(flow).inc(failed)
 
 
+# ---------------------------------------------------------------------------- config reload
+
+
+class ReloadMetrics:
+    """`mirror run`'s config reloads (SIGHUP), named like Prometheus's own
+    `prometheus_config_last_reload_successful`: alert on the gauge, not on the log."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.successful = Gauge(
+            "mirror_config_reload_successful",
+            "1 if the last config reload (or the load at start) was applied, 0 if it was refused.",
+            registry=registry,
+        )
+        self.last_success = Gauge(
+            "mirror_config_reload_last_success_timestamp_seconds",
+            "Unix time of the last config reload applied (the load at start counts as one).",
+            registry=registry,
+        )
+        self.failures = Counter(
+            "mirror_config_reload_failures",
+            "Config reloads refused (the file did not load or validate); the running flows carried on.",
+            registry=registry,
+        )
+
+    def succeeded(self, now: float) -> None:
+        self.successful.set(1)
+        self.last_success.set(now)
+
+    def failed(self) -> None:
+        self.successful.set(0)
+        self.failures.inc()
+
+
 # ---------------------------------------------------------------------------- canary
 
 

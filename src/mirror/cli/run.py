@@ -43,7 +43,10 @@ def run(
     workers: int,
     no_offset_store: bool,
 ) -> int:
-    """Mirror the flows' topics from source to target until stopped (SIGTERM/Ctrl-C drain and commit)."""
+    """Mirror the flows' topics from source to target until stopped (SIGTERM/Ctrl-C drain and commit).
+
+    SIGHUP re-reads the config file: added flows start, removed ones drain and stop, changed
+    ones restart, the others carry on; a file that does not validate is refused (logged)."""
     if metrics_port and metrics_port + workers - 1 > 65535:  # worker i serves on metrics_port + i
         raise UsageError(
             f"--metrics-port {metrics_port} with --workers {workers}: worker {workers - 1} would serve on "
@@ -52,7 +55,7 @@ def run(
         )
     config = app.config(config_path)
     selected = config.select_flows(flows)
-    with stop_on_signals() as signals:
+    with stop_on_signals(reload=True) as signals:
         stop = signals.stop
         if workers > 1:
             argv = ["run", "-c", str(config_path), *[a for f in flows for a in ("--flow", f)]]
@@ -64,7 +67,7 @@ def run(
                 argv.insert(0, "--debug")
             if app.verbose:
                 argv.insert(0, "-" + "v" * app.verbose)
-            rc = supervise(argv, workers, metrics_port=metrics_port, stop=stop)
+            rc = supervise(argv, workers, metrics_port=metrics_port, stop=stop, reload=signals.reload)
         else:
             stop_with_supervisor(stop)
             run_flows(
@@ -74,6 +77,9 @@ def run(
                 until_caught_up=until_caught_up,
                 metrics_port=metrics_port,
                 offset_store=not no_offset_store,
+                reload=signals.reload,
+                config_path=config_path,
+                names=flows,
             )
             rc = ExitCode.OK
     if signals.interrupted:

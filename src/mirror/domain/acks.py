@@ -64,3 +64,16 @@ def backlog_full(listeners: Sequence[AckListener]) -> bool:
     memory stays bounded while commits are held back.
     """
     return any(getattr(listener, "backlog_full", False) for listener in listeners)
+
+
+def targets_created(listeners: Sequence[AckListener], flow: str, created: Mapping[str, tuple[str, str]]) -> None:
+    """Tell the listeners which target topics this worker created: target -> (source topic,
+    target topic id, "" when not known yet).
+
+    Optional for listeners (`on_targets_created`): the offset-map recorder keeps them, so
+    `sync_topic_deletes` only ever deletes a topic the mirror made itself.
+    """
+    for listener in listeners:
+        hook = getattr(listener, "on_targets_created", None)
+        if hook is not None:
+            hook(flow, created)

@@ -259,6 +259,9 @@ def _run_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
             add("run", t, r, ["Read"], _note(exact, "sync_group_offsets: commit translated offsets for idle groups"))
         for r, exact in fr.dst_topics:
             add("run", t, r, ["Read"], _note(exact, "sync_group_offsets: an offset commit needs Read on the topic"))
+    if flow.sync_topic_deletes:
+        for r, exact in fr.dst_topics:
+            add("run", t, r, ["Read"], _note(exact, "sync_topic_deletes: read a copy's first and last records first"))
     if flow.exactly_once:
         _exactly_once_grants(flow, fr, add)
 

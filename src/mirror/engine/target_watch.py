@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from mirror.config import ClusterConfig, Config, FlowConfig
-from mirror.domain.acks import SourcePartition
+from mirror.domain.acks import AckListener, SourcePartition, targets_created
 from mirror.domain.ledger import Ledger
 from mirror.domain.naming import MAX_TOPIC_NAME
 from mirror.domain.topics import TopicChange, TopicMapping, match_topics, topic_change, unmirrorable_topics
@@ -95,11 +95,13 @@ class TargetWatch:
         status: FlowStatus,
         resync: Resync,
         requests: RefreshRequests,
+        listeners: Sequence[AckListener] = (),
     ) -> None:
         self.config, self.flow, self._target, self._stop, self._clock = config, flow, target, stop, clock
         self._ledger, self._admins, self._tags, self._pool, self._fence = ledger, admins, tags, pool, fence
         self._committer, self._assignment, self._failures, self._status = committer, assignment, failures, status
         self._resync, self.requests = resync, requests
+        self._listeners = listeners
         self._mappings: dict[str, TopicMapping] = {}
         self._subscribed: tuple[str, ...] = ()
         self.waiting: set[str] = set()  # matched source topics whose targets are not ready yet
@@ -142,6 +144,12 @@ class TargetWatch:
                 TopicPartition(m.source, p) for m in mappings if m.target in result.created for p in range(m.partitions)
             ]
             self._assignment.note_created(created, result.created)
+            sources = {m.target: m.source for m in mappings}
+            targets_created(
+                self._listeners,
+                self.flow.name,
+                {t: (sources[t], self._tags.ids.get(t, "")) for t in result.created},
+            )
         self._mappings = {m.source: m for m in mappings}
         self._assignment.lifecycle.matched(len(mappings))
         total = sum(m.partitions for m in mappings)

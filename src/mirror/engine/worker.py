@@ -346,6 +346,7 @@ class FlowWorker:
             status=self.status,
             resync=resync,
             requests=self.requests,
+            listeners=listeners,
         )
 
     def close(self) -> None:

@@ -26,6 +26,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 from mirror.domain.acks import AckBatch, SourcePartition
 from mirror.domain.offsetmap import OffsetStore, OffsetSync
 from mirror.errors import MirrorError, OffsetStoreError
+from mirror.store.base import CreatedTopic
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,25 @@ class OffsetMapRecorder:
             if tip_delta is not None and b.count:
                 newest = b.next_offset - 1
                 self._tips[key] = OffsetSync(b.source_topic, b.partition, newest, newest + tip_delta)
+
+    def on_targets_created(self, flow: str, created: Mapping[str, tuple[str, str]]) -> None:
+        """Keep the target topics this worker created (`sync_topic_deletes` deletes no other).
+
+        Not a veto: a store that fails here only leaves the topic undeletable (kept), so the
+        copy goes on and the failure is logged."""
+        record = getattr(self.store, "record_created_topics", None)
+        if record is None:
+            return
+        now_ms = int(time.time() * 1000)
+        try:
+            record(self.flow, [CreatedTopic(t, source, topic_id, now_ms) for t, (source, topic_id) in created.items()])
+        except MirrorError as exc:
+            log.warning(
+                "flow %s: could not record the target topics it created (%s); sync_topic_deletes will keep them: %s",
+                self.flow,
+                ", ".join(sorted(created)),
+                exc,
+            )
 
     def on_reset(self, flow: str, partitions: Sequence[SourcePartition]) -> None:
         """The target topic was recreated: rows of the old one would mistranslate, drop them.

@@ -4,6 +4,8 @@ One Python process is bound to one core, so a host with more cores runs more wor
 They share the flow's partitions through the consumer group; when one dies, the group
 hands its partitions to the others within the session timeout, and the supervisor starts
 a replacement. SIGTERM/SIGINT are passed on; the supervisor exits once every worker has.
+SIGHUP (reload the config file) is passed on too: each worker reads and validates the file
+itself and applies it to its own flows.
 """
 
 from __future__ import annotations
@@ -69,17 +71,37 @@ def stop_with_supervisor(stop: threading.Event, interval: float = 1.0) -> None:
     threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
 
 
+def spawn_blocking_hup(args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start a worker with SIGHUP blocked; it unblocks it once its reload handler is in place.
+
+    A blocked signal mask survives fork and exec, a Python handler does not: a reload
+    forwarded while the worker still imports would otherwise kill it (SIGHUP's default)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        return subprocess.Popen(args, env=env)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def supervise(
-    argv: Sequence[str], workers: int, *, metrics_port: int | None, stop: threading.Event, restart: bool = True
+    argv: Sequence[str],
+    workers: int,
+    *,
+    metrics_port: int | None,
+    stop: threading.Event,
+    restart: bool = True,
+    reload: threading.Event | None = None,
 ) -> int:
-    """Run `mirror run ARGV` in `workers` child processes; returns the exit status."""
+    """Run `mirror run ARGV` in `workers` child processes; returns the exit status.
+
+    Each time `reload` is set, SIGHUP is sent to every live worker."""
 
     def spawn(i: int) -> subprocess.Popen[bytes]:
         args = [sys.executable, "-m", "mirror", *argv]
         if metrics_port:
             args += ["--metrics-port", str(metrics_port + i)]  # one exporter per worker
         env = {**os.environ, "MIRROR_WORKER_INDEX": str(i), SUPERVISOR_PID: str(os.getpid())}
-        proc = subprocess.Popen(args, env=env)
+        proc = spawn_blocking_hup(args, env)
         log.info("worker %d started (pid %d)", i, proc.pid)
         return proc
 
@@ -95,6 +117,11 @@ def supervise(
             for p in procs.values():
                 p.send_signal(signal.SIGTERM)
             forwarded = True
+        if reload is not None and reload.is_set() and not stop.is_set():
+            reload.clear()
+            log.info("passing the reload on to %d worker(s)", len(procs))
+            for p in procs.values():
+                p.send_signal(signal.SIGHUP)
         for i, p in list(procs.items()):
             rc = p.poll()
             if rc is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from mirror.domain.offsetmap import OffsetStore, OffsetSync
 from mirror.errors import OffsetStoreError
@@ -18,6 +18,30 @@ from mirror.errors import OffsetStoreError
 NEWEST = 2**62
 
 SourceEnds = Mapping[tuple[str, int], int]
+
+
+@dataclass(frozen=True)
+class CreatedTopic:
+    """A target topic the mirror created: its source topic and the id it got (for `sync_topic_deletes`).
+
+    The id tells this topic apart from one of the same name created later by someone else;
+    "" when the target did not describe it yet at creation."""
+
+    target: str
+    source: str
+    topic_id: str
+    time_ms: int
+
+
+@runtime_checkable
+class CreatedTopicStore(Protocol):
+    """Target topics the mirror created, per flow (both backends; `sync_topic_deletes` reads them)."""
+
+    def record_created_topics(self, flow: str, topics: Sequence[CreatedTopic]) -> None: ...
+
+    def created_topics(self, flow: str) -> list[CreatedTopic]: ...
+
+    def forget_created_topic(self, flow: str, target: str) -> None: ...
 
 
 class FullOffsetStore(OffsetStore, Protocol):

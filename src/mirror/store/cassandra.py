@@ -37,7 +37,7 @@ from cassandra.query import PreparedStatement
 from mirror.config import CassandraStoreConfig
 from mirror.domain.offsetmap import Checkpoint, OffsetSync
 from mirror.errors import OffsetStoreError
-from mirror.store.base import NEWEST, SourceEnds, SyncWindow
+from mirror.store.base import NEWEST, CreatedTopic, SourceEnds, SyncWindow
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -59,6 +59,10 @@ _TABLES = {
     "source_ends": """CREATE TABLE IF NOT EXISTS {ks}.source_ends (
         flow text, topic text, partition int, source_end bigint, time_ms bigint,
         PRIMARY KEY ((flow), topic, partition)
+    )""",
+    "created_topics": """CREATE TABLE IF NOT EXISTS {ks}.created_topics (
+        flow text, target text, source text, topic_id text, time_ms bigint,
+        PRIMARY KEY ((flow), target)
     )""",
 }
 
@@ -192,6 +196,10 @@ class CassandraStore:
             "put_end": f"INSERT INTO {ks}.source_ends (flow, topic, partition, source_end, time_ms) VALUES (?, ?, ?, "
             "?, ?)",
             "ends": f"SELECT topic, partition, source_end, time_ms FROM {ks}.source_ends WHERE flow=?",
+            "put_created": f"INSERT INTO {ks}.created_topics (flow, target, source, topic_id, time_ms) VALUES "
+            "(?, ?, ?, ?, ?)",
+            "created": f"SELECT target, source, topic_id, time_ms FROM {ks}.created_topics WHERE flow=?",
+            "del_created": f"DELETE FROM {ks}.created_topics WHERE flow=? AND target=?",
         }
         out = {}
         for name, cql in stmts.items():
@@ -385,6 +393,21 @@ class CassandraStore:
     def source_ends(self, flow: str) -> dict[tuple[str, int], tuple[int, int]]:
         rows = self._run("read source end offsets", lambda s: list(s.execute(self._stmts["ends"], (flow,))))
         return {(r.topic, r.partition): (r.source_end, r.time_ms) for r in rows}
+
+    # -- target topics the mirror created (sync_topic_deletes)
+    def record_created_topics(self, flow: str, topics: Sequence[CreatedTopic]) -> None:
+        self._write_many(
+            "record created target topics",
+            "put_created",
+            [(flow, t.target, t.source, t.topic_id, t.time_ms) for t in topics],
+        )
+
+    def created_topics(self, flow: str) -> list[CreatedTopic]:
+        rows = self._run("read created target topics", lambda s: list(s.execute(self._stmts["created"], (flow,))))
+        return [CreatedTopic(r.target, r.source, r.topic_id, r.time_ms) for r in rows]
+
+    def forget_created_topic(self, flow: str, target: str) -> None:
+        self._run("forget a created target topic", lambda s: s.execute(self._stmts["del_created"], (flow, target)))
 
     def close(self) -> None:
         with self._lock:

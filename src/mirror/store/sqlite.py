@@ -27,7 +27,7 @@ from typing import Any
 
 from mirror.domain.offsetmap import Checkpoint, OffsetSync
 from mirror.errors import OffsetStoreError
-from mirror.store.base import SourceEnds, SyncWindow
+from mirror.store.base import CreatedTopic, SourceEnds, SyncWindow
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS offset_syncs (
@@ -49,6 +49,11 @@ CREATE TABLE IF NOT EXISTS source_ends (
     flow TEXT NOT NULL, topic TEXT NOT NULL, partition INTEGER NOT NULL,
     source_end INTEGER NOT NULL, time_ms INTEGER NOT NULL,
     PRIMARY KEY (flow, topic, partition)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS created_topics (
+    flow TEXT NOT NULL, target TEXT NOT NULL, source TEXT NOT NULL, topic_id TEXT NOT NULL,
+    time_ms INTEGER NOT NULL,
+    PRIMARY KEY (flow, target)
 ) WITHOUT ROWID;
 """
 
@@ -333,6 +338,28 @@ class SqliteStore:
             (flow,),
         )
         return {(t, p): (e, ms) for t, p, e, ms in rows}
+
+    # -- target topics the mirror created (sync_topic_deletes)
+    def record_created_topics(self, flow: str, topics: Sequence[CreatedTopic]) -> None:
+        if not topics:
+            return
+        with self._tx("record created target topics") as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO created_topics VALUES (?, ?, ?, ?, ?)",
+                [(flow, t.target, t.source, t.topic_id, t.time_ms) for t in topics],
+            )
+
+    def created_topics(self, flow: str) -> list[CreatedTopic]:
+        rows = self._query(
+            "read created target topics",
+            "SELECT target, source, topic_id, time_ms FROM created_topics WHERE flow=? ORDER BY target",
+            (flow,),
+        )
+        return [CreatedTopic(t, s, i, ms) for t, s, i, ms in rows]
+
+    def forget_created_topic(self, flow: str, target: str) -> None:
+        with self._tx("forget a created target topic") as db:
+            db.execute("DELETE FROM created_topics WHERE flow=? AND target=?", (flow, target))
 
     def close(self) -> None:
         with self._lock:

@@ -23,3 +23,14 @@ def test_sigint_stops_and_counts_as_interrupted():
         os.kill(os.getpid(), signal.SIGINT)
         assert signals.stop.wait(5)
     assert signals.interrupted  # Ctrl-C: exit 130 after draining
+
+
+def test_sighup_asks_for_a_reload_without_stopping_and_only_when_asked():
+    before = signal.getsignal(signal.SIGHUP)
+    with stop_on_signals(reload=True) as signals:
+        os.kill(os.getpid(), signal.SIGHUP)
+        assert signals.reload.wait(5)
+        assert not signals.stop.is_set()
+    assert signal.getsignal(signal.SIGHUP) == before
+    with stop_on_signals() as signals:
+        assert signal.getsignal(signal.SIGHUP) == before  # other commands keep SIGHUP's default

@@ -91,6 +91,17 @@ def test_topic_config_sync_off_drops_alter_configs():
     assert "AlterConfigs" not in target[Resource("topic", "nyc.users")]
 
 
+def test_topic_deletes_read_the_target_topics_they_may_delete():
+    text = (BODY % "true").replace("    sync_topic_configs: true\n", "    sync_topic_deletes: true\n")
+    grants = required_grants(config.parse(text, env={"PW": "pw"}))
+    target = cluster_bindings([g for g in grants if g.command == "run"], "sf")
+    assert {"Read", "Delete"} <= set(target[Resource("topic", "nyc.users")])
+    assert (
+        "Read"
+        not in cluster_bindings([g for g in _grants() if g.command == "run"], "sf")[Resource("topic", "nyc.users")]
+    )
+
+
 def test_read_only_commands_never_write():
     for g in _grants():
         if g.command in ("validate", "topics", "lag", "failover plan", "failover export"):

@@ -27,3 +27,30 @@ def test_a_fault_moving_between_workers_keeps_backing_off():
     assert delays == [2.0, 4.0, 8.0, 16.0, 32.0, 60.0]
     # An hour with no crash since the last restart: the next crash starts over.
     assert crash_streak(streak, calm, calm + HEALTHY_AFTER) == 1
+
+
+CHILD = """
+import signal, sys, time
+time.sleep(1.0)  # still starting up when the supervisor passes a reload on
+got = []
+signal.signal(signal.SIGHUP, lambda *_: got.append(1))
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+deadline = time.monotonic() + 10
+while not got and time.monotonic() < deadline:
+    time.sleep(0.05)
+sys.exit(0 if got else 5)
+"""
+
+
+def test_a_reload_passed_on_before_the_worker_listens_waits_for_it_instead_of_killing_it():
+    import os
+    import signal
+    import sys
+
+    from mirror.run.supervisor import spawn_blocking_hup
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    proc = spawn_blocking_hup([sys.executable, "-c", CHILD], dict(os.environ))
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before  # the supervisor's own mask is back
+    proc.send_signal(signal.SIGHUP)
+    assert proc.wait(30) == 0  # alive, and the reload reached its handler

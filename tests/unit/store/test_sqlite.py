@@ -90,3 +90,21 @@ def test_bulk_windows_match_the_one_by_one_reads(tmp_path: Path) -> None:
         OffsetSync("t", 0, 20, 10),
     ]  # reused temp table
     store.close()
+
+
+def test_created_target_topics_are_kept_per_flow_and_forgotten_one_by_one(tmp_path: Path) -> None:
+    from mirror.run.recorder import OffsetMapRecorder
+    from mirror.store.base import CreatedTopic, CreatedTopicStore
+
+    store = SqliteStore(tmp_path / "o.db")
+    assert isinstance(store, CreatedTopicStore)
+    recorder = OffsetMapRecorder(store, "f", registry=None)
+    recorder.on_targets_created("f", {"nyc.a": ("a", "id-a"), "nyc.b": ("b", "")})
+    found = store.created_topics("f")
+    assert [(c.target, c.source, c.topic_id) for c in found] == [("nyc.a", "a", "id-a"), ("nyc.b", "b", "")]
+    assert all(isinstance(c, CreatedTopic) and c.time_ms > 0 for c in found)
+    assert store.created_topics("other") == []
+    # Created again (the target was deleted and the worker made it anew): the newest id counts.
+    recorder.on_targets_created("f", {"nyc.a": ("a", "id-a2")})
+    store.forget_created_topic("f", "nyc.b")
+    assert [(c.target, c.topic_id) for c in store.created_topics("f")] == [("nyc.a", "id-a2")]

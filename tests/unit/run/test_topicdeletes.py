@@ -1,0 +1,151 @@
+"""`TopicDeleter` against in-memory admins and store: it deletes only a clean target topic of the
+mirror's after the grace, and keeps (with one WARNING) one holding somebody else's record."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+from mirror import config
+from mirror.kafka.admin import Watermarks
+from mirror.run.topicdeletes import SAMPLE, TopicDeleter
+from mirror.store.base import CreatedTopic
+
+TEXT = """\
+clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}
+flows:
+  - {name: f, source: nyc, target: sf, topics: {include: ["t.*"]}, sync_topic_deletes: true,
+     topic_delete_grace: 60s}
+"""
+
+
+class Cluster:
+    def __init__(self, topics: dict[str, int]) -> None:
+        self.topics_ = dict(topics)
+        self.ids = {t: f"id-{t}" for t in topics}
+        self.logs: dict[tuple[str, int], list[list[tuple[str, bytes | None]]]] = {}
+        self.deleted: list[str] = []
+
+    def topics(self) -> dict[str, int]:
+        return dict(self.topics_)
+
+    def topic_ids(self, topics: Iterable[str]) -> dict[str, str]:
+        return {t: self.ids[t] for t in topics if t in self.topics_}
+
+    def watermarks(self, partitions: Iterable[tuple[str, int]], *, committed_only: bool = True):
+        return {tp: Watermarks(0, len(self.logs.get(tp, []))) for tp in partitions}
+
+    def delete_topics(self, topics: Iterable[str]) -> None:
+        for t in topics:
+            self.topics_.pop(t, None)
+            self.deleted.append(t)
+
+    def read(self, _name, _cluster, topic, partition, start, end, timeout):
+        return [(o, h) for o, h in enumerate(self.logs.get((topic, partition), [])) if start <= o < end]
+
+
+class Admins:
+    def __init__(self, source: Cluster, target: Cluster) -> None:
+        self.source, self.target = source, target
+
+
+class Store:
+    def __init__(self, rows: Sequence[CreatedTopic]) -> None:
+        self.rows = {r.target: r for r in rows}
+
+    def record_created_topics(self, flow: str, topics: Sequence[CreatedTopic]) -> None:
+        self.rows.update({t.target: t for t in topics})
+
+    def created_topics(self, flow: str) -> list[CreatedTopic]:
+        return list(self.rows.values())
+
+    def forget_created_topic(self, flow: str, target: str) -> None:
+        self.rows.pop(target, None)
+
+
+def copies(topic: str, n: int, partition: int = 0) -> list[list[tuple[str, bytes | None]]]:
+    return [[("mirror.origin", f"nyc/{topic}/{partition}/{i}".encode())] for i in range(n)]
+
+
+def setup(target_topics: dict[str, int]):
+    cfg = config.parse(TEXT, env={})
+    source, target = Cluster({"t1": 2, "t2": 1}), Cluster(target_topics)
+    store = Store([CreatedTopic(f"nyc.{t}", t, f"id-nyc.{t}", 1) for t in ("t1", "t2")])
+    now = [0.0]
+    deleter = TopicDeleter(
+        cfg,
+        cfg.flows[0],
+        store,
+        admins=Admins(source, target),
+        clock=lambda: now[0],
+        reader=target.read,  # type: ignore[arg-type]
+    )
+    return deleter, source, target, store, now
+
+
+def test_a_clean_target_topic_goes_after_the_grace_and_a_foreign_record_keeps_one(caplog):
+    deleter, source, target, store, now = setup({"nyc.t1": 2, "nyc.t2": 1})
+    target.logs[("nyc.t1", 0)] = copies("t1", 3 * SAMPLE)  # head and tail sampled, middle not read
+    target.logs[("nyc.t1", 1)] = copies("t1", 5, partition=1)
+    target.logs[("nyc.t2", 0)] = copies("t2", 2 * SAMPLE) + [[("app", b"x")]]  # somebody wrote to the copy
+    assert deleter.tick() == []
+    source.topics_.clear()  # both sources deleted
+    assert deleter.tick() == []  # the grace starts
+    now[0] = 59
+    assert deleter.tick() == []
+    now[0] = 60
+    with caplog.at_level(logging.WARNING):
+        assert deleter.tick() == ["nyc.t1"]
+        deleter.tick()  # the kept topic is not warned about again
+    assert target.deleted == ["nyc.t1"] and list(store.rows) == ["nyc.t2"]
+    kept = [r.getMessage() for r in caplog.records if "kept" in r.getMessage()]
+    assert kept == [
+        "flow f: source topic t2 is gone, but target topic nyc.t2 is kept: the record at nyc.t2[0]@200 was not "
+        "written by the mirror (it has no provenance header)"
+    ]
+
+
+def test_a_source_recreated_within_the_grace_keeps_its_target():
+    deleter, source, target, _store, now = setup({"nyc.t1": 2, "nyc.t2": 1})
+    source.topics_.pop("t1")
+    deleter.tick()
+    now[0] = 30
+    source.topics_["t1"] = 2  # created again
+    deleter.tick()
+    source.topics_.pop("t1")  # and deleted again: a new grace, from when it is seen gone
+    now[0] = 61
+    assert deleter.tick() == []
+    now[0] = 120
+    assert deleter.tick() == []
+    now[0] = 121
+    assert deleter.tick() == ["nyc.t1"]
+
+
+def test_a_target_topic_created_again_by_someone_else_is_not_the_mirrors():
+    deleter, source, target, store, now = setup({"nyc.t1": 2, "nyc.t2": 1})
+    target.ids["nyc.t1"] = "someone-elses"
+    source.topics_.clear()
+    deleter.tick()
+    now[0] = 60
+    assert deleter.tick() == ["nyc.t2"]
+    assert "nyc.t1" in target.topics_ and "nyc.t1" not in store.rows  # forgotten: never deleted later
+
+
+def test_without_provenance_headers_nothing_is_deleted():
+    deleter, source, target, _store, now = setup({"nyc.t1": 2, "nyc.t2": 1})
+    deleter.flow = deleter.flow.model_copy(update={"provenance_headers": False})
+    source.topics_.clear()
+    deleter.tick()
+    now[0] = 60
+    assert deleter.tick() == [] and target.deleted == []
+    assert "provenance_headers is off" in deleter.kept["nyc.t1"]
+
+
+def test_a_source_topic_only_left_out_of_the_listing_is_not_gone():
+    deleter, source, target, _store, now = setup({"nyc.t1": 2, "nyc.t2": 1})
+    hidden = dict(source.topics_)
+    source.topics = lambda: {}  # type: ignore[method-assign]  # listed with an error, say: left out
+    deleter.tick()
+    now[0] = 60
+    assert deleter.tick() == [] and target.deleted == []  # asked by name, the source still knows them
+    assert source.topic_ids(hidden) == {t: f"id-{t}" for t in hidden}
