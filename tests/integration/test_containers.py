@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from tests.support.kafkautil import create_topic, end_offsets, producer, read_topic, wait_for
+from tests.support.kafkautil import commit_group, create_topic, end_offsets, producer, read_topic, wait_for
 from tests.support.podman import COMPOSE, ROOT, Stack, build_images, podman_env
 
 pytestmark = [
@@ -194,6 +194,51 @@ def test_prometheus_scrapes_every_mirror_role_and_loads_the_alert_rules(stack: S
     rules = yaml.safe_load((ROOT / "configs" / "alerts.yaml").read_text(encoding="utf-8"))
     expected = [r.get("alert") or r.get("record") for g in rules["groups"] for r in g["rules"]]
     assert sorted(loaded) == sorted(expected)
+
+
+DASHBOARD = ROOT / "docker" / "grafana" / "dashboards" / "mirror.json"
+
+
+def _panel_queries() -> list[tuple[str, str]]:
+    """Every target of the Grafana dashboard, with its variables as Grafana fills them in."""
+    board = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    return [
+        (panel["title"], t["expr"].replace("$flow", ".*").replace("$__rate_interval", "1m"))
+        for panel in board["panels"]
+        for t in panel.get("targets", [])
+    ]
+
+
+def _alert_metrics() -> set[str]:
+    rules = yaml.safe_load((ROOT / "configs" / "alerts.yaml").read_text(encoding="utf-8"))
+    exprs = " ".join(str(r["expr"]) for g in rules["groups"] for r in g["rules"])
+    return set(re.findall(r"\b(mirror_[a-z0-9_]+)", exprs))
+
+
+def test_every_dashboard_panel_and_every_alert_metric_has_series_from_the_running_stack(stack: Stack):
+    """A panel or an alert over a metric nobody exports shows nothing and pages nobody: each
+    query of the dashboard and each metric an alert rule names must come back non-empty from
+    the stack's Prometheus (a checkpointed group gives the group panels their series)."""
+    topic = "orders.dashboard"
+    _new_topic(stack, topic)
+    _produce(stack, topic, 0, 30)
+    _wait_mirrored(stack, topic, 30)
+    commit_group(stack.nyc, "billing.dashboard", topic, dict.fromkeys(range(PARTITIONS), 5))
+    queries = _panel_queries() + [(f"alert rule metric {m}", m) for m in sorted(_alert_metrics())]
+    empty: list[str] = []
+
+    def every_query_answers() -> bool:
+        empty.clear()
+        for title, promql in queries:
+            try:
+                if not _query(stack, promql):
+                    empty.append(f"{title}: {promql}")
+            except OSError as exc:
+                empty.append(f"{title}: {promql} ({exc})")
+        return not empty
+
+    what = "every dashboard query and alert metric with series"
+    wait_for(every_query_answers, 240, what, detail=lambda: "\n".join(empty))
 
 
 def test_sigterm_exits_0_and_a_restart_duplicates_nothing(stack: Stack):

@@ -128,6 +128,15 @@ def group_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> di
         c.close()
 
 
+def commit_group(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """Commit `offsets` for `group` as a consumer of it would (the group stays empty after)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+    finally:
+        c.close()
+
+
 def wait_for(
     check: Callable[[], bool],
     timeout: float,
