@@ -183,6 +183,9 @@ class FlowConfig(_Model):
     (partitions are still grown before mirroring: records keep their partition number).
     Native engine only."""
     sync_topic_configs_interval: Duration = 60.0
+    """How often topic configs are compared and synced. MM2 syncs every 10 minutes; a DR copy
+    keeping data for the wrong time that long is an incident waiting for a failover. One
+    comparison per interval costs a few requests. Native engine only."""
     sync_topic_deletes: bool = False
     """Delete a target topic once its source topic has been gone for `topic_delete_grace`
     (native engine; checked every `sync_topic_configs_interval`). Only a topic this mirror
@@ -194,9 +197,6 @@ class FlowConfig(_Model):
     """How long a source topic must stay gone before its target topic is deleted (seconds, or
     `5m`). A topic deleted and created again within it keeps its target (mirrored again from
     its beginning). The count starts over when `mirror run` restarts: later, never sooner."""
-    """How often topic configs are compared and synced. MM2 syncs every 10 minutes; a DR copy
-    keeping data for the wrong time that long is an incident waiting for a failover. One
-    comparison per interval costs a few requests. Native engine only."""
     consumer: ClientSettings = {}
     """Extra librdkafka settings for the source consumer; those that would switch a
     guarantee off are refused, with the reason. Both engines."""
