@@ -634,14 +634,16 @@ def test_the_spark_image_has_the_pinned_pyspark_and_its_connector():
 
 
 def test_the_spark_image_has_the_jvm_writer_where_the_driver_looks():
-    """Built by the script `make setup` runs (one compile command), copied to the path the
-    image's $MIRROR_SPARK_WRITER_JAR names (`mirror.spark.session.writer_jar`)."""
+    """Built by the Maven command `make setup` runs (jvm/writer/pom.xml), copied to the path
+    the image's $MIRROR_SPARK_WRITER_JAR names (`mirror.spark.session.writer_jar`)."""
     from mirror.spark.session import JAR_ENV, JAR_NAME
 
+    build = "-f jvm/writer/pom.xml -DskipTests package"
     instructions = _dockerfile_instructions(SPARK_DOCKERFILE)
     assert _pinned(_bases(SPARK_DOCKERFILE)[2], "maven:3.9-eclipse-temurin-17")
-    assert any("/jvm/writer/build.sh " in rest for word, rest in instructions if word == "RUN")
-    assert "jvm/writer/build.sh $@" in (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert any(f"mvn -q -B {build}" in rest for word, rest in instructions if word == "RUN")
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "MVN := mvn -q -B\n" in makefile and f"$(MVN) {build}\n" in makefile
     copied = [rest.split()[-1] for word, rest in instructions if word == "COPY" and "--from=writer" in rest]
     assert copied == [_env_of_image(SPARK_DOCKERFILE)[JAR_ENV]] and copied[0].endswith(f"/{JAR_NAME}")
     ignore = (DOCKER / "Dockerfile.spark.dockerignore").read_text(encoding="utf-8").split()

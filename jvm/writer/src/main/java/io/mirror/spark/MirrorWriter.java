@@ -57,17 +57,23 @@ public final class MirrorWriter {
                         .mapPartitions(new DirectWriter(plan))
                         .collect();
         ArrayNode tasks = out.putArray("tasks");
-        long read = 0;
         try {
             for (String r : results) {
-                JsonNode task = json.readTree(r);
-                read += task.path("produced").asLong(0);
-                tasks.add(task);
+                tasks.add(json.readTree(r));
             }
         } catch (IOException e) {
             throw new IllegalStateException("a task's answer is not JSON: " + e.getMessage(), e);
         }
-        ranges.read(read);
+        ranges.read(inputRows(tasks));
         return out.toString();
+    }
+
+    /** The records the batch's {@code tasks} (their answers) add to the query's numInputRows. */
+    static long inputRows(Iterable<JsonNode> tasks) {
+        long read = 0;
+        for (JsonNode task : tasks) {
+            read += task.path("produced").asLong(0);
+        }
+        return read;
     }
 }

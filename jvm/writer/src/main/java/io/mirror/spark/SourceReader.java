@@ -4,12 +4,11 @@ import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.Collections;
 import java.util.List;
-import java.util.Map;
+import java.util.function.LongSupplier;
+import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 /**
  * One source partition's offset range [from, until) read by a raw Java consumer, as Spark's
@@ -29,7 +28,8 @@ final class SourceReader {
     private static final long STALL_CHECK_MS = 1_000;
 
     final String key;
-    private final KafkaConsumer<byte[], byte[]> consumer;
+    private final Consumer<byte[], byte[]> consumer;
+    private final LongSupplier clock;
     private TopicPartition tp;
     /** Records fetched but not yet handed out, in offset order. */
     private final ArrayDeque<ConsumerRecord<byte[], byte[]>> buffered = new ArrayDeque<>();
@@ -40,9 +40,11 @@ final class SourceReader {
     private String lost;
     long idleSince;
 
-    SourceReader(String key, Map<String, Object> params) {
+    /** A reader on {@code consumer}, timing its stalls by {@code clock} (ms). */
+    SourceReader(String key, Consumer<byte[], byte[]> consumer, LongSupplier clock) {
         this.key = key;
-        this.consumer = new KafkaConsumer<>(params, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+        this.consumer = consumer;
+        this.clock = clock;
     }
 
     /** Whether the range of {@code tp} starting at {@code from} continues this reader's last range. */
@@ -66,7 +68,7 @@ final class SourceReader {
         this.pollTimeoutMs = pollTimeoutMs;
         this.failOnDataLoss = failOnDataLoss;
         this.lost = null;
-        this.lastProgress = System.currentTimeMillis();
+        this.lastProgress = clock.getAsLong();
     }
 
     /**
@@ -99,7 +101,7 @@ final class SourceReader {
             List<ConsumerRecord<byte[], byte[]>> got = poll();
             if (!got.isEmpty()) {
                 buffered.addAll(got);
-                lastProgress = System.currentTimeMillis();
+                lastProgress = clock.getAsLong();
             } else if (stalled()) {
                 return done();
             }
@@ -135,7 +137,7 @@ final class SourceReader {
      * read at this isolation level). True once skipped; throws after the poll timeout.
      */
     private boolean stalled() {
-        long quiet = System.currentTimeMillis() - lastProgress;
+        long quiet = clock.getAsLong() - lastProgress;
         if (quiet < STALL_CHECK_MS) {
             return false;
         }
@@ -171,7 +173,7 @@ final class SourceReader {
             consumer.seek(tp, resume);
         }
         next = resume;
-        lastProgress = System.currentTimeMillis();
+        lastProgress = clock.getAsLong();
     }
 
     private static boolean killed() {
