@@ -114,6 +114,20 @@ class SliceTest {
         assertFalse(answer.has("next"));
     }
 
+    // The answer names the first error (the one the driver logs), not the closed producer's
+    // refusal of the next send that it caused.
+    @Test
+    void aFailedSendStopsTheSliceAndItsAnswerNamesTheFirstError() {
+        MockProducer<byte[], byte[]> producer = new MockProducer<>(false, new ByteArraySerializer(), new ByteArraySerializer());
+        Slice slice = new Slice(Plans.plan(), "orders", 0, producer);
+        assertTrue(slice.send(source("orders", 0, 0, 5L, "k", "v")));
+        producer.errorNext(new IllegalStateException("NOT_LEADER"));
+        assertFalse(slice.send(source("orders", 0, 1, 5L, "k", "v")), "the producer was closed at the first error");
+        ObjectNode answer = slice.finish(null);
+        assertEquals("java.lang.IllegalStateException: NOT_LEADER", answer.get("failed").asText());
+        assertTrue(producer.closed());
+    }
+
     @Test
     void anotherWriterOnTheTargetPartitionFailsTheSlice() {
         MockProducer<byte[], byte[]> producer = acking();

@@ -138,4 +138,78 @@ class SourceReaderTest {
         assertTrue(c.closed());
         reader.close(); // MockConsumer refuses a second close: logged, not thrown
     }
+    // Carried gap (a): failOnDataLoss=true is never exercised (the query sets it false). With it
+    // true the reader fails the range instead of skipping, before handing out any record past
+    // the loss; the task then answers failed and the Python path's Spark reader fails the query.
+    @Test
+    void withFailOnDataLossRecordsRetentionDeletedFailTheRead() {
+        MockConsumer<byte[], byte[]> c = consumer(5, 10);
+        SourceReader reader = new SourceReader("k", c, steppingClock());
+        reader.start(TP, 0, 10, POLL_TIMEOUT_MS, true);
+        add(c, range(5, 10));
+        IllegalStateException e = assertThrows(IllegalStateException.class, reader::next);
+        assertEquals("orders-0 offsets 0 to 4 were deleted before they were read (failOnDataLoss)", e.getMessage());
+        assertFalse(reader.continues(TP, 10));
+    }
+
+    @Test
+    void withFailOnDataLossARangeWholeInTheLogIsReadAsWithout() {
+        MockConsumer<byte[], byte[]> c = consumer(0, 10);
+        SourceReader reader = new SourceReader("k", c, steppingClock());
+        reader.start(TP, 0, 10, POLL_TIMEOUT_MS, true);
+        add(c, range(0, 10));
+        assertEquals(10, readAll(reader).size());
+        assertNull(reader.lost());
+    }
+
+    // Carried gap (d): an unclean leader election truncates the log below the range's end after
+    // Spark planned it. Spark's own reader skips such offsets as lost (or fails with
+    // failOnDataLoss), and so does this one; what it says must name a truncation, not retention.
+    @Test
+    void aLogTruncatedBelowTheRangesEndIsSkippedAndNamedATruncation() {
+        MockConsumer<byte[], byte[]> c = consumer(0, 6); // the new leader's log ends at 6
+        SourceReader reader = new SourceReader("k", c, steppingClock());
+        reader.start(TP, 0, 10, POLL_TIMEOUT_MS, false);
+        add(c, range(0, 6));
+        assertEquals(List.of(0L, 1L, 2L, 3L, 4L, 5L), readAll(reader));
+        assertEquals("orders-0 offsets 6 to 9 are past the log's end, 6: it was truncated after the batch was "
+                + "planned (an unclean leader election?)", reader.lost());
+    }
+
+    @Test
+    void aRangeWhollyPastATruncatedLogsEndIsSkippedAndNamedATruncation() {
+        MockConsumer<byte[], byte[]> c = consumer(0, 6);
+        SourceReader reader = new SourceReader("k", c, steppingClock());
+        reader.start(TP, 8, 10, POLL_TIMEOUT_MS, false);
+        // What the broker answers a fetch past the log's end (reset policy none).
+        c.setPollException(new OffsetOutOfRangeException("past the end", java.util.Map.of(TP, 8L)));
+        assertEquals(List.of(), readAll(reader));
+        assertEquals("orders-0 offsets 8 to 9 are past the log's end, 6: it was truncated after the batch was "
+                + "planned (an unclean leader election?)", reader.lost());
+    }
+
+    @Test
+    void withFailOnDataLossATruncatedRangeFailsTheRead() {
+        MockConsumer<byte[], byte[]> c = consumer(0, 6);
+        SourceReader reader = new SourceReader("k", c, steppingClock());
+        reader.start(TP, 0, 10, POLL_TIMEOUT_MS, true);
+        add(c, range(0, 6));
+        for (int i = 0; i < 6; i++) {
+            assertEquals(i, reader.next().offset());
+        }
+        IllegalStateException e = assertThrows(IllegalStateException.class, reader::next);
+        assertTrue(e.getMessage().startsWith("orders-0 offsets 6 to 9 are past the log's end, 6"), e.getMessage());
+        assertTrue(e.getMessage().endsWith("(failOnDataLoss)"), e.getMessage());
+    }
+
+    @Test
+    void offsetsATruncatedLogWroteAgainAreReadAsSparksReaderReadsThem() {
+        // Truncated to 6, then the new leader took records 6-11: the range's offsets hold records again.
+        MockConsumer<byte[], byte[]> c = consumer(0, 12);
+        SourceReader reader = new SourceReader("k", c, steppingClock());
+        reader.start(TP, 0, 10, POLL_TIMEOUT_MS, false);
+        add(c, range(0, 12));
+        assertEquals(10, readAll(reader).size());
+        assertNull(reader.lost());
+    }
 }

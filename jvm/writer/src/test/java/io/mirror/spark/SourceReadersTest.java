@@ -100,4 +100,20 @@ class SourceReadersTest {
         assertFalse(opened.get(1).closed());
         assertEquals(1, pool.idle());
     }
+
+    // Carried gap (c): idle readers were closed only when another reader came back, so after
+    // the last batch (a stopped query, a flow moved away) they held their connections for the
+    // executor's life. The pool's evictor closes them once expired, as Spark's consumer cache does.
+    @Test
+    void anIdleReaderIsClosedOnceExpiredThoughNoTaskComesBack() throws InterruptedException {
+        SourceReaders pool = pool(50, 4);
+        pool.giveBack(pool.take(PARAMS, TP0, 0));
+        now[0] = 51;
+        long deadline = System.nanoTime() + 10_000_000_000L;
+        while (!opened.get(0).closed() && System.nanoTime() < deadline) {
+            Thread.sleep(5); // the evictor runs on a thread of its own
+        }
+        assertTrue(opened.get(0).closed(), "an expired idle reader is closed by the evictor");
+        assertEquals(0, pool.idle());
+    }
 }
