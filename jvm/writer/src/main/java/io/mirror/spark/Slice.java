@@ -88,7 +88,9 @@ final class Slice {
                     new ProducerRecord<>(target, partition, ts > 0 ? ts : null, r.key(), r.value(), provenance(r.headers(), offset)),
                     acks.callback(n));
         } catch (RuntimeException e) {
-            fail("producing to " + target + "[" + partition + "] stopped: " + e);
+            // After a failed send the producer is closed and refuses this one: the first error says why.
+            String first = acks.error();
+            fail(first != null ? first : "producing to " + target + "[" + partition + "] stopped: " + e);
             return false;
         }
         bytes += (r.key() == null ? 0 : r.key().length) + (r.value() == null ? 0 : r.value().length);
