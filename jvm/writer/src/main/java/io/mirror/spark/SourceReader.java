@@ -14,9 +14,10 @@ import org.apache.kafka.common.TopicPartition;
  * One source partition's offset range [from, until) read by a raw Java consumer, as Spark's
  * Kafka source would read it for the same batch: the consumer is built from the batch's own
  * executor parameters (bootstrap, security, isolation level: read_committed skips aborted
- * records and transaction markers), and a record retention deleted before it was read is
- * skipped with failOnDataLoss false, or fails the slice with it true (the Python path's Spark
- * reader then fails the query as the option says).
+ * records and transaction markers), and a record retention deleted before it was read, or
+ * that a truncated log (an unclean leader election) no longer has, is skipped with
+ * failOnDataLoss false, or fails the slice with it true (the Python path's Spark reader then
+ * fails the query as the option says).
  *
  * A reader is kept between batches ({@link SourceReaders}): the next batch of the same
  * partition usually starts where this range ended, and then continues with the records the
@@ -26,6 +27,8 @@ final class SourceReader {
     private static final long POLL_MS = 100;
     /** With no record for this long, ask whether the range can still be read (its end may be gone). */
     private static final long STALL_CHECK_MS = 1_000;
+    /** Why offsets below the log's start are gone. */
+    private static final String DELETED = " were deleted before they were read";
 
     final String key;
     private final Consumer<byte[], byte[]> consumer;
@@ -126,8 +129,11 @@ final class SourceReader {
             // position is below the log start (retention deleted it) or past the log end.
             long position = consumer.position(tp);
             long start = consumer.beginningOffsets(Collections.singletonList(tp)).get(tp);
-            long to = Math.min(Math.max(start, position), until);
-            skipLost(position, position < start ? to : until);
+            if (position < start) {
+                skipLost(position, Math.min(start, until), DELETED);
+            } else {
+                skipLost(position, until, truncated(consumer.endOffsets(Collections.singletonList(tp)).get(tp)));
+            }
             return Collections.emptyList();
         }
     }
@@ -144,7 +150,7 @@ final class SourceReader {
         long position = consumer.position(tp);
         long end = consumer.endOffsets(Collections.singletonList(tp)).get(tp);
         if (end <= position && end < until) {
-            skipLost(position, until);
+            skipLost(position, until, truncated(end));
             return true;
         }
         if (quiet >= pollTimeoutMs) {
@@ -155,14 +161,15 @@ final class SourceReader {
     }
 
     /**
-     * Offsets [from, to) are no longer in the log: skipped, or fail as failOnDataLoss says. Only
-     * the part within this range is named: a reader continuing from a range that ended in lost
-     * offsets still has its consumer there, below this range's start.
+     * Offsets [from, to) are no longer in the log ({@code why}: {@link #DELETED} or
+     * {@link #truncated}): skipped, or fail as failOnDataLoss says, as Spark's reader treats
+     * both. Only the part within this range is named: a reader continuing from a range that
+     * ended in lost offsets still has its consumer there, below this range's start.
      */
-    private void skipLost(long from, long to) {
+    private void skipLost(long from, long to, String why) {
         long first = Math.max(from, next);
         if (first < to) {
-            String what = tp + " offsets " + first + " to " + (to - 1) + " were deleted before they were read";
+            String what = tp + " offsets " + first + " to " + (to - 1) + why;
             if (failOnDataLoss) {
                 throw new IllegalStateException(what + " (failOnDataLoss)");
             }
@@ -174,6 +181,16 @@ final class SourceReader {
         }
         next = resume;
         lastProgress = clock.getAsLong();
+    }
+
+    /**
+     * Why offsets past the log's {@code end} are gone: the log ended past them when Spark planned
+     * the range, so it was truncated since (a leader elected uncleanly, without them). Offsets the
+     * new leader wrote again meanwhile are read as they are now, as Spark's reader reads them.
+     */
+    private static String truncated(long end) {
+        return " are past the log's end, " + end + ": it was truncated after the batch was planned"
+                + " (an unclean leader election?)";
     }
 
     private static boolean killed() {
