@@ -6,6 +6,9 @@ import java.util.LinkedList;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
 import java.util.function.LongSupplier;
 import org.apache.kafka.clients.consumer.Consumer;
@@ -20,7 +23,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * keeps its consumers: a task borrows one (preferably the one whose last range its own range
  * continues, so nothing is fetched twice) and gives it back once its range is read cleanly;
  * a reader whose task failed is closed. At most {@link #IDLE_MAX} wait idle (Spark's own
- * consumer cache capacity), none longer than {@link #IDLE_MS}.
+ * consumer cache capacity), none longer than {@link #IDLE_MS}: an evictor thread closes the
+ * expired ones every fifth of that (Spark's cache: 5 minutes, checked every minute), so
+ * readers idle after a query's last batch do not hold their connections for the executor's life.
  *
  * The tasks use the executor's one pool through the static methods; a pool of its own (a
  * test's) opens its consumers and reads the time as it is given.
@@ -32,12 +37,19 @@ final class SourceReaders {
     private static final String MAX_POLL_RECORDS = "2000";
     private static final SourceReaders SHARED =
             new SourceReaders(SourceReaders::open, System::currentTimeMillis, IDLE_MS, IDLE_MAX);
+    /** One daemon thread runs every pool's evictor. */
+    private static final ScheduledExecutorService EVICTOR = Executors.newSingleThreadScheduledExecutor(r -> {
+        Thread t = new Thread(r, "mirror-source-reader-evictor");
+        t.setDaemon(true);
+        return t;
+    });
 
     private final Function<Map<String, Object>, Consumer<byte[], byte[]>> opener;
     private final LongSupplier clock;
     private final long idleMs;
     private final int idleMax;
     private final LinkedList<SourceReader> idle = new LinkedList<>();
+    private boolean evicting;
 
     SourceReaders(Function<Map<String, Object>, Consumer<byte[], byte[]>> opener, LongSupplier clock, long idleMs,
             int idleMax) {
@@ -88,18 +100,37 @@ final class SourceReaders {
         reader.idleSince = now;
         synchronized (idle) {
             idle.addFirst(reader);
-            for (Iterator<SourceReader> it = idle.iterator(); it.hasNext(); ) {
-                SourceReader r = it.next();
-                if (now - r.idleSince > idleMs) {
-                    it.remove();
-                    expired.add(r);
-                }
-            }
+            expired(now, expired);
             while (idle.size() > idleMax) {
                 expired.add(idle.removeLast());
             }
+            if (!evicting) {
+                long every = Math.max(1, idleMs / 5);
+                EVICTOR.scheduleWithFixedDelay(this::evictIdle, every, every, TimeUnit.MILLISECONDS);
+                evicting = true;
+            }
         }
         expired.forEach(SourceReader::close);
+    }
+
+    /** Close the readers idle longer than the limit (the evictor's round; never throws). */
+    void evictIdle() {
+        List<SourceReader> expired = new ArrayList<>();
+        synchronized (idle) {
+            expired(clock.getAsLong(), expired);
+        }
+        expired.forEach(SourceReader::close);
+    }
+
+    /** Moves the readers idle longer than the limit at {@code now} to {@code out}; holding the lock. */
+    private void expired(long now, List<SourceReader> out) {
+        for (Iterator<SourceReader> it = idle.iterator(); it.hasNext(); ) {
+            SourceReader r = it.next();
+            if (now - r.idleSince > idleMs) {
+                it.remove();
+                out.add(r);
+            }
+        }
     }
 
     /** How many readers wait idle. */

@@ -116,4 +116,14 @@ class SourceReadersTest {
         assertTrue(opened.get(0).closed(), "an expired idle reader is closed by the evictor");
         assertEquals(0, pool.idle());
     }
+
+    @Test
+    void theEvictorLeavesReadersNotYetExpired() {
+        SourceReaders pool = pool(60_000, 4);
+        pool.giveBack(pool.take(PARAMS, TP0, 0));
+        now[0] = 60_000;
+        pool.evictIdle();
+        assertFalse(opened.get(0).closed());
+        assertEquals(1, pool.idle());
+    }
 }
