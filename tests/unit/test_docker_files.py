@@ -650,6 +650,26 @@ def test_the_spark_image_has_the_jvm_writer_where_the_driver_looks():
     assert "!jvm/writer/" in ignore
 
 
+def test_the_jvm_writer_takes_its_spark_version_from_the_connectors_pom():
+    """One definition: the writer's pom has deps/spark/pom.xml as its parent and names Spark's
+    artifacts by its `spark.version` (kafka-clients comes through the connector), all provided."""
+    import xml.etree.ElementTree as ET
+
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    writer = ET.parse(ROOT / "jvm" / "writer" / "pom.xml").getroot()
+    deps = ET.parse(ROOT / "deps" / "spark" / "pom.xml").getroot()
+    parent = writer.find("m:parent", ns)
+    assert parent is not None and parent.findtext("m:relativePath", namespaces=ns) == "../../deps/spark/pom.xml"
+    assert parent.findtext("m:artifactId", namespaces=ns) == deps.findtext("m:artifactId", namespaces=ns)
+    assert writer.find("m:properties/m:spark.version", ns) is None
+    for dep in writer.findall("m:dependencies/m:dependency", ns):
+        group, scope = dep.findtext("m:groupId", namespaces=ns), dep.findtext("m:scope", namespaces=ns)
+        if group == "org.apache.spark":
+            assert (dep.findtext("m:version", namespaces=ns), scope) == ("${spark.version}", "provided")
+        else:
+            assert scope == "test" and group != "org.apache.kafka"
+
+
 @pytest.mark.parametrize("dockerfile", [DOCKERFILE, SPARK_DOCKERFILE], ids=lambda p: p.name)
 def test_a_run_that_mounts_a_stage_is_rebuilt_when_the_stage_changes(dockerfile: Path):
     """Podman's layer cache keys a RUN on its text and the layers under it, not on what it
