@@ -16,13 +16,13 @@ MM2_LIBS := $(CACHE)/mm2-$(KAFKA_VERSION)/libs
 SPARK_VERSION := 4.2.0
 SPARK_JARS := $(CACHE)/spark-$(SPARK_VERSION)/jars
 MVN := mvn -q -B
-# `mirror spark run`'s JVM writer (jvm/writer, mirror.spark.jvm): compiled against pyspark's
-# own jars and the connector's kafka-clients, rebuilt only when a source changes.
+# `mirror spark run`'s JVM writer (jvm/writer, mirror.spark.jvm): a Maven module whose parent is
+# deps/spark/pom.xml (one Spark version), rebuilt only when a source or a pom changes.
 WRITER_JAR := build/jvm/mirror-spark-writer.jar
-WRITER_SOURCES := $(shell find jvm/writer/src/main/java -name '*.java' 2>/dev/null)
+WRITER_SOURCES := $(shell find jvm/writer/src/main -type f 2>/dev/null)
 PYTEST_ARGS ?=
 
-.PHONY: setup test unit integration demo demo-down bench bench-setup clean-dev lint container-test
+.PHONY: setup test unit integration demo demo-down bench bench-setup clean-dev lint container-test jvm-test
 
 # MM2 is in setup because the bench smoke test (tests/integration/test_bench_smoke.py) runs it.
 setup: $(VENV)/.installed jars $(WRITER_JAR) class-archive
@@ -55,10 +55,17 @@ jars:
 	$(call fetch_jars,deps/mm2/pom.xml,$(MM2_LIBS))
 	$(call fetch_jars,deps/spark/pom.xml,$(SPARK_JARS))
 
-# jvm/writer/build.sh is the compile command docker/Dockerfile.spark runs too.
-$(WRITER_JAR): $(WRITER_SOURCES) jvm/writer/build.sh | $(VENV)/.installed jars
+# The Maven command docker/Dockerfile.spark runs too. The jar is copied beside $@ and moved in
+# whole: a test starting a JVM meanwhile never sees half of it.
+$(WRITER_JAR): $(WRITER_SOURCES) jvm/writer/pom.xml deps/spark/pom.xml
 	@echo "building $@"
-	jvm/writer/build.sh $@ "$$($(PY) -c 'import pyspark, os; print(os.path.dirname(pyspark.__file__))')/jars" $(SPARK_JARS)
+	$(MVN) -f jvm/writer/pom.xml -DskipTests package
+	cp build/jvm/writer/mirror-spark-writer.jar $@.tmp && mv $@.tmp $@
+
+# The writer's JUnit tests (jvm/writer/src/test: kafka-clients' MockConsumer/MockProducer, no
+# broker), with Surefire's summary; `make test` runs them before the Python suite.
+jvm-test:
+	mvn -B -ntp -f jvm/writer/pom.xml test
 
 # The Spark driver JVM's class-data archive (mirror.spark.cds): built once per Java and pyspark
 # install (a no-op when it exists), so `mirror spark run` maps Spark's classes instead of loading them.
@@ -66,7 +73,7 @@ $(WRITER_JAR): $(WRITER_SOURCES) jvm/writer/build.sh | $(VENV)/.installed jars
 class-archive: | $(VENV)/.installed jars $(WRITER_JAR)
 	@$(PY) -m mirror.spark.cds
 
-test: setup container-check
+test: setup container-check jvm-test
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: setup

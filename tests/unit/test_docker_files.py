@@ -634,18 +634,40 @@ def test_the_spark_image_has_the_pinned_pyspark_and_its_connector():
 
 
 def test_the_spark_image_has_the_jvm_writer_where_the_driver_looks():
-    """Built by the script `make setup` runs (one compile command), copied to the path the
-    image's $MIRROR_SPARK_WRITER_JAR names (`mirror.spark.session.writer_jar`)."""
+    """Built by the Maven command `make setup` runs (jvm/writer/pom.xml), copied to the path
+    the image's $MIRROR_SPARK_WRITER_JAR names (`mirror.spark.session.writer_jar`)."""
     from mirror.spark.session import JAR_ENV, JAR_NAME
 
+    build = "-f jvm/writer/pom.xml -DskipTests package"
     instructions = _dockerfile_instructions(SPARK_DOCKERFILE)
     assert _pinned(_bases(SPARK_DOCKERFILE)[2], "maven:3.9-eclipse-temurin-17")
-    assert any("/jvm/writer/build.sh " in rest for word, rest in instructions if word == "RUN")
-    assert "jvm/writer/build.sh $@" in (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert any(f"mvn -q -B {build}" in rest for word, rest in instructions if word == "RUN")
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "MVN := mvn -q -B\n" in makefile and f"$(MVN) {build}\n" in makefile
     copied = [rest.split()[-1] for word, rest in instructions if word == "COPY" and "--from=writer" in rest]
     assert copied == [_env_of_image(SPARK_DOCKERFILE)[JAR_ENV]] and copied[0].endswith(f"/{JAR_NAME}")
     ignore = (DOCKER / "Dockerfile.spark.dockerignore").read_text(encoding="utf-8").split()
     assert "!jvm/writer/" in ignore
+
+
+def test_the_jvm_writer_takes_its_spark_version_from_the_connectors_pom():
+    """One definition: the writer's pom has deps/spark/pom.xml as its parent and names Spark's
+    artifacts by its `spark.version` (kafka-clients comes through the connector), all provided."""
+    import xml.etree.ElementTree as ET
+
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    writer = ET.parse(ROOT / "jvm" / "writer" / "pom.xml").getroot()
+    deps = ET.parse(ROOT / "deps" / "spark" / "pom.xml").getroot()
+    parent = writer.find("m:parent", ns)
+    assert parent is not None and parent.findtext("m:relativePath", namespaces=ns) == "../../deps/spark/pom.xml"
+    assert parent.findtext("m:artifactId", namespaces=ns) == deps.findtext("m:artifactId", namespaces=ns)
+    assert writer.find("m:properties/m:spark.version", ns) is None
+    for dep in writer.findall("m:dependencies/m:dependency", ns):
+        group, scope = dep.findtext("m:groupId", namespaces=ns), dep.findtext("m:scope", namespaces=ns)
+        if group == "org.apache.spark":
+            assert (dep.findtext("m:version", namespaces=ns), scope) == ("${spark.version}", "provided")
+        else:
+            assert scope == "test" and group != "org.apache.kafka"
 
 
 @pytest.mark.parametrize("dockerfile", [DOCKERFILE, SPARK_DOCKERFILE], ids=lambda p: p.name)

@@ -1,7 +1,7 @@
 package io.mirror.spark;
 
 import org.apache.kafka.clients.producer.Callback;
-import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.Producer;
 
 /**
  * One task's acknowledgements on a producer other tasks share: it waits for its own records
@@ -11,13 +11,13 @@ import org.apache.kafka.clients.producer.KafkaProducer;
  * re-sequenced, so what landed is a prefix of the slice (librdkafka's gapless guarantee).
  */
 final class Acks {
-    private final KafkaProducer<byte[], byte[]> producer;
+    private final Producer<byte[], byte[]> producer;
     private long done;
     private long firstOffset = Long.MIN_VALUE;
     private boolean contiguous = true;
     private volatile String error;
 
-    Acks(KafkaProducer<byte[], byte[]> producer) {
+    Acks(Producer<byte[], byte[]> producer) {
         this.producer = producer;
     }
 

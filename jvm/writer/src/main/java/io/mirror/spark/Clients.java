@@ -11,6 +11,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.Producer;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
@@ -67,7 +68,7 @@ final class Clients {
     }
 
     /** Drop a producer that failed: no later task may use it, and what it holds is failed now. */
-    static void discard(KafkaProducer<byte[], byte[]> producer) {
+    static void discard(Producer<byte[], byte[]> producer) {
         PRODUCERS.values().removeIf(p -> p == producer);
         producer.close(Duration.ZERO);
     }

@@ -57,17 +57,31 @@ public final class MirrorWriter {
                         .mapPartitions(new DirectWriter(plan))
                         .collect();
         ArrayNode tasks = out.putArray("tasks");
-        long read = 0;
         try {
             for (String r : results) {
-                JsonNode task = json.readTree(r);
-                read += task.path("produced").asLong(0);
-                tasks.add(task);
+                tasks.add(json.readTree(r));
             }
         } catch (IOException e) {
             throw new IllegalStateException("a task's answer is not JSON: " + e.getMessage(), e);
         }
-        ranges.read(read);
+        ranges.read(inputRows(tasks));
         return out.toString();
+    }
+
+    /**
+     * The records the batch's {@code tasks} (their answers) add to the query's numInputRows:
+     * none where a task declined or failed. The Python tasks then read the rest through the
+     * batch's own scan (foreachBatch's DataFrame), which reads every range, filters the rows, and
+     * counts each record it read, those of the ranges produced here too.
+     */
+    static long inputRows(Iterable<JsonNode> tasks) {
+        long read = 0;
+        for (JsonNode task : tasks) {
+            if (task.has("declined") || task.has("failed")) {
+                return 0;
+            }
+            read += task.path("produced").asLong(0);
+        }
+        return read;
     }
 }

@@ -7,7 +7,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.Producer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
@@ -36,7 +36,7 @@ final class Slice {
     private final int partition;
     private final String target;
     private final byte[] prefix;
-    private final KafkaProducer<byte[], byte[]> producer;
+    private final Producer<byte[], byte[]> producer;
     private final Acks acks;
     private final List<long[]> changes = new ArrayList<>(); // (source offset, index) where index - offset changes
     private long n, bytes, maxTs = -1, first = -1, last, shift = Long.MIN_VALUE;
@@ -44,13 +44,18 @@ final class Slice {
 
     /** A slice of {@code topic[partition]} that {@link #declined} let produce. */
     Slice(WriterPlan plan, String topic, int partition) {
+        this(plan, topic, partition, Clients.producer(plan.producer, plan.batchSize(plan.targets.get(topic))));
+    }
+
+    /** The same, producing on {@code producer} (the executor's cached one, or a test's). */
+    Slice(WriterPlan plan, String topic, int partition, Producer<byte[], byte[]> producer) {
         this.plan = plan;
         this.topic = topic;
         this.partition = partition;
         this.target = plan.targets.get(topic);
         String origin = plan.origins.get(topic);
         this.prefix = origin == null ? null : (origin + partition + "/").getBytes(StandardCharsets.UTF_8);
-        this.producer = Clients.producer(plan.producer, plan.batchSize(target));
+        this.producer = producer;
         this.acks = new Acks(producer);
     }
 
@@ -83,7 +88,9 @@ final class Slice {
                     new ProducerRecord<>(target, partition, ts > 0 ? ts : null, r.key(), r.value(), provenance(r.headers(), offset)),
                     acks.callback(n));
         } catch (RuntimeException e) {
-            fail("producing to " + target + "[" + partition + "] stopped: " + e);
+            // After a failed send the producer is closed and refuses this one: the first error says why.
+            String first = acks.error();
+            fail(first != null ? first : "producing to " + target + "[" + partition + "] stopped: " + e);
             return false;
         }
         bytes += (r.key() == null ? 0 : r.key().length) + (r.value() == null ? 0 : r.value().length);
@@ -161,6 +168,15 @@ final class Slice {
         } catch (RuntimeException e) {
             return "cannot read the last record of " + target + "[" + partition + "]: " + e;
         }
+        return declinedAfter(tail, target, origin, partition, first);
+    }
+
+    /**
+     * Why a slice of {@code partition} starting at {@code first} must not be produced after
+     * {@code tail}, its target partition's last record (null: the partition is empty), given the
+     * source's provenance prefix {@code origin}; null when the tail is an earlier record's copy.
+     */
+    static String declinedAfter(ConsumerRecord<byte[], byte[]> tail, String target, String origin, int partition, long first) {
         if (tail == null) {
             return null;
         }

@@ -4,20 +4,20 @@ import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.Collections;
 import java.util.List;
-import java.util.Map;
+import java.util.function.LongSupplier;
+import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 /**
  * One source partition's offset range [from, until) read by a raw Java consumer, as Spark's
  * Kafka source would read it for the same batch: the consumer is built from the batch's own
  * executor parameters (bootstrap, security, isolation level: read_committed skips aborted
- * records and transaction markers), and a record retention deleted before it was read is
- * skipped with failOnDataLoss false, or fails the slice with it true (the Python path's Spark
- * reader then fails the query as the option says).
+ * records and transaction markers), and a record retention deleted before it was read, or
+ * that a truncated log (an unclean leader election) no longer has, is skipped with
+ * failOnDataLoss false, or fails the slice with it true (the Python path's Spark reader then
+ * fails the query as the option says).
  *
  * A reader is kept between batches ({@link SourceReaders}): the next batch of the same
  * partition usually starts where this range ended, and then continues with the records the
@@ -27,9 +27,12 @@ final class SourceReader {
     private static final long POLL_MS = 100;
     /** With no record for this long, ask whether the range can still be read (its end may be gone). */
     private static final long STALL_CHECK_MS = 1_000;
+    /** Why offsets below the log's start are gone. */
+    private static final String DELETED = " were deleted before they were read";
 
     final String key;
-    private final KafkaConsumer<byte[], byte[]> consumer;
+    private final Consumer<byte[], byte[]> consumer;
+    private final LongSupplier clock;
     private TopicPartition tp;
     /** Records fetched but not yet handed out, in offset order. */
     private final ArrayDeque<ConsumerRecord<byte[], byte[]>> buffered = new ArrayDeque<>();
@@ -40,9 +43,11 @@ final class SourceReader {
     private String lost;
     long idleSince;
 
-    SourceReader(String key, Map<String, Object> params) {
+    /** A reader on {@code consumer}, timing its stalls by {@code clock} (ms). */
+    SourceReader(String key, Consumer<byte[], byte[]> consumer, LongSupplier clock) {
         this.key = key;
-        this.consumer = new KafkaConsumer<>(params, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+        this.consumer = consumer;
+        this.clock = clock;
     }
 
     /** Whether the range of {@code tp} starting at {@code from} continues this reader's last range. */
@@ -66,7 +71,7 @@ final class SourceReader {
         this.pollTimeoutMs = pollTimeoutMs;
         this.failOnDataLoss = failOnDataLoss;
         this.lost = null;
-        this.lastProgress = System.currentTimeMillis();
+        this.lastProgress = clock.getAsLong();
     }
 
     /**
@@ -99,7 +104,7 @@ final class SourceReader {
             List<ConsumerRecord<byte[], byte[]>> got = poll();
             if (!got.isEmpty()) {
                 buffered.addAll(got);
-                lastProgress = System.currentTimeMillis();
+                lastProgress = clock.getAsLong();
             } else if (stalled()) {
                 return done();
             }
@@ -124,8 +129,11 @@ final class SourceReader {
             // position is below the log start (retention deleted it) or past the log end.
             long position = consumer.position(tp);
             long start = consumer.beginningOffsets(Collections.singletonList(tp)).get(tp);
-            long to = Math.min(Math.max(start, position), until);
-            skipLost(position, position < start ? to : until);
+            if (position < start) {
+                skipLost(position, Math.min(start, until), DELETED);
+            } else {
+                skipLost(position, until, truncated(consumer.endOffsets(Collections.singletonList(tp)).get(tp)));
+            }
             return Collections.emptyList();
         }
     }
@@ -135,14 +143,14 @@ final class SourceReader {
      * read at this isolation level). True once skipped; throws after the poll timeout.
      */
     private boolean stalled() {
-        long quiet = System.currentTimeMillis() - lastProgress;
+        long quiet = clock.getAsLong() - lastProgress;
         if (quiet < STALL_CHECK_MS) {
             return false;
         }
         long position = consumer.position(tp);
         long end = consumer.endOffsets(Collections.singletonList(tp)).get(tp);
         if (end <= position && end < until) {
-            skipLost(position, until);
+            skipLost(position, until, truncated(end));
             return true;
         }
         if (quiet >= pollTimeoutMs) {
@@ -153,14 +161,15 @@ final class SourceReader {
     }
 
     /**
-     * Offsets [from, to) are no longer in the log: skipped, or fail as failOnDataLoss says. Only
-     * the part within this range is named: a reader continuing from a range that ended in lost
-     * offsets still has its consumer there, below this range's start.
+     * Offsets [from, to) are no longer in the log ({@code why}: {@link #DELETED} or
+     * {@link #truncated}): skipped, or fail as failOnDataLoss says, as Spark's reader treats
+     * both. Only the part within this range is named: a reader continuing from a range that
+     * ended in lost offsets still has its consumer there, below this range's start.
      */
-    private void skipLost(long from, long to) {
+    private void skipLost(long from, long to, String why) {
         long first = Math.max(from, next);
         if (first < to) {
-            String what = tp + " offsets " + first + " to " + (to - 1) + " were deleted before they were read";
+            String what = tp + " offsets " + first + " to " + (to - 1) + why;
             if (failOnDataLoss) {
                 throw new IllegalStateException(what + " (failOnDataLoss)");
             }
@@ -171,7 +180,17 @@ final class SourceReader {
             consumer.seek(tp, resume);
         }
         next = resume;
-        lastProgress = System.currentTimeMillis();
+        lastProgress = clock.getAsLong();
+    }
+
+    /**
+     * Why offsets past the log's {@code end} are gone: the log ended past them when Spark planned
+     * the range, so it was truncated since (a leader elected uncleanly, without them). Offsets the
+     * new leader wrote again meanwhile are read as they are now, as Spark's reader reads them.
+     */
+    private static String truncated(long end) {
+        return " are past the log's end, " + end + ": it was truncated after the batch was planned"
+                + " (an unclean leader election?)";
     }
 
     private static boolean killed() {
