@@ -293,7 +293,7 @@ def apply(
 @failover.command()
 @config_option
 @click.option("--cluster", required=True, help="Cluster to read the group's offsets from.")
-@click.option("--group", required=True)
+@click.option("--group", required=True, help="Consumer group whose committed offsets are exported.")
 @click.option(
     "--out", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path), help="File to write (default: stdout)."
 )
