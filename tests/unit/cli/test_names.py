@@ -13,10 +13,6 @@ from mirror.cli.reference import shown_opts, walk
 
 ROOT = Path(__file__).resolve().parents[3]
 
-# Options defined in modules another branch owns this session (cli/failover.py): their
-# renames land there. An entry here is skipped, not required to stay wrong.
-_ELSEWHERE: set[tuple[str, ...]] = set()
-
 # Old spellings: a visible option may not be spelled so; the meaning has one name.
 _RETIRED = {
     "--port": "--metrics-port",  # a port /metrics is served on
@@ -28,10 +24,7 @@ _RETIRED = {
 
 def _options() -> list[tuple[tuple[str, ...], click.Option]]:
     return [
-        (path, p)
-        for path, command in walk(cli)
-        for p in command.params
-        if isinstance(p, click.Option) and not p.hidden and (*path, p.name) not in _ELSEWHERE
+        (path, p) for path, command in walk(cli) for p in command.params if isinstance(p, click.Option) and not p.hidden
     ]
 
 
