@@ -35,3 +35,24 @@ def test_each_flow_says_why_it_moves_nothing() -> None:
         "  flow c (nyc -> sf): it names no groups to fail over (flows[2].groups is empty)",
         "  flow d (nyc -> sf): 2 group(s) match ops.* and --group billing-eu.* but none read its topics: ops-1, ops-2",
     ]
+
+
+def test_a_plan_whose_every_group_is_refused_moves_nothing_and_says_why_per_group() -> None:
+    """Apply refuses a plan with any refused group; one whose groups are all refused would
+    move nothing, so `plan` itself refuses it (exit 3), naming each group's reason."""
+    from failover.site import SiteGroup
+    from failover.sitegather import every_group_refused
+
+    a = SiteGroup("billing", "sf", ["nyc"])
+    a.refused = "still active on 'sf' (2 members)"
+    b = SiteGroup("audit", "sf", ["nyc"])
+    b.refused = "cannot be planned: no committed offsets"
+    err = every_group_refused("nyc", [a, b])
+    assert err is not None and err.exit_code == ExitCode.UNSAFE
+    assert str(err).splitlines() == [
+        "the plan would move no group from 'nyc': every group is refused; nothing was written:",
+        "  billing: still active on 'sf' (2 members)",
+        "  audit: cannot be planned: no committed offsets",
+    ]
+    ok = SiteGroup("ok", "sf", ["nyc"])
+    assert every_group_refused("nyc", [a, ok]) is None
