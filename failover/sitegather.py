@@ -70,6 +70,9 @@ def build_site_plan(config: Config, store: FullOffsetStore, req: SiteRequest) ->
     if not site_groups:
         raise nothing_to_move(req, ctxs, found, dead)
     read_states(ctxs[0], site_groups, dead, {f.name: f.source for f in flows})
+    refusal = every_group_refused(req.site, site_groups)
+    if refusal is not None:
+        raise refusal
     notes = [
         f"cluster {c!r} did not answer: its groups are planned from their newest checkpoints" for c in sorted(dead)
     ]
@@ -139,6 +142,17 @@ def nothing_to_move(
             why = f"no group on {f.source!r} and no stored checkpoint matches {wanted}"
         lines.append(f"\n  flow {f.name} ({f.source} -> {f.target}): {why}")
     return UnsafeOperation(f"the plan would move no group from {req.site!r}; nothing was written:" + "".join(lines))
+
+
+def every_group_refused(site: str, groups: Sequence[SiteGroup]) -> UnsafeOperation | None:
+    """The refusal of a plan every group of which is refused (apply would move nothing), one
+    line per group; None when at least one group can move."""
+    if not groups or any(g.refused is None for g in groups):
+        return None
+    lines = "".join(f"\n  {g.group}: {g.refused}" for g in groups)
+    return UnsafeOperation(
+        f"the plan would move no group from {site!r}: every group is refused; nothing was written:" + lines
+    )
 
 
 def discover(ctxs: Sequence[FlowContext], patterns: Sequence[str]) -> dict[str, list[str]]:
