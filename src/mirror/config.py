@@ -147,6 +147,14 @@ class FlowConfig(_Model):
     consumer: ClientSettings = {}  # extra librdkafka settings for the source consumer
     producer: ClientSettings = {}  # extra librdkafka settings for the target producer
     spark: SparkFlowSettings = SparkFlowSettings()
+    on_source_gap: Literal["skip", "stop"] = "skip"
+    """What the flow does when the source lost records before they were copied (retention or
+    delete-records while the mirror was behind or stopped, a truncated log, a re-created
+    topic): `skip` reports the gap (a WARNING, `mirror_source_records_skipped_total`, the
+    offset map) and mirrors on from the first record left; `stop` reports it and stops the
+    flow (exit code 4) before copying anything past it. Both engines (Spark: `failOnDataLoss`).
+    `skip` by default: a DR copy that stops falls further behind with every minute, and the
+    gap is paged on either way."""
 
     @property
     def group_id(self) -> str:
@@ -611,9 +619,9 @@ _CONSUMER_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "must stay false: the mirror stores and commits offsets itself, only after the target acknowledged the records",
     ),
     "auto.offset.reset": (
-        _is({"earliest", "smallest", "beginning"}),
-        "must stay earliest: when the mirror's position is out of range (records deleted before it "
-        "mirrored them) any other value skips records still on the source",
+        _is({"error"}),
+        "must stay error: the mirror handles a position out of range itself, to report the records "
+        "the source deleted before they were copied (set the flow's on_source_gap instead)",
     ),
     "group.id": (
         _never,

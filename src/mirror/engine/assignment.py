@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from mirror.engine.committer import Committer
     from mirror.engine.delivery import DeliveryReports
     from mirror.engine.fence import Fence
+    from mirror.engine.gaps import SourceGaps
     from mirror.engine.gate import ReadGate
     from mirror.engine.producers import ProducerPool
 
@@ -128,6 +129,7 @@ class Assignment:
         # Source partitions whose target topic this worker created, with the group's committed
         # offset at that moment (None: nothing committed, UNREAD: unknown). See `_on_assign`.
         self.created: dict[SourcePartition, int | None] = {}
+        self.gaps: SourceGaps | None = None  # set once wired: remembers the source topics' ids
 
     def note_created(self, partitions: list[TopicPartition], targets: Sequence[str]) -> None:
         """This worker created the target topics (`targets`) of these source partitions, so
@@ -182,6 +184,8 @@ class Assignment:
             )
 
     def on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        if self.gaps is not None:
+            self.gaps.remember_ids(sorted({tp.topic for tp in partitions}))
         for tp in partitions:
             self._ledger.assign((tp.topic, tp.partition), self.new_partition(route(self.flow, tp.topic, tp.partition)))
         start, read = self._starts(partitions)
@@ -193,9 +197,11 @@ class Assignment:
                 listener.on_reset(self.flow.name, sorted(start))
         # exactly_once: where the target's progress says (the source group's offsets only
         # where there is none yet); the group is still rewound where `start` says.
-        at = start
+        # Never committed: from the beginning, said here (auto.offset.reset=error would make
+        # it an error event first, see engine/gaps.py).
+        at = {**{k: OFFSET_BEGINNING for k, v in (read or {}).items() if v is None}, **start}
         if self._claims is not None:
-            at = {**start, **self._claims.on_assign([(tp.topic, tp.partition) for tp in partitions], start, read)}
+            at = {**at, **self._claims.on_assign([(tp.topic, tp.partition) for tp in partitions], start, read)}
         chosen = [
             TopicPartition(tp.topic, tp.partition, at[(tp.topic, tp.partition)])
             if (tp.topic, tp.partition) in at
