@@ -136,3 +136,51 @@ def test_on_source_gap_stop_stops_with_exit_4_and_copies_nothing_past_the_gap(
     assert "on_source_gap: stop" in err[0]
     assert _sources(dst, target) == list(range(40))
     assert group_offsets(src, f"mirror-{unique}", topic, 1) == {0: 40}
+
+
+def test_the_spark_engine_reports_a_gap_at_start_in_the_same_words_and_stops_on_it_when_told(
+    clusters, write_config, unique, tmp_path, spark_local, capsys, caplog
+) -> None:
+    import pytest
+
+    from mirror.errors import SourceGapError
+    from mirror.spark.job import run_flow
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic, target, app = f"gapsp-{unique}", f"src.gapsp-{unique}", f"app-{unique}"
+    db = tmp_path / "offsets.db"
+    stop_cfg = write_config(_flow(unique, topic, db, policy="stop"))
+    config = load(stop_cfg)
+    flow = config.flow(f"f-{unique}")
+    create_topic(src, topic, 1)
+    produce(src, topic, 0, [b"a-%d" % i for i in range(100)])
+    run_flow(config, flow, until_caught_up=True, spark=spark_local)
+    produce(src, topic, 0, [b"b-%d" % i for i in range(100, 200)])
+    Admin("src", config.clusters["src"]).delete_records({(topic, 0): 150})
+    _commit(src, app, {(topic, 0): 120})
+
+    with pytest.raises(SourceGapError) as stopped:
+        run_flow(config, flow, until_caught_up=True, spark=spark_local)
+    assert stopped.value.exit_code == 4
+    assert f"{topic}[0]: source records 100..149 (50) were never mirrored" in str(stopped.value)
+    assert _sources(dst, target) == list(range(100))
+    assert group_offsets(src, f"mirror-{unique}", topic, 1) == {0: 100}
+
+    skip_cfg = write_config(_flow(unique, topic, db))
+    config = load(skip_cfg)
+    caplog.clear()
+    job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, metrics_port=0)
+    gap_records = [r for r in caplog.records if "were never mirrored" in r.getMessage()]
+    assert [r.levelname for r in gap_records] == ["WARNING"]
+    lines = [r.getMessage() for r in gap_records]
+    assert lines == [
+        f"flow f-{unique}: {topic}[0]: source records 100..149 (50) were never mirrored: deleted at the source "
+        "before they were copied (retention or delete-records); mirroring on from offset 150"
+    ]
+    samples = [s for s in job.metrics._m.skipped.collect()[0].samples if s.name.endswith("_total")]
+    assert [(s.labels, s.value) for s in samples] == [
+        ({"flow": f"f-{unique}", "topic": topic, "reason": "retention"}, 50.0)
+    ]
+    assert _sources(dst, target) == [*range(100), *range(150, 200)]
+    plan = _plan(skip_cfg, unique, app, capsys)
+    assert (plan["target_offset"], plan["skipped"], plan["may_reread"], plan["unmirrored"]) == (100, 30, 0, 30)
