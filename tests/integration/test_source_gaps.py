@@ -184,3 +184,23 @@ def test_the_spark_engine_reports_a_gap_at_start_in_the_same_words_and_stops_on_
     assert _sources(dst, target) == [*range(100), *range(150, 200)]
     plan = _plan(skip_cfg, unique, app, capsys)
     assert (plan["target_offset"], plan["skipped"], plan["may_reread"], plan["unmirrored"]) == (100, 30, 0, 30)
+
+
+def test_the_audit_counts_a_skipped_range_apart_from_the_differences(
+    clusters, write_config, unique, tmp_path, spark_local
+) -> None:
+    from mirror.spark.audit import audit
+
+    src = clusters.bootstrap("src")
+    topic = f"gapaudit-{unique}"
+    cfg = write_config(_flow(unique, topic, tmp_path / "offsets.db"))
+    create_topic(src, topic, 1)
+    produce(src, topic, 0, [b"a-%d" % i for i in range(30)])
+    assert main(["run", "-c", str(cfg), "--until-caught-up"]) == 0
+    produce(src, topic, 0, [b"b-%d" % i for i in range(30, 60)])
+    config = load(cfg)
+    Admin("src", config.clusters["src"]).delete_records({(topic, 0): 45})
+    assert main(["run", "-c", str(cfg), "--until-caught-up"]) == 0
+    (part,) = [a for a in audit(spark_local, config, config.flow(f"f-{unique}")).partitions if a.source_topic == topic]
+    assert (part.skipped, part.skipped_ranges, part.equal) == (15, [(30, 44)], True)
+    assert (part.source_count, part.target_count, part.missing) == (15, 15, [])
