@@ -204,3 +204,31 @@ def test_the_audit_counts_a_skipped_range_apart_from_the_differences(
     (part,) = [a for a in audit(spark_local, config, config.flow(f"f-{unique}")).partitions if a.source_topic == topic]
     assert (part.skipped, part.skipped_ranges, part.equal) == (15, [(30, 44)], True)
     assert (part.source_count, part.target_count, part.missing) == (15, 15, [])
+
+
+def test_a_source_topic_created_again_while_the_flow_runs_is_reported_and_mirrored_from_its_beginning(
+    clusters, write_config, unique, tmp_path
+) -> None:
+    from tests.support.kafkautil import delete_topic, topics
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic, target = f"gaprec-{unique}", f"src.gaprec-{unique}"
+    cfg = write_config(_flow(unique, topic, tmp_path / "offsets.db"))
+    create_topic(src, topic, 1)
+    produce(src, topic, 0, [b"old-%d" % i for i in range(20)])
+    port = _free_port()
+    with MirrorProcess(cfg, "--metrics-port", str(port)) as m:
+        wait_for(lambda: len(_sources(dst, target)) == 20, 120, "the old topic's records", detail=m.output)
+        delete_topic(src, topic)
+        wait_for(lambda: topic not in topics(src), 60, "the topic gone")
+        wait_for(lambda: "revoked" in m.output() or "lost" in m.output(), 60, "the revoke", detail=m.output)
+        create_topic(src, topic, 1)
+        produce(src, topic, 0, [b"new-%d" % i for i in range(30)])
+        wait_for(lambda: len(_sources(dst, target)) == 50, 120, "the new topic's records", detail=m.output)
+        wait_for(lambda: "was deleted and created again" in m.output(), 30, "the warning", detail=m.output)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        m.stop()
+    assert f"source topic {topic} was deleted and created again" in m.output()
+    assert re.search(rf'mirror_source_records_skipped_total\{{[^}}]*reason="recreated"[^}}]*topic="{topic}"', text)
+    copies = read_partition(dst, target, 0)
+    assert [r.value for r in copies] == [b"old-%d" % i for i in range(20)] + [b"new-%d" % i for i in range(30)]

@@ -184,11 +184,13 @@ class Assignment:
             )
 
     def on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        if self.gaps is not None:
-            self.gaps.remember_ids(sorted({tp.topic for tp in partitions}))
+        recreated = self.gaps.remember_ids(sorted({tp.topic for tp in partitions})) if self.gaps else set()
         for tp in partitions:
             self._ledger.assign((tp.topic, tp.partition), self.new_partition(route(self.flow, tp.topic, tp.partition)))
         start, read = self._starts(partitions)
+        # A source topic created again under its old name: all of it is new, and the group's
+        # offset (a late commit of the old topic's) or the offset-map rows say nothing of it.
+        start.update({(tp.topic, tp.partition): OFFSET_BEGINNING for tp in partitions if tp.topic in recreated})
         if start:
             # Rows of an earlier incarnation of the target would mistranslate; and the group's
             # offsets are rewound first, so a crash before the first commit cannot resume past

@@ -59,16 +59,27 @@ class SourceGaps:
         self._policy = GapPolicy(flow.on_source_gap)
         self.source_ids: dict[str, str] = {}  # source topic -> id when first assigned: tells a re-creation
 
-    def remember_ids(self, topics: Sequence[str]) -> None:
-        """Note the ids of newly assigned source topics (unreadable: a re-creation is then
-        told from a truncation by the log's bounds alone)."""
-        new = [t for t in topics if t not in self.source_ids]
-        if not new:
-            return
+    def remember_ids(self, topics: Sequence[str]) -> set[str]:
+        """Note the ids of newly assigned source topics; return those whose id changed since
+        this worker last had them: deleted and created again while it ran (a topic gone
+        from the source is revoked; back, it is assigned again under its new id). Unreadable:
+        none (a re-creation is then told by a position past the log's end, if at all)."""
         try:
-            self.source_ids.update(self._admins.source.topic_ids(new))
+            now = self._admins.source.topic_ids(list(topics))
         except MirrorError as exc:
             log.debug("flow %s: source topic ids unreadable: %s", self.flow.name, exc)
+            return set()
+        recreated = {t for t, i in now.items() if self.source_ids.get(t, i) != i}
+        self.source_ids.update(now)
+        for topic in sorted(recreated):
+            log.warning(
+                "flow %s: source topic %s was deleted and created again; records of the old topic not yet "
+                "copied, if any, were never mirrored (how many is unknown); mirroring the new one from its beginning",
+                self.flow.name,
+                topic,
+            )
+            self._report(SourceGap(topic, -1, 0, -1, GapReason.RECREATED))
+        return recreated
 
     def on_out_of_range(self, msg: Message) -> None:
         """A partition's fetch position lies outside the source log (`msg`: its error event)."""
