@@ -619,9 +619,9 @@ _CONSUMER_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "must stay false: the mirror stores and commits offsets itself, only after the target acknowledged the records",
     ),
     "auto.offset.reset": (
-        _is({"error"}),
-        "must stay error: the mirror handles a position out of range itself, to report the records "
-        "the source deleted before they were copied (set the flow's on_source_gap instead)",
+        _is({"error", "earliest", "smallest", "beginning"}),
+        "must stay error or earliest: the mirror handles a position out of range itself and reports "
+        "the records the source deleted before they were copied (the flow's on_source_gap chooses what follows)",
     ),
     "group.id": (
         _never,

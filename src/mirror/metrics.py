@@ -124,7 +124,7 @@ class MirrorMetrics:
         self.skipped = Counter(
             SOURCE_SKIPPED,
             "Source records never mirrored: the source lost them before they were copied (reason: retention, "
-            "truncated, recreated).",
+            "recreated).",
             ["flow", "topic", "reason"],
             registry=registry,
         )

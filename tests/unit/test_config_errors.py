@@ -330,7 +330,7 @@ GUARANTEE_CASES = {
         "consumer",
         "auto.offset.reset",
         "latest",
-        "flows[0].consumer.auto.offset.reset: 'latest' refused: auto.offset.reset must stay error",
+        "flows[0].consumer.auto.offset.reset: 'latest' refused: auto.offset.reset must stay error or earliest",
     ),
     "group_id": ("consumer", "group.id", "other", "flows[0].consumer.group.id: refused: group.id cannot be set here"),
     "static_member": (
@@ -465,7 +465,7 @@ def test_overrides_that_keep_the_guarantees_are_accepted() -> None:
         "2147483647,\n"
         "               allow.auto.create.topics: false, compression.type: zstd}\n"
         "    consumer: {isolation.level: READ_COMMITTED, enable.auto.commit: false, enable.auto.offset.store: 0,\n"
-        "               auto.offset.reset: error, partition.assignment.strategy: cooperative-sticky, "
+        "               auto.offset.reset: smallest, partition.assignment.strategy: cooperative-sticky, "
         "group.protocol: classic,\n"
         "               enable.partition.eof: true, fetch.min.bytes: 1048576}\n"
     )

@@ -169,6 +169,9 @@ class FlowWorker:
             # New partitions of a subscribed topic are assigned as soon as the flow sees them.
             "topic.metadata.refresh.interval.ms": metadata_refresh_ms(f.refresh_interval),
             **f.consumer,
+            # Always: an earliest left in a flow's overrides would reset positions silently
+            # (see `CONSUMER_DEFAULTS` and engine/gaps.py).
+            "auto.offset.reset": "error",
         }
         producer_cfg = {**PRODUCER_DEFAULTS, "client.id": f"mirror-{f.name}", **f.producer}
         # Served by poll/consume on this thread, once the units exist (`open`).
