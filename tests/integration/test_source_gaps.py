@@ -97,7 +97,9 @@ def test_a_gap_at_start_is_reported_counted_and_named_skipped_by_failover(
     assert plan["unmirrored"] == 30
 
 
-def test_a_gap_while_running_is_reported_and_the_flow_mirrors_on(clusters, write_config, unique, tmp_path) -> None:
+def test_a_gap_while_running_is_reported_and_the_flow_mirrors_on(
+    clusters, write_config, unique, tmp_path, capsys
+) -> None:
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
     topic, target = f"gaprun-{unique}", f"src.gaprun-{unique}"
     cfg = write_config(_flow(unique, topic, tmp_path / "offsets.db"))
@@ -116,6 +118,9 @@ def test_a_gap_while_running_is_reported_and_the_flow_mirrors_on(clusters, write
         m.stop()
     assert f"{topic}[0]: source records 50..79 (30) were never mirrored" in m.output()
     assert _sources(dst, target) == [*range(50), *range(80, 100)]
+    _commit(src, f"app-{unique}", {(topic, 0): 60})
+    plan = _plan(cfg, unique, f"app-{unique}", capsys)
+    assert (plan["target_offset"], plan["skipped"], plan["may_reread"], plan["unmirrored"]) == (50, 20, 0, 20)
 
 
 def test_on_source_gap_stop_stops_with_exit_4_and_copies_nothing_past_the_gap(
@@ -136,6 +141,11 @@ def test_on_source_gap_stop_stops_with_exit_4_and_copies_nothing_past_the_gap(
     assert "on_source_gap: stop" in err[0]
     assert _sources(dst, target) == list(range(40))
     assert group_offsets(src, f"mirror-{unique}", topic, 1) == {0: 40}
+    # Nothing past the gap was copied: a group inside it starts at the target's end, and
+    # every record from the gap on is at risk (on the source only), none re-read.
+    _commit(src, f"app-{unique}", {(topic, 0): 50})
+    plan = _plan(cfg, unique, f"app-{unique}", capsys)
+    assert (plan["target_offset"], plan["unmirrored"], plan["may_reread"]) == (40, 40, 0)
 
 
 def test_the_spark_engine_reports_a_gap_at_start_in_the_same_words_and_stops_on_it_when_told(
