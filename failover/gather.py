@@ -11,7 +11,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from failover.offsets_file import coordinated
 from failover.plan import (
@@ -193,6 +193,7 @@ def build_plans(
     windows = group_sync_windows(
         ctx.store, flow.name, {g: {k: pos.offsets[k] for k in keys_of[g]} for g, pos in positions.items()}
     )
+    gaps = ctx.store.gaps(flow.name) if method is Method.TRANSLATE else {}
     for g, pos in positions.items():
         missing = sorted({target.names[t] for t, _ in pos.offsets if target.names[t] not in target.existing})
         if not keys_of[g]:
@@ -208,6 +209,7 @@ def build_plans(
                 store_ends = {k: end for k, (end, _ms) in ctx.store.source_ends(flow.name).items()}
             ends = {**store_ends, **reads.ends}
         facts = partition_facts(method, pos, keys_of[g], target, tips, windows[g], ends, reads.mirror_committed)
+        facts = [replace(f, gaps=gaps.get((f.source_topic, f.partition), ())) for f in facts]
         truth = {
             Method.TIMESTAMP: Truth.TIMESTAMPS,
             Method.EARLIEST: Truth.WATERMARKS,

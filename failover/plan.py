@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from mirror.domain.gaps import SourceGap, gap_inside
 from mirror.domain.offsetmap import OffsetSync, translate
 
 
@@ -54,6 +55,7 @@ class PartitionFacts:
     checkpoint_offset: int | None = None  # the checkpoint's own translation (CHECKPOINTS only)
     time_offset: int | None = None  # --at: first target offset with timestamp >= T, -1 if none
     boundary_records: int = 0  # --at: records sharing the boundary millisecond
+    gaps: Sequence[SourceGap] = ()  # recorded source gaps of the partition (records never mirrored)
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,9 @@ class PartitionPlan:
     exact: bool = True
     # Records past the start the group may have read already (see `make_plan`).
     may_reread: int = 0
+    # Records from the group's position on that the source lost before they were copied
+    # (a recorded source gap): never mirrored, part of `unmirrored`, never re-read.
+    skipped: int = 0
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -79,6 +84,8 @@ class PartitionPlan:
             "unmirrored": self.unmirrored,
             "may_reread": self.may_reread,
         }
+        if self.skipped:
+            out["skipped"] = self.skipped
         if self.boundary_records is not None:
             out["boundary_records"] = self.boundary_records
         if not self.exact:
@@ -102,6 +109,10 @@ class Plan:
         return sum(p.unmirrored for p in self.partitions)
 
     @property
+    def skipped(self) -> int:
+        return sum(p.skipped for p in self.partitions)
+
+    @property
     def boundary_records(self) -> int:
         return sum(p.boundary_records or 0 for p in self.partitions)
 
@@ -123,6 +134,8 @@ class Plan:
             "unmirrored": self.unmirrored,
             "may_reread": self.may_reread,
         }
+        if self.skipped:
+            out["skipped"] = self.skipped
         if self.at_ms is not None:
             out["at_ms"] = self.at_ms
             out["boundary_records"] = self.boundary_records
@@ -144,6 +157,7 @@ def plan_partition(method: Method, f: PartitionFacts) -> PartitionPlan:
     unmirrored = _unmirrored(f)
     boundary = None
     exact = True
+    skipped = 0
     if method is Method.TRANSLATE:
         if f.source_offset is None:
             raise ValueError(f"{f.source_topic}[{f.partition}]: translation needs the group's source offset")
@@ -156,8 +170,10 @@ def plan_partition(method: Method, f: PartitionFacts) -> PartitionPlan:
             tip=f.tip,
             target_start=f.target_low,
             source_log=f.source_log,
+            gap=gap_inside(f.gaps, f.source_offset),
         )
         target, unmirrored, exact = max(tr.target_offset, f.target_low), tr.unmirrored, tr.exact
+        skipped = tr.skipped
         if not f.syncs and f.checkpoint_offset is not None:
             # Nothing mirrored from this partition, source gone: the checkpointer translated
             # it against a consistent view then (the target's end, if the group had read
@@ -173,7 +189,15 @@ def plan_partition(method: Method, f: PartitionFacts) -> PartitionPlan:
     else:
         target = f.target_high
     return PartitionPlan(
-        f.source_topic, f.target_topic, f.partition, f.source_offset, target, unmirrored, boundary, exact
+        f.source_topic,
+        f.target_topic,
+        f.partition,
+        f.source_offset,
+        target,
+        unmirrored,
+        boundary,
+        exact,
+        skipped=skipped,
     )
 
 

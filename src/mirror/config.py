@@ -205,6 +205,14 @@ class FlowConfig(_Model):
     guarantee off are refused, with the reason. Both engines."""
     spark: SparkFlowSettings = SparkFlowSettings()
     """How `mirror spark run` sizes its batches for this flow. Spark engine only."""
+    on_source_gap: Literal["skip", "stop"] = "skip"
+    """What the flow does when the source lost records before they were copied (retention or
+    delete-records while the mirror was behind or stopped, a truncated log, a re-created
+    topic): `skip` reports the gap (a WARNING, `mirror_source_records_skipped_total`, the
+    offset map) and mirrors on from the first record left; `stop` reports it and stops the
+    flow (exit code 4) before copying anything past it. Both engines (Spark: `failOnDataLoss`).
+    `skip` by default: a DR copy that stops falls further behind with every minute, and the
+    gap is paged on either way."""
 
     @property
     def group_id(self) -> str:
@@ -784,9 +792,9 @@ _CONSUMER_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "must stay false: the mirror stores and commits offsets itself, only after the target acknowledged the records",
     ),
     "auto.offset.reset": (
-        _is({"earliest", "smallest", "beginning"}),
-        "must stay earliest: when the mirror's position is out of range (records deleted before it "
-        "mirrored them) any other value skips records still on the source",
+        _is({"error", "earliest", "smallest", "beginning"}),
+        "must stay error or earliest: the mirror handles a position out of range itself and reports "
+        "the records the source deleted before they were copied (the flow's on_source_gap chooses what follows)",
     ),
     "group.id": (
         _never,

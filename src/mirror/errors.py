@@ -17,6 +17,7 @@ class ExitCode(IntEnum):
     FAILURE = 1  # runtime failure: cluster unreachable past its timeout, fatal produce error
     USAGE = 2  # usage or config error
     UNSAFE = 3  # refused as unsafe (e.g. group still active on the target)
+    SOURCE_GAP = 4  # a flow with on_source_gap: stop found records the source lost before they were copied
     INTERRUPTED = 130  # Ctrl-C
 
 
@@ -111,3 +112,10 @@ class AuthenticationFailed(ClusterUnavailable):
 
 class AuthorizationFailed(KafkaOperationError):
     """The cluster refused a request for want of an ACL; names principal, operation and resource."""
+
+
+class SourceGapError(MirrorError):
+    """A flow with `on_source_gap: stop` found source records deleted before they were copied;
+    it stopped before copying anything past them (docs/running.md, "Source gaps")."""
+
+    exit_code = ExitCode.SOURCE_GAP

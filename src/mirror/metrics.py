@@ -34,6 +34,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from mirror.domain.acks import AckBatch, SourcePartition
+from mirror.domain.gaps import SourceGap
 from mirror.errors import MirrorError, UsageError
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ CANARY_LOST = "mirror_canary_lost"
 CANARY_DUPLICATED = "mirror_canary_duplicated"
 CANARY_MISSING = "mirror_canary_missing"  # never arrived: the one canary count that pages
 TOPIC_CONFIG_DRIFT = "mirror_topic_config_drift"
+SOURCE_SKIPPED = "mirror_source_records_skipped"  # {flow,topic,reason}: records the source lost before they were copied
 UNEXPECTED_ERRORS = "mirror_unexpected_errors"  # {where}: failures of no known kind, caught by a loop that carries on
 
 # Canary latencies run from milliseconds (healthy, same region) to minutes (a stopped
@@ -119,6 +121,13 @@ class MirrorMetrics:
             ["flow", "topic", "partition"],
             registry=registry,
         )
+        self.skipped = Counter(
+            SOURCE_SKIPPED,
+            "Source records never mirrored: the source lost them before they were copied (reason: retention, "
+            "recreated).",
+            ["flow", "topic", "reason"],
+            registry=registry,
+        )
 
 
 class MetricsListener:
@@ -164,6 +173,9 @@ class MetricsListener:
 
     def before_commit(self, flow: str, positions: Mapping[SourcePartition, int]) -> None:
         return None
+
+    def on_gap(self, flow: str, gap: SourceGap) -> None:
+        self._m.skipped.labels(flow, gap.topic, gap.reason.value).inc(gap.count)
 
     def on_reset(self, flow: str, partitions: Sequence[SourcePartition]) -> None:
         # Counters only grow (rate() handles that); the position gauges would now lie.

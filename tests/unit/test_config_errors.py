@@ -330,7 +330,7 @@ GUARANTEE_CASES = {
         "consumer",
         "auto.offset.reset",
         "latest",
-        "flows[0].consumer.auto.offset.reset: 'latest' refused: auto.offset.reset must stay earliest",
+        "flows[0].consumer.auto.offset.reset: 'latest' refused: auto.offset.reset must stay error or earliest",
     ),
     "group_id": ("consumer", "group.id", "other", "flows[0].consumer.group.id: refused: group.id cannot be set here"),
     "static_member": (

@@ -45,7 +45,9 @@ def audit(
     committed offset (the offset map). Records gone from the start of a target partition
     that the target topic's retention explains (older than its retention.ms, or any with a
     retention.bytes) are reported as trimmed, not as a difference; gone records retention
-    does not explain (deleted by hand) are missing. Exit 0 when equal, 1 when not.
+    does not explain (deleted by hand) are missing. Records the source lost before the flow
+    copied them (recorded source gaps) are counted as skipped, apart from the differences.
+    Exit 0 when equal, 1 when not.
     """
     from mirror.cli.times import parse_time
     from mirror.spark.audit import audit as run_audit
@@ -86,6 +88,9 @@ def audit(
                 details.append("checksum differs")
             if p.trimmed:
                 details.append(f"{p.trimmed} older records trimmed by the target's retention")
+            if p.skipped:
+                ranges = ", ".join(f"{first}..{last}" for first, last in p.skipped_ranges)
+                details.append(f"{p.skipped} records skipped at the source, never mirrored ({ranges})")
             if p.minutes_differing:
                 details.append(f"{p.minutes_differing} minutes differ")
             click.echo(line + (f" ({'; '.join(details)})" if details else ""))

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from mirror.domain.gaps import SourceGap
+
 
 @dataclass(frozen=True, slots=True)
 class OffsetSync:
@@ -54,6 +56,9 @@ class Translation:
     # (C beyond the newest mirrored position): data at risk in a failover now.
     unmirrored: int
     exact: bool  # False when no row covered C (the group is behind everything mirrored)
+    # Records from C on that the source lost before the mirror copied them (C inside a
+    # recorded source gap): never mirrored, counted in `unmirrored` too, never re-read.
+    skipped: int = 0
 
 
 def translate(
@@ -66,8 +71,13 @@ def translate(
     tip: OffsetSync | None = None,
     target_start: int = 0,
     source_log: tuple[int, int] | None = None,
+    gap: SourceGap | None = None,
 ) -> Translation:
     """Translate source position `position` with rows `syncs` (sorted by source_offset).
+
+    `gap`: a recorded source gap (records the source lost before they were copied). A
+    position inside it translates as the first record after it, the first one copied; the
+    records from `position` to the gap's end are `skipped` (never mirrored), not re-read.
 
     `mirrored_end` is the next source offset not yet on the target (the mirror's committed
     position, or the target end minus the newest delta). Records from there on never
@@ -86,6 +96,19 @@ def translate(
     partition's log start and end, read *after* `target_end`) are for partitions with no row
     at all (see `_unmapped`).
     """
+    if gap is not None and gap.covers(position):
+        skipped = gap.last + 1 - position
+        tr = translate(
+            syncs,
+            gap.last + 1,
+            target_end,
+            mirrored_end,
+            source_end,
+            tip=tip,
+            target_start=target_start,
+            source_log=source_log,
+        )
+        return Translation(tr.target_offset, tr.unmirrored + skipped, tr.exact, skipped)
     end = position if source_end is None else max(position, source_end)
     unmirrored = 0 if mirrored_end is None else max(0, end - mirrored_end)
     if not syncs:
@@ -148,6 +171,11 @@ class OffsetStore(Protocol):
 
     def syncs(self, flow: str, topic: str, partition: int) -> list[OffsetSync]:
         """All rows of one source partition, sorted by source_offset."""
+        ...
+
+    def write_gaps(self, flow: str, gaps: Sequence[SourceGap]) -> None:
+        """Store source gaps (records the source lost before they were copied), for failover
+        to name them as never mirrored; writing one already stored changes nothing."""
         ...
 
     def write_checkpoints(self, flow: str, rows: Sequence[Checkpoint]) -> None: ...

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from mirror.engine.committer import Committer
     from mirror.engine.delivery import DeliveryReports
     from mirror.engine.fence import Fence
+    from mirror.engine.gaps import SourceGaps
     from mirror.engine.gate import ReadGate
     from mirror.engine.producers import ProducerPool
 
@@ -130,6 +131,7 @@ class Assignment:
         # offset at that moment (None: nothing committed, UNREAD: unknown). See `_on_assign`.
         self.created: dict[SourcePartition, int | None] = {}
         self.lifecycle = FlowLifecycle(flow)  # the start and rebalance lines operators read
+        self.gaps: SourceGaps | None = None  # set once wired: remembers the source topics' ids
 
     def note_created(self, partitions: list[TopicPartition], targets: Sequence[str]) -> None:
         """This worker created the target topics (`targets`) of these source partitions, so
@@ -184,9 +186,13 @@ class Assignment:
             )
 
     def on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        recreated = self.gaps.remember_ids(sorted({tp.topic for tp in partitions})) if self.gaps else set()
         for tp in partitions:
             self._ledger.assign((tp.topic, tp.partition), self.new_partition(route(self.flow, tp.topic, tp.partition)))
         start, read = self._starts(partitions)
+        # A source topic created again under its old name: all of it is new, and the group's
+        # offset (a late commit of the old topic's) or the offset-map rows say nothing of it.
+        start.update({(tp.topic, tp.partition): OFFSET_BEGINNING for tp in partitions if tp.topic in recreated})
         if start:
             # Rows of an earlier incarnation of the target would mistranslate; and the group's
             # offsets are rewound first, so a crash before the first commit cannot resume past
@@ -195,9 +201,11 @@ class Assignment:
                 listener.on_reset(self.flow.name, sorted(start))
         # exactly_once: where the target's progress says (the source group's offsets only
         # where there is none yet); the group is still rewound where `start` says.
-        at = start
+        # Never committed: from the beginning, said here (auto.offset.reset=error would make
+        # it an error event first, see engine/gaps.py).
+        at = {**{k: OFFSET_BEGINNING for k, v in (read or {}).items() if v is None}, **start}
         if self._claims is not None:
-            at = {**start, **self._claims.on_assign([(tp.topic, tp.partition) for tp in partitions], start, read)}
+            at = {**at, **self._claims.on_assign([(tp.topic, tp.partition) for tp in partitions], start, read)}
         chosen = [
             TopicPartition(tp.topic, tp.partition, at[(tp.topic, tp.partition)])
             if (tp.topic, tp.partition) in at

@@ -22,6 +22,7 @@ from mirror.kafka import KafkaError, KafkaException, Message, TopicPartition
 from mirror.kafka.errors import GONE_ERRORS, SIZE_ERRORS
 
 if TYPE_CHECKING:
+    from mirror.engine.gaps import SourceGaps
     from mirror.engine.target_watch import RefreshRequests
 
 log = logging.getLogger(__name__)
@@ -78,11 +79,13 @@ class Forwarder:
         fence: Fence,
         refresh: RefreshRequests,
         target_timeout: float,
+        gaps: SourceGaps,
     ) -> None:
         self.flow, self._consumer, self._stop = flow, consumer, stop
         self._queue_kbytes, self._compressed, self._target_timeout = queue_kbytes, compressed, target_timeout
         self._ledger, self._gate, self._pool, self._reports = ledger, gate, pool, reports
         self._failures, self._fence, self._refresh = failures, fence, refresh
+        self._gaps = gaps
 
     def forward(self, msgs: list[Message]) -> None:
         """Consumed messages -> produce on the target, a run at a time.
@@ -100,7 +103,10 @@ class Forwarder:
             m = msgs[i]
             err = m.error()
             if err is not None:
-                self._reports.on_consume_error(err, m)
+                if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                    self._gaps.on_out_of_range(m)  # auto.offset.reset=error: ours to handle
+                else:
+                    self._reports.on_consume_error(err, m)
                 i += 1
                 continue
             topic = m.topic()

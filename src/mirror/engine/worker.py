@@ -57,6 +57,7 @@ from mirror.engine.delivery import DeliveryReports
 from mirror.engine.failures import Failures
 from mirror.engine.fence import Fence
 from mirror.engine.forwarder import Forwarder
+from mirror.engine.gaps import SourceGaps
 from mirror.engine.gate import ReadGate
 from mirror.engine.producers import ClientFactory, ProducerPool
 from mirror.engine.resync import Resync
@@ -168,6 +169,9 @@ class FlowWorker:
             # New partitions of a subscribed topic are assigned as soon as the flow sees them.
             "topic.metadata.refresh.interval.ms": metadata_refresh_ms(f.refresh_interval),
             **f.consumer,
+            # Always: an earliest left in a flow's overrides would reset positions silently
+            # (see `CONSUMER_DEFAULTS` and engine/gaps.py).
+            "auto.offset.reset": "error",
         }
         producer_cfg = {**PRODUCER_DEFAULTS, "client.id": f"mirror-{f.name}", **f.producer}
         # Served by poll/consume on this thread, once the units exist (`open`).
@@ -199,6 +203,9 @@ class FlowWorker:
             self.txn = None
             pool = ProducerPool(f, self._target, producer_cfg, self._make_producer)
         self.pool = pool
+        self.gaps = SourceGaps(
+            f, consumer, admins=self.admins, listeners=self.listeners, failures=None, ledger=self.ledger, eager=eager
+        )
         self._wire(consumer, pool, consumer_cfg, eager)
         self.status.set(FlowState.RUNNING, "started")
 
@@ -275,7 +282,9 @@ class FlowWorker:
             fence=fence,
             refresh=requests,
             target_timeout=self._target.timeout,
+            gaps=self.gaps,
         )
+        self.gaps.failures = failures
 
     def _wire_changes(self, consumer: Any, pool: ProducerPool, eager: bool) -> None:
         """The group's and the target's changes: the assignment, resync and the target watch."""
@@ -311,6 +320,7 @@ class FlowWorker:
             reports=reports,
             claims=claims,
         )
+        assignment.gaps = self.gaps
         resync = Resync(
             f,
             self._source,

@@ -18,7 +18,10 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "isolation.level": "read_committed",
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
-    "auto.offset.reset": "earliest",
+    # A position out of range (records deleted before they were copied, a truncated or
+    # re-created topic) comes to the worker as an error instead of a silent jump to the log
+    # start: it finds out what was skipped, reports it and resumes itself (engine/gaps.py).
+    "auto.offset.reset": "error",
     "partition.assignment.strategy": "cooperative-sticky",
     **CONSUMER_TIMINGS,  # session and heartbeat: judged with the flow's overrides in mirror.config
     "fetch.wait.max.ms": 100,

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
 from mirror.domain.acks import AckBatch, SourcePartition
+from mirror.domain.gaps import SourceGap
 from mirror.domain.offsetmap import OffsetStore, OffsetSync
 from mirror.errors import MirrorError, OffsetStoreError
 from mirror.store.base import CreatedTopic
@@ -90,6 +91,9 @@ class OffsetMapRecorder:
         # Each partition's newest acknowledged record: stored with the rows it completes, so
         # translation knows how far the stored deltas reach (`offsetmap.translate`).
         self._tips: dict[SourcePartition, OffsetSync] = {}
+        # Source gaps found since the last flush: written with the rows, before the commit
+        # that moves the group past them (after it, nothing else says they were skipped).
+        self._gaps: list[SourceGap] = []
         self._metrics = StoreMetrics.for_registry(registry) if registry is not None else None
         self._clock = clock
         self.failing_since: float | None = None
@@ -147,19 +151,28 @@ class OffsetMapRecorder:
             self._seen.discard(key)
         self._resets |= keys
 
+    def on_gap(self, flow: str, gap: SourceGap) -> None:
+        """The source lost these records before they were copied: record them at the next flush."""
+        if gap.count > 0:  # a re-created topic's unknown loss has no range to record
+            self._gaps.append(gap)
+
     def before_commit(self, flow: str, positions: Mapping[SourcePartition, int]) -> None:
         self.flush()
 
     def flush(self) -> None:
         """Write every buffered row; raise `OffsetStoreError` (keeping the buffer) on failure."""
-        if not self._pending and not self._resets and not self._tips:
+        if not self._pending and not self._resets and not self._tips and not self._gaps:
             return
         pending = list(self._pending)
         tips = list(self._tips.values())
+        gaps = list(self._gaps)
         try:
             if self._resets:
                 self.store.delete_syncs(self.flow, sorted(self._resets))  # type: ignore[attr-defined]
                 self._resets.clear()
+            if gaps:
+                self.store.write_gaps(self.flow, gaps)
+                del self._gaps[: len(gaps)]
             rows = self._against_stored(pending)
             if rows or tips:
                 self.store.write_syncs(self.flow, rows, tips)

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mirror.config import Config, FlowConfig
+from mirror.domain.gaps import SourceGap
 from mirror.domain.offsetmap import OffsetSync, translate
 from mirror.domain.route import HEADER_ORIGIN, route
 from mirror.domain.topics import match_topics
@@ -54,6 +55,10 @@ class PartitionAudit:
     )  # target offsets that copy nothing in the window, or copy a record twice
     altered: list[int] = field(default_factory=list)  # source offsets whose copy differs
     trimmed: int = 0  # source records the target's retention removed (not a difference)
+    # Source records the source lost before the mirror copied them (recorded source gaps
+    # below the window's end): never mirrored, reported apart, not a difference.
+    skipped: int = 0
+    skipped_ranges: list[tuple[int, int]] = field(default_factory=list)  # (first, last) source offsets
 
     @property
     def equal(self) -> bool:
@@ -137,6 +142,7 @@ class _Window:
     held_from: dict[tuple[str, int], int] = field(
         default_factory=dict
     )  # the first source offset the target still holds
+    gaps: dict[tuple[str, int], list[SourceGap]] = field(default_factory=dict)  # recorded source gaps
 
 
 def audit(
@@ -155,6 +161,10 @@ def audit(
     report = AuditReport(flow.name, [PartitionAudit(m.source, m.target, p) for m, p in window.parts])
     if not window.parts:
         return report
+    for a in report.partitions:
+        key = (a.source_topic, a.partition)
+        gaps = [g for g in window.gaps.get(key, []) if g.first < window.end[key]]
+        a.skipped, a.skipped_ranges = sum(g.count for g in gaps), [(g.first, g.last) for g in gaps]
     src, tgt = _sides(spark, config, flow, window)
     try:
         _compare(flow, window, report, src, tgt, from_ms, to_ms)
@@ -196,19 +206,21 @@ def _window(config: Config, flow: FlowConfig, topics: list[str] | None, now: int
         {(m.target, p): tgt_marks[(m.target, p)].high for m, p in parts},
         {t: retention_cutoff(retention.get(t, {}), now) for t in set(to_target.values())},
     )
-    if not flow.provenance_headers:
+    store = open_store(config.offset_store)
+    try:
+        window.gaps = store.gaps(flow.name)
+        if flow.provenance_headers:
+            return window
         # Without provenance: the target's window (its copies of [start, end)) from the offset map.
-        store = open_store(config.offset_store)
-        try:
-            for m, p in parts:
-                syncs = store.syncs(flow.name, m.source, p)
-                low, high = window.tgt_start[(m.target, p)], window.tgt_end[(m.target, p)]
-                window.copies_end[(m.source, p)] = translate(
-                    syncs, end[(m.source, p)], high, tip=store.tip(flow.name, m.source, p), target_start=low
-                ).target_offset
-                window.held_from[(m.source, p)] = first_held(syncs, low, start[(m.source, p)])
-        finally:
-            store.close()
+        for m, p in parts:
+            syncs = store.syncs(flow.name, m.source, p)
+            low, high = window.tgt_start[(m.target, p)], window.tgt_end[(m.target, p)]
+            window.copies_end[(m.source, p)] = translate(
+                syncs, end[(m.source, p)], high, tip=store.tip(flow.name, m.source, p), target_start=low
+            ).target_offset
+            window.held_from[(m.source, p)] = first_held(syncs, low, start[(m.source, p)])
+    finally:
+        store.close()
     return window
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from mirror.config import Config, FlowConfig
+from mirror.domain.gaps import GapPolicy
 from mirror.domain.topics import TopicMapping, match_topics
 from mirror.engine.status import FlowState, FlowStatus
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
@@ -143,6 +144,7 @@ class SparkFlow:
             else None
         )
         self._starts = StartingOffsets(name, group, self._source, self._target, recorder, self._commits, progress)
+        self._starts.on_source_gap, self._starts.metrics = GapPolicy(self.flow.on_source_gap), self.metrics
         plan = TaskPlan(self.flow, self.config.clusters[self.flow.target])
         self._batches = Batches(
             name, self._source, plan, recorder, self._commits, metrics=self.metrics, stop=self.stop, status=self.status
@@ -262,9 +264,10 @@ class SparkFlow:
             .option("assign", json.dumps({m.source: list(range(m.partitions)) for m in mappings}))
             .option("startingOffsets", json.dumps(starting))
             .option("includeHeaders", "true")
-            # Like `mirror run` (auto.offset.reset=earliest): a committed offset that retention
-            # deleted resumes at the log start instead of stopping the flow.
-            .option("failOnDataLoss", "false")
+            # on_source_gap: a gap found at the start is reported by `StartingOffsets`; one
+            # that opens while the query runs (retention deleting past its position) fails
+            # the query under `stop`, and under `skip` is skipped from the log start.
+            .option("failOnDataLoss", "true" if self.flow.on_source_gap == "stop" else "false")
         )
         for k, v in java_kafka_options(self.flow.source, source.client).items():
             reader = reader.option(f"kafka.{k}", v)

@@ -18,8 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mirror.domain.gaps import GapPolicy, GapReason, SourceGap
 from mirror.domain.topics import TopicMapping
-from mirror.errors import MirrorError
+from mirror.engine.gaps import RESUME_HINT
+from mirror.errors import MirrorError, SourceGapError
 from mirror.kafka import OFFSET_END
 from mirror.spark.commits import TARGET_TOPIC_ID, GroupCommits, Partition
 from mirror.spark.exactly_once import ProgressStarts
@@ -39,6 +41,9 @@ class Starts:
     reset: list[Partition] = field(default_factory=list)  # from the beginning: rows dropped, group rewound to 0
     stale: dict[Partition, int] = field(default_factory=dict)  # target partitions to empty first
     warnings: list[str] = field(default_factory=list)
+    # Records retention deleted before the group's committed offset was copied on: reported
+    # in `mirror run`'s words (`SourceGap.describe`), counted and recorded before the query runs.
+    gaps: list[SourceGap] = field(default_factory=list)
     restarted: bool = False  # some partition the group has an offset for starts from the beginning
 
     def start(self, tp: Partition, offset: int) -> None:
@@ -85,7 +90,9 @@ def plan_starts(
                 continue
             w = marks.get(tp)
             start, why = starting_offset(offset, w.low if w else None, w.high if w else None)
-            if why:
+            if why and w is not None and offset is not None and offset < w.low:
+                out.gaps.append(SourceGap(m.source, p, offset, w.low - 1, GapReason.RETENTION))
+            elif why:
                 outside.append(f"{m.source}[{p}]: {why}")
             out.start(tp, start)
             if start >= 0:
@@ -153,6 +160,22 @@ class StartingOffsets:
         self.commits = commits
         self.created: set[str] = set()  # target topics this run created, not yet started from the beginning
         self.source_ids: dict[str, str] = {}  # source topic -> id, as the last query started
+        self.on_source_gap = GapPolicy.SKIP
+        self.metrics: Any = None  # the driver's MetricsListener (`--metrics-port`): counts the gaps
+
+    def _report_gaps(self, gaps: list[SourceGap]) -> None:
+        """Each gap once, in `mirror run`'s words; counted and recorded in the offset map
+        before the query runs past it, or, with `on_source_gap: stop`, the run stops here."""
+        for gap in gaps:
+            if self.on_source_gap is GapPolicy.STOP:
+                raise SourceGapError(f"flow {self.flow}: {gap.describe()}; on_source_gap: stop", hint=RESUME_HINT)
+            log.warning("flow %s: %s; mirroring on from offset %d", self.flow, gap.describe(), gap.last + 1)
+            for listener in (self.recorder, self.metrics):
+                on_gap = getattr(listener, "on_gap", None)
+                if on_gap is not None:
+                    on_gap(self.flow, gap)
+        if gaps:
+            self.recorder.flush()
 
     def decide(self, mappings: list[TopicMapping]) -> Starts:
         """The start of a query over `mappings`; the group and `commits` are set to it."""
@@ -172,6 +195,7 @@ class StartingOffsets:
         starts = plan_starts(mappings, committed, marks, target_ids, self.created, recreated)
         for warning in starts.warnings:
             log.warning("flow %s: %s", self.flow, warning)
+        self._report_gaps(starts.gaps)
         if self.progress is not None:
             # The target committed past the group (a driver killed between a batch's
             # transactions and its group commit): the group catches up now, or a partition

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from mirror.domain.gaps import SourceGap
 from mirror.domain.offsetmap import OffsetStore, OffsetSync
 from mirror.errors import OffsetStoreError
 
@@ -68,6 +69,10 @@ class FullOffsetStore(OffsetStore, Protocol):
         ...
 
     def sync_count(self, flow: str) -> int: ...
+
+    def gaps(self, flow: str) -> dict[tuple[str, int], list[SourceGap]]:
+        """The flow's recorded source gaps per source partition, oldest first."""
+        ...
 
     def describe(self) -> str: ...
 

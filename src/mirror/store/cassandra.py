@@ -35,6 +35,7 @@ from cassandra.policies import (
 from cassandra.query import PreparedStatement
 
 from mirror.config import CassandraStoreConfig
+from mirror.domain.gaps import GapReason, SourceGap
 from mirror.domain.offsetmap import Checkpoint, OffsetSync
 from mirror.errors import OffsetStoreError
 from mirror.store.base import NEWEST, CreatedTopic, SourceEnds, SyncWindow
@@ -55,6 +56,10 @@ _TABLES = {
         flow text, grp text, topic text, partition int,
         source_offset bigint, target_offset bigint, time_ms bigint,
         PRIMARY KEY ((flow, grp), topic, partition)
+    )""",
+    "offset_gaps": """CREATE TABLE IF NOT EXISTS {ks}.offset_gaps (
+        flow text, topic text, partition int, first_offset bigint, last_offset bigint, reason text,
+        PRIMARY KEY ((flow), topic, partition, first_offset)
     )""",
     "source_ends": """CREATE TABLE IF NOT EXISTS {ks}.source_ends (
         flow text, topic text, partition int, source_end bigint, time_ms bigint,
@@ -200,6 +205,10 @@ class CassandraStore:
             "(?, ?, ?, ?, ?)",
             "created": f"SELECT target, source, topic_id, time_ms FROM {ks}.created_topics WHERE flow=?",
             "del_created": f"DELETE FROM {ks}.created_topics WHERE flow=? AND target=?",
+            "put_gap": f"INSERT INTO {ks}.offset_gaps (flow, topic, partition, first_offset, last_offset, reason) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            "gaps": f"SELECT topic, partition, first_offset, last_offset, reason FROM {ks}.offset_gaps WHERE flow=?",
+            "del_gaps": f"DELETE FROM {ks}.offset_gaps WHERE flow=? AND topic=? AND partition=?",
         }
         out = {}
         for name, cql in stmts.items():
@@ -262,6 +271,21 @@ class CassandraStore:
             [(flow, r.topic, r.partition, r.source_offset, r.target_offset) for r in tips],
         )
 
+    def write_gaps(self, flow: str, gaps: Sequence[SourceGap]) -> None:
+        self._write_many(
+            "write source gaps",
+            "put_gap",
+            [(flow, g.topic, g.partition, g.first, g.last, g.reason.value) for g in gaps],
+        )
+
+    def gaps(self, flow: str) -> dict[tuple[str, int], list[SourceGap]]:
+        rows = self._run("read source gaps", lambda s: list(s.execute(self._stmts["gaps"], (flow,))))
+        out: dict[tuple[str, int], list[SourceGap]] = {}
+        for r in rows:
+            gap = SourceGap(r.topic, r.partition, r.first_offset, r.last_offset, GapReason(r.reason))
+            out.setdefault((r.topic, r.partition), []).append(gap)
+        return out
+
     def tip(self, flow: str, topic: str, partition: int) -> OffsetSync | None:
         row = self._run("read offset-map tip", lambda s: s.execute(self._stmts["tip"], (flow, topic, partition)).one())
         return OffsetSync(topic, partition, row.source_offset, row.target_offset) if row else None
@@ -269,6 +293,7 @@ class CassandraStore:
     def delete_syncs(self, flow: str, partitions: Sequence[tuple[str, int]]) -> None:
         self._write_many("delete offset syncs", "del_syncs", [(flow, t, p) for t, p in partitions])
         self._write_many("delete offset-map tips", "del_tip", [(flow, t, p) for t, p in partitions])
+        self._write_many("delete source gaps", "del_gaps", [(flow, t, p) for t, p in partitions])
         # Checkpoints translated into the old topic would start a group at an offset of the
         # new one that means something else. Rare (a recreated target topic): a scan of the
         # checkpoint partitions is fine here.

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mirror.domain.gaps import GapReason, SourceGap
 from mirror.domain.offsetmap import Checkpoint, OffsetSync
 from mirror.errors import OffsetStoreError
 from mirror.store.base import CreatedTopic, SourceEnds, SyncWindow
@@ -44,6 +45,11 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     flow TEXT NOT NULL, grp TEXT NOT NULL, topic TEXT NOT NULL, partition INTEGER NOT NULL,
     source_offset INTEGER NOT NULL, target_offset INTEGER NOT NULL, time_ms INTEGER NOT NULL,
     PRIMARY KEY (flow, grp, topic, partition)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS offset_gaps (
+    flow TEXT NOT NULL, topic TEXT NOT NULL, partition INTEGER NOT NULL,
+    first_offset INTEGER NOT NULL, last_offset INTEGER NOT NULL, reason TEXT NOT NULL,
+    PRIMARY KEY (flow, topic, partition, first_offset)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS source_ends (
     flow TEXT NOT NULL, topic TEXT NOT NULL, partition INTEGER NOT NULL,
@@ -139,6 +145,27 @@ class SqliteStore:
                 [(flow, r.topic, r.partition, r.source_offset, r.target_offset) for r in tips],
             )
 
+    def write_gaps(self, flow: str, gaps: Sequence[SourceGap]) -> None:
+        if not gaps:
+            return
+        with self._tx("write source gaps") as db:
+            db.executemany(
+                "INSERT OR REPLACE INTO offset_gaps VALUES (?, ?, ?, ?, ?, ?)",
+                [(flow, g.topic, g.partition, g.first, g.last, g.reason.value) for g in gaps],
+            )
+
+    def gaps(self, flow: str) -> dict[tuple[str, int], list[SourceGap]]:
+        rows = self._query(
+            "read source gaps",
+            "SELECT topic, partition, first_offset, last_offset, reason FROM offset_gaps WHERE flow=? "
+            "ORDER BY topic, partition, first_offset",
+            (flow,),
+        )
+        out: dict[tuple[str, int], list[SourceGap]] = {}
+        for t, p, first, last, reason in rows:
+            out.setdefault((t, p), []).append(SourceGap(t, p, first, last, GapReason(reason)))
+        return out
+
     def tip(self, flow: str, topic: str, partition: int) -> OffsetSync | None:
         rows = self._query(
             "read offset-map tip",
@@ -173,6 +200,10 @@ class SqliteStore:
             # Checkpoints translated into the old topic mean something else in the new one.
             db.executemany(
                 "DELETE FROM checkpoints WHERE flow=? AND topic=? AND partition=?",
+                [(flow, t, p) for t, p in partitions],
+            )
+            db.executemany(
+                "DELETE FROM offset_gaps WHERE flow=? AND topic=? AND partition=?",
                 [(flow, t, p) for t, p in partitions],
             )
 

@@ -68,6 +68,9 @@ class RacingStore:
     def floor_sync(self, *a: Any) -> Any:
         return self._read("floor_sync", *a)
 
+    def gaps(self, flow: str) -> Any:
+        return self._store.gaps(flow)
+
     def next_sync(self, *a: Any) -> Any:
         return self._read("next_sync", *a)
 

@@ -1,0 +1,181 @@
+"""`SourceGaps`: a source position out of range, reported and resumed past (or stopped at).
+
+The consumer runs with `auto.offset.reset=error` (mirror.kafka.settings): librdkafka's reset
+would move a partition to the log start silently, and the records between the mirror's
+position and that start, deleted before they were copied, would vanish without a word. With
+`error` the fetch stops and the partition's error event names the offset it wanted; this
+unit reads the log's bounds, decides (`mirror.domain.gaps.resume_outside_log`), reports, and
+moves the partition itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from mirror.config import FlowConfig
+from mirror.domain.acks import AckListener, SourcePartition
+from mirror.domain.gaps import GapPolicy, GapReason, SourceGap, resume_outside_log
+from mirror.errors import MirrorError, SourceGapError
+from mirror.kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPartition
+
+if TYPE_CHECKING:
+    from mirror.domain.ledger import Ledger
+    from mirror.engine.admins import AdminPair
+    from mirror.engine.assignment import AssignedPartition
+    from mirror.engine.failures import Failures
+
+log = logging.getLogger(__name__)
+
+RESUME_HINT = (
+    "to mirror on past it deliberately, run the flow once with on_source_gap: skip (the gap is then "
+    "recorded and counted), or copy the records from a backup first"
+)
+
+
+class SourceGaps:
+    """Positions out of range on the source: find what was skipped, say so once, move on.
+
+    Invariant: no partition moves past records it did not copy before a WARNING, the
+    listeners' `on_gap` (the offset map, the counter) have it; with `on_source_gap: stop`
+    it does not move at all: the flow fails with `SourceGapError` and commits nothing past
+    the records the target holds.
+    """
+
+    def __init__(
+        self,
+        flow: FlowConfig,
+        consumer: Any,
+        *,
+        admins: AdminPair,
+        listeners: Sequence[AckListener],
+        failures: Failures | None,
+        ledger: Ledger[AssignedPartition],
+        eager: bool,
+    ) -> None:
+        self.flow, self._consumer, self._admins, self._listeners = flow, consumer, admins, listeners
+        self.failures, self._ledger, self._eager = failures, ledger, eager  # failures: set once wired
+        self._policy = GapPolicy(flow.on_source_gap)
+        self.source_ids: dict[str, str] = {}  # source topic -> id when first assigned: tells a re-creation
+
+    def remember_ids(self, topics: Sequence[str]) -> set[str]:
+        """Note the ids of newly assigned source topics; return those whose id changed since
+        this worker last had them: deleted and created again while it ran (a topic gone
+        from the source is revoked; back, it is assigned again under its new id). Unreadable:
+        none (a re-creation is then told by a position past the log's end, if at all)."""
+        try:
+            now = self._admins.source.topic_ids(list(topics))
+        except MirrorError as exc:
+            log.debug("flow %s: source topic ids unreadable: %s", self.flow.name, exc)
+            return set()
+        recreated = {t for t, i in now.items() if self.source_ids.get(t, i) != i}
+        self.source_ids.update(now)
+        for topic in sorted(recreated):
+            log.warning(
+                "flow %s: source topic %s was deleted and created again; records of the old topic not yet "
+                "copied, if any, were never mirrored (how many is unknown); mirroring the new one from its beginning",
+                self.flow.name,
+                topic,
+            )
+            self._report(SourceGap(topic, -1, 0, -1, GapReason.RECREATED))
+        return recreated
+
+    def on_out_of_range(self, msg: Message) -> None:
+        """A partition's fetch position lies outside the source log (`msg`: its error event)."""
+        topic, partition, position = str(msg.topic()), int(msg.partition() or 0), msg.offset()
+        key = (topic, partition)
+        if key not in self._ledger.parts:
+            return  # revoked meanwhile
+        if position is None or position < 0:
+            self._move(key, OFFSET_BEGINNING)  # nothing committed: from the beginning, nothing skipped
+            return
+        try:
+            marks = self._admins.source.watermarks([key], committed_only=False)[key]
+        except (MirrorError, KeyError) as exc:
+            log.warning(
+                "flow %s: %s[%d]: position %d out of range, and the log's bounds are unreadable (%s); trying again",
+                self.flow.name,
+                topic,
+                partition,
+                position,
+                exc,
+            )
+            self._move(key, position)
+            return
+        resume = resume_outside_log(topic, partition, position, marks.low, marks.high)
+        gap, offset = resume.gap, resume.offset
+        if resume.truncated and self._recreated(topic):
+            # A new topic under the old name: all of it is new, from its beginning. What the
+            # old one held past `position` is gone, and how much is unknown.
+            log.warning(
+                "flow %s: %s[%d]: source topic %s was deleted and created again; records of the old topic "
+                "from offset %d on, if any, were never mirrored; mirroring the new one from offset %d",
+                self.flow.name,
+                topic,
+                partition,
+                topic,
+                position,
+                marks.low,
+            )
+            self._report(SourceGap(topic, partition, position, position - 1, GapReason.RECREATED))
+            offset = marks.low
+        elif resume.truncated:
+            log.warning(
+                "flow %s: %s[%d]: the source log ends at %d, below the %d records already copied up to %d "
+                "(truncated by an unclean leader election?); the target keeps those copies, and mirroring "
+                "resumes at %d, where the source writes next",
+                self.flow.name,
+                topic,
+                partition,
+                marks.high,
+                resume.truncated,
+                position - 1,
+                offset,
+            )
+        if gap is not None:
+            if self._policy is GapPolicy.STOP:
+                self._fail(
+                    SourceGapError(f"flow {self.flow.name}: {gap.describe()}; on_source_gap: stop", hint=RESUME_HINT)
+                )
+                return  # the partition stays where it is: nothing past the gap is read
+            log.warning("flow %s: %s; mirroring on from offset %d", self.flow.name, gap.describe(), offset)
+            self._report(gap)
+        self._move(key, offset)
+
+    def _fail(self, failure: MirrorError) -> None:
+        if self.failures is not None:
+            self.failures.first(failure)
+
+    def _recreated(self, topic: str) -> bool:
+        before = self.source_ids.get(topic)
+        try:
+            now = self._admins.source.topic_ids([topic]).get(topic)
+        except MirrorError:
+            return False
+        if now is not None:
+            self.source_ids[topic] = now
+        return before is not None and now is not None and now != before
+
+    def _report(self, gap: SourceGap) -> None:
+        """The counter and the offset map hear of it (listeners with `on_gap`)."""
+        for listener in self._listeners:
+            on_gap = getattr(listener, "on_gap", None)
+            if on_gap is not None:
+                on_gap(self.flow.name, gap)
+
+    def _move(self, key: SourcePartition, offset: int) -> None:
+        """Fetch the partition from `offset`. After an out-of-range error librdkafka stops
+        fetching it and refuses a seek (its fetch state is none): only a new assignment of it
+        restarts the fetch. An eager assignor's consumer is re-assigned whole, the other
+        partitions at their positions (what was read and not produced is pending, in order)."""
+        tp = TopicPartition(key[0], key[1], offset)
+        try:
+            if not self._eager:
+                self._consumer.incremental_unassign([TopicPartition(key[0], key[1])])
+                self._consumer.incremental_assign([tp])
+                return
+            current = self._consumer.position(self._consumer.assignment())
+            self._consumer.assign([tp if (p.topic, p.partition) == key else p for p in current])
+        except KafkaException as exc:
+            self._fail(MirrorError(f"flow {self.flow.name}: cannot move {key[0]}[{key[1]}] to offset {offset}: {exc}"))
