@@ -192,3 +192,19 @@ def test_a_metrics_host_not_on_this_machine_is_a_usage_error():
     with pytest.raises(UsageError) as failed:
         serve(0, "192.0.2.1", CollectorRegistry())  # TEST-NET-1: never an address of this machine
     assert failed.value.exit_code == ExitCode.USAGE and "192.0.2.1" in str(failed.value)
+
+
+def test_a_topic_s_skipped_counters_start_at_zero_once_it_is_mirrored() -> None:
+    """mirror_source_records_skipped_total pages (MirrorSourceRecordsSkipped): a mirrored
+    topic exports it at 0 for every paging reason, so the rule's metric is there on a healthy
+    stack and the first gap is an increase, not the birth of a series."""
+    reg = CollectorRegistry()
+    listener = MetricsListener(MirrorMetrics(reg))
+    listener.on_acked([AckBatch("f", "orders", 0, "nyc.orders", 0, 3, count=3, bytes=30)])
+    zeros = {
+        s.labels["reason"]
+        for fam in reg.collect()
+        for s in fam.samples
+        if s.name == "mirror_source_records_skipped_total" and s.labels["topic"] == "orders" and s.value == 0
+    }
+    assert zeros == {"retention", "truncated", "recreated"}
