@@ -34,7 +34,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from mirror.domain.acks import AckBatch, SourcePartition
-from mirror.domain.gaps import SourceGap
+from mirror.domain.gaps import GapReason, SourceGap
 from mirror.errors import MirrorError, UsageError
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,11 @@ class MirrorMetrics:
         )
 
 
+# The reasons `mirror_source_records_skipped_total` pages on (MirrorSourceRecordsSkipped):
+# records lost before they were copied. Records before a flow's chosen start are not a loss.
+PAGED_GAP_REASONS = (GapReason.RETENTION, GapReason.TRUNCATED, GapReason.RECREATED)
+
+
 class MetricsListener:
     """`mirror.domain.acks.AckListener` that turns acknowledgements into counters.
 
@@ -166,6 +171,8 @@ class MetricsListener:
             counters = self._topics.get(key)
             if counters is None:
                 counters = self._topics[key] = (self._m.records.labels(*key), self._m.bytes.labels(*key))
+                for reason in PAGED_GAP_REASONS:  # at 0: the page's metric is there, a gap is an increase
+                    self._m.skipped.labels(*key, reason.value)
             if count:
                 counters[0].inc(count)
             if nbytes:
