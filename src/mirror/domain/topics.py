@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from mirror.domain.flow import Flow, Topology
-from mirror.domain.naming import target_topic, too_long, would_loop
+from mirror.domain.naming import MAX_TOPIC_NAME, target_topic, too_long, would_loop
 
 
 @dataclass(frozen=True)
@@ -21,18 +21,37 @@ def match_topics(config: Topology, flow: Flow, source_topics: Mapping[str, int])
     """The flow's topics among `source_topics` (name -> partition count), sorted by name.
 
     The canary topic is always included so that every flow can be probed end to end;
-    topics whose names show they came from the target (or went round already) are not, nor
-    are those whose target name Kafka would refuse as too long (`unmirrorable_topics`).
+    topics whose names show they came from the target (or went round already) are not.
+    Topics whose target name Kafka would refuse are included: lag, failover and the drift
+    report must show them (never copied, their lag grows); the data paths copy
+    `mirrorable_topics` and say which they leave out.
     """
+    return _candidates(config, flow, source_topics)
+
+
+def mirrorable_topics(
+    config: Topology, flow: Flow, source_topics: Mapping[str, int]
+) -> tuple[list[TopicMapping], list[TopicMapping]]:
+    """(what a data path copies, what it cannot): `match_topics` split by whether Kafka
+    would accept the target topic's name (`unmirrorable_topics`)."""
     candidates = _candidates(config, flow, source_topics)
-    skipped = set(too_long(candidates))
-    return [m for m in candidates if m not in skipped]
+    refused = too_long(candidates)
+    return [m for m in candidates if m not in refused], refused
 
 
 def unmirrorable_topics(config: Topology, flow: Flow, source_topics: Mapping[str, int]) -> list[TopicMapping]:
     """The topics the flow selects but cannot mirror: their target name would be longer than
-    Kafka allows. `mirror validate` refuses them; `mirror run` skips them, saying so once."""
+    Kafka allows. `mirror validate` refuses them; both engines skip them, saying so once."""
     return too_long(_candidates(config, flow, source_topics))
+
+
+def unmirrorable_reason(flow: str, m: TopicMapping) -> str:
+    """The one line an engine logs (once) for a topic it leaves out: which, why, what to do."""
+    return (
+        f"flow {flow}: not mirroring {m.source}: its target name {m.target} is {len(m.target)} characters, "
+        f"longer than Kafka's limit of {MAX_TOPIC_NAME} (use a shorter cluster name, exclude the topic, "
+        "or rename: identity)"
+    )
 
 
 def _candidates(config: Topology, flow: Flow, source_topics: Mapping[str, int]) -> list[TopicMapping]:

@@ -9,8 +9,7 @@ from collections.abc import Callable, Sequence
 from mirror.config import ClusterConfig, Config, FlowConfig
 from mirror.domain.acks import AckListener, SourcePartition, targets_created
 from mirror.domain.ledger import Ledger
-from mirror.domain.naming import MAX_TOPIC_NAME
-from mirror.domain.topics import TopicChange, TopicMapping, match_topics, topic_change, unmirrorable_topics
+from mirror.domain.topics import TopicChange, TopicMapping, mirrorable_topics, topic_change, unmirrorable_reason
 from mirror.engine.admins import AdminPair
 from mirror.engine.assignment import AssignedPartition, Assignment, CommitTags
 from mirror.engine.committer import Committer
@@ -116,8 +115,8 @@ class TargetWatch:
         admins = self._admins
         try:
             listed = admins.source.topics()
-            mappings = match_topics(self.config, self.flow, listed)
-            self._report_unmirrorable(listed)
+            mappings, refused = mirrorable_topics(self.config, self.flow, listed)
+            self._report_unmirrorable(refused)
             existing = self._check_targets(mappings)
             headroom = LIMIT_HEADROOM if self.flow.provenance_headers else 0
             result = ensure_targets(admins.source, admins.target, mappings, existing=existing, headroom=headroom)
@@ -169,25 +168,17 @@ class TargetWatch:
         self._subscribe(mappings)
         return True
 
-    def _report_unmirrorable(self, listed: dict[str, int]) -> None:
+    def _report_unmirrorable(self, refused: Sequence[TopicMapping]) -> None:
         """One ERROR line per topic the flow selects but whose target name Kafka would refuse.
 
         Skipped, not fatal: refusing at start would make a daemon under a restart policy
         crash-loop (and stop every other topic of the flow) the moment such a topic is
         created on the source, while skipping keeps the rest mirrored and says why once.
         """
-        for m in unmirrorable_topics(self.config, self.flow, listed):
+        for m in refused:
             if m.source not in self._told_too_long:
                 self._told_too_long.add(m.source)
-                log.error(
-                    "flow %s: not mirroring %s: its target name %s is %d characters, longer than Kafka's limit of %d "
-                    "(use a shorter cluster name, exclude the topic, or rename: identity)",
-                    self.flow.name,
-                    m.source,
-                    m.target,
-                    len(m.target),
-                    MAX_TOPIC_NAME,
-                )
+                log.error("%s", unmirrorable_reason(self.flow.name, m))
 
     def _check_targets(self, mappings: Sequence[TopicMapping]) -> dict[str, int]:
         """The target's topics; and, if a target topic this worker writes to was deleted (or

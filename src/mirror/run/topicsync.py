@@ -13,7 +13,7 @@ import logging
 import threading
 
 from mirror.config import Config, FlowConfig
-from mirror.domain.topics import match_topics
+from mirror.domain.topics import mirrorable_topics
 from mirror.engine.targets import TopicSync, sync_topics
 from mirror.errors import MirrorError
 from mirror.kafka import Admin
@@ -43,7 +43,7 @@ class TopicSyncer:
         self.last_error: str | None = None
 
     def tick(self) -> list[TopicSync]:
-        mappings = match_topics(self.config, self.flow, self.admins.source.topics())
+        mappings, _ = mirrorable_topics(self.config, self.flow, self.admins.source.topics())
         synced = sync_topics(self.admins.source, self.admins.target, mappings)
         failed = {s.source for s in synced if s.drifting}
         self.drift = {m.source: int(m.source in failed) for m in mappings}

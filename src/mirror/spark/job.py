@@ -35,7 +35,7 @@ from typing import Any
 
 from mirror.config import Config, FlowConfig
 from mirror.domain.gaps import GapPolicy
-from mirror.domain.topics import TopicMapping, match_topics
+from mirror.domain.topics import TopicMapping, mirrorable_topics, unmirrorable_reason
 from mirror.engine.status import FlowState, FlowStatus
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
 from mirror.errors import MirrorError, UnsafeOperation
@@ -90,6 +90,7 @@ class SparkFlow:
         self.stop = stop or threading.Event()
         self.status = status or FlowStatus(flow.name)  # as `mirror run` reports it (`mirror_flow_state`)
         self._batches: Batches | None = None
+        self._told_too_long: set[str] = set()  # topics left out (their target name is too long), said once
 
     @property
     def records(self) -> int:
@@ -175,7 +176,11 @@ class SparkFlow:
             store.close()
 
     def _refresh(self) -> list[TopicMapping]:
-        mappings = match_topics(self.config, self.flow, self._source.topics())
+        mappings, refused = mirrorable_topics(self.config, self.flow, self._source.topics())
+        for m in refused:  # skipped, not fatal, as `mirror run` skips them (engine.target_watch)
+            if m.source not in self._told_too_long:
+                self._told_too_long.add(m.source)
+                log.error("%s", unmirrorable_reason(self.flow.name, m))
         result = ensure_targets(self._source, self._target, mappings, headroom=LIMIT_HEADROOM)
         self._starts.created |= set(result.created)  # their partitions start from the beginning
         self._read_limits(mappings)

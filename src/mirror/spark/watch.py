@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mirror.config import Config, FlowConfig
-from mirror.domain.topics import TopicMapping, match_topics
+from mirror.domain.topics import TopicMapping, mirrorable_topics
 from mirror.errors import MirrorError
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class TopicWatch:
     def topics_changed(self, mappings: list[TopicMapping]) -> bool:
         """A topic matched, unmatched, or its partition count changed."""
         try:
-            now = match_topics(self.config, self.flow, self.source.topics())
+            now, _ = mirrorable_topics(self.config, self.flow, self.source.topics())
         except MirrorError as exc:
             log.warning("flow %s: topic refresh failed: %s", self.flow.name, exc)
             return False
