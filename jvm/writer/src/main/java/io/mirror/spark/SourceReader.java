@@ -127,12 +127,21 @@ final class SourceReader {
         } catch (OffsetOutOfRangeException e) {
             // The consumer's reset policy is "none" (Spark's executor parameters): its
             // position is below the log start (retention deleted it) or past the log end.
+            // As Spark's KafkaDataConsumer (getEarliestAvailableOffsetBetween): what lies past
+            // the end is skipped only when the log, asked now, still ends at or below the
+            // position; a log that holds it again (a new leader after an unclean election took
+            // more records meanwhile) is read on from there.
             long position = consumer.position(tp);
             long start = consumer.beginningOffsets(Collections.singletonList(tp)).get(tp);
             if (position < start) {
                 skipLost(position, Math.min(start, until), DELETED);
+                return Collections.emptyList();
+            }
+            long end = consumer.endOffsets(Collections.singletonList(tp)).get(tp);
+            if (position >= end) {
+                skipLost(position, until, truncated(end));
             } else {
-                skipLost(position, until, truncated(consumer.endOffsets(Collections.singletonList(tp)).get(tp)));
+                consumer.seek(tp, position);
             }
             return Collections.emptyList();
         }
