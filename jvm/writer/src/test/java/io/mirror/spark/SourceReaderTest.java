@@ -212,4 +212,20 @@ class SourceReaderTest {
         assertEquals(10, readAll(reader).size());
         assertNull(reader.lost());
     }
+
+    // Spark's KafkaDataConsumer.getEarliestAvailableOffsetBetween (4.2.0), after an
+    // OffsetOutOfRangeException at `offset`, skips the rest only when offset >= latest (or
+    // earliest >= until); when the log holds `offset` again by the time it asks (a new leader
+    // after an unclean election took more records meanwhile), it reads on from `offset`.
+    @Test
+    void offsetsTheLogHoldsAgainWhenAskedAfterAnOutOfRangeFetchAreRead() {
+        MockConsumer<byte[], byte[]> c = consumer(0, 12); // the new leader's log has grown to 12
+        SourceReader reader = new SourceReader("k", c, steppingClock());
+        reader.start(TP, 8, 10, 120_000, false);
+        // The fetch at 8 reached the new leader while its log still ended at 6.
+        c.setPollException(new OffsetOutOfRangeException("past the end", Map.of(TP, 8L)));
+        add(c, 8, 9, 10, 11);
+        assertEquals(List.of(8L, 9L), readAll(reader));
+        assertNull(reader.lost());
+    }
 }
