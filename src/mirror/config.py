@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -35,6 +36,7 @@ from mirror.domain.naming import (
     find_identity_cycles,
     find_relay_collisions,
 )
+from mirror.domain.start_from import StartFrom
 from mirror.errors import ConfigError, ConfigProblems
 
 # ---------------------------------------------------------------------------- value types
@@ -72,6 +74,11 @@ def _check_bootstrap(value: str) -> str:
         host, _, port = hostport.strip().rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"{value!r} is not a host:port list (e.g. 127.0.0.1:9092)")
+    return value
+
+
+def _check_start_from(value: str) -> str:
+    StartFrom.parse(value, int(time.time() * 1000))
     return value
 
 
@@ -147,6 +154,21 @@ class FlowConfig(_Model):
     consumer: ClientSettings = {}  # extra librdkafka settings for the source consumer
     producer: ClientSettings = {}  # extra librdkafka settings for the target producer
     spark: SparkFlowSettings = SparkFlowSettings()
+    start_from: Annotated[str, AfterValidator(_check_start_from)] = "earliest"
+    """Where a partition the flow's group never committed starts: `earliest` (everything the
+    source holds), `latest` (only records written after it is first assigned), or a time (ISO
+    8601, epoch ms, or relative such as `-6h`, taken when the partition is first assigned).
+    Applies to a new flow, a new topic and a new partition alike; never to a partition the
+    flow already mirrors. Both engines. `earliest` by default: a DR copy is complete unless
+    asked otherwise."""
+    max_bytes_per_second: Annotated[ByteSize, Field(ge=1024)] | None = None
+    """Cap on the source bytes (key + value) the flow reads per second, held over any 10 s
+    window with at most one second's worth of burst (`1MiB` or a number). `--workers N` each
+    take a N-th. Native engine: reading pauses; the Spark engine paces its batches. None (the
+    default): no cap, a mirror catching up goes as fast as it can."""
+    max_records_per_second: Annotated[int, Field(ge=1)] | None = None
+    """Cap on the source records the flow reads per second, as `max_bytes_per_second` (the
+    tighter of the two holds). Both engines. None by default."""
 
     @property
     def group_id(self) -> str:

@@ -48,6 +48,7 @@ from typing import Any
 from mirror.config import Config, FlowConfig
 from mirror.domain.acks import AckListener, SourcePartition, backlog_full
 from mirror.domain.ledger import Ledger, Segment
+from mirror.domain.throttle import Throttle
 from mirror.engine.admins import AdminFactory, AdminPair
 from mirror.engine.assignment import DRAIN_TIMEOUT, AssignedPartition, Assignment, CommitTags
 from mirror.engine.claims import Claims
@@ -60,6 +61,7 @@ from mirror.engine.forwarder import Forwarder
 from mirror.engine.gate import ReadGate
 from mirror.engine.producers import ClientFactory, ProducerPool
 from mirror.engine.resync import Resync
+from mirror.engine.start_points import StartPoints
 from mirror.engine.status import FlowState, FlowStatus
 from mirror.engine.target_watch import RefreshRequests, TargetWatch, some
 from mirror.engine.transactions import TransactionalCommitter, TransactionalPool, TxnState
@@ -101,6 +103,7 @@ class FlowWorker:
         consumer_factory: ClientFactory = make_consumer,
         producer_factory: ClientFactory = make_producer,
         admin_factory: AdminFactory = Admin,
+        throttle: Throttle | None = None,
     ) -> None:
         self.config = config
         self.flow = flow
@@ -123,6 +126,8 @@ class FlowWorker:
         self._make_producer = producer_factory
         self._make_admin = admin_factory
         self._consumer: Any = None
+        # The flow's read cap (this worker's share of it); a reload may change it while it runs.
+        self.throttle = throttle or Throttle(flow.max_bytes_per_second, flow.max_records_per_second, clock=clock)
 
     @property
     def state(self) -> FlowState:
@@ -310,6 +315,7 @@ class FlowWorker:
             committer=committer,
             reports=reports,
             claims=claims,
+            start_points=StartPoints(f, self.admins),
         )
         resync = Resync(
             f,
@@ -413,10 +419,7 @@ class FlowWorker:
                 # eager assignor takes every partition, or by a resync): nothing pending is
                 # left to resume reading once produced. `resume` keeps a hold or a fence.
                 gate.resume()
-            # Take what is there without waiting for a full batch (consume(n, t) returns only
-            # when n records arrived or t passed, so at low rates every record would wait t);
-            # only when nothing is there, block briefly for the next one.
-            msgs = self._consumer.consume(CONSUME_BATCH, 0) or self._consumer.consume(1, 0.1)
+            msgs = self._read()
             if fence.check():
                 msgs = []  # read before the freeze; re-read from the committed offsets
             if self.txn is not None and self.txn.reseek:
@@ -441,6 +444,26 @@ class FlowWorker:
                 if self.until_caught_up and committer.caught_up():
                     self.status.set(FlowState.CAUGHT_UP, "every matched partition mirrored and committed")
                     return
+
+    def _read(self) -> list[Any]:
+        """A batch of source records, within the flow's read cap.
+
+        Throttled, the loop does not read at all (librdkafka's prefetch fills up and stops
+        fetching), but it still serves reports and commits what was sent: the cap delays only
+        reading, never an acknowledgement or a commit.
+        """
+        throttle = self.throttle
+        most = throttle.allowed(CONSUME_BATCH)
+        if not most:
+            self.stop.wait(min(throttle.delay(), 0.1))
+            return []
+        # Take what is there without waiting for a full batch (consume(n, t) returns only
+        # when n records arrived or t passed, so at low rates every record would wait t);
+        # only when nothing is there, block briefly for the next one.
+        msgs: list[Any] = self._consumer.consume(most, 0) or self._consumer.consume(1, 0.1)
+        if msgs and throttle.capped:
+            throttle.took(len(msgs), sum(len(m.key() or b"") + len(m.value() or b"") for m in msgs))
+        return msgs
 
     def _look_for_stalls(self) -> None:
         """Say so when partitions had records in flight and none acknowledged since the last

@@ -17,7 +17,9 @@ class Clock:
         return self.now
 
 
-def drive(throttle: Throttle, clock: Clock, seconds: float, record_size: int, step: float = 0.01) -> list[tuple[float, int]]:
+def drive(
+    throttle: Throttle, clock: Clock, seconds: float, record_size: int, step: float = 0.01
+) -> list[tuple[float, int]]:
     """A reader that reads whenever allowed, as the worker's loop does; returns (time, bytes) per read."""
     reads = []
     end = clock.now + seconds
