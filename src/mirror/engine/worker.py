@@ -104,6 +104,7 @@ class FlowWorker:
         producer_factory: ClientFactory = make_producer,
         admin_factory: AdminFactory = Admin,
         throttle: Throttle | None = None,
+        cap_share: int = 1,
     ) -> None:
         self.config = config
         self.flow = flow
@@ -127,7 +128,9 @@ class FlowWorker:
         self._make_admin = admin_factory
         self._consumer: Any = None
         # The flow's read cap (this worker's share of it); a reload may change it while it runs.
-        self.throttle = throttle or Throttle(flow.max_bytes_per_second, flow.max_records_per_second, clock=clock)
+        self.throttle = throttle or Throttle(
+            flow.max_bytes_per_second, flow.max_records_per_second, share=cap_share, clock=clock
+        )
 
     @property
     def state(self) -> FlowState:

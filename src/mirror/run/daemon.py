@@ -20,7 +20,7 @@ from mirror.engine.worker import FlowState
 from mirror.errors import AuthorizationFailed, ClusterUnavailable, MirrorError
 from mirror.kafka import Admin
 from mirror.kafka.canary_topic import ensure_canary_topic
-from mirror.metrics import FlowStateCollector, RunMetrics, serve
+from mirror.metrics import FlowStateCollector, RunMetrics, ThrottleCollector, serve
 from mirror.run.checkpointer import GroupCheckpointer
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.run.topicsync import TopicSyncer
@@ -39,6 +39,7 @@ def run_flows(
     until_caught_up: bool = False,
     metrics_port: int | None = None,
     offset_store: bool = True,
+    pool_size: int = 1,
 ) -> None:
     """Mirror `flows` until `stop` is set (or caught up); raises `MirrorError` on failure."""
     _check_literal_topics(config, flows)
@@ -79,11 +80,19 @@ def run_flows(
             until_caught_up=until_caught_up,
             stats_cb=run_metrics.stats.on_stats if run_metrics else None,
             stats_interval_ms=STATS_INTERVAL_MS if run_metrics else 0,
+            cap_share=pool_size,  # `--workers N`: each worker reads a N-th of a flow's cap
         )
         if run_metrics is not None:
             FlowStateCollector(
                 lambda: {w.flow.name: w.state.value for w in runner.workers},
                 [s.value for s in FlowState],
+                run_metrics.registry,
+            )
+            ThrottleCollector(
+                lambda: {
+                    w.flow.name: (w.throttle.max_bytes, w.throttle.max_records, w.throttle.throttled_seconds())
+                    for w in runner.workers
+                },
                 run_metrics.registry,
             )
         try:
