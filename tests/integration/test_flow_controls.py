@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from mirror.cli import main
 from mirror.config import load as load_config
@@ -139,3 +140,18 @@ def test_a_capped_flow_reads_at_its_cap_is_behind_not_stalled_and_catches_up_onc
     cfg.write_text(cfg.read_text().replace(f"    max_bytes_per_second: {cap}\n", ""))
     assert main(["run", "-c", str(cfg), "--until-caught-up"]) == 0
     assert numbers(read_topic(dst, f"src.{t}", 1)) == list(range(1_000_000, 1_000_000 + count))
+
+
+def test_mirror_drill_runs_the_throttle_runbook(clusters, write_config, unique, tmp_path):
+    src = clusters.bootstrap("src")
+    t = f"drilled-{unique}"
+    create_topic(src, t, 1)
+    produce(src, t, range(0, 50), 1)
+    cfg = write_config(flow_yaml(unique, t, f'    groups: ["app-{unique}"]\n    max_bytes_per_second: 64KiB\n'))
+    runbook = str(Path(__file__).resolve().parents[2] / "runbooks" / "throttle-a-flow.md")
+    with MirrorProcess(cfg) as m:
+        report = tmp_path / "report"
+        args = ["drill", runbook, "-c", str(cfg), "--flow", f"f-{unique}", "--group", f"app-{unique}", "--topic", t]
+        rc = main([*args, "--yes", "--report", str(report)])
+        assert rc == 0, m.output() + (report / "report.md").read_text()
+        m.stop()
