@@ -60,6 +60,7 @@ from mirror.engine.fence import Fence
 from mirror.engine.forwarder import Forwarder
 from mirror.engine.gate import ReadGate
 from mirror.engine.producers import ClientFactory, ProducerPool
+from mirror.engine.reading import read_capped
 from mirror.engine.resync import Resync
 from mirror.engine.start_points import StartPoints
 from mirror.engine.status import FlowState, FlowStatus
@@ -422,7 +423,7 @@ class FlowWorker:
                 # eager assignor takes every partition, or by a resync): nothing pending is
                 # left to resume reading once produced. `resume` keeps a hold or a fence.
                 gate.resume()
-            msgs = self._read()
+            msgs = read_capped(self._consumer, self.throttle, self.stop, CONSUME_BATCH)
             if fence.check():
                 msgs = []  # read before the freeze; re-read from the committed offsets
             if self.txn is not None and self.txn.reseek:
@@ -447,26 +448,6 @@ class FlowWorker:
                 if self.until_caught_up and committer.caught_up():
                     self.status.set(FlowState.CAUGHT_UP, "every matched partition mirrored and committed")
                     return
-
-    def _read(self) -> list[Any]:
-        """A batch of source records, within the flow's read cap.
-
-        Throttled, the loop does not read at all (librdkafka's prefetch fills up and stops
-        fetching), but it still serves reports and commits what was sent: the cap delays only
-        reading, never an acknowledgement or a commit.
-        """
-        throttle = self.throttle
-        most = throttle.allowed(CONSUME_BATCH)
-        if not most:
-            self.stop.wait(min(throttle.delay(), 0.1))
-            return []
-        # Take what is there without waiting for a full batch (consume(n, t) returns only
-        # when n records arrived or t passed, so at low rates every record would wait t);
-        # only when nothing is there, block briefly for the next one.
-        msgs: list[Any] = self._consumer.consume(most, 0) or self._consumer.consume(1, 0.1)
-        if msgs and throttle.capped:
-            throttle.took(len(msgs), sum(len(m.key() or b"") + len(m.value() or b"") for m in msgs))
-        return msgs
 
     def _look_for_stalls(self) -> None:
         """Say so when partitions had records in flight and none acknowledged since the last
