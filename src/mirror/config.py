@@ -156,10 +156,11 @@ class FlowConfig(_Model):
     spark: SparkFlowSettings = SparkFlowSettings()
     start_from: Annotated[str, AfterValidator(_check_start_from)] = "earliest"
     """Where a partition the flow's group never committed starts: `earliest` (everything the
-    source holds), `latest` (only records written after it is first assigned), or a time (ISO
-    8601, epoch ms, or relative such as `-6h`, taken when the partition is first assigned).
-    Applies to a new flow, a new topic and a new partition alike; never to a partition the
-    flow already mirrors. Both engines. `earliest` by default: a DR copy is complete unless
+    source holds), `latest` (only records written after the flow started), or a time (ISO
+    8601, epoch ms, or relative such as `-6h`, counted back from the flow's start). Applies
+    to a new flow, and to a topic or partition that appears later (copied from the first
+    record after that moment); never to a partition the flow already mirrors. Native engine
+    (docs/design.md, "Flow controls"). `earliest` by default: a DR copy is complete unless
     asked otherwise."""
     max_bytes_per_second: Annotated[ByteSize, Field(ge=1024)] | None = None
     """Cap on the source bytes (key + value) the flow reads per second, held over any 10 s

@@ -155,3 +155,33 @@ def test_mirror_drill_runs_the_throttle_runbook(clusters, write_config, unique, 
         rc = main([*args, "--yes", "--report", str(report)])
         assert rc == 0, m.output() + (report / "report.md").read_text()
         m.stop()
+
+
+def test_start_from_latest_copies_a_topic_created_while_the_flow_runs_whole(clusters, write_config, unique):
+    """`latest` is the flow's start: a topic that appears later loses nothing written before
+    the flow noticed it."""
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    old, new = f"nt-{unique}-a", f"nt-{unique}-b"
+    create_topic(src, old, 1)
+    produce(src, old, range(0, 30), 1)
+    cfg = write_config(flow_yaml(unique, f"nt-{unique}-.*", "    start_from: latest\n"))
+    with MirrorProcess(cfg) as m:
+        wait_for(
+            lambda: group_offsets(src, f"mirror-{unique}", old, 1) == {0: 30},
+            120,
+            "the start committed",
+            detail=m.output,
+        )
+        create_topic(src, new, 2)
+        produce(src, new, range(100, 140), 2)  # at once: before the flow's next refresh sees the topic
+        produce(src, old, range(30, 40), 1)
+        wait_for(
+            lambda: sum(end_offsets(dst, f"src.{new}", 2).values()) >= 40,
+            120,
+            "the new topic mirrored",
+            detail=m.output,
+        )
+        m.stop()
+    assert numbers(read_topic(dst, f"src.{new}", 2)) == list(range(100, 140))
+    assert main(["run", "-c", str(cfg), "--until-caught-up"]) == 0
+    assert numbers(read_topic(dst, f"src.{old}", 1)) == list(range(30, 40))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from mirror.config import FlowConfig
 from mirror.domain.acks import SourcePartition
-from mirror.domain.start_from import EARLIEST, StartFrom, chosen_start
+from mirror.domain.start_from import EARLIEST, StartFrom, chosen_start, start_moment
 from mirror.errors import MirrorError
 from mirror.kafka import OFFSET_BEGINNING
 
@@ -35,8 +35,9 @@ class StartPoints:
     def __init__(self, flow: FlowConfig, admins: AdminPair, now_ms: Callable[[], int] = wall_ms) -> None:
         self.flow = flow
         self._admins = admins  # the source's: offsets by time and the stable ends
-        self._now_ms = now_ms
-        self.start = StartFrom.parse(flow.start_from, now_ms())
+        self._started_ms = now_ms()  # the moment `latest` and a relative time count from
+        self._first = True  # the worker's first assignment: `latest` is the end, read then
+        self.start = StartFrom.parse(flow.start_from, self._started_ms)
 
     def choose(
         self,
@@ -53,6 +54,7 @@ class StartPoints:
         """
         if self.start.kind == EARLIEST or not partitions:
             return {}
+        first, self._first = self._first, False
         if committed is None:
             log.warning(
                 "flow %s: the group's offsets were unreadable at assignment; start_from %s not applied to %d "
@@ -70,7 +72,7 @@ class StartPoints:
         if not fresh:
             return {}
         admin = self._admins.source
-        at_ms = self.start.timestamp_ms(self._now_ms())
+        at_ms = start_moment(self.start, self._started_ms, first)
         try:
             ends = admin.end_offsets(fresh)
             times = admin.offsets_for_times(fresh, at_ms) if at_ms is not None else {}
@@ -83,7 +85,7 @@ class StartPoints:
                 exc,
             )
             return {}
-        chosen = {tp: chosen_start(self.start, times.get(tp), ends[tp]) for tp in fresh if tp in ends}
+        chosen = {tp: chosen_start(times.get(tp), ends[tp]) for tp in fresh if tp in ends}
         log.info(
             "flow %s: %d partitions never mirrored start from %s (earlier records are not mirrored)",
             self.flow.name,

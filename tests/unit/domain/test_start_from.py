@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mirror.domain.start_from import StartFrom, chosen_start
+from mirror.domain.start_from import StartFrom, chosen_start, start_moment
 
 NOW = 1_795_838_580_000
 
@@ -17,9 +17,15 @@ def test_the_three_forms() -> None:
     assert StartFrom.parse("1795838580000", NOW).at_ms == 1_795_838_580_000
 
 
-def test_relative_is_taken_when_the_partition_is_assigned() -> None:
-    s = StartFrom.parse("-1h", NOW)
-    assert s.timestamp_ms(NOW + 60_000) == NOW + 60_000 - 3_600_000
+def test_the_moment_is_fixed_when_the_flow_starts() -> None:
+    started = NOW + 60_000
+    assert start_moment(StartFrom.parse("-1h", NOW), started, first=True) == started - 3_600_000
+    assert start_moment(StartFrom.parse("-1h", NOW), started, first=False) == started - 3_600_000
+    # latest: the end at the first assignment; later (a new topic or partition) the records
+    # written since the flow started, not since it noticed them
+    assert start_moment(StartFrom("latest"), started, first=True) is None
+    assert start_moment(StartFrom("latest"), started, first=False) == started
+    assert start_moment(StartFrom("earliest"), started, first=True) is None
 
 
 @pytest.mark.parametrize("bad", ["yesterday", "-6x", "2999-01-01T00:00:00Z"])
@@ -29,7 +35,7 @@ def test_bad_values_name_the_key(bad: str) -> None:
 
 
 def test_chosen_start() -> None:
-    assert chosen_start(StartFrom("latest"), None, 500) == 500
-    assert chosen_start(StartFrom("time", back_ms=1), 120, 500) == 120
-    assert chosen_start(StartFrom("time", back_ms=1), -1, 500) == 500  # nothing that recent: the end
-    assert chosen_start(StartFrom("time", back_ms=1), 600, 500) == 500  # past the stable end: wait there
+    assert chosen_start(None, 500) == 500  # latest: the end
+    assert chosen_start(120, 500) == 120
+    assert chosen_start(-1, 500) == 500  # nothing that recent: the end
+    assert chosen_start(600, 500) == 500  # past the stable end: wait there
