@@ -1,5 +1,8 @@
 """`StartPoints`: where the partitions a flow's group never committed start (`start_from`).
 
+Both engines ask it: `mirror run` in the assign callback (`Assignment`), the Spark driver
+before each query (`mirror.spark.starts`).
+
 Invariant: only a partition with no committed offset is ever moved, and its start is
 committed as soon as it is chosen (by `Assignment`), so the choice is made once: a restart,
 a rebalance or another worker resumes at the committed start, never at a new "latest".
@@ -11,16 +14,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 from mirror.config import FlowConfig
 from mirror.domain.acks import SourcePartition
 from mirror.domain.start_from import EARLIEST, StartFrom, chosen_start, start_moment
 from mirror.errors import MirrorError
 from mirror.kafka import OFFSET_BEGINNING
-
-if TYPE_CHECKING:
-    from mirror.engine.admins import AdminPair
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +32,9 @@ def wall_ms() -> int:
 class StartPoints:
     """Chooses the start of never-committed partitions from the flow's `start_from`."""
 
-    def __init__(self, flow: FlowConfig, admins: AdminPair, now_ms: Callable[[], int] = wall_ms) -> None:
+    def __init__(self, flow: FlowConfig, source: Callable[[], Any], now_ms: Callable[[], int] = wall_ms) -> None:
         self.flow = flow
-        self._admins = admins  # the source's: offsets by time and the stable ends
+        self._source = source  # the source's admin, as it is now: offsets by time and the stable ends
         self._started_ms = now_ms()  # the moment `latest` and a relative time count from
         self._first = True  # the worker's first assignment: `latest` is the end, read then
         self.start = StartFrom.parse(flow.start_from, self._started_ms)
@@ -71,7 +71,7 @@ class StartPoints:
         ]
         if not fresh:
             return {}
-        admin = self._admins.source
+        admin = self._source()
         at_ms = start_moment(self.start, self._started_ms, first)
         try:
             ends = admin.end_offsets(fresh)

@@ -319,7 +319,7 @@ class FlowWorker:
             committer=committer,
             reports=reports,
             claims=claims,
-            start_points=StartPoints(f, self.admins),
+            start_points=StartPoints(f, lambda: self.admins.source),
         )
         resync = Resync(
             f,

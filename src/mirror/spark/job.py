@@ -35,6 +35,7 @@ from typing import Any
 
 from mirror.config import Config, FlowConfig
 from mirror.domain.topics import TopicMapping, match_topics
+from mirror.engine.start_points import StartPoints
 from mirror.engine.status import FlowState, FlowStatus
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
 from mirror.errors import MirrorError, UnsafeOperation
@@ -142,7 +143,16 @@ class SparkFlow:
             if self.flow.exactly_once
             else None
         )
-        self._starts = StartingOffsets(name, group, self._source, self._target, recorder, self._commits, progress)
+        self._starts = StartingOffsets(
+            name,
+            group,
+            self._source,
+            self._target,
+            recorder,
+            self._commits,
+            progress,
+            StartPoints(self.flow, lambda: self._source),
+        )
         plan = TaskPlan(self.flow, self.config.clusters[self.flow.target])
         self._batches = Batches(
             name, self._source, plan, recorder, self._commits, metrics=self.metrics, stop=self.stop, status=self.status
