@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -77,7 +78,9 @@ def test_start_from_latest_copies_only_records_written_after_the_flow_started(cl
     assert numbers(read_topic(dst, f"src.{t}", 2)) == list(range(100, 220))
 
 
-def test_start_from_a_relative_time_starts_at_the_first_record_that_recent(clusters, write_config, unique):
+def test_start_from_a_relative_time_starts_at_the_first_record_that_recent(clusters, write_config, unique, capsys):
+    """And the records before the start are a miss for a group that has not read them, in
+    `mirror lag` and in a failover plan."""
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
     t = f"recent-{unique}"
     create_topic(src, t, 1)
@@ -85,10 +88,21 @@ def test_start_from_a_relative_time_starts_at_the_first_record_that_recent(clust
     produce(src, t, range(0, 40), 1, ts=now - 3 * 3_600_000)  # 3 h old: before the start
     produce(src, t, range(40, 70), 1, ts=now - 30 * 60_000)  # 30 min old: copied
     produce(src, t, range(70, 80), 1)
-    cfg = write_config(flow_yaml(unique, t, "    start_from: -1h\n"))
+    cfg = write_config(flow_yaml(unique, t, f'    start_from: -1h\n    groups: ["app-{unique}"]\n'))
     assert main(["run", "-c", str(cfg), "--until-caught-up"]) == 0
     assert numbers(read_topic(dst, f"src.{t}", 1)) == list(range(40, 80))
     assert group_offsets(src, f"mirror-{unique}", t, 1) == {0: 80}
+
+    config = load_config(cfg)
+    Admin("src", config.clusters["src"]).alter_group_offsets(f"app-{unique}", {(t, 0): 10})
+    capsys.readouterr()
+    assert main(["lag", "-c", str(cfg), "--json"]) == 0
+    [group] = json.loads(capsys.readouterr().out)["flows"][0]["groups"]
+    assert group["unmirrored"] == 30  # 10..39: never mirrored, not read by the group
+    args = ["failover", "plan", "-c", str(cfg), "--flow", f"f-{unique}", "--group", f"app-{unique}"]
+    assert main([*args, "--translate", "--json"]) == 0
+    [part] = json.loads(capsys.readouterr().out)["partitions"]
+    assert (part["target_offset"], part["unmirrored"]) == (0, 30)
 
 
 def _target_bytes(dst: str, topic: str, record_bytes: int) -> int:
