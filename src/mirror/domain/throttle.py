@@ -89,6 +89,11 @@ class Throttle:
         self.set_caps(max_bytes, max_records)
 
     @property
+    def share(self) -> int:
+        """How many workers share the flow's cap (each reads this fraction of it)."""
+        return self._share
+
+    @property
     def capped(self) -> bool:
         return self.max_bytes is not None or self.max_records is not None
 

@@ -178,6 +178,11 @@ class FlowWorker:
             "topic.metadata.refresh.interval.ms": metadata_refresh_ms(f.refresh_interval),
             **f.consumer,
         }
+        if f.max_bytes_per_second is not None and "queued.max.messages.kbytes" not in f.consumer:
+            # Capped: prefetch about a second of the cap, not 16 MiB, so what the flow fetches
+            # over the link follows the cap from the start.
+            share = int(f.max_bytes_per_second / self.throttle.share)
+            consumer_cfg["queued.max.messages.kbytes"] = max(1024, min(16384, share // 1024))
         producer_cfg = {**PRODUCER_DEFAULTS, "client.id": f"mirror-{f.name}", **f.producer}
         # Served by poll/consume on this thread, once the units exist (`open`).
         producer_cfg["error_cb"] = lambda err: self.reports.on_producer_error(err)
