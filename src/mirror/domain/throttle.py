@@ -1,7 +1,8 @@
 """A flow's read cap: bytes and records per second, held by not reading (pure, clock injected).
 
 Invariant: over any window of W seconds a throttled reader takes at most `rate * (W + 1)`
-(one second's worth of burst) plus the size misjudged in one batch. It holds because the
+(one second's worth of burst) plus the size misjudged in one batch, unless one record is
+larger than `MAX_DEBT_SECONDS` of the cap (read whole, never split). It holds because the
 bucket never holds more than one second's worth, a read is asked only for what the bucket
 holds (`allowed`), and a batch that overdraws it (records larger than the running average)
 is paid back before the next read. Nothing is dropped and nothing waits that was already
@@ -14,6 +15,11 @@ import threading
 from collections.abc import Callable
 
 Clock = Callable[[], float]
+
+# The longest a read may wait to pay for what it took: a record larger than this much of the
+# cap is forgiven the rest. The worker does not poll while it waits, and librdkafka takes a
+# consumer that polls less often than max.poll.interval.ms (60 s at least) out of its group.
+MAX_DEBT_SECONDS = 30.0
 
 
 class TokenBucket:
@@ -46,7 +52,7 @@ class TokenBucket:
     def take(self, n: float) -> None:
         self._refill()
         if self.rate is not None:
-            self.tokens -= n
+            self.tokens = max(self.tokens - n, -MAX_DEBT_SECONDS * self.rate)
 
     def wait(self) -> float:
         """Seconds until the bucket holds a token again (0 now, or uncapped)."""

@@ -129,3 +129,13 @@ def test_bucket_burst_is_one_second_worth() -> None:
     assert b.available() == 100.0
     b.take(150)
     assert b.wait() == pytest.approx(0.51)
+
+
+def test_a_record_larger_than_thirty_seconds_of_the_cap_never_stops_reading_longer() -> None:
+    """The worker does not poll while throttled; librdkafka would take it out of the group
+    after max.poll.interval.ms (60 s at least)."""
+    clock = Clock()
+    t = Throttle(max_bytes=1000, clock=clock)
+    assert t.allowed(10) == 1
+    t.took(1, 10_000_000)  # 10,000 s of the cap in one record
+    assert t.delay() <= 30.1
