@@ -110,7 +110,7 @@ def _target_bytes(dst: str, topic: str, record_bytes: int) -> int:
 
 
 def test_a_capped_flow_reads_at_its_cap_is_behind_not_stalled_and_catches_up_once_lifted(
-    clusters, write_config, unique
+    clusters, write_config, unique, capsys
 ):
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
     t = f"capped-{unique}"
@@ -142,6 +142,8 @@ def test_a_capped_flow_reads_at_its_cap_is_behind_not_stalled_and_catches_up_onc
             probe.close()
         t1, b1 = time.monotonic(), _target_bytes(dst, f"src.{t}", record_bytes)
         rate = (b1 - b0) / (t1 - t0)
+        with capsys.disabled():
+            print(f"\ncapped at {cap} B/s: {rate:.0f} B/s over {t1 - t0:.1f}s ({rate / cap:.3f} x the cap)")
         assert abs(rate - cap) <= 0.15 * cap, f"read {rate / cap:.2f} x the cap over {t1 - t0:.1f}s"
         samples = scrape(port)
         assert total(samples, "mirror_flow_max_bytes_per_second", flow=f"f-{unique}") == cap
