@@ -159,7 +159,7 @@ class FlowConfig(_Model):
     source holds), `latest` (only records written after the flow started), or a time (ISO
     8601, epoch ms, or relative such as `-6h`, counted back from the flow's start). Applies
     to a new flow, and to a topic or partition that appears later (copied from the first
-    record after that moment); never to a partition the flow already mirrors. Native engine
+    record after that moment); never to a partition the flow already mirrors. Both engines
     (docs/design.md, "Flow controls"). `earliest` by default: a DR copy is complete unless
     asked otherwise."""
     max_bytes_per_second: Annotated[ByteSize, Field(ge=1024)] | None = None
