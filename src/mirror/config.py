@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import UnionType
@@ -40,6 +41,7 @@ from mirror.domain.naming import (
     literal_name,
     target_topic,
 )
+from mirror.domain.start_from import StartFrom
 from mirror.errors import ConfigError, ConfigProblems
 
 # ---------------------------------------------------------------------------- value types
@@ -77,6 +79,11 @@ def _check_bootstrap(value: str) -> str:
         host, _, port = hostport.strip().rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"{value!r} is not a host:port list (e.g. 127.0.0.1:9092)")
+    return value
+
+
+def _check_start_from(value: str) -> str:
+    StartFrom.parse(value, int(time.time() * 1000))
     return value
 
 
@@ -213,6 +220,22 @@ class FlowConfig(_Model):
     flow (exit code 4) before copying anything past it. Both engines (Spark: `failOnDataLoss`).
     `skip` by default: a DR copy that stops falls further behind with every minute, and the
     gap is paged on either way."""
+    start_from: Annotated[str, AfterValidator(_check_start_from)] = "earliest"
+    """Where a partition the flow's group never committed starts: `earliest` (everything the
+    source holds), `latest` (only records written after the flow started), or a time (ISO
+    8601, epoch ms, or relative such as `-6h`, counted back from the flow's start). Applies
+    to a new flow, and to a topic or partition that appears later (copied from the first
+    record after that moment); never to a partition the flow already mirrors. Both engines
+    (docs/design.md, "Flow controls"). `earliest` by default: a DR copy is complete unless
+    asked otherwise."""
+    max_bytes_per_second: Annotated[ByteSize, Field(ge=1024)] | None = None
+    """Cap on the source bytes (key + value) the flow reads per second, held over any 10 s
+    window with at most one second's worth of burst (`1MiB` or a number). `--workers N` each
+    take a N-th. Native engine: reading pauses; the Spark engine paces its batches. None (the
+    default): no cap, a mirror catching up goes as fast as it can."""
+    max_records_per_second: Annotated[int, Field(ge=1)] | None = None
+    """Cap on the source records the flow reads per second, as `max_bytes_per_second` (the
+    tighter of the two holds). Both engines. None by default."""
 
     @property
     def group_id(self) -> str:

@@ -735,6 +735,49 @@ class FlowStateCollector(Collector):
         yield g
 
 
+class ThrottleCollector(Collector):
+    """A flow's read cap and the time it held reading back, read from the workers at scrape time.
+
+    `mirror_flow_max_bytes_per_second{flow}` and `mirror_flow_max_records_per_second{flow}`:
+    the flow's cap (absent when none; each of `--workers N` reads a N-th of it);
+    `mirror_flow_throttled_seconds_total{flow}`: seconds this process did not read because
+    of the cap (a rate of 1 means it was held back all the time).
+    """
+
+    def __init__(
+        self,
+        throttles: Callable[[], Mapping[str, tuple[float | None, float | None, float]]],
+        registry: CollectorRegistry,
+    ) -> None:
+        self._throttles = throttles  # flow -> (max bytes/s, max records/s, throttled seconds)
+        registry.register(self)
+
+    def collect(self) -> Iterable[Any]:
+        caps = {
+            "bytes": GaugeMetricFamily(
+                "mirror_flow_max_bytes_per_second", "The flow's cap on source bytes read per second.", labels=["flow"]
+            ),
+            "records": GaugeMetricFamily(
+                "mirror_flow_max_records_per_second",
+                "The flow's cap on source records read per second.",
+                labels=["flow"],
+            ),
+        }
+        throttled = CounterMetricFamily(
+            "mirror_flow_throttled_seconds",
+            "Seconds the flow's worker held reading back to keep within its cap.",
+            labels=["flow"],
+        )
+        for flow, (max_bytes, max_records, seconds) in sorted(self._throttles().items()):
+            if max_bytes is not None:
+                caps["bytes"].add_metric([flow], float(max_bytes))
+            if max_records is not None:
+                caps["records"].add_metric([flow], float(max_records))
+            throttled.add_metric([flow], seconds)
+        yield from caps.values()
+        yield throttled
+
+
 # ---------------------------------------------------------------------------- serving
 
 

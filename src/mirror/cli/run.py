@@ -31,6 +31,8 @@ from mirror.run.supervisor import stop_with_supervisor, supervise
     show_default=True,
     help="Worker processes on this host (one core each); they share partitions.",
 )
+# Hidden: set by `--workers N` on each worker it starts, which reads a N-th of a flow's cap.
+@click.option("--pool-size", "pool_size", type=click.IntRange(1, 64), default=1, hidden=True)
 # Hidden: for measuring the offset map's cost (bench/). Without it failover cannot translate.
 @click.option("--no-offset-store", "no_offset_store", is_flag=True, hidden=True)
 @pass_app
@@ -41,6 +43,7 @@ def run(
     until_caught_up: bool,
     metrics_port: int | None,
     workers: int,
+    pool_size: int,
     no_offset_store: bool,
 ) -> int:
     """Mirror the flows' topics from source to target until stopped (SIGTERM/Ctrl-C drain and commit).
@@ -58,7 +61,14 @@ def run(
     with stop_on_signals(reload=True) as signals:
         stop = signals.stop
         if workers > 1:
-            argv = ["run", "-c", str(config_path), *[a for f in flows for a in ("--flow", f)]]
+            argv = [
+                "run",
+                "-c",
+                str(config_path),
+                "--pool-size",
+                str(workers),
+                *[a for f in flows for a in ("--flow", f)],
+            ]
             if until_caught_up:
                 argv.append("--until-caught-up")
             if no_offset_store:
@@ -80,6 +90,7 @@ def run(
                 reload=signals.reload,
                 config_path=config_path,
                 names=flows,
+                pool_size=pool_size,
             )
             rc = ExitCode.OK
     if signals.interrupted:

@@ -116,9 +116,13 @@ def translate(
     keys = [s.source_offset for s in syncs]
     i = bisect.bisect_right(keys, position) - 1
     if i < 0:
-        # The group is before the first mirrored record (e.g. the mirror started with the
-        # data already partly expired): the target's first mirrored record is the best start.
-        return Translation(min(syncs[0].target_offset, target_end), unmirrored, False)
+        # The group is before the first mirrored record (the copy began later, by `start_from`,
+        # or with the data already partly expired): the target's first mirrored record is the
+        # best start, and the records the source still holds before it never reached the
+        # target (miss).
+        held_from = max(position, source_log[0]) if source_log is not None else position
+        missed = max(0, syncs[0].source_offset - held_from)
+        return Translation(min(syncs[0].target_offset, target_end), unmirrored + missed, False)
     row = syncs[i]
     if mirrored_end is not None and position > mirrored_end:
         position = mirrored_end

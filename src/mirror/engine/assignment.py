@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from mirror.engine.gaps import SourceGaps
     from mirror.engine.gate import ReadGate
     from mirror.engine.producers import ProducerPool
+    from mirror.engine.start_points import StartPoints
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +122,10 @@ class Assignment:
         committer: Committer,
         reports: DeliveryReports,
         claims: Claims | None = None,
+        start_points: StartPoints | None = None,
     ) -> None:
         self.flow, self._source, self._consumer = flow, source, consumer
+        self._start_points = start_points  # start_from: where never-committed partitions start
         self._claims = claims  # exactly_once: fence, read the progress, claim (engine/claims.py)
         self._ledger, self._listeners, self._tags, self._admins = ledger, listeners, tags, admins
         self.eager = eager  # an eager assignor (roundrobin, range): whole assignments, not increments
@@ -170,18 +173,23 @@ class Assignment:
         """Commit offset 0 (read from the beginning) for partitions re-mirrored into a new
         target topic: the group's old offsets describe the deleted one, and a crash before
         the next commit must not resume past records the new topic never received."""
-        if not partitions:
+        self.commit_at({tp: 0 for tp in partitions}, "rewind")
+
+    def commit_at(self, offsets: Mapping[SourcePartition, int], what: str = "commit the starts of") -> None:
+        """Commit these offsets now, outside the commit schedule (a failure waits for the next commit)."""
+        if not offsets:
             return
         try:
-            commit_offsets(self._consumer, [self._tags.offset(tp, 0) for tp in partitions])
-            for tp in partitions:
+            commit_offsets(self._consumer, [self._tags.offset(tp, off) for tp, off in sorted(offsets.items())])
+            for tp, off in offsets.items():
                 if tp in self._ledger.parts:
-                    self._ledger.parts[tp].committed = 0
+                    self._ledger.parts[tp].committed = off
         except KafkaException as exc:
             log.warning(
-                "flow %s: could not rewind the group's offsets of %d partitions (%s); they move at the next commit",
+                "flow %s: could not %s the group's offsets of %d partitions (%s); they move at the next commit",
                 self.flow.name,
-                len(partitions),
+                what,
+                len(offsets),
                 exc.args[0].str(),
             )
 
@@ -199,13 +207,15 @@ class Assignment:
             # records the new topic never received.
             for listener in self._listeners:
                 listener.on_reset(self.flow.name, sorted(start))
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        picked = self._start_points.choose(keys, start, read) if self._start_points is not None else {}
         # exactly_once: where the target's progress says (the source group's offsets only
         # where there is none yet); the group is still rewound where `start` says.
         # Never committed: from the beginning, said here (auto.offset.reset=error would make
-        # it an error event first, see engine/gaps.py).
-        at = {**{k: OFFSET_BEGINNING for k, v in (read or {}).items() if v is None}, **start}
+        # it an error event first, see engine/gaps.py), unless start_from chose otherwise.
+        at = {**{k: OFFSET_BEGINNING for k, v in (read or {}).items() if v is None}, **start, **picked}
         if self._claims is not None:
-            at = {**at, **self._claims.on_assign([(tp.topic, tp.partition) for tp in partitions], start, read)}
+            at = {**at, **self._claims.on_assign(keys, at, read)}
         chosen = [
             TopicPartition(tp.topic, tp.partition, at[(tp.topic, tp.partition)])
             if (tp.topic, tp.partition) in at
@@ -219,7 +229,8 @@ class Assignment:
             consumer.incremental_assign(chosen)
         # Nothing to rewind where the group never committed (a new group: every partition of
         # a cold start, one large commit inside the callback saved).
-        self.rewind_group(sorted(k for k in start if read is None or read.get(k) is not None))
+        self.rewind_group(sorted(k for k in start if k not in picked and (read is None or read.get(k) is not None)))
+        self.commit_at(picked)  # once chosen, for good: a restart resumes there
         if self._gate.paused:
             consumer.pause(partitions)
         else:

@@ -40,7 +40,7 @@ from mirror.engine.assignment import AssignedPartition, read_committed
 from mirror.engine.gate import ReadGate
 from mirror.engine.transactions import TransactionalCommitter, TransactionalPool
 from mirror.errors import AuthenticationFailed, AuthorizationFailed, ClusterUnavailable, MirrorError
-from mirror.kafka import OFFSET_BEGINNING, TopicPartition
+from mirror.kafka import TopicPartition
 from mirror.kafka.progress import Progress, ProgressPending, fence
 from mirror.kafka.settings import TRANSACTION_TIMEOUT_MS
 
@@ -279,8 +279,9 @@ class Claims:
                 start[tp] = 0
             elif got is not None:
                 start[tp] = got.next_offset
-            elif self._starts.get(tp) == OFFSET_BEGINNING:
-                start[tp] = 0  # from the beginning: the consumer's reset is earliest
+            elif tp in self._starts:
+                # From the beginning (the consumer's reset is earliest), or start_from's choice.
+                start[tp] = max(0, self._starts[tp])
             elif committed is None or tp not in committed:
                 unknown.append(tp)
             else:

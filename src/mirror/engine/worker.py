@@ -48,6 +48,7 @@ from typing import Any
 from mirror.config import Config, FlowConfig
 from mirror.domain.acks import AckListener, SourcePartition, backlog_full
 from mirror.domain.ledger import Ledger, Segment
+from mirror.domain.throttle import Throttle
 from mirror.engine.admins import AdminFactory, AdminPair
 from mirror.engine.assignment import DRAIN_TIMEOUT, AssignedPartition, Assignment, CommitTags
 from mirror.engine.claims import Claims
@@ -60,7 +61,9 @@ from mirror.engine.forwarder import Forwarder
 from mirror.engine.gaps import SourceGaps
 from mirror.engine.gate import ReadGate
 from mirror.engine.producers import ClientFactory, ProducerPool
+from mirror.engine.reading import read_capped
 from mirror.engine.resync import Resync
+from mirror.engine.start_points import StartPoints
 from mirror.engine.status import FlowState, FlowStatus
 from mirror.engine.target_watch import RefreshRequests, TargetWatch, some
 from mirror.engine.transactions import TransactionalCommitter, TransactionalPool, TxnState
@@ -102,6 +105,8 @@ class FlowWorker:
         consumer_factory: ClientFactory = make_consumer,
         producer_factory: ClientFactory = make_producer,
         admin_factory: AdminFactory = Admin,
+        throttle: Throttle | None = None,
+        cap_share: int = 1,
     ) -> None:
         self.config = config
         self.flow = flow
@@ -124,6 +129,10 @@ class FlowWorker:
         self._make_producer = producer_factory
         self._make_admin = admin_factory
         self._consumer: Any = None
+        # The flow's read cap (this worker's share of it); a reload may change it while it runs.
+        self.throttle = throttle or Throttle(
+            flow.max_bytes_per_second, flow.max_records_per_second, share=cap_share, clock=clock
+        )
 
     @property
     def state(self) -> FlowState:
@@ -173,6 +182,11 @@ class FlowWorker:
             # (see `CONSUMER_DEFAULTS` and engine/gaps.py).
             "auto.offset.reset": "error",
         }
+        if f.max_bytes_per_second is not None and "queued.max.messages.kbytes" not in f.consumer:
+            # Capped: prefetch about a second of the cap, not 16 MiB, so what the flow fetches
+            # over the link follows the cap from the start.
+            share = int(f.max_bytes_per_second / self.throttle.share)
+            consumer_cfg["queued.max.messages.kbytes"] = max(1024, min(16384, share // 1024))
         producer_cfg = {**PRODUCER_DEFAULTS, "client.id": f"mirror-{f.name}", **f.producer}
         # Served by poll/consume on this thread, once the units exist (`open`).
         producer_cfg["error_cb"] = lambda err: self.reports.on_producer_error(err)
@@ -319,6 +333,7 @@ class FlowWorker:
             committer=committer,
             reports=reports,
             claims=claims,
+            start_points=StartPoints(f, lambda: self.admins.source),
         )
         assignment.gaps = self.gaps
         resync = Resync(
@@ -426,10 +441,7 @@ class FlowWorker:
                 # eager assignor takes every partition, or by a resync): nothing pending is
                 # left to resume reading once produced. `resume` keeps a hold or a fence.
                 gate.resume()
-            # Take what is there without waiting for a full batch (consume(n, t) returns only
-            # when n records arrived or t passed, so at low rates every record would wait t);
-            # only when nothing is there, block briefly for the next one.
-            msgs = self._consumer.consume(CONSUME_BATCH, 0) or self._consumer.consume(1, 0.1)
+            msgs = read_capped(self._consumer, self.throttle, self.stop, CONSUME_BATCH)
             if fence.check():
                 msgs = []  # read before the freeze; re-read from the committed offsets
             if self.txn is not None and self.txn.reseek:

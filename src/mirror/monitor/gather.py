@@ -33,6 +33,7 @@ from mirror.errors import AuthorizationFailed, MirrorError
 from mirror.kafka import Admin, PartitionReader, PendingOffsets, Watermarks
 from mirror.kafka.errors import principal_of
 from mirror.store import FullOffsetStore
+from mirror.store.base import sync_windows
 
 
 class TimestampCache:
@@ -253,6 +254,7 @@ def _gather_groups(
                     wm = marks[(topic, p)]
                     src_rows.append(GroupPartitionLag(topic, p, off, wm.high, max(0, wm.high - off)))
                     at_risk += unmirrored(wm.high, off, effective_position(mirror_committed.get((topic, p)), wm.low))
+            at_risk += _before_the_copy(flow, store, {k: o for k, o in offsets.items() if k in marks}, marks, errors)
             if group in tgt_groups:
                 members = target.group_members(group)
                 for (topic, p), off in sorted(target.group_offsets(group, list(target_marks)).items()):
@@ -273,6 +275,30 @@ def _gather_groups(
                 errors.add(exc)
         out.append(GroupLag(group, src_rows, tgt_rows, at_risk, members, age))
     return out
+
+
+def _before_the_copy(
+    flow: FlowConfig,
+    store: FullOffsetStore | None,
+    positions: Mapping[PartitionKey, int],
+    marks: Mapping[PartitionKey, Any],
+    errors: _Errors,
+) -> int:
+    """Records a group has not read that lie before where the copy began (`start_from`, or
+    data the source had already deleted): the source still holds them, the target never had
+    them. Told by the offset map: the group's position is below its first row."""
+    if store is None or not positions:
+        return 0
+    try:
+        windows = sync_windows(store, flow.name, positions)
+    except MirrorError as exc:
+        errors.add(exc)
+        return 0
+    return sum(
+        max(0, w.next.source_offset - max(positions[k], marks[k].low))
+        for k, w in windows.items()
+        if w.floor is None and w.next is not None
+    )
 
 
 def _ask_unlisted(admin: Admin, flow: FlowConfig, listed: Iterable[str], errors: _Errors) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from mirror.config import Config, FlowConfig
 from mirror.domain.acks import AckListener
 from mirror.engine.worker import FlowState
-from mirror.metrics import FlowStateCollector, ReloadMetrics, RunMetrics, serve
+from mirror.metrics import FlowStateCollector, ReloadMetrics, RunMetrics, ThrottleCollector, serve
 from mirror.run.flowset import FlowSet
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.run.reload import Reloader
@@ -41,6 +41,7 @@ def run_flows(
     reload: threading.Event | None = None,
     config_path: str | Path | None = None,
     names: Sequence[str] = (),
+    pool_size: int = 1,
 ) -> None:
     """Mirror `flows` until `stop` is set (or caught up); raises `MirrorError` on failure.
 
@@ -78,12 +79,20 @@ def run_flows(
             until_caught_up=until_caught_up,
             stats_cb=run_metrics.stats.on_stats if run_metrics else None,
             stats_interval_ms=STATS_INTERVAL_MS if run_metrics else 0,
+            cap_share=pool_size,  # `--workers N`: each worker reads a N-th of a flow's cap
         )
         flowset.check(config, flows)
         if run_metrics is not None:
             FlowStateCollector(
                 lambda: {w.flow.name: w.state.value for w in flowset.workers},
                 [s.value for s in FlowState],
+                run_metrics.registry,
+            )
+            ThrottleCollector(
+                lambda: {
+                    w.flow.name: (w.throttle.max_bytes, w.throttle.max_records, w.throttle.throttled_seconds())
+                    for w in flowset.workers
+                },
                 run_metrics.registry,
             )
         reloader = None

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mirror.domain.acks import AckBatch
+from mirror.domain.throttle import Throttle
 from mirror.domain.topics import TopicMapping
 from mirror.engine.status import FlowState, FlowStatus
 from mirror.errors import OffsetStoreError
@@ -47,8 +48,11 @@ class Batches:
         metrics: Any = None,
         stop: threading.Event | None = None,
         status: FlowStatus | None = None,
+        throttle: Throttle | None = None,
     ) -> None:
         self.flow = flow
+        # The flow's read cap: paid for after each batch, the next one waits until it is.
+        self.throttle = throttle
         self.source = source
         self.plan = plan
         self.recorder = recorder
@@ -107,6 +111,9 @@ class Batches:
         self.finish(batch_id, results, ends or {})
         # Their next batch starts where this one ended, and the target holds nothing past it.
         self._settled.update((r.topic, r.partition) for r in results)
+        if self.throttle is not None and self.throttle.capped:
+            read = sum(r.produced + r.skipped for r in results)
+            pace(self.throttle, self.stop, read, sum(r.bytes for r in results))
         log.debug(
             "flow %s: batch %d: %d tasks (%s), %d records; tasks %.0f ms, driver %.0f ms (source ends asked "
             "%.0f ms, rows stored and committed %.0f ms)",
@@ -196,6 +203,15 @@ class Batches:
                     delay,
                 )
                 self.stop.wait(delay)  # a stop meanwhile: one last attempt, then raise above
+
+
+def pace(throttle: Throttle, stop: threading.Event, records: int, nbytes: int) -> None:
+    """After a batch of `records` and `nbytes` read: wait (returning at a stop) until the cap
+    has paid for them, so the next batch starts no sooner than the average rate allows.
+    The batch is committed already: the cap delays only the next read."""
+    throttle.took(records, nbytes)
+    while not stop.is_set() and not throttle.allowed(1):
+        stop.wait(min(1.0, max(0.01, throttle.delay())))
 
 
 def _python_tasks(df: Any, plan: TaskPlan) -> list[TaskResult]:

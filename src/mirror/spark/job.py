@@ -35,7 +35,9 @@ from typing import Any
 
 from mirror.config import Config, FlowConfig
 from mirror.domain.gaps import GapPolicy
+from mirror.domain.throttle import Throttle
 from mirror.domain.topics import TopicMapping, mirrorable_topics, unmirrorable_reason
+from mirror.engine.start_points import StartPoints
 from mirror.engine.status import FlowState, FlowStatus
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
 from mirror.errors import MirrorError, UnsafeOperation
@@ -56,6 +58,8 @@ from mirror.spark.watch import TopicWatch
 from mirror.store import open_store
 
 log = logging.getLogger(__name__)
+
+CAPPED_BATCH_SECONDS = 10  # a capped flow's micro-batch: at most this many seconds of its records cap
 
 
 class SparkFlow:
@@ -86,6 +90,8 @@ class SparkFlow:
         self.checkpoint = checkpoint
         self.until_caught_up = until_caught_up
         self.max_records_per_batch = max_records_per_batch
+        # The flow's read cap: the driver waits after each batch until the cap paid for it.
+        self.throttle = Throttle(flow.max_bytes_per_second, flow.max_records_per_second, clock=time.monotonic)
         self.metrics = metrics
         self.stop = stop or threading.Event()
         self.status = status or FlowStatus(flow.name)  # as `mirror run` reports it (`mirror_flow_state`)
@@ -144,11 +150,28 @@ class SparkFlow:
             if self.flow.exactly_once
             else None
         )
-        self._starts = StartingOffsets(name, group, self._source, self._target, recorder, self._commits, progress)
+        self._starts = StartingOffsets(
+            name,
+            group,
+            self._source,
+            self._target,
+            recorder,
+            self._commits,
+            progress,
+            StartPoints(self.flow, lambda: self._source),
+        )
         self._starts.on_source_gap, self._starts.metrics = GapPolicy(self.flow.on_source_gap), self.metrics
         plan = TaskPlan(self.flow, self.config.clusters[self.flow.target])
         self._batches = Batches(
-            name, self._source, plan, recorder, self._commits, metrics=self.metrics, stop=self.stop, status=self.status
+            name,
+            self._source,
+            plan,
+            recorder,
+            self._commits,
+            metrics=self.metrics,
+            stop=self.stop,
+            status=self.status,
+            throttle=self.throttle,
         )
         self._watch = TopicWatch(self.config, self.flow, self._source, self._target)
         spark = None
@@ -198,6 +221,10 @@ class SparkFlow:
         """The query's `maxOffsetsPerTrigger`: the flow's bound, or with `until_caught_up` the
         backlog from `starts` split evenly under it (`mirror.spark.trigger`)."""
         bound = self.max_records_per_batch or self.flow.spark.max_records_per_batch
+        if self.flow.max_records_per_second is not None:
+            # Capped: a batch of at most 10 s of the cap, so the pause after it (`pace`) is
+            # never much longer than that.
+            bound = min(bound, max(1, self.flow.max_records_per_second * CAPPED_BATCH_SECONDS))
         if not self.until_caught_up:
             return bound
         parts = [(m.source, p) for m in mappings for p in range(m.partitions)]

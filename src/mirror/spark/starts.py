@@ -21,6 +21,7 @@ from typing import Any
 from mirror.domain.gaps import GapPolicy, GapReason, SourceGap
 from mirror.domain.topics import TopicMapping
 from mirror.engine.gaps import RESUME_HINT
+from mirror.engine.start_points import StartPoints
 from mirror.errors import MirrorError, SourceGapError
 from mirror.kafka import OFFSET_END
 from mirror.spark.commits import TARGET_TOPIC_ID, GroupCommits, Partition
@@ -57,10 +58,13 @@ def plan_starts(
     target_ids: Mapping[str, str],
     created: set[str],
     recreated: set[str],
+    chosen: Mapping[Partition, int] | None = None,
 ) -> Starts:
     """Each partition's start from the group's offsets and metadata (`committed`), the source
     watermarks (`marks`: `.low`, `.high`), the target topics' ids, the target topics this run
-    `created` and the source topics `recreated` since the run's previous query."""
+    `created`, the source topics `recreated` since the run's previous query, and the starts
+    `start_from` `chosen` for partitions the group never committed."""
+    chosen = chosen or {}
     out = Starts()
     for m in mappings:
         out.offsets[m.source] = {}
@@ -74,6 +78,10 @@ def plan_starts(
             if m.source in recreated:
                 out.start(tp, EARLIEST)
                 out.reset.append(tp)
+                continue
+            if offset is None and tp in chosen:
+                out.start(tp, chosen[tp])  # never mirrored: where start_from says
+                out.at[tp] = chosen[tp]
                 continue
             if new_target(m.target in created, meta, tid):
                 new.append(
@@ -150,8 +158,10 @@ class StartingOffsets:
         recorder: Any,
         commits: GroupCommits,
         progress: ProgressStarts | None = None,
+        start_points: StartPoints | None = None,
     ) -> None:
         self.flow = flow
+        self.start_points = start_points  # start_from: where never-committed partitions start
         self.progress = progress  # exactly_once: the target's progress, not the group, says where to start
         self.group = group
         self.source = source
@@ -192,7 +202,9 @@ class StartingOffsets:
         self.commits.use(mappings, target_ids)
         parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
         marks = self.source.watermarks([tp for tp in parts if tp in committed], committed_only=False)
-        starts = plan_starts(mappings, committed, marks, target_ids, self.created, recreated)
+        never = {tp: None for tp in parts if committed.get(tp, (None, None))[0] is None and tp[0] not in recreated}
+        chosen = self.start_points.choose(list(never), {}, never) if self.start_points is not None else {}
+        starts = plan_starts(mappings, committed, marks, target_ids, self.created, recreated, chosen)
         for warning in starts.warnings:
             log.warning("flow %s: %s", self.flow, warning)
         self._report_gaps(starts.gaps)
@@ -202,6 +214,10 @@ class StartingOffsets:
             # with nothing left to copy would keep it behind for good.
             self.commits.start({tp: group[tp][0] for tp in starts.at if tp in group}, ())
             self.commits.commit(starts.at)
+        if chosen:
+            # Once chosen, for good: a restart resumes there (before `start`, which counts the
+            # query's starts as committed already).
+            self.commits.commit(chosen)
         self.commits.start(starts.at, starts.earliest)
         if starts.stale:
             try:

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[3]
 RUNBOOKS = sorted((ROOT / "runbooks").glob("*.md"))
 DRILLS = [
     "drill.md",
+    "throttle-a-flow.md",
     "planned-failover.md",
     "unplanned-failover.md",
     "failback.md",

@@ -308,3 +308,48 @@ def test_a_query_settles_only_its_own_partitions_named_empty():
     assert batches._settled == {("x", 1)}
     batches.start_query([TopicMapping("x", "b.x", 2)], Path("cp"))
     assert batches._settled == set()
+
+
+def test_start_from_starts_only_partitions_the_group_never_committed():
+    """x[1] was never committed: it starts where start_from chose, even into a target topic
+    the run created; x[0] resumes at the group's offset whatever was chosen."""
+    mappings = [TopicMapping("x", "a.x", 2)]
+    committed = {("x", 0): (20, None)}
+    marks = {("x", 0): Watermarks(0, 50), ("x", 1): Watermarks(0, 70)}
+    chosen = {("x", 1): 64, ("x", 0): 45}
+    plan = plan_starts(mappings, committed, marks, {"a.x": "X"}, {"a.x"}, set(), chosen)
+    assert plan.offsets["x"]["1"] == 64 and plan.at[("x", 1)] == 64
+    assert ("x", 1) not in plan.reset and ("x", 1) not in plan.earliest
+    assert plan.offsets["x"]["0"] == -2  # created by this run, committed before: from the beginning, as always
+
+
+def test_a_capped_driver_waits_after_a_batch_until_the_cap_paid_for_it():
+    from mirror.domain.throttle import Throttle
+    from mirror.spark.batches import pace
+
+    class Clock:
+        now = 0.0
+
+        def __call__(self) -> float:
+            return self.now
+
+    class Stop:
+        """A stop event whose waits pass on the fake clock."""
+
+        def __init__(self, clock: Clock) -> None:
+            self.clock, self.waited = clock, 0.0
+
+        def is_set(self) -> bool:
+            return False
+
+        def wait(self, seconds: float) -> bool:
+            self.clock.now += seconds
+            self.waited += seconds
+            return False
+
+    clock = Clock()
+    throttle = Throttle(max_bytes=1000, clock=clock)
+    stop = Stop(clock)
+    pace(throttle, stop, 10, 5000)  # five seconds' worth, one second of it paid from the burst
+    assert 4.0 <= stop.waited <= 4.1
+    assert throttle.throttled_seconds() >= 4.0
