@@ -83,6 +83,15 @@ FATAL_DRAIN_TIMEOUT = 5.0  # the stop's wait after a fatal producer error: only 
 STALL_LOOK = 30.0
 
 
+def capped_prefetch(flow: FlowConfig, share: int) -> dict[str, int]:
+    """A capped flow prefetches about a second of its share of the cap, not librdkafka's
+    16 MiB, so what it fetches over the link follows the cap from the start."""
+    if flow.max_bytes_per_second is None or "queued.max.messages.kbytes" in flow.consumer:
+        return {}
+    per_worker = int(flow.max_bytes_per_second / share)
+    return {"queued.max.messages.kbytes": max(1024, min(16384, per_worker // 1024))}
+
+
 class FlowWorker:
     """Mirrors one flow until `stop` is set, the flow caught up (if asked), or it fails.
 
@@ -182,11 +191,7 @@ class FlowWorker:
             # (see `CONSUMER_DEFAULTS` and engine/gaps.py).
             "auto.offset.reset": "error",
         }
-        if f.max_bytes_per_second is not None and "queued.max.messages.kbytes" not in f.consumer:
-            # Capped: prefetch about a second of the cap, not 16 MiB, so what the flow fetches
-            # over the link follows the cap from the start.
-            share = int(f.max_bytes_per_second / self.throttle.share)
-            consumer_cfg["queued.max.messages.kbytes"] = max(1024, min(16384, share // 1024))
+        consumer_cfg.update(capped_prefetch(f, self.throttle.share))
         producer_cfg = {**PRODUCER_DEFAULTS, "client.id": f"mirror-{f.name}", **f.producer}
         # Served by poll/consume on this thread, once the units exist (`open`).
         producer_cfg["error_cb"] = lambda err: self.reports.on_producer_error(err)

@@ -83,18 +83,7 @@ def run_flows(
         )
         flowset.check(config, flows)
         if run_metrics is not None:
-            FlowStateCollector(
-                lambda: {w.flow.name: w.state.value for w in flowset.workers},
-                [s.value for s in FlowState],
-                run_metrics.registry,
-            )
-            ThrottleCollector(
-                lambda: {
-                    w.flow.name: (w.throttle.max_bytes, w.throttle.max_records, w.throttle.throttled_seconds())
-                    for w in flowset.workers
-                },
-                run_metrics.registry,
-            )
+            _collect_flows(flowset, run_metrics)
         reloader = None
         if reload is not None and config_path is not None:
             reloader = Reloader(
@@ -117,3 +106,20 @@ def run_flows(
         if until_caught_up:
             for running in flowset.finished:
                 running.final_ticks()
+
+
+def _collect_flows(flowset: FlowSet, run_metrics: RunMetrics) -> None:
+    """Each running flow's state and read cap, computed at scrape time from the flow set
+    (flows a reload added or changed included)."""
+    FlowStateCollector(
+        lambda: {w.flow.name: w.state.value for w in flowset.workers},
+        [s.value for s in FlowState],
+        run_metrics.registry,
+    )
+    ThrottleCollector(
+        lambda: {
+            w.flow.name: (w.throttle.max_bytes, w.throttle.max_records, w.throttle.throttled_seconds())
+            for w in flowset.workers
+        },
+        run_metrics.registry,
+    )
