@@ -49,7 +49,7 @@ from mirror.config import Config, FlowConfig
 from mirror.domain.acks import AckListener, SourcePartition, backlog_full
 from mirror.domain.ledger import Ledger, Segment
 from mirror.engine.admins import AdminFactory, AdminPair
-from mirror.engine.assignment import DRAIN_TIMEOUT, AssignedPartition, Assignment, CommitTags
+from mirror.engine.assignment import Assignment
 from mirror.engine.claims import Claims
 from mirror.engine.commit_schedule import CommitSchedule
 from mirror.engine.committer import Committer
@@ -58,10 +58,12 @@ from mirror.engine.failures import Failures
 from mirror.engine.fence import Fence
 from mirror.engine.forwarder import Forwarder
 from mirror.engine.gate import ReadGate
+from mirror.engine.partition import DRAIN_TIMEOUT, AssignedPartition, CommitTags
 from mirror.engine.producers import ClientFactory, ProducerPool
+from mirror.engine.refresh import RefreshRequests
 from mirror.engine.resync import Resync
 from mirror.engine.status import FlowState, FlowStatus
-from mirror.engine.target_watch import RefreshRequests, TargetWatch, some
+from mirror.engine.target_watch import TargetWatch, some
 from mirror.engine.transactions import TransactionalCommitter, TransactionalPool, TxnState
 from mirror.errors import MirrorError
 from mirror.kafka import Admin, KafkaException, make_consumer, make_producer
@@ -311,7 +313,7 @@ class FlowWorker:
             reports=reports,
             claims=claims,
         )
-        resync = Resync(
+        self.resync = resync = Resync(
             f,
             self._source,
             self._target,

@@ -168,7 +168,7 @@ def test_a_target_topic_created_by_the_run_is_mirrored_from_the_beginning():
 def test_a_commit_tagged_with_an_earlier_target_topic_starts_from_the_beginning():
     """a.x was deleted and created again while the flow was stopped: the commit names T1, the
     topic is now T2. A commit tagged T2, or untagged, is trusted."""
-    from mirror.engine.assignment import TID as _TID
+    from mirror.engine.partition import TID as _TID
 
     assert TARGET_TOPIC_ID == _TID  # the same tag as `mirror run`: either engine reads the other's
     source = FakeSource(
