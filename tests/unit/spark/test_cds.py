@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror.spark import cds, session
+from mirror.spark import cds, class_archive, session
 
 
 def test_the_archive_key_changes_with_the_jvm_build_and_the_pyspark_install():
@@ -81,7 +81,7 @@ def builder(monkeypatch, tmp_path):
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))  # no spark-defaults.conf unless a test writes one
     monkeypatch.setattr(session, "connector_jars", lambda version: [])
-    monkeypatch.setattr(cds, "use_options", lambda: ["-XX:SharedArchiveFile=/a.jsa"])
+    monkeypatch.setattr(class_archive, "use_options", lambda: ["-XX:SharedArchiveFile=/a.jsa"])
     return fake
 
 
