@@ -302,6 +302,8 @@ def test_a_query_settles_only_its_own_partitions_named_empty():
     config = _config()
     flow = config.flow("one")
     batches = Batches("one", None, TaskPlan(flow, config.clusters["b"]), None, None)
+    # Pins the invariant behind the tail-free JVM path: `_settled` holds only this query's
+    # partitions named empty, and a new query starts it afresh.
     batches.start_query([TopicMapping("x", "b.x", 2)], Path("cp"), {("x", 1), ("y", 0)})
     assert batches._settled == {("x", 1)}
     batches.start_query([TopicMapping("x", "b.x", 2)], Path("cp"))
