@@ -97,6 +97,8 @@ def test_a_driver_spark_submit_started_or_the_archives_own_build_maps_none(build
     assert builder.conf[cds.DRIVER_OPTIONS] == "-Xss4m"
 
 
+# The build tests replace `cds._exercise`, the one step that starts a driver JVM: they are about
+# how an archive is written, tried and installed, not about the JVM that dumps it.
 def test_a_failed_build_leaves_no_archive_and_setup_goes_on(tmp_path, monkeypatch, capsys):
     path = tmp_path / "driver-classes-k.jsa"
     monkeypatch.setattr(cds, "archive_path", lambda: path)
