@@ -1,8 +1,9 @@
-"""The group's side of a flow worker: partitions assigned, revoked and lost, and commit tags.
+"""The group's side of a flow worker: partitions assigned, revoked and lost.
 
-The rebalance callbacks confluent-kafka calls on the worker's thread (inside `consume`), and
-the commit metadata that lets whoever resumes a partition tell whether its target topic is
-still the one the committed offset was mirrored into.
+The rebalance callbacks confluent-kafka calls on the worker's thread (inside `consume`). They
+use the commit metadata (`CommitTags`, engine/partition.py) that lets whoever resumes a
+partition tell whether its target topic is still the one the committed offset was mirrored
+into. They import the units they call; the units see them only as `partition.Rebalance`.
 """
 
 from __future__ import annotations
