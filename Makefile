@@ -73,8 +73,22 @@ jvm-test:
 class-archive: | $(VENV)/.installed jars $(WRITER_JAR)
 	@$(PY) -m mirror.spark.cds
 
+# The two tiers side by side: the unit tier (pure Python, no server) on the core the integration
+# tier leaves idle while it waits on its clusters. The unit tier's output goes to its log and is
+# printed after the integration tier's, so neither interleaves; both closing summary lines come
+# last, and `make test` fails if either tier fails. tests/ holds nothing outside the two tiers.
+# A tier with no test selected (pytest's 5: PYTEST_ARGS=-k picked only the other's) is no failure.
+TEST_LOGS := build/test
 test: setup container-check jvm-test
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@mkdir -p $(TEST_LOGS)
+	@$(PY) -m pytest tests/unit -p no:cacheprovider $(PYTEST_ARGS) > $(TEST_LOGS)/unit.log 2>&1 & unit=$$!; \
+	set -o pipefail; $(PY) -m pytest tests/integration $(PYTEST_ARGS) 2>&1 | tee $(TEST_LOGS)/integration.log; \
+	integration=$$?; wait $$unit; unit=$$?; \
+	echo "=== tests/unit, run beside tests/integration ($(TEST_LOGS)/unit.log):"; cat $(TEST_LOGS)/unit.log; \
+	echo "=== closing summaries (tests/unit, then tests/integration):"; \
+	tail -n 1 $(TEST_LOGS)/unit.log; tail -n 1 $(TEST_LOGS)/integration.log; \
+	passed() { [ $$1 -eq 0 ] || [ $$1 -eq 5 ]; }; \
+	passed $$unit && passed $$integration && [ $$((unit + integration)) -ne 10 ]
 
 unit: setup
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
@@ -101,13 +115,15 @@ bench: bench-setup
 	$(PY) -m bench $(if $(SCALE),--scale,$(if $(QUICK),--quick)) $(BENCH_ARGS)
 
 # ruff (defects, import order, and the format the unit sizes are counted in), import-linter
-# (the layers of docs/design.md; also run by `make test` through tests/unit/test_layers.py),
+# (the layers of docs/design.md, and no import cycle: also tools/import_cycles.py; both run by
+# `make test` too, through tests/unit/test_layers.py),
 # mypy on the package, and the unit sizes (no class over 400 lines, no function over 80:
 # tools/unit_sizes.py).
 lint: setup
 	$(VENV)/bin/ruff check src failover canary bench tests tools
 	$(VENV)/bin/ruff format --check src failover canary bench tests tools
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/python tools/import_cycles.py
 	$(VENV)/bin/mypy src/mirror failover canary tools
 	$(VENV)/bin/python tools/unit_sizes.py src failover canary
 

@@ -214,12 +214,15 @@ def test_partitions_added_while_records_arrive(clusters, write_config, unique):
         wait_for(lambda: f"src.{t}" in topics(dst), 60, "the target", detail=m.output)
         th = threading.Thread(target=produce_forever, daemon=True)
         th.start()
-        time.sleep(2)
+        wait_for(lambda: sum(end_offsets(dst, f"src.{t}", 2).values()) > 0, 60, "records mirrored", detail=m.output)
         admin = AdminClient({"bootstrap.servers": src})
         admin.create_partitions([NewPartitions(t, 4)])[t].result(30)
         wait_for(lambda: topics(src)[t] == 4, 30, "the new partitions")
         parts[0] = 4
-        time.sleep(4)
+        # The flow's refresh (30 s) grows the target only after this: the consumer is given
+        # the new partitions (within its 1 s metadata refresh) while the target has 2.
+        new = lambda: min(end_offsets(src, t, 4)[p] for p in (2, 3))  # noqa: E731
+        wait_for(lambda: new() >= 500, 60, "records in the new partitions")
         stop.set()
         th.join(60)
         want = end_offsets(src, t, 4)
@@ -302,10 +305,14 @@ def test_frozen_worker_is_fenced(clusters, write_config, unique, tmp_path, capsy
                 "the frozen worker to be expelled",
                 detail=logs,
             )
-            time.sleep(2)  # b mirrors a's partitions for a while
+            landed = sum(end_offsets(dst, f"src.{t}", n).values())
+            wait_for(  # b mirrors a's partitions for a while
+                lambda: sum(end_offsets(dst, f"src.{t}", n).values()) > landed + 2000, 60, "b mirroring", detail=logs
+            )
         finally:
             a.signal(signal.SIGCONT)
-        time.sleep(3)
+        zombie = r"did not run for|lost [1-9]\d* partitions"  # the frozen worker woke up and learned it
+        wait_for(lambda: re.search(zombie, a.output()) is not None, 60, "the woken worker to stand down", detail=logs)
         stop.set()
         th.join(60)
         want = end_offsets(src, t, n)

@@ -167,7 +167,7 @@ def test_local_mode_mirrors_exactly_and_commits_the_group(
     with capsys.disabled():
         print(f"\nspark local mode: {total} records in {took:.1f}s ({total / took:.0f} rec/s, session already started)")
     assert job.records == total and job.skipped == 0
-    assert job._batches is not None and set(job._batches.paths) == {"jvm"}  # the JVM writer produced every batch
+    assert set(job.paths) == {"jvm"}  # the JVM writer produced every batch
     assert_exact(src, dst, unique, topics)
     store = open_store(config.offset_store)
     try:
@@ -196,7 +196,7 @@ def test_local_mode_mirrors_exactly_and_commits_the_group(
     replay = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
     assert (replay.records, replay.skipped) == (0, 3 * 700)
     # The JVM writer declined the replayed batch (the target holds it): the Python tasks skipped it.
-    assert replay._batches is not None and replay._batches.paths.get("python*") == 1
+    assert replay.paths.get("python*") == 1
     assert_exact(src, dst, unique, topics)
     assert_translation_exact(src, dst, config_path, unique, plain, 3, capsys)
 
@@ -718,7 +718,7 @@ def test_a_target_topic_with_a_small_max_message_bytes_gets_batches_that_fit(
     config = load(write_config(flow_yaml(unique, topic, tmp_path / "offsets.db")))
     job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
     assert job.records == 600
-    assert job._batches is not None and set(job._batches.paths) == {"jvm"}  # the Java producer's batches fit too
+    assert set(job.paths) == {"jvm"}  # the Java producer's batches fit too
     assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == [
         r.content() for r in read_partition(src, topic, 0)
     ]
@@ -968,7 +968,7 @@ def test_a_batch_bound_smaller_than_one_kafka_record_batch_mirrors_exactly(
         config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, max_records_per_batch=30
     )
     assert (job.records, job.skipped) == (350, 0)
-    assert job._batches is not None and set(job._batches.paths) == {"jvm"}
+    assert set(job.paths) == {"jvm"}
     assert [r.content() for r in read_partition(dst, f"src.{topic}", 0)] == [
         r.content() for r in read_partition(src, topic, 0)
     ]
@@ -1050,7 +1050,7 @@ def test_source_records_deleted_before_their_batch_is_read_are_skipped_as_sparks
         job = run_flow(
             config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, max_records_per_batch=100
         )
-    assert job._batches is not None and set(job._batches.paths) == {"jvm"}
+    assert set(job.paths) == {"jvm"}
     end = ends[0]
     assert 0 < end < 300 - 49
     kept = [r.content() for r in read_partition(src, topic, 0)]
@@ -1111,7 +1111,7 @@ def test_without_provenance_every_batch_goes_to_the_python_tasks_and_nothing_is_
     job = run_flow(
         config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, max_records_per_batch=50_000
     )
-    assert job._batches is not None and job._batches.paths == {"python": 1}
+    assert job.paths == {"python": 1}
     source, target = read_topic(src, topic, 2), read_topic(dst, f"src.{topic}", 2)
     assert {p: [r.content() for r in rs] for p, rs in target.items()} == {
         p: [r.content() for r in rs] for p, rs in source.items()
@@ -1179,7 +1179,7 @@ def test_a_target_topic_deleted_while_the_jvm_writer_produces_comes_back_as_the_
         stop.set()
         runner.join(120)
     assert not runner.is_alive() and "error" not in box, box.get("error")
-    assert box["job"]._batches is not None and "jvm" in box["job"]._batches.paths
+    assert "jvm" in box["job"].paths
     assert kafka_topics(dst)[f"src.{topic}"] == n
     from confluent_kafka.admin import AdminClient, ConfigResource
 

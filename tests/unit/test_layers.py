@@ -16,3 +16,28 @@ def test_import_contracts_are_kept():
     out = subprocess.run([lint, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert "0 broken" in out.stdout
+
+
+def test_no_import_cycle_in_the_module_graph():
+    """Type-only imports and imports inside functions count (tools/import_cycles.py)."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "import_cycles.py")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+
+
+def test_the_cycle_check_finds_every_cycle_and_only_cycles():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from import_cycles import cycles
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    chain = {"a": {"b"}, "b": {"c"}, "c": set()}
+    assert cycles(chain) == []
+    assert cycles({**chain, "c": {"a"}}) == [["a", "b", "c"]]
+    two = {"a": {"b"}, "b": {"a", "c"}, "c": {"d"}, "d": {"c", "x"}}  # "x": outside the graph
+    assert cycles(two) == [["a", "b"], ["c", "d"]]

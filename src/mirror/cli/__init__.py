@@ -3,6 +3,14 @@
 Errors are handled here and only here: a `MirrorError` becomes `Error: …` on stderr and
 its exit code; a traceback is shown only with `--debug`. Command groups live in their own
 modules; `failover` and `canary` are separate packages mounted at the root.
+
+A command passes through: this module (the root group, `AppContext`: config loaded on first
+use, errors turned into exit codes), then `options` (old option spellings) and `times`
+(`--at TIME`), then its own module, in the order an operator meets them: `validate`,
+`topics`, `acls`; `run` and `spark` (`spark_app`: what spark-submit runs), with `signals`
+for the commands that run until stopped; `lag`, `monitor`, `audit`, `canary`; `failover`
+and `failover_site` (the site forms), `drill`, `import_mm2`; `dev` for local clusters.
+`reference` renders docs/cli.md from the commands.
 """
 
 from __future__ import annotations

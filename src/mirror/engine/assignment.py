@@ -1,22 +1,23 @@
-"""The group's side of a flow worker: partitions assigned, revoked and lost, and commit tags.
+"""The group's side of a flow worker: partitions assigned, revoked and lost.
 
-The rebalance callbacks confluent-kafka calls on the worker's thread (inside `consume`), and
-the commit metadata that lets whoever resumes a partition tell whether its target topic is
-still the one the committed offset was mirrored into.
+The rebalance callbacks confluent-kafka calls on the worker's thread (inside `consume`). They
+use the commit metadata (`CommitTags`, engine/partition.py) that lets whoever resumes a
+partition tell whether its target topic is still the one the committed offset was mirrored
+into. They import the units they call; the units see them only as `partition.Rebalance`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mirror.config import ClusterConfig, FlowConfig
 from mirror.domain.acks import AckListener, SourcePartition
-from mirror.domain.ledger import Ledger, PartitionLedger
+from mirror.domain.ledger import Ledger
 from mirror.domain.route import Route, route
 from mirror.engine.lifecycle import FlowLifecycle
+from mirror.engine.partition import DRAIN_TIMEOUT, TID, AssignedPartition, CommitTags, read_committed
 from mirror.errors import MirrorError
 from mirror.kafka import (
     OFFSET_BEGINNING,
@@ -25,7 +26,6 @@ from mirror.kafka import (
     TopicPartition,
     commit_offsets,
     committed_offsets,
-    raise_for,
 )
 
 if TYPE_CHECKING:
@@ -39,60 +39,12 @@ if TYPE_CHECKING:
     from mirror.engine.producers import ProducerPool
     from mirror.engine.start_points import StartPoints
 
+# The shared partition types live in engine/partition.py; named here too for older imports.
+__all__ = ["DRAIN_TIMEOUT", "TID", "UNREAD", "AssignedPartition", "Assignment", "CommitTags", "read_committed"]
+
 log = logging.getLogger(__name__)
 
-TID = "target-topic-id="  # commit metadata: see `CommitTags.offset`
 UNREAD = -2  # `Assignment.created`: the group's offsets could not be read when the target was created
-DRAIN_TIMEOUT = 30.0  # how long a stop (or a revoke) waits for outstanding acknowledgements
-
-
-@dataclass(slots=True)
-class AssignedPartition(PartitionLedger):
-    """The ledger of one assigned source partition, with what the worker needs to write it."""
-
-    producer: Any = None  # the producer whose batches fit this target topic's limit
-    room: int = 1 << 62  # key + value bytes below which a record surely fits the target's limit
-    limit: int | None = None  # the target topic's max.message.bytes
-    # The target topic's id when this worker began writing this partition: a different id
-    # later means the topic was deleted and created again under it.
-    target_id: str | None = None
-
-
-class CommitTags:
-    """The target topics' ids as this worker last saw them, and the commits tagged with them.
-
-    Invariant: every commit a worker makes names the id of the target topic its offset was
-    mirrored into (when known), so whoever resumes from it can tell whether that topic is
-    still the same one, across restarts and workers. `TargetWatch` alone writes `ids`.
-    """
-
-    def __init__(self, ledger: Ledger[AssignedPartition]) -> None:
-        self._ledger = ledger
-        self.ids: dict[str, str] = {}  # target topic -> topic id when last seen
-
-    def offset(self, tp: SourcePartition, offset: int) -> TopicPartition:
-        """A source offset to commit, tagged with the id of its partition's target topic."""
-        part = self._ledger.parts.get(tp)
-        # The id of the topic this partition writes to: `_stale_commits` may have seen a
-        # re-creation the refresh (`ids`) has not yet.
-        tid = (part.target_id or self.ids.get(part.route.target_topic)) if part is not None else None
-        return TopicPartition(tp[0], tp[1], offset, f"{TID}{tid}") if tid else TopicPartition(tp[0], tp[1], offset)
-
-
-def read_committed(
-    consumer: Any,
-    flow: FlowConfig,
-    source: ClusterConfig,
-    partitions: list[TopicPartition],
-    timeout: float | None = None,
-) -> dict[SourcePartition, int | None]:
-    """The group's committed offsets (None: nothing committed); `MirrorError` if unreadable."""
-    timeout = timeout or source.timeout
-    try:
-        got = committed_offsets(consumer, partitions, timeout)
-    except KafkaException as exc:
-        raise_for(flow.source, f"read the committed offsets of group {flow.group_id!r}", exc, timeout)
-    return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in got}
 
 
 class Assignment:

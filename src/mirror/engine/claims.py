@@ -36,8 +36,8 @@ from typing import Any
 from mirror.config import ClusterConfig, FlowConfig
 from mirror.domain.acks import SourcePartition
 from mirror.domain.ledger import Ledger
-from mirror.engine.assignment import AssignedPartition, read_committed
 from mirror.engine.gate import ReadGate
+from mirror.engine.partition import AssignedPartition, read_committed
 from mirror.engine.transactions import TransactionalCommitter, TransactionalPool
 from mirror.errors import AuthenticationFailed, AuthorizationFailed, ClusterUnavailable, MirrorError
 from mirror.kafka import TopicPartition

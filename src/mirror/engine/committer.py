@@ -11,9 +11,9 @@ from mirror.domain.acks import AckBatch, AckListener, SourcePartition
 from mirror.domain.ledger import Ledger
 from mirror.domain.topics import TopicMapping
 from mirror.engine.admins import AdminPair
-from mirror.engine.assignment import AssignedPartition, CommitTags
 from mirror.engine.failures import Failures
 from mirror.engine.gate import ReadGate
+from mirror.engine.partition import AssignedPartition, CommitTags
 from mirror.engine.producers import ProducerPool
 from mirror.engine.status import FlowState, FlowStatus
 from mirror.errors import MirrorError

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 from mirror.config import FlowConfig
 from mirror.domain.ledger import Ledger, Segment
-from mirror.engine.assignment import AssignedPartition
 from mirror.engine.failures import Failures
 from mirror.engine.fence import Fence
+from mirror.engine.partition import AssignedPartition
 from mirror.engine.producers import ProducerPool
 from mirror.engine.status import FlowState, FlowStatus
 from mirror.errors import AuthorizationFailed, FatalProduceError, MirrorError
@@ -29,7 +29,7 @@ from mirror.kafka.errors import (
 )
 
 if TYPE_CHECKING:
-    from mirror.engine.target_watch import RefreshRequests
+    from mirror.engine.refresh import RefreshRequests
     from mirror.engine.transactions import TxnState
 
 log = logging.getLogger(__name__)

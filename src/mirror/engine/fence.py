@@ -9,8 +9,8 @@ from typing import Any
 from mirror.config import ClusterConfig, FlowConfig
 from mirror.domain.acks import SourcePartition
 from mirror.domain.ledger import Ledger
-from mirror.engine.assignment import AssignedPartition, CommitTags, read_committed
 from mirror.engine.gate import ReadGate
+from mirror.engine.partition import AssignedPartition, CommitTags, read_committed
 from mirror.engine.producers import ProducerPool
 from mirror.errors import MirrorError
 from mirror.kafka import OFFSET_BEGINNING, KafkaException, TopicPartition, commit_offsets

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 from mirror.config import FlowConfig
 from mirror.domain.ledger import Ledger, Segment
 from mirror.domain.route import HEADER_ORIGIN
-from mirror.engine.assignment import DRAIN_TIMEOUT, AssignedPartition
 from mirror.engine.delivery import HINT_TARGET_SIZE, DeliveryReports
 from mirror.engine.failures import Failures
 from mirror.engine.fence import Fence
 from mirror.engine.gate import ReadGate
+from mirror.engine.partition import DRAIN_TIMEOUT, AssignedPartition
 from mirror.engine.producers import ProducerPool
 from mirror.errors import FatalProduceError
 from mirror.kafka import KafkaError, KafkaException, Message, TopicPartition
@@ -23,7 +23,7 @@ from mirror.kafka.errors import GONE_ERRORS, SIZE_ERRORS
 
 if TYPE_CHECKING:
     from mirror.engine.gaps import SourceGaps
-    from mirror.engine.target_watch import RefreshRequests
+    from mirror.engine.refresh import RefreshRequests
 
 log = logging.getLogger(__name__)
 

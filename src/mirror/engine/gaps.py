@@ -23,8 +23,8 @@ from mirror.kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPartiti
 if TYPE_CHECKING:
     from mirror.domain.ledger import Ledger
     from mirror.engine.admins import AdminPair
-    from mirror.engine.assignment import AssignedPartition
     from mirror.engine.failures import Failures
+    from mirror.engine.partition import AssignedPartition
 
 log = logging.getLogger(__name__)
 

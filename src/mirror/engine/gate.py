@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from mirror.domain.acks import SourcePartition
 from mirror.domain.ledger import Ledger
-from mirror.engine.assignment import AssignedPartition
+from mirror.engine.partition import AssignedPartition
 from mirror.engine.status import FlowState, FlowStatus
 from mirror.kafka import Message, TopicPartition
 

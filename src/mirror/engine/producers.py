@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from mirror.config import ClusterConfig, FlowConfig
-from mirror.engine.assignment import AssignedPartition
+from mirror.engine.partition import AssignedPartition
 from mirror.kafka import KafkaError, KafkaException
 from mirror.kafka.settings import BATCH_SIZE, batch_size_for
 

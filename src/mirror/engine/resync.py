@@ -11,11 +11,11 @@ from mirror.config import ClusterConfig, FlowConfig
 from mirror.domain.acks import AckListener, SourcePartition
 from mirror.domain.ledger import Ledger
 from mirror.engine.admins import AdminPair
-from mirror.engine.assignment import AssignedPartition, Assignment
 from mirror.engine.committer import Committer
 from mirror.engine.delivery import DeliveryReports
 from mirror.engine.fence import Fence
 from mirror.engine.gate import ReadGate
+from mirror.engine.partition import AssignedPartition, Rebalance
 from mirror.engine.producers import ProducerPool
 from mirror.errors import AuthorizationFailed, MirrorError
 from mirror.kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition, committed_offsets
@@ -55,7 +55,7 @@ class Resync:
         fence: Fence,
         committer: Committer,
         reports: DeliveryReports,
-        assignment: Assignment,
+        assignment: Rebalance,
         claims: Claims | None = None,
     ) -> None:
         self.flow, self._source, self._target, self._consumer, self._stop, self._clock = (

@@ -11,11 +11,12 @@ from mirror.domain.acks import AckListener, SourcePartition, targets_created
 from mirror.domain.ledger import Ledger
 from mirror.domain.topics import TopicChange, TopicMapping, mirrorable_topics, topic_change, unmirrorable_reason
 from mirror.engine.admins import AdminPair
-from mirror.engine.assignment import AssignedPartition, Assignment, CommitTags
 from mirror.engine.committer import Committer
 from mirror.engine.failures import Failures
 from mirror.engine.fence import Fence
+from mirror.engine.partition import AssignedPartition, CommitTags, Rebalance
 from mirror.engine.producers import ProducerPool
+from mirror.engine.refresh import RefreshRequests as RefreshRequests  # named here too for older imports
 from mirror.engine.resync import Resync
 from mirror.engine.status import FlowState, FlowStatus
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
@@ -33,34 +34,6 @@ COOPERATIVE_MAX = 5000
 def some(names: Sequence[str], shown: int = 10) -> str:
     """The first names of a long list, for one log line."""
     return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
-
-
-class RefreshRequests:
-    """Asks the target watch for a refresh before its interval is up.
-
-    `soon`: a target partition is unknown to the producer, or a fence ended. `gone_at_delivery`:
-    a delivery report said a target topic is gone, and the refresh must rewind even if the
-    topic is still there. Invariant: each flag is cleared only by the one who acts on it.
-    """
-
-    def __init__(self) -> None:
-        self._soon = False
-        self._gone = False
-
-    def soon(self) -> None:
-        self._soon = True
-
-    def gone_at_delivery(self) -> None:
-        self._soon = self._gone = True
-
-    def take(self) -> bool:
-        """Was a refresh asked for? (The loop refreshes now, so the request is spent.)"""
-        asked, self._soon = self._soon, False
-        return asked
-
-    def take_gone(self) -> bool:
-        gone, self._gone = self._gone, False
-        return gone
 
 
 class TargetWatch:
@@ -89,7 +62,7 @@ class TargetWatch:
         pool: ProducerPool,
         fence: Fence,
         committer: Committer,
-        assignment: Assignment,
+        assignment: Rebalance,
         failures: Failures,
         status: FlowStatus,
         resync: Resync,

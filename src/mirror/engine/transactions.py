@@ -30,8 +30,8 @@ from typing import Any
 from mirror.config import ClusterConfig, FlowConfig
 from mirror.domain.acks import SourcePartition
 from mirror.domain.acls import transactional_id_prefix
-from mirror.engine.assignment import DRAIN_TIMEOUT, AssignedPartition
 from mirror.engine.committer import Committer
+from mirror.engine.partition import DRAIN_TIMEOUT, AssignedPartition
 from mirror.engine.producers import ClientFactory, ProducerPool
 from mirror.engine.unsettled import Unsettled
 from mirror.errors import MirrorError

@@ -50,7 +50,7 @@ from mirror.domain.acks import AckListener, SourcePartition, backlog_full
 from mirror.domain.ledger import Ledger, Segment
 from mirror.domain.throttle import Throttle
 from mirror.engine.admins import AdminFactory, AdminPair
-from mirror.engine.assignment import DRAIN_TIMEOUT, AssignedPartition, Assignment, CommitTags
+from mirror.engine.assignment import Assignment
 from mirror.engine.claims import Claims
 from mirror.engine.commit_schedule import CommitSchedule
 from mirror.engine.committer import Committer
@@ -60,12 +60,14 @@ from mirror.engine.fence import Fence
 from mirror.engine.forwarder import Forwarder
 from mirror.engine.gaps import SourceGaps
 from mirror.engine.gate import ReadGate
+from mirror.engine.partition import DRAIN_TIMEOUT, AssignedPartition, CommitTags
 from mirror.engine.producers import ClientFactory, ProducerPool
 from mirror.engine.reading import read_capped
+from mirror.engine.refresh import RefreshRequests
 from mirror.engine.resync import Resync
 from mirror.engine.start_points import StartPoints
 from mirror.engine.status import FlowState, FlowStatus
-from mirror.engine.target_watch import RefreshRequests, TargetWatch, some
+from mirror.engine.target_watch import TargetWatch, some
 from mirror.engine.transactions import TransactionalCommitter, TransactionalPool, TxnState
 from mirror.errors import MirrorError
 from mirror.kafka import Admin, KafkaException, make_consumer, make_producer
@@ -341,7 +343,7 @@ class FlowWorker:
             start_points=StartPoints(f, lambda: self.admins.source),
         )
         assignment.gaps = self.gaps
-        resync = Resync(
+        self.resync = resync = Resync(
             f,
             self._source,
             self._target,

@@ -4,6 +4,12 @@ It builds consumers, producers and admin clients from a cluster's config (securi
 settings passed through untouched, secrets never logged), and turns `KafkaError`s and
 librdkafka's `None`-on-timeout into this project's exceptions, so the rest of the code
 never imports `confluent_kafka` and never checks for `None`.
+
+In the order a client is made and used: `settings` (what keeps "nothing lost, order kept"
+at the client) -> `clients` (consumers and producers from a cluster's config) -> `errors`
+(Kafka's errors as this project's); then the requests: `offsets` (group offsets in chunks),
+`admin` (topics, configs, offsets, groups, ACLs), `reader` (a few records at given offsets),
+`progress` (exactly_once's progress on the target) and `canary_topic`.
 """
 
 from __future__ import annotations

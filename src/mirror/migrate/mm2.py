@@ -47,7 +47,7 @@ from mirror.domain.mm2_offsets import (
 )
 from mirror.domain.offsetmap import Checkpoint
 from mirror.domain.topics import TopicMapping, match_topics
-from mirror.engine.assignment import TID
+from mirror.engine.partition import TID
 from mirror.errors import MirrorError, NotFound, UnsafeOperation, UsageError
 from mirror.kafka import Admin, Watermarks
 from mirror.kafka.reader import TailRecord, read_offsets, read_range

@@ -1,1 +1,2 @@
-"""`mirror monitor`: lag gathered from the clusters (`gather`) in the background and exported (`exporter`)."""
+"""`mirror monitor`: lag gathered from the clusters (`gather`, one observation per call) in the
+background and served as Prometheus metrics (`exporter`)."""

@@ -231,8 +231,10 @@ class JvmWriter:
     """The driver's handle on the JVM writer for one flow: decides once whether it can be
     used, and runs a batch through it (None: the batch must go the Python way)."""
 
-    def __init__(self, plan: TaskPlan) -> None:
+    def __init__(self, plan: TaskPlan, loadable: Callable[[Any], bool] | None = None) -> None:
         self.flow = plan.flow.name
+        # Whether the driver JVM can load the writer's class (tests answer without a JVM).
+        self._loadable = loadable or _loadable
         self.settings: WriterSettings | None = None
         self.unusable: str | None = None
         try:
@@ -249,7 +251,7 @@ class JvmWriter:
         (said once at INFO when it is not, or when the settings rule it out)."""
         with self._checking:
             if not self._checked:
-                if self.unusable is None and not _loadable(spark_jvm):
+                if self.unusable is None and not self._loadable(spark_jvm):
                     self.unusable = f"{WRITER_CLASS} is not on the driver's classpath (run `make setup`)"
                 self._checked = True
                 if self.unusable is not None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from mirror.errors import MirrorError, UsageError
-from mirror.spark.cds import DRIVER_OPTIONS, driver_options, java_binary
+from mirror.spark.class_archive import DRIVER_OPTIONS, driver_options, java_binary
 from mirror.spark.clients import REDACT, java_kafka_options
 from mirror.spark.startup import SessionStart
 

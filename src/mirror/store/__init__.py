@@ -3,6 +3,9 @@
 `open_store` picks the backend the config names. SQLite is imported always (standard
 library); Cassandra only when a config asks for it, through `mirror.store.cassandra`'s
 `load()` (cassandra-driver is heavy and its reactors vary by Python version).
+
+`base` holds the contract every backend keeps and the shared types; `sqlite` and
+`cassandra` implement it.
 """
 
 from __future__ import annotations

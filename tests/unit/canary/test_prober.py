@@ -17,6 +17,8 @@ def test_the_canary_prober_counts_unknown_errors_of_rounds_and_reads():
     cfg = config.parse(TEXT, env={})
     registry = CollectorRegistry()
     prober = Prober(cfg, [], metrics=CanaryMetrics(registry))
+    # One pass of each loop body `run` starts per flow: the invariant is that an error nobody
+    # expected is counted (and the loop goes on) rather than ending the prober's thread.
     prober._round(Broken(threading.Event()))  # type: ignore[arg-type]
     stop = threading.Event()
     prober._read_loop(Broken(stop), stop)  # type: ignore[arg-type]

@@ -9,6 +9,8 @@ from mirror.errors import DevClusterError
 
 
 def test_workers_get_ports_below_the_base_and_worker_zero_keeps_the_one_worker_names(tmp_path):
+    # The command lines and ports themselves (not a started cluster): the invariant is that every
+    # worker's port sits below the base, where no Kafka port of the same base can be.
     dev = SparkDev(tmp_path, 20000, workers=3)
     assert dev.master_url == "spark://127.0.0.1:19970"
     assert [dev._command(r)[dev._command(r).index("--port") + 1] for r in ("worker", "worker-1", "worker-2")] == [

@@ -1,4 +1,4 @@
-"""An in-memory transactional target for exactly-once worker tests (review of issue 24).
+"""An in-memory transactional target for exactly-once worker tests.
 
 `TxnTarget` models what the worker relies on of a Kafka target with transactions: per
 transactional.id epochs (`init_transactions` / `fence` bump it and abort the open

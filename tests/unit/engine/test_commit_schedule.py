@@ -154,6 +154,8 @@ def test_exactly_once_a_claim_in_the_tick_teaches_nothing(monkeypatch):
     taught: list[bool] = []  # per readable moment reported in a tick: was it a claim's?
     claims_in_tick: list[bool] = []
     claiming = [False]
+    # Spies on `Claims._claim` and `CommitSchedule._ticking`: the invariant is about when a
+    # claim runs relative to a tick, which no public outcome shows by itself.
     claim, visible = Claims._claim, CommitSchedule.visible
 
     def schedule() -> CommitSchedule:

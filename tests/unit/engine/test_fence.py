@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mirror.domain.route import route
-from mirror.engine.assignment import AssignedPartition
+from mirror.engine.partition import AssignedPartition
 from mirror.engine.worker import FlowWorker
 from mirror.kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 from mirror.kafka.offsets import OFFSETS_CHUNK

@@ -5,8 +5,8 @@ from __future__ import annotations
 from mirror import config
 from mirror.domain.ledger import Ledger
 from mirror.domain.route import route
-from mirror.engine.assignment import AssignedPartition
 from mirror.engine.gate import ReadGate
+from mirror.engine.partition import AssignedPartition
 from mirror.engine.status import FlowState, FlowStatus
 from mirror.kafka import TopicPartition
 from tests.unit.engine.fakes import P0, P1, TEXT, Msg

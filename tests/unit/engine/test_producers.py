@@ -6,7 +6,7 @@ from typing import Any
 
 from mirror import config
 from mirror.domain.route import route
-from mirror.engine.assignment import AssignedPartition
+from mirror.engine.partition import AssignedPartition
 from mirror.engine.producers import SIZE_CHECK_SLACK, ProducerPool
 from tests.unit.engine.fakes import TEXT
 

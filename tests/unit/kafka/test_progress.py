@@ -172,6 +172,8 @@ def test_a_progress_read_that_times_out_tells_a_refused_group_apart(monkeypatch,
                 group.read([("t", 0)], 1)
             with pytest.raises(MirrorError, match="did not answer"):
                 group.read([("t", 0)], 1, stable=False)
+        # The group's own admin client: the invariant is that the access check asks briefly
+        # (ACCESS_CHECK_TIMEOUT), not for the cluster's whole timeout after a read timed out.
         assert group._admin is not None and group._admin.timeout == progress.ACCESS_CHECK_TIMEOUT
     finally:
         group.close()

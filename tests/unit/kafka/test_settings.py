@@ -18,7 +18,7 @@ flows:
 def _consumer_settings(refresh: str, extra: str = "") -> dict:
     cfg = config.parse(TEXT % (refresh, extra), env={})
     worker = FlowWorker(cfg, cfg.flows[0], stop=threading.Event())
-    consumer, _ = worker._settings()
+    consumer, _ = worker._settings()  # what the worker hands its consumer, without a cluster to open it on
     return consumer
 
 

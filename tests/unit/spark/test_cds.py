@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror.spark import cds, session
+from mirror.spark import cds, class_archive, session
 
 
 def test_the_archive_key_changes_with_the_jvm_build_and_the_pyspark_install():
@@ -81,7 +81,7 @@ def builder(monkeypatch, tmp_path):
     monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))  # no spark-defaults.conf unless a test writes one
     monkeypatch.setattr(session, "connector_jars", lambda version: [])
-    monkeypatch.setattr(cds, "use_options", lambda: ["-XX:SharedArchiveFile=/a.jsa"])
+    monkeypatch.setattr(class_archive, "use_options", lambda: ["-XX:SharedArchiveFile=/a.jsa"])
     return fake
 
 
@@ -97,6 +97,8 @@ def test_a_driver_spark_submit_started_or_the_archives_own_build_maps_none(build
     assert builder.conf[cds.DRIVER_OPTIONS] == "-Xss4m"
 
 
+# The build tests replace `cds._exercise`, the one step that starts a driver JVM: they are about
+# how an archive is written, tried and installed, not about the JVM that dumps it.
 def test_a_failed_build_leaves_no_archive_and_setup_goes_on(tmp_path, monkeypatch, capsys):
     path = tmp_path / "driver-classes-k.jsa"
     monkeypatch.setattr(cds, "archive_path", lambda: path)

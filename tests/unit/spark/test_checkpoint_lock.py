@@ -255,6 +255,7 @@ def test_a_fork_while_another_thread_is_in_the_lock_code_leaves_the_child_able_t
     ready, go_on = threading.Event(), threading.Event()
 
     def mid_claim() -> None:
+        # The module's guard itself: the invariant is that a forked child never inherits it held.
         with checkpoint_lock._guard:
             ready.set()
             go_on.wait(0.5)  # the fork comes meanwhile (or waits for this, with the fix)

@@ -28,6 +28,9 @@ class Ended:
         return None
 
 
+# `SparkFlow._await` (the loop `run` watches a query with) and `_commits` are reached into: `run`
+# needs a Spark session. Not yet a public seam: the end of a run must settle the owed group commit
+# before it reports caught up, and these drive that end with a finished query and a fake group.
 def caught_up_run(client: Coordinator, timeout: float) -> SparkFlow:
     config = parse(CONFIG, env={})
     job = SparkFlow(config, config.flow("f"), until_caught_up=True)

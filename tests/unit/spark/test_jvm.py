@@ -84,13 +84,12 @@ def test_exactly_once_and_untranslatable_flows_stay_on_the_python_path(caplog: p
     ]
 
 
-def test_a_batch_asking_while_the_warm_up_checks_the_class_gets_the_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_batch_asking_while_the_warm_up_checks_the_class_gets_the_answer() -> None:
     """Review (spark-first3): the warm-up (the driver's main thread, right after the query's
     start) and batch 0 (Spark's stream thread, through foreachBatch) both ask `usable`. The
     one asking while the other's class check is under way must get that check's answer, not
     "usable" by default: with the class not on the driver's classpath it would call the
     writer (a py4j JavaPackage, not callable) and fail the batch, so the query and the run."""
-    writer = JvmWriter(task_plan())
     answers: list[bool] = []
     batch = threading.Thread(target=lambda: answers.append(writer.usable(spark_jvm=None)))
 
@@ -99,7 +98,7 @@ def test_a_batch_asking_while_the_warm_up_checks_the_class_gets_the_answer(monke
         batch.join(timeout=0.5)  # bounded: it must wait for the answer, so this times out
         return False
 
-    monkeypatch.setattr("mirror.spark.jvm._loadable", loadable)
+    writer = JvmWriter(task_plan(), loadable=loadable)
     assert not writer.usable(spark_jvm=None)
     batch.join(timeout=10)
     assert answers == [False]
@@ -212,8 +211,7 @@ def test_a_failed_jvm_job_fails_the_batch_as_a_failed_python_job_does() -> None:
     the batch meanwhile (their copies would interleave with its records on the target); the
     batch fails, as it does when the Python tasks' own job fails, and the restarted query's
     first batch reads what the target holds."""
-    writer = JvmWriter(task_plan(""))
-    writer._checked = True  # usable: the class check needs a JVM
+    writer = JvmWriter(task_plan(""), loadable=lambda jvm: True)
     ran: list[object] = []
 
     def python(df: object, plan: object) -> list[TaskResult]:
@@ -243,8 +241,7 @@ def test_a_batch_whose_ranges_the_writer_cannot_find_goes_whole_to_the_python_ta
     query (named in the plan, checked by batch id); where it cannot find them it produced
     nothing, so the whole batch goes the Python way with its plan unchanged (settled
     partitions stay settled: nothing was written to their targets)."""
-    writer = JvmWriter(task_plan(""))
-    writer._checked = True
+    writer = JvmWriter(task_plan(""), loadable=lambda jvm: True)
     plan = replace(task_plan(""), settled=frozenset({("orders", 1)}))
     batch = _Answering({"unread": "no running query mirror-f executing batch 7"})
     ran: list[tuple[object, object]] = []
@@ -263,8 +260,7 @@ def test_a_batch_whose_ranges_the_writer_cannot_find_goes_whole_to_the_python_ta
 
 
 def test_a_batch_the_writer_produced_whole_takes_the_jvm_path() -> None:
-    writer = JvmWriter(task_plan(""))
-    writer._checked = True
+    writer = JvmWriter(task_plan(""), loadable=lambda jvm: True)
     task = {"topic": "orders", "partition": 0, "first": 3, "target": "src.orders", "next": 9, "produced": 6}
     done = {**task, "bytes": 60, "max_ts": 5, "placed": True, "syncs": [[3, 0]]}
     path, results = writer.run(_Answering({"tasks": [done]}), task_plan(""), ["orders"], 0, lambda *_: [])
@@ -279,8 +275,7 @@ def test_a_range_retention_deleted_whole_is_named_in_a_warning_and_left_to_no_on
     with failOnDataLoss false skips it too) produced nothing; its answer carries only the
     warning. The driver logs it, and the partition is neither a result nor left to the
     Python tasks (nothing of it is left to read)."""
-    writer = JvmWriter(task_plan(""))
-    writer._checked = True
+    writer = JvmWriter(task_plan(""), loadable=lambda jvm: True)
     done = {
         "topic": "orders",
         "partition": 0,

@@ -170,7 +170,7 @@ def test_a_target_topic_created_by_the_run_is_mirrored_from_the_beginning():
 def test_a_commit_tagged_with_an_earlier_target_topic_starts_from_the_beginning():
     """a.x was deleted and created again while the flow was stopped: the commit names T1, the
     topic is now T2. A commit tagged T2, or untagged, is trusted."""
-    from mirror.engine.assignment import TID as _TID
+    from mirror.engine.partition import TID as _TID
 
     assert TARGET_TOPIC_ID == _TID  # the same tag as `mirror run`: either engine reads the other's
     source = FakeSource(
@@ -304,6 +304,8 @@ def test_a_query_settles_only_its_own_partitions_named_empty():
     config = _config()
     flow = config.flow("one")
     batches = Batches("one", None, TaskPlan(flow, config.clusters["b"]), None, None)
+    # Pins the invariant behind the tail-free JVM path: `_settled` holds only this query's
+    # partitions named empty, and a new query starts it afresh.
     batches.start_query([TopicMapping("x", "b.x", 2)], Path("cp"), {("x", 1), ("y", 0)})
     assert batches._settled == {("x", 1)}
     batches.start_query([TopicMapping("x", "b.x", 2)], Path("cp"))
