@@ -116,6 +116,15 @@ class SparkFlowSettings(_Model):
     max_bytes_per_chunk: Annotated[ByteSize, Field(ge=64 * 1024, lt=2**31)] = ByteSize(8 * 1024 * 1024)
 
 
+class AclFilterConfig(_Model):
+    """One `acl_filters:` entry: an ACL is synced when it matches both regexes of any entry."""
+
+    principal: Regex = ".*"
+    """Full-match regex over the ACL's principal (`User:app-.*`)."""
+    resource: Regex = ".*"
+    """Full-match regex over the source resource name (the topic, prefix or group the ACL names)."""
+
+
 class FlowConfig(_Model):
     name: Name
     source: str
@@ -144,6 +153,17 @@ class FlowConfig(_Model):
     # MM2 syncs every 10 minutes; a DR copy keeping data for the wrong time that long is
     # an incident waiting for a failover. One comparison per interval costs a few requests.
     sync_topic_configs_interval: Duration = 60.0
+    sync_acls: bool = False
+    """Copy the source's READ/DESCRIBE ACLs (ALLOW and DENY) of mirrored topics (literal and
+    prefixed, renamed like the topics) and of checkpointed groups to the target, and remove the
+    copies the source no longer has. Every `sync_acls_interval`, from `mirror run` (a Spark
+    flow: docs/spark.md). Off by default: it needs Describe and Alter on the clusters."""
+    sync_acls_interval: Duration = 60.0
+    """How often the ACL sync compares the clusters: a revoked grant stays on the target at
+    most this long. One DescribeAcls per cluster per interval."""
+    acl_filters: list[AclFilterConfig] = []
+    """Narrow `sync_acls` to ACLs matching any entry (`principal`, `resource` regexes). Empty:
+    every ACL of the flow's topics and groups."""
     consumer: ClientSettings = {}  # extra librdkafka settings for the source consumer
     producer: ClientSettings = {}  # extra librdkafka settings for the target producer
     spark: SparkFlowSettings = SparkFlowSettings()

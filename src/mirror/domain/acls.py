@@ -52,6 +52,7 @@ COMMANDS = (
     "canary",
     "failover plan",
     "failover apply",
+    "failover apply --promote",
     "failover export",
     "failover import",
     "failback",
@@ -261,6 +262,19 @@ def _run_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
             add("run", t, r, ["Read"], _note(exact, "sync_group_offsets: an offset commit needs Read on the topic"))
     if flow.exactly_once:
         _exactly_once_grants(flow, fr, add)
+    if flow.sync_acls:
+        _acl_grants("run", "sync_acls", fr, add)
+
+
+CLUSTER = Resource("cluster", "kafka-cluster")
+
+
+def _acl_grants(command: str, why: str, fr: _FlowResources, add: _Add) -> None:
+    """sync_acls and failover promotion: read the source's ACLs, create and delete the target's.
+    DescribeAcls needs Describe on the cluster; CreateAcls and DeleteAcls need Alter on it
+    (which implies the Describe the target's own listing needs)."""
+    add(command, fr.s, CLUSTER, ["Describe"], f"{why}: read the source's ACLs")
+    add(command, fr.t, CLUSTER, ["Alter"], f"{why}: list, create and delete the copies on the target")
 
 
 def _exactly_once_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
@@ -315,6 +329,8 @@ def _failover_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
             )
         # --at's boundary reader (failover.gather.count_boundary) assigns explicit offsets
         # and commits nothing: no group ACL (test_failover_plan_without_one_grant).
+    if flow.sync_acls:  # a flow that manages ACLs lists what moving its producers' grants needs
+        _acl_grants("failover apply --promote", "--promote", fr, add)
     for cluster, topics in ((s, fr.src_topics), (t, fr.dst_topics)):
         for r, exact in fr.groups:
             add("failover export", cluster, r, ["Describe"], _note(exact, "the group's committed offsets"))

@@ -21,6 +21,7 @@ from mirror.errors import AuthorizationFailed, ClusterUnavailable, MirrorError
 from mirror.kafka import Admin
 from mirror.kafka.canary_topic import ensure_canary_topic
 from mirror.metrics import FlowStateCollector, RunMetrics, serve
+from mirror.run.aclsync import AclSyncer
 from mirror.run.checkpointer import GroupCheckpointer
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.run.topicsync import TopicSyncer
@@ -70,6 +71,7 @@ def run_flows(
         checkpointers = _start_checkpointers(config, flows, store, run_metrics, side_stop)
         _ensure_canary_topics(config, flows)
         syncers = _start_topic_syncers(config, flows, run_metrics, side_stop)
+        acl_syncers = _start_acl_syncers(config, flows, store, run_metrics, side_stop)
 
         runner = FlowThreads(
             config,
@@ -92,7 +94,7 @@ def run_flows(
             side_stop.set()
             for _, t in checkpointers:
                 t.join(timeout=30)
-            for _, t in syncers:
+            for _, t in [*syncers, *acl_syncers]:
                 t.join(timeout=30)
         if until_caught_up:
             _final_ticks([cp for cp, _ in checkpointers], [sy for sy, _ in syncers])
@@ -130,6 +132,31 @@ def _start_topic_syncers(
             t = threading.Thread(target=syncer.run, args=(side_stop,), name=f"topicsync-{flow.name}", daemon=True)
             t.start()
             out.append((syncer, t))
+    return out
+
+
+def _start_acl_syncers(
+    config: Config,
+    flows: Sequence[FlowConfig],
+    store: FullOffsetStore | None,
+    run_metrics: RunMetrics | None,
+    side_stop: threading.Event,
+) -> list[tuple[AclSyncer, threading.Thread]]:
+    """Target ACLs follow the source's for flows with `sync_acls` (none without a store: the
+    sync's record of the ACLs it created lives there)."""
+    out: list[tuple[AclSyncer, threading.Thread]] = []
+    for flow in flows:
+        if not flow.sync_acls:
+            continue
+        if store is None:
+            log.warning(
+                "flow %s: sync_acls needs the offset store (its record of the ACLs it made): not synced", flow.name
+            )
+            continue
+        syncer = AclSyncer(config, flow, store, run_metrics.acl_sync if run_metrics else None)
+        t = threading.Thread(target=syncer.run, args=(side_stop,), name=f"aclsync-{flow.name}", daemon=True)
+        t.start()
+        out.append((syncer, t))
     return out
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from cassandra import AuthenticationFailed, ConsistencyLevel, DriverException
@@ -59,6 +59,10 @@ _TABLES = {
     "source_ends": """CREATE TABLE IF NOT EXISTS {ks}.source_ends (
         flow text, topic text, partition int, source_end bigint, time_ms bigint,
         PRIMARY KEY ((flow), topic, partition)
+    )""",
+    "acl_syncs": """CREATE TABLE IF NOT EXISTS {ks}.acl_syncs (
+        flow text, acl text,
+        PRIMARY KEY ((flow), acl)
     )""",
 }
 
@@ -192,6 +196,9 @@ class CassandraStore:
             "put_end": f"INSERT INTO {ks}.source_ends (flow, topic, partition, source_end, time_ms) VALUES (?, ?, ?, "
             "?, ?)",
             "ends": f"SELECT topic, partition, source_end, time_ms FROM {ks}.source_ends WHERE flow=?",
+            "acls": f"SELECT acl FROM {ks}.acl_syncs WHERE flow=?",
+            "put_acl": f"INSERT INTO {ks}.acl_syncs (flow, acl) VALUES (?, ?)",
+            "del_acl": f"DELETE FROM {ks}.acl_syncs WHERE flow=? AND acl=?",
         }
         out = {}
         for name, cql in stmts.items():
@@ -385,6 +392,16 @@ class CassandraStore:
     def source_ends(self, flow: str) -> dict[tuple[str, int], tuple[int, int]]:
         rows = self._run("read source end offsets", lambda s: list(s.execute(self._stmts["ends"], (flow,))))
         return {(r.topic, r.partition): (r.source_end, r.time_ms) for r in rows}
+
+    # -- ACLs the sync created on the target (`mirror.run.aclsync`)
+    def synced_acls(self, flow: str) -> set[str]:
+        return {r.acl for r in self._run("read synced ACLs", lambda s: list(s.execute(self._stmts["acls"], (flow,))))}
+
+    def claim_acls(self, flow: str, acls: Iterable[str]) -> None:
+        self._write_many("record synced ACLs", "put_acl", [(flow, a) for a in acls])
+
+    def forget_acls(self, flow: str, acls: Iterable[str]) -> None:
+        self._write_many("forget synced ACLs", "del_acl", [(flow, a) for a in acls])
 
     def close(self) -> None:
         with self._lock:

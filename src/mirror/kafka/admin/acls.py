@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka.admin import (
@@ -15,6 +15,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from mirror.domain.acl_sync import Acl
 from mirror.kafka.admin.base import AdminBase
 
 
@@ -54,3 +55,76 @@ class AclAdmin(AdminBase):
             op,
             AclPermissionType.ALLOW,
         )
+
+
+_KINDS = {
+    ResourceType.TOPIC: "topic",
+    ResourceType.GROUP: "group",
+    ResourceType.BROKER: "cluster",
+    ResourceType.TRANSACTIONAL_ID: "transactional-id",
+}
+_CLUSTER = ("Describe", "cluster", "kafka-cluster")  # DescribeAcls needs it
+_ALTER_CLUSTER = ("Alter", "cluster", "kafka-cluster")  # CreateAcls and DeleteAcls need it
+
+
+class AclBindingAdmin(AdminBase):
+    """Any principal's ACLs as `Acl` values: described, created and deleted one binding at a time
+    (the ACL sync and failover promotion; `AclAdmin` above grants one principal)."""
+
+    def describe_acls(self) -> list[Acl]:
+        """Every TOPIC, GROUP, TRANSACTIONAL_ID and cluster ACL on the cluster."""
+        anything: Any = None  # a filter's None matches every name, principal and host
+        flt = AclBindingFilter(
+            ResourceType.ANY,
+            anything,
+            ResourcePatternType.ANY,
+            anything,
+            anything,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+        found = self._result("describe ACLs", self._client.describe_acls(flt, request_timeout=self.timeout), _CLUSTER)
+        return sorted(a for a in map(_to_acl, found) if a is not None)
+
+    def create_bindings(self, acls: Sequence[Acl]) -> None:
+        if acls:
+            for fut in self._client.create_acls([_to_binding(a) for a in acls], request_timeout=self.timeout).values():
+                self._result("create ACLs", fut, _ALTER_CLUSTER)
+
+    def delete_bindings(self, acls: Sequence[Acl]) -> None:
+        if acls:
+            filters = [_to_binding(a, filter_=True) for a in acls]
+            for fut in self._client.delete_acls(filters, request_timeout=self.timeout).values():
+                self._result("delete ACLs", fut, _ALTER_CLUSTER)
+
+
+def _op_name(op: AclOperation) -> str:
+    return "".join(part.capitalize() for part in op.name.split("_"))
+
+
+def _to_acl(b: Any) -> Acl | None:
+    kind = _KINDS.get(b.restype)
+    if kind is None or b.resource_pattern_type not in (ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED):
+        return None
+    return Acl(
+        kind,
+        b.name,
+        b.resource_pattern_type.name.lower(),
+        b.principal,
+        b.host,
+        _op_name(b.operation),
+        b.permission_type.name.lower(),
+    )
+
+
+def _to_binding(a: Acl, *, filter_: bool = False) -> Any:
+    cls = AclBindingFilter if filter_ else AclBinding
+    return cls(
+        ResourceType.BROKER if a.kind == "cluster" else ResourceType[a.kind.upper().replace("-", "_")],
+        a.name,
+        ResourcePatternType[a.pattern.upper()],
+        a.principal,
+        a.host,
+        AclOperation[re.sub(r"(?<!^)(?=[A-Z])", "_", a.operation).upper()],
+        AclPermissionType[a.permission.upper()],
+    )
