@@ -288,6 +288,12 @@ class AclSyncMetrics:
             ["flow"],
             registry=registry,
         )
+        self.rounds = Counter(
+            "mirror_acl_sync_rounds",
+            "ACL sync rounds that finished (both clusters compared).",
+            ["flow"],
+            registry=registry,
+        )
         self.created = Counter(
             "mirror_acl_sync_created", "ACLs the sync copied to the target.", ["flow"], registry=registry
         )
@@ -309,6 +315,7 @@ class AclSyncMetrics:
 
     def observe(self, flow: str, plan: Any) -> None:
         """One finished round (`mirror.domain.acl_sync.AclPlan`, applied)."""
+        self.rounds.labels(flow).inc()
         self.in_sync.labels(flow).set(plan.in_sync + len(plan.create))
         if plan.create:
             self.created.labels(flow).inc(len(plan.create))

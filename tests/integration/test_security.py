@@ -24,11 +24,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from mirror.config import load
 from mirror.devenv.kafka import DevClusters
 from mirror.devenv.security import Material, Security, password_var
+from mirror.domain.acl_sync import Acl
 from mirror.domain.acls import cluster_bindings, required_grants
 from mirror.errors import ClusterUnavailable
 from tests.support.clusters import free_base_port, start_cassandra
 from tests.support.kafkautil import wait_for
-from tests.support.metrics import scrape
+from tests.support.metrics import scrape, total
 from tests.support.mirrorproc import MirrorProcess
 from tests.support.prometheus import free_port
 
@@ -1253,3 +1254,127 @@ def test_exactly_once_run_without_one_grant(secured, tmp_path, kind, name, patte
     assert _committed(secured, f"mirror-{u}", t, n) == {0: 0, 1: 0}, "committed without a transaction"
     assert _mirror("run", "-c", str(cfg), "--until-caught-up").returncode == 0
     assert _exactly(secured, t, 500, n) == {"copied": 500, "lost": 0, "duplicated": 0}
+
+
+# ---------------------------------------------------------------------------- ACL sync
+
+ACL_SYNC = "    sync_acls: true\n    sync_acls_interval: 2s\n"
+
+
+def _acls(sec: Secured, cluster: str, marker: str) -> set[Acl]:
+    """The cluster's ACLs naming `marker` in their principal (this test's own)."""
+    return {a for a in sec.dev.admin(cluster).describe_acls() if marker in a.principal}
+
+
+def _acl_metrics(port: int) -> dict[str, float]:
+    """The worker's mirror_acl_sync_* samples (zeros while it is not serving yet)."""
+    try:
+        samples = scrape(port)
+    except OSError:
+        samples = {}
+    names = ("rounds", "created", "removed", "refused")
+    out = {n: total(samples, f"mirror_acl_sync_{n}_total") or 0.0 for n in names}
+    out["in_sync"] = total(samples, "mirror_acl_sync_in_sync") or 0.0
+    return out
+
+
+def _rounds_pass(ports: list[int], count: int, m: list[MirrorProcess]) -> None:
+    """Wait until every worker has finished `count` more sync rounds."""
+    start = [_acl_metrics(p)["rounds"] for p in ports]
+    wait_for(
+        lambda: all(_acl_metrics(p)["rounds"] >= s + count for p, s in zip(ports, start)),
+        120,
+        f"{count} more ACL sync rounds on every worker",
+        detail=lambda: "\n".join(w.output()[-3000:] for w in m),
+    )
+
+
+def test_acl_sync_copies_read_acls_renamed_follows_deletes_and_two_workers_agree(secured, tmp_path):
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, flow_extra=ACL_SYNC)
+    t, app, bad, hand, writer = f"sec-{u}-orders", f"User:app-{u}", f"User:bad-{u}", f"User:hand-{u}", f"User:w-{u}"
+    _produce(secured, t, 10, 1)
+    src = secured.dev.admin("ssrc")
+
+    def a(kind, name, pattern, who, op, perm="allow") -> Acl:
+        return Acl(kind, name, pattern, who, "*", op, perm)
+
+    literal = a("topic", t, "literal", app, "Read")
+    prefixed = a("topic", f"sec-{u}-", "prefixed", app, "Describe")
+    group = a("group", f"billing-{u}", "literal", app, "Read")
+    deny = a("topic", t, "literal", bad, "Read", "deny")
+    write = a("topic", t, "literal", writer, "Write")
+    other = a("topic", f"other-{u}", "literal", app, "Read")  # not a mirrored topic
+    src.create_bindings([literal, prefixed, group, deny, write, other])
+    made_by_hand = a("topic", f"ssrc.{t}", "literal", hand, "Describe")
+    secured.dev.admin("sdst").create_bindings([made_by_hand])
+    expected = {
+        a("topic", f"ssrc.{t}", "literal", app, "Read"),
+        a("topic", f"ssrc.sec-{u}-", "prefixed", app, "Describe"),
+        group,
+        a("topic", f"ssrc.{t}", "literal", bad, "Read", "deny"),
+    }
+
+    ports = [free_port(), free_port()]
+    workers = [MirrorProcess(cfg, "--metrics-port", str(p)) for p in ports]
+    try:
+        detail = lambda: "\n".join(w.output()[-3000:] for w in workers)  # noqa: E731
+        wait_for(lambda: _acls(secured, "sdst", u) >= expected | {made_by_hand}, 120, "the copies", detail=detail)
+        assert _acls(secured, "sdst", u) == expected | {made_by_hand}, "copied more than READ/DESCRIBE of the flow"
+
+        # Converged: further rounds on both workers change nothing (no ACL made and unmade in turn).
+        _rounds_pass(ports, 2, workers)
+        before = [_acl_metrics(p) for p in ports]
+        _rounds_pass(ports, 3, workers)
+        after = [_acl_metrics(p) for p in ports]
+        for b, c in zip(before, after):
+            assert (c["created"], c["removed"]) == (b["created"], b["removed"]), (before, after)
+        assert sum(b["created"] for b in before) in range(len(expected), 2 * len(expected) + 1)
+
+        # Deleted at the source: gone from the target; the hand-made one stays.
+        src.delete_bindings([literal, deny])
+        gone = {
+            a("topic", f"ssrc.{t}", "literal", app, "Read"),
+            a("topic", f"ssrc.{t}", "literal", bad, "Read", "deny"),
+        }
+        wait_for(lambda: not (_acls(secured, "sdst", u) & gone), 120, "the copies to go", detail=detail)
+        _rounds_pass(ports, 2, workers)
+        assert _acls(secured, "sdst", u) == (expected - gone) | {made_by_hand}
+        final = [_acl_metrics(p) for p in ports]
+        assert sum(f["created"] for f in final) == sum(b["created"] for b in before), "a removed ACL came back"
+        assert all(w.alive() for w in workers), detail()
+    finally:
+        for w in workers:
+            w.stop()
+        src.delete_bindings([prefixed, group, write, other])
+        secured.dev.admin("sdst").delete_bindings(sorted(_acls(secured, "sdst", u)))
+
+
+@pytest.mark.parametrize(("cluster", "op"), [("ssrc", "Describe"), ("sdst", "Alter")])
+def test_acl_sync_without_one_grant_warns_once_per_round_and_records_flow(secured, tmp_path, cluster, op):
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, flow_extra=ACL_SYNC)
+    grants = [g for g in required_grants(load(cfg), ("run",)) if g.resource.kind == "cluster"]
+    assert {(g.cluster, g.operations) for g in grants} == {("ssrc", ("Describe",)), ("sdst", ("Alter",))}
+    t = f"sec-{u}-t"
+    _produce(secured, t, 100, 1)
+    admin = secured.dev.admin(cluster)
+    admin.delete_acls("User:mirror", {("cluster", "kafka-cluster", "literal"): [op]})
+    port = free_port()
+    m = MirrorProcess(cfg, "--metrics-port", str(port))
+    try:
+        wait_for(lambda: _ends_or_zero(secured, "sdst", f"ssrc.{t}", 1)[0] >= 100, 120, "the records", detail=m.output)
+        wait_for(lambda: _acl_metrics(port)["refused"] >= 2, 120, "two refused rounds", detail=m.output)
+        _produce(secured, t, 50, 1, start=100)
+        wait_for(lambda: _ends_or_zero(secured, "sdst", f"ssrc.{t}", 1)[0] >= 150, 120, "more records", detail=m.output)
+        assert m.alive(), m.output()[-3000:]
+        refused = _acl_metrics(port)["refused"]
+    finally:
+        m.stop()
+        admin.create_acls("User:mirror", {("cluster", "kafka-cluster", "literal"): [op]})
+    out = m.output()
+    warnings = [line for line in out.splitlines() if "ACL sync refused" in line]
+    assert warnings and "Traceback" not in out, out[-3000:]
+    assert all(f"missing {op} on the cluster" in w and f"'{cluster}'" in w for w in warnings), warnings
+    # One line per refused round (a round may end between the scrape and the stop).
+    assert refused <= len(warnings) <= refused + 2, (len(warnings), refused)

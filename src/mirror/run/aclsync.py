@@ -62,7 +62,7 @@ class AclSyncer:
         """What one round would change (nothing is changed)."""
         wanted = wanted_acls(self.scope(), self.admins.source.describe_acls())
         owned = {Acl.from_key(k) for k in self.store.synced_acls(self.flow.name)}
-        return plan_sync(wanted, owned, self.admins.target.describe_acls())
+        return plan_sync(wanted, owned, self.admins.target.describe_acls(need="Alter"))
 
     def tick(self) -> AclPlan:
         plan = self.plan()
