@@ -1378,3 +1378,51 @@ def test_acl_sync_without_one_grant_warns_once_per_round_and_records_flow(secure
     assert all(f"missing {op} on the cluster" in w and f"'{cluster}'" in w for w in warnings), warnings
     # One line per refused round (a round may end between the scrape and the stop).
     assert refused <= len(warnings) <= refused + 2, (len(warnings), refused)
+
+
+def _write_as_nogrants(sec: Secured, cluster: str, topic: str) -> str | None:
+    """Produce one record as the `nogrants` user: None when written, else the error."""
+    p = Producer(
+        {"bootstrap.servers": sec.bootstrap(cluster), **sec.nodes[cluster].client("nogrants", with_password=True)}
+    )
+    errors: list[str] = []
+    p.produce(topic, b"v", on_delivery=lambda err, _msg: errors.append(str(err)) if err else None)
+    left = p.flush(30)
+    return errors[0] if errors else ("not delivered" if left else None)
+
+
+def test_failover_apply_promote_adds_write_and_import_backup_removes_it(secured, tmp_path):
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, flow_extra=ACL_SYNC)
+    t, group = f"sec-{u}-t", f"billing-{u}"
+    _produce(secured, t, 100, 1)
+    _commit_group(secured, group, t, {0: 40})
+    write = Acl("topic", t, "literal", "User:nogrants", "*", "Write", "allow")
+    promoted = Acl("topic", f"ssrc.{t}", "literal", "User:nogrants", "*", "Write", "allow")
+    secured.dev.admin("ssrc").create_bindings([write])
+    try:
+        res = _mirror("run", "-c", str(cfg), "--until-caught-up")
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert promoted not in secured.dev.admin("sdst").describe_acls(), "WRITE copied before a failover"
+        assert "authoriz" in (_write_as_nogrants(secured, "sdst", f"ssrc.{t}") or "").lower()
+
+        plan = tmp_path / "site.json"
+        res = _mirror("failover", "plan", "-c", str(cfg), "--from", "ssrc", "--translate", "--out", str(plan))
+        assert res.returncode == 0, res.stderr[-3000:]
+        res = _mirror("failover", "apply", "--plan", str(plan), "--yes", "--promote")
+        assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+        assert f"promote on sdst: ALLOW User:nogrants Write on topic literal 'ssrc.{t}'" in res.stdout, res.stdout
+        assert promoted in secured.dev.admin("sdst").describe_acls()
+        backup = json.loads((tmp_path / "site.backup.json").read_text())
+        assert [r["acl"] for r in backup["promoted_acls"]] == [promoted.key()]
+        wait_for(
+            lambda: _write_as_nogrants(secured, "sdst", f"ssrc.{t}") is None, 60, "a write with the promoted grant"
+        )
+
+        res = _mirror("failover", "import", "--backup", str(tmp_path / "site.backup.json"), "--yes")
+        assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+        assert promoted not in secured.dev.admin("sdst").describe_acls()
+        assert "authoriz" in (_write_as_nogrants(secured, "sdst", f"ssrc.{t}") or "").lower()
+    finally:
+        secured.dev.admin("ssrc").delete_bindings([write])
+        secured.dev.admin("sdst").delete_bindings([promoted])

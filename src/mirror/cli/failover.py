@@ -205,6 +205,11 @@ def plan(
 )
 @click.option("--yes", is_flag=True, help="Confirm: commit the plan's offsets on the target.")
 @click.option(
+    "--promote",
+    is_flag=True,
+    help="With --plan: also copy the source's WRITE ACLs of the moved topics to the target (recorded in the backup).",
+)
+@click.option(
     "--backup",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Where to save the current target offsets (default failover-backup-CLUSTER-GROUP-MS.json; with "
@@ -222,6 +227,7 @@ def apply(
     to: str | None,
     plan_path: Path | None,
     yes: bool,
+    promote: bool,
     backup: Path | None,
     as_json: bool,
 ) -> None:
@@ -236,8 +242,10 @@ def apply(
             raise UsageError(
                 "--plan applies the plan as written: no --flow, --group, --translate, --at or --to with it"
             )
-        site_cli.apply_plan_file(app, config_path, plan_path, backup, as_json)
+        site_cli.apply_plan_file(app, config_path, plan_path, backup, as_json, promote=promote)
         return
+    if promote:
+        raise UsageError("--promote needs --plan: the promoted ACLs are recorded in the site backup")
     config_path, flow, group = _single(config_path, flow, groups)
     method, at_ms = _method(translate, at, to)
     with _flow_context(app, config_path, flow) as ctx:

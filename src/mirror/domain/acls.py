@@ -105,6 +105,9 @@ class Grant:
         return ["--add", "--allow-principal", principal, *ops, *self.resource.args()]
 
 
+CLUSTER = Resource("cluster", "kafka-cluster")
+
+
 def resource_for(kind: str, regex: str) -> tuple[Resource, bool]:
     """The narrowest literal or prefixed resource covering a full-match regex; True when exact."""
     if not any(c in _REGEX_CHARS for c in regex):
@@ -227,6 +230,9 @@ def _listing_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
         add("topics", fr.s, r, ["Describe", "DescribeConfigs"], _note(exact, "source topics and their configs"))
     for r, exact in fr.dst_topics:
         add("topics", fr.t, r, ["Describe", "DescribeConfigs"], _note(exact, "target topics and their configs"))
+    if flow.sync_acls:
+        add("topics", fr.s, CLUSTER, ["Describe"], "sync_acls: the source's ACLs (ACL drift)")
+        add("topics", fr.t, CLUSTER, ["Describe"], "sync_acls: the target's ACLs (ACL drift)")
 
 
 def _run_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
@@ -264,9 +270,6 @@ def _run_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
         _exactly_once_grants(flow, fr, add)
     if flow.sync_acls:
         _acl_grants("run", "sync_acls", fr, add)
-
-
-CLUSTER = Resource("cluster", "kafka-cluster")
 
 
 def _acl_grants(command: str, why: str, fr: _FlowResources, add: _Add) -> None:

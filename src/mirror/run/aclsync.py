@@ -16,7 +16,7 @@ import logging
 import threading
 
 from mirror.config import Config, FlowConfig
-from mirror.domain.acl_sync import Acl, AclFilter, AclPlan, AclScope, plan_sync, wanted_acls
+from mirror.domain.acl_sync import Acl, AclDrift, AclFilter, AclPlan, AclScope, acl_drift, plan_sync, wanted_acls
 from mirror.domain.topics import match_topics
 from mirror.errors import AuthorizationFailed, MirrorError
 from mirror.kafka import Admin
@@ -58,14 +58,19 @@ class AclSyncer:
             filters=[AclFilter(f.principal, f.resource) for f in self.flow.acl_filters],
         )
 
-    def plan(self) -> AclPlan:
-        """What one round would change (nothing is changed)."""
+    def plan(self, target_need: str = "Describe") -> AclPlan:
+        """What one round would change (nothing is changed); `target_need`: the grant on the target
+        to insist on (a round that will change ACLs needs Alter)."""
         wanted = wanted_acls(self.scope(), self.admins.source.describe_acls())
         owned = {Acl.from_key(k) for k in self.store.synced_acls(self.flow.name)}
-        return plan_sync(wanted, owned, self.admins.target.describe_acls(need="Alter"))
+        return plan_sync(wanted, owned, self.admins.target.describe_acls(need=target_need))
+
+    def drift(self) -> AclDrift:
+        """What `mirror topics --check` reports: copies missing on the target, removals pending."""
+        return acl_drift(self.plan())
 
     def tick(self) -> AclPlan:
-        plan = self.plan()
+        plan = self.plan(target_need="Alter")
         name = self.flow.name
         if plan.create:
             self.store.claim_acls(name, [a.key() for a in plan.create])  # claimed first: see the invariant
