@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from contextlib import ExitStack
 
 from mirror.config import Config, FlowConfig
 from mirror.domain.acl_sync import Acl, AclDrift, AclFilter, AclPlan, AclScope, acl_drift, plan_sync, wanted_acls
@@ -22,7 +23,7 @@ from mirror.errors import AuthorizationFailed, MirrorError
 from mirror.kafka import Admin
 from mirror.kafka.admin import FlowAdmins
 from mirror.metrics import AclSyncMetrics
-from mirror.store import FullOffsetStore
+from mirror.store import FullOffsetStore, open_store
 from mirror.store.base import checkpointed_groups
 
 log = logging.getLogger(__name__)
@@ -113,3 +114,21 @@ class AclSyncer:
         if self.metrics is not None:
             counter = self.metrics.refused if outcome == "refused" else self.metrics.failures
             counter.labels(self.flow.name).inc()
+
+
+def start_acl_sync(
+    config: Config, flow: FlowConfig, stack: ExitStack, metrics: AclSyncMetrics | None = None
+) -> AclSyncer | None:
+    """The ACL sync of one flow beside an engine that runs no side loops of its own (the Spark
+    driver): its store and thread are closed and stopped with `stack`. None without `sync_acls`."""
+    if not flow.sync_acls:
+        return None
+    store = open_store(config.offset_store)
+    stack.callback(store.close)
+    syncer = AclSyncer(config, flow, store, metrics)
+    stop = threading.Event()
+    thread = threading.Thread(target=syncer.run, args=(stop,), name=f"aclsync-{flow.name}", daemon=True)
+    thread.start()
+    stack.callback(thread.join, 30)
+    stack.callback(stop.set)
+    return syncer
