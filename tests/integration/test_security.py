@@ -1315,12 +1315,20 @@ def test_acl_sync_copies_read_acls_renamed_follows_deletes_and_two_workers_agree
         a("topic", f"ssrc.{t}", "literal", bad, "Read", "deny"),
     }
 
+    def acl_drift() -> tuple[int, list[str]]:
+        res = _mirror("topics", "-c", str(cfg), "--check", "--json")
+        return res.returncode, [line for f in json.loads(res.stdout) for line in f["acl_drift"]]
+
+    code, drift = acl_drift()  # nothing copied yet: `topics --check` lists each copy missing
+    assert code == 1 and len(drift) == len(expected) and all("ACL missing on the target" in d for d in drift), drift
+
     ports = [free_port(), free_port()]
     workers = [MirrorProcess(cfg, "--metrics-port", str(p)) for p in ports]
     try:
         detail = lambda: "\n".join(w.output()[-3000:] for w in workers)  # noqa: E731
         wait_for(lambda: _acls(secured, "sdst", u) >= expected | {made_by_hand}, 120, "the copies", detail=detail)
         assert _acls(secured, "sdst", u) == expected | {made_by_hand}, "copied more than READ/DESCRIBE of the flow"
+        assert acl_drift()[1] == []
 
         # Converged: further rounds on both workers change nothing (no ACL made and unmade in turn).
         _rounds_pass(ports, 2, workers)
