@@ -1434,3 +1434,39 @@ def test_failover_apply_promote_adds_write_and_import_backup_removes_it(secured,
     finally:
         secured.dev.admin("ssrc").delete_bindings([write])
         secured.dev.admin("sdst").delete_bindings([promoted])
+
+
+def test_acl_sync_record_in_cassandra_carries_over_a_restart(secured, auth_cassandra, tmp_path, monkeypatch):
+    """Each `--until-caught-up` run is one worker's life: the second removes what the first
+    copied, from the record the first left in Cassandra."""
+    u = uuid.uuid4().hex[:6]
+    monkeypatch.setenv("SEC_TEST_CASSANDRA_PASSWORD", secured.passwords["mirror"])
+    store = (
+        f'{{kind: cassandra, contact_points: ["{auth_cassandra.contact_point}"], keyspace: sec_{u}, username: '
+        f'mirror, password: "${{SEC_TEST_CASSANDRA_PASSWORD}}"}}'
+    )
+    cfg = _config(secured, tmp_path, u, store=store, flow_extra=ACL_SYNC)
+    t = f"sec-{u}-c"
+    _produce(secured, t, 10, 1)
+    read = Acl("topic", t, "literal", f"User:app-{u}", "*", "Read", "allow")
+    copy = Acl("topic", f"ssrc.{t}", "literal", f"User:app-{u}", "*", "Read", "allow")
+    secured.dev.admin("ssrc").create_bindings([read])
+    try:
+        res = _mirror("run", "-c", str(cfg), "--until-caught-up")
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert _acls(secured, "sdst", u) == {copy}
+        from mirror.store.cassandra import CassandraStore
+
+        cas = CassandraStore(load(cfg).offset_store)  # type: ignore[arg-type]
+        try:
+            assert cas.synced_acls(f"f-{u}") == {copy.key()}
+        finally:
+            cas.close()
+
+        secured.dev.admin("ssrc").delete_bindings([read])
+        res = _mirror("run", "-c", str(cfg), "--until-caught-up")
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert _acls(secured, "sdst", u) == set()
+    finally:
+        secured.dev.admin("ssrc").delete_bindings([read])
+        secured.dev.admin("sdst").delete_bindings([copy])
