@@ -12,7 +12,7 @@ else made (or the sync copied).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,10 +36,16 @@ class Promotion:
         return {"cluster": self.cluster, "acl": self.acl.key()}
 
 
-def plan_promotions(config: Config, plan: PlanDoc, admin: Callable[[str], Admin]) -> list[Promotion]:
-    """The ACLs to add, per target: for every flow from one of the plan's sources to one of its
-    targets, the promotion ACLs of its mirrored topics that the target does not hold yet."""
-    pairs = {(s, g.target) for g in plan.groups for s in g.sources}
+def plan_pairs(plan: PlanDoc) -> set[tuple[str, str]]:
+    """(source, target) of every flow a site plan moves groups along."""
+    return {(s, g.target) for g in plan.groups for s in g.sources}
+
+
+def plan_promotions(
+    config: Config, pairs: Collection[tuple[str, str]], admin: Callable[[str], Admin]
+) -> list[Promotion]:
+    """The ACLs to add, per target: for every flow from a source to a target of `pairs`, the
+    promotion ACLs of its mirrored topics that the target does not hold yet."""
     wanted: dict[str, set[Acl]] = {}
     for flow in config.flows:
         if (flow.source, flow.target) not in pairs:

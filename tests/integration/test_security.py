@@ -1415,8 +1415,11 @@ def test_failover_apply_promote_adds_write_and_import_backup_removes_it(secured,
         assert "authoriz" in (_write_as_nogrants(secured, "sdst", f"ssrc.{t}") or "").lower()
 
         plan = tmp_path / "site.json"
-        res = _mirror("failover", "plan", "-c", str(cfg), "--from", "ssrc", "--translate", "--out", str(plan))
+        res = _mirror(
+            "failover", "plan", "-c", str(cfg), "--from", "ssrc", "--translate", "--out", str(plan), "--promote"
+        )
         assert res.returncode == 0, res.stderr[-3000:]
+        assert f"--promote would add on sdst: ALLOW User:nogrants Write on topic literal 'ssrc.{t}'" in res.stdout
         res = _mirror("failover", "apply", "--plan", str(plan), "--yes", "--promote")
         assert res.returncode == 0, res.stdout + res.stderr[-3000:]
         assert f"promote on sdst: ALLOW User:nogrants Write on topic literal 'ssrc.{t}'" in res.stdout, res.stdout

@@ -161,6 +161,9 @@ def failover() -> None:
     help="With --from: also write the plan here, for `apply --plan`.",
 )
 @click.option("-v", "--verbose", "details", is_flag=True, help="With --from: every partition under its group.")
+@click.option(
+    "--promote", is_flag=True, help="With --from: also list the WRITE ACLs `apply --plan --promote` would add."
+)
 @json_option
 @pass_app
 def plan(
@@ -174,6 +177,7 @@ def plan(
     site: str | None,
     out: Path | None,
     details: bool,
+    promote: bool,
     as_json: bool,
 ) -> None:
     """Show where GROUP (or every group of a site) would start on the target; changes nothing."""
@@ -181,8 +185,22 @@ def plan(
         if flow:
             raise UsageError("--flow and --from: choose one (one group of a flow, or a whole site)")
         method, at_ms = _site_method(translate, at)
-        site_cli.plan_site(app.config(config_path), config_path, site, to, groups, method, at_ms, as_json, out, details)
+        site_cli.plan_site(
+            app.config(config_path),
+            config_path,
+            site,
+            to,
+            groups,
+            method,
+            at_ms,
+            as_json,
+            out,
+            details,
+            promote=promote,
+        )
         return
+    if promote:
+        raise UsageError("--promote needs --from: promotion moves a site's producers (`apply --plan --promote`)")
     config_path, flow, group = _single(config_path, flow, groups)
     method, at_ms = _method(translate, at, to)
     with _flow_context(app, config_path, flow) as ctx:

@@ -56,6 +56,8 @@ def plan_site(
     as_json: bool,
     out: Path | None,
     details: bool,
+    *,
+    promote: bool = False,
 ) -> None:
     store = open_store(config.offset_store)
     try:
@@ -73,6 +75,10 @@ def plan_site(
         return
     doc = json.loads(text)
     render_site(plan, doc, details)
+    if promote:  # what `apply --plan --promote` would add now (it looks again when applied)
+        pairs = {(s, t) for _, s, t in plan.flows}
+        for p in promotion.plan_promotions(config, pairs, _admins(config)):
+            click.echo(f"--promote would add on {p.cluster}: {p.acl.describe()}")
     if out is not None:
         click.echo(f"plan {doc['id']} written to {out}; apply it with: mirror failover apply --plan {out} --yes")
 
@@ -165,7 +171,7 @@ def apply_plan_file(
 def _promote(config: Config, plan: PlanDoc, backup: Path, as_json: bool) -> list[promotion.Promotion]:
     """`--promote`: the producers' WRITE ACLs of the moved topics, added on the targets and recorded in the backup."""
     admins = _admins(config)
-    todo = promotion.plan_promotions(config, plan, admins)
+    todo = promotion.plan_promotions(config, promotion.plan_pairs(plan), admins)
     if not as_json:
         for p in todo:
             click.echo(f"promote on {p.cluster}: {p.acl.describe()}")

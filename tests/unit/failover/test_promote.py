@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from failover.promote import demote, plan_promotions, promote, recorded
+from failover.promote import demote, plan_pairs, plan_promotions, promote, recorded
 from failover.site import ApplyGroup, PlanDoc
 from mirror import config
 from mirror.cli import main
@@ -51,7 +51,7 @@ def test_promote_adds_what_the_target_lacks_records_it_and_demote_removes_only_t
         "sf": FakeCluster([already]),
     }
     plan = PlanDoc("id", "nyc", "/x.yaml", [ApplyGroup("billing", "sf", ["nyc"], {}, {}, None, None)])
-    todo = plan_promotions(cfg, plan, clusters.__getitem__)
+    todo = plan_promotions(cfg, plan_pairs(plan), clusters.__getitem__)
     assert [(p.cluster, p.acl) for p in todo] == [("sf", acl("nyc.orders"))]
 
     backup = tmp_path / "b.json"
