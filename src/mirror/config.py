@@ -143,6 +143,15 @@ class SparkFlowSettings(_Model):
     Spark engine only."""
 
 
+class AclFilterConfig(_Model):
+    """One `acl_filters:` entry: an ACL is synced when it matches both regexes of any entry."""
+
+    principal: Regex = ".*"
+    """Full-match regex over the ACL's principal (`User:app-.*`)."""
+    resource: Regex = ".*"
+    """Full-match regex over the source resource name (the topic, prefix or group the ACL names)."""
+
+
 class FlowConfig(_Model):
     """One direction of mirroring: topics of `source` copied to `target` (`flows[]`)."""
 
@@ -204,6 +213,17 @@ class FlowConfig(_Model):
     """How long a source topic must stay gone before its target topic is deleted (seconds, or
     `5m`). A topic deleted and created again within it keeps its target (mirrored again from
     its beginning). The count starts over when `mirror run` restarts: later, never sooner."""
+    sync_acls: bool = False
+    """Copy the source's READ/DESCRIBE ACLs (ALLOW and DENY) of mirrored topics (literal and
+    prefixed, renamed like the topics) and of checkpointed groups to the target, and remove the
+    copies the source no longer has. Every `sync_acls_interval`, from `mirror run` (a Spark
+    flow: docs/spark.md). Off by default: it needs Describe and Alter on the clusters."""
+    sync_acls_interval: Duration = 60.0
+    """How often the ACL sync compares the clusters: a revoked grant stays on the target at
+    most this long. One DescribeAcls per cluster per interval."""
+    acl_filters: list[AclFilterConfig] = []
+    """Narrow `sync_acls` to ACLs matching any entry (`principal`, `resource` regexes). Empty:
+    every ACL of the flow's topics and groups."""
     consumer: ClientSettings = {}
     """Extra librdkafka settings for the source consumer; those that would switch a
     guarantee off are refused, with the reason. Both engines."""

@@ -327,6 +327,54 @@ class ReloadMetrics:
         self.failures.inc()
 
 
+# ---------------------------------------------------------------------------- ACL sync
+
+
+class AclSyncMetrics:
+    """What `mirror.run.aclsync.AclSyncer` reports (flows with `sync_acls`)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.in_sync = Gauge(
+            "mirror_acl_sync_in_sync",
+            "Source ACLs the flow copies that the target holds, as of the last sync round.",
+            ["flow"],
+            registry=registry,
+        )
+        self.rounds = Counter(
+            "mirror_acl_sync_rounds",
+            "ACL sync rounds that finished (both clusters compared).",
+            ["flow"],
+            registry=registry,
+        )
+        self.created = Counter(
+            "mirror_acl_sync_created", "ACLs the sync copied to the target.", ["flow"], registry=registry
+        )
+        self.removed = Counter(
+            "mirror_acl_sync_removed",
+            "ACLs the sync removed from the target because the source no longer has them.",
+            ["flow"],
+            registry=registry,
+        )
+        self.refused = Counter(
+            "mirror_acl_sync_refused",
+            "ACL sync rounds a cluster refused for want of a grant (Describe or Alter on the cluster).",
+            ["flow"],
+            registry=registry,
+        )
+        self.failures = Counter(
+            "mirror_acl_sync_failures", "ACL sync rounds that failed for any other reason.", ["flow"], registry=registry
+        )
+
+    def observe(self, flow: str, plan: Any) -> None:
+        """One finished round (`mirror.domain.acl_sync.AclPlan`, applied)."""
+        self.rounds.labels(flow).inc()
+        self.in_sync.labels(flow).set(plan.in_sync + len(plan.create))
+        if plan.create:
+            self.created.labels(flow).inc(len(plan.create))
+        if plan.remove:
+            self.removed.labels(flow).inc(len(plan.remove))
+
+
 # ---------------------------------------------------------------------------- canary
 
 
@@ -819,6 +867,10 @@ class RunMetrics:
     stats: ClientStatsCollector
     listener: MetricsListener
     topic_sync: TopicSyncMetrics
+    acl_sync: AclSyncMetrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.acl_sync = AclSyncMetrics(self.registry)
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> RunMetrics:

@@ -24,11 +24,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from mirror.config import load
 from mirror.devenv.kafka import DevClusters
 from mirror.devenv.security import Material, Security, password_var
+from mirror.domain.acl_sync import Acl
 from mirror.domain.acls import cluster_bindings, required_grants
 from mirror.errors import ClusterUnavailable
 from tests.support.clusters import free_base_port, start_cassandra
 from tests.support.kafkautil import wait_for
-from tests.support.metrics import scrape
+from tests.support.metrics import scrape, total
 from tests.support.mirrorproc import MirrorProcess
 from tests.support.prometheus import free_port
 
@@ -1253,3 +1254,222 @@ def test_exactly_once_run_without_one_grant(secured, tmp_path, kind, name, patte
     assert _committed(secured, f"mirror-{u}", t, n) == {0: 0, 1: 0}, "committed without a transaction"
     assert _mirror("run", "-c", str(cfg), "--until-caught-up").returncode == 0
     assert _exactly(secured, t, 500, n) == {"copied": 500, "lost": 0, "duplicated": 0}
+
+
+# ---------------------------------------------------------------------------- ACL sync
+
+ACL_SYNC = "    sync_acls: true\n    sync_acls_interval: 2s\n"
+
+
+def _acls(sec: Secured, cluster: str, marker: str) -> set[Acl]:
+    """The cluster's ACLs naming `marker` in their principal (this test's own)."""
+    return {a for a in sec.dev.admin(cluster).describe_acls() if marker in a.principal}
+
+
+def _acl_metrics(port: int) -> dict[str, float]:
+    """The worker's mirror_acl_sync_* samples (zeros while it is not serving yet)."""
+    try:
+        samples = scrape(port)
+    except OSError:
+        samples = {}
+    names = ("rounds", "created", "removed", "refused")
+    out = {n: total(samples, f"mirror_acl_sync_{n}_total") or 0.0 for n in names}
+    out["in_sync"] = total(samples, "mirror_acl_sync_in_sync") or 0.0
+    return out
+
+
+def _rounds_pass(ports: list[int], count: int, m: list[MirrorProcess]) -> None:
+    """Wait until every worker has finished `count` more sync rounds."""
+    start = [_acl_metrics(p)["rounds"] for p in ports]
+    wait_for(
+        lambda: all(_acl_metrics(p)["rounds"] >= s + count for p, s in zip(ports, start)),
+        120,
+        f"{count} more ACL sync rounds on every worker",
+        detail=lambda: "\n".join(w.output()[-3000:] for w in m),
+    )
+
+
+def test_acl_sync_copies_read_acls_renamed_follows_deletes_and_two_workers_agree(secured, tmp_path):
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, flow_extra=ACL_SYNC)
+    t, app, bad, hand, writer = f"sec-{u}-orders", f"User:app-{u}", f"User:bad-{u}", f"User:hand-{u}", f"User:w-{u}"
+    _produce(secured, t, 10, 1)
+    src = secured.dev.admin("ssrc")
+
+    def a(kind, name, pattern, who, op, perm="allow") -> Acl:
+        return Acl(kind, name, pattern, who, "*", op, perm)
+
+    literal = a("topic", t, "literal", app, "Read")
+    prefixed = a("topic", f"sec-{u}-", "prefixed", app, "Describe")
+    group = a("group", f"billing-{u}", "literal", app, "Read")
+    deny = a("topic", t, "literal", bad, "Read", "deny")
+    write = a("topic", t, "literal", writer, "Write")
+    other = a("topic", f"other-{u}", "literal", app, "Read")  # not a mirrored topic
+    src.create_bindings([literal, prefixed, group, deny, write, other])
+    made_by_hand = a("topic", f"ssrc.{t}", "literal", hand, "Describe")
+    secured.dev.admin("sdst").create_bindings([made_by_hand])
+    expected = {
+        a("topic", f"ssrc.{t}", "literal", app, "Read"),
+        a("topic", f"ssrc.sec-{u}-", "prefixed", app, "Describe"),
+        group,
+        a("topic", f"ssrc.{t}", "literal", bad, "Read", "deny"),
+    }
+
+    def acl_drift() -> tuple[int, list[str]]:
+        res = _mirror("topics", "-c", str(cfg), "--check", "--json")
+        return res.returncode, [line for f in json.loads(res.stdout) for line in f["acl_drift"]]
+
+    code, drift = acl_drift()  # nothing copied yet: `topics --check` lists each copy missing
+    assert code == 1 and len(drift) == len(expected) and all("ACL missing on the target" in d for d in drift), drift
+
+    ports = [free_port(), free_port()]
+    workers = [MirrorProcess(cfg, "--metrics-port", str(p)) for p in ports]
+    try:
+        detail = lambda: "\n".join(w.output()[-3000:] for w in workers)  # noqa: E731
+        wait_for(lambda: _acls(secured, "sdst", u) >= expected | {made_by_hand}, 120, "the copies", detail=detail)
+        assert _acls(secured, "sdst", u) == expected | {made_by_hand}, "copied more than READ/DESCRIBE of the flow"
+        assert acl_drift()[1] == []
+
+        # Converged: further rounds on both workers change nothing (no ACL made and unmade in turn).
+        _rounds_pass(ports, 2, workers)
+        before = [_acl_metrics(p) for p in ports]
+        _rounds_pass(ports, 3, workers)
+        after = [_acl_metrics(p) for p in ports]
+        for b, c in zip(before, after):
+            assert (c["created"], c["removed"]) == (b["created"], b["removed"]), (before, after)
+        assert sum(b["created"] for b in before) in range(len(expected), 2 * len(expected) + 1)
+
+        # Deleted at the source: gone from the target; the hand-made one stays.
+        src.delete_bindings([literal, deny])
+        gone = {
+            a("topic", f"ssrc.{t}", "literal", app, "Read"),
+            a("topic", f"ssrc.{t}", "literal", bad, "Read", "deny"),
+        }
+        wait_for(lambda: not (_acls(secured, "sdst", u) & gone), 120, "the copies to go", detail=detail)
+        _rounds_pass(ports, 2, workers)
+        assert _acls(secured, "sdst", u) == (expected - gone) | {made_by_hand}
+        final = [_acl_metrics(p) for p in ports]
+        assert sum(f["created"] for f in final) == sum(b["created"] for b in before), "a removed ACL came back"
+        assert all(w.alive() for w in workers), detail()
+    finally:
+        for w in workers:
+            w.stop()
+        src.delete_bindings([prefixed, group, write, other])
+        secured.dev.admin("sdst").delete_bindings(sorted(_acls(secured, "sdst", u)))
+
+
+@pytest.mark.parametrize(("cluster", "op"), [("ssrc", "Describe"), ("sdst", "Alter")])
+def test_acl_sync_without_one_grant_warns_once_per_round_and_records_flow(secured, tmp_path, cluster, op):
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, flow_extra=ACL_SYNC)
+    grants = [g for g in required_grants(load(cfg), ("run",)) if g.resource.kind == "cluster"]
+    assert {(g.cluster, g.operations) for g in grants} == {("ssrc", ("Describe",)), ("sdst", ("Alter",))}
+    t = f"sec-{u}-t"
+    _produce(secured, t, 100, 1)
+    admin = secured.dev.admin(cluster)
+    admin.delete_acls("User:mirror", {("cluster", "kafka-cluster", "literal"): [op]})
+    port = free_port()
+    m = MirrorProcess(cfg, "--metrics-port", str(port))
+    try:
+        wait_for(lambda: _ends_or_zero(secured, "sdst", f"ssrc.{t}", 1)[0] >= 100, 120, "the records", detail=m.output)
+        wait_for(lambda: _acl_metrics(port)["refused"] >= 2, 120, "two refused rounds", detail=m.output)
+        _produce(secured, t, 50, 1, start=100)
+        wait_for(lambda: _ends_or_zero(secured, "sdst", f"ssrc.{t}", 1)[0] >= 150, 120, "more records", detail=m.output)
+        assert m.alive(), m.output()[-3000:]
+        refused = _acl_metrics(port)["refused"]
+    finally:
+        m.stop()
+        admin.create_acls("User:mirror", {("cluster", "kafka-cluster", "literal"): [op]})
+    out = m.output()
+    warnings = [line for line in out.splitlines() if "ACL sync refused" in line]
+    assert warnings and "Traceback" not in out, out[-3000:]
+    assert all(f"missing {op} on the cluster" in w and f"'{cluster}'" in w for w in warnings), warnings
+    # One line per refused round (a round may end between the scrape and the stop).
+    assert refused <= len(warnings) <= refused + 2, (len(warnings), refused)
+
+
+def _write_as_nogrants(sec: Secured, cluster: str, topic: str) -> str | None:
+    """Produce one record as the `nogrants` user: None when written, else the error."""
+    p = Producer(
+        {"bootstrap.servers": sec.bootstrap(cluster), **sec.nodes[cluster].client("nogrants", with_password=True)}
+    )
+    errors: list[str] = []
+    p.produce(topic, b"v", on_delivery=lambda err, _msg: errors.append(str(err)) if err else None)
+    left = p.flush(30)
+    return errors[0] if errors else ("not delivered" if left else None)
+
+
+def test_failover_apply_promote_adds_write_and_import_backup_removes_it(secured, tmp_path):
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, flow_extra=ACL_SYNC)
+    t, group = f"sec-{u}-t", f"billing-{u}"
+    _produce(secured, t, 100, 1)
+    _commit_group(secured, group, t, {0: 40})
+    write = Acl("topic", t, "literal", "User:nogrants", "*", "Write", "allow")
+    promoted = Acl("topic", f"ssrc.{t}", "literal", "User:nogrants", "*", "Write", "allow")
+    secured.dev.admin("ssrc").create_bindings([write])
+    try:
+        res = _mirror("run", "-c", str(cfg), "--until-caught-up")
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert promoted not in secured.dev.admin("sdst").describe_acls(), "WRITE copied before a failover"
+        assert "authoriz" in (_write_as_nogrants(secured, "sdst", f"ssrc.{t}") or "").lower()
+
+        plan = tmp_path / "site.json"
+        res = _mirror(
+            "failover", "plan", "-c", str(cfg), "--from", "ssrc", "--translate", "--out", str(plan), "--promote"
+        )
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert f"--promote would add on sdst: ALLOW User:nogrants Write on topic literal 'ssrc.{t}'" in res.stdout
+        res = _mirror("failover", "apply", "--plan", str(plan), "--yes", "--promote")
+        assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+        assert f"promote on sdst: ALLOW User:nogrants Write on topic literal 'ssrc.{t}'" in res.stdout, res.stdout
+        assert promoted in secured.dev.admin("sdst").describe_acls()
+        backup = json.loads((tmp_path / "site.backup.json").read_text())
+        assert [r["acl"] for r in backup["promoted_acls"]] == [promoted.key()]
+        wait_for(
+            lambda: _write_as_nogrants(secured, "sdst", f"ssrc.{t}") is None, 60, "a write with the promoted grant"
+        )
+
+        res = _mirror("failover", "import", "--backup", str(tmp_path / "site.backup.json"), "--yes")
+        assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+        assert promoted not in secured.dev.admin("sdst").describe_acls()
+        assert "authoriz" in (_write_as_nogrants(secured, "sdst", f"ssrc.{t}") or "").lower()
+    finally:
+        secured.dev.admin("ssrc").delete_bindings([write])
+        secured.dev.admin("sdst").delete_bindings([promoted])
+
+
+def test_acl_sync_record_in_cassandra_carries_over_a_restart(secured, auth_cassandra, tmp_path, monkeypatch):
+    """Each `--until-caught-up` run is one worker's life: the second removes what the first
+    copied, from the record the first left in Cassandra."""
+    u = uuid.uuid4().hex[:6]
+    monkeypatch.setenv("SEC_TEST_CASSANDRA_PASSWORD", secured.passwords["mirror"])
+    store = (
+        f'{{kind: cassandra, contact_points: ["{auth_cassandra.contact_point}"], keyspace: sec_{u}, username: '
+        f'mirror, password: "${{SEC_TEST_CASSANDRA_PASSWORD}}"}}'
+    )
+    cfg = _config(secured, tmp_path, u, store=store, flow_extra=ACL_SYNC)
+    t = f"sec-{u}-c"
+    _produce(secured, t, 10, 1)
+    read = Acl("topic", t, "literal", f"User:app-{u}", "*", "Read", "allow")
+    copy = Acl("topic", f"ssrc.{t}", "literal", f"User:app-{u}", "*", "Read", "allow")
+    secured.dev.admin("ssrc").create_bindings([read])
+    try:
+        res = _mirror("run", "-c", str(cfg), "--until-caught-up")
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert _acls(secured, "sdst", u) == {copy}
+        from mirror.store.cassandra import CassandraStore
+
+        cas = CassandraStore(load(cfg).offset_store)  # type: ignore[arg-type]
+        try:
+            assert cas.synced_acls(f"f-{u}") == {copy.key()}
+        finally:
+            cas.close()
+
+        secured.dev.admin("ssrc").delete_bindings([read])
+        res = _mirror("run", "-c", str(cfg), "--until-caught-up")
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert _acls(secured, "sdst", u) == set()
+    finally:
+        secured.dev.admin("ssrc").delete_bindings([read])
+        secured.dev.admin("sdst").delete_bindings([copy])

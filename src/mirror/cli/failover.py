@@ -168,6 +168,9 @@ def failover() -> None:
     is_flag=True,
     help="Every partition under its group (a one-group plan always lists them).",
 )
+@click.option(
+    "--promote", is_flag=True, help="With --from: also list the WRITE ACLs `apply --plan --promote` would add."
+)
 @json_option
 @pass_app
 def plan(
@@ -181,6 +184,7 @@ def plan(
     site: str | None,
     out: Path | None,
     details: bool,
+    promote: bool,
     as_json: bool,
 ) -> None:
     """Show where GROUP (or every group of a site) would start on the target; changes nothing."""
@@ -188,8 +192,22 @@ def plan(
         if flow:
             raise UsageError("--flow and --from: choose one (one group of a flow, or a whole site)")
         method, at_ms = _site_method(translate, at)
-        site_cli.plan_site(app.config(config_path), config_path, site, to, groups, method, at_ms, as_json, out, details)
+        site_cli.plan_site(
+            app.config(config_path),
+            config_path,
+            site,
+            to,
+            groups,
+            method,
+            at_ms,
+            as_json,
+            out,
+            details,
+            promote=promote,
+        )
         return
+    if promote:
+        raise UsageError("--promote needs --from: promotion moves a site's producers (`apply --plan --promote`)")
     config_path, flow, group = _single(config_path, flow, groups)
     method, at_ms = _method(translate, at, to)
     with _flow_context(app, config_path, flow) as ctx:
@@ -220,6 +238,11 @@ def plan(
 )
 @click.option("--yes", is_flag=True, help="Confirm: commit the plan's offsets on the target.")
 @click.option(
+    "--promote",
+    is_flag=True,
+    help="With --plan: also copy the source's WRITE ACLs of the moved topics to the target (recorded in the backup).",
+)
+@click.option(
     "--backup",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Where to save the current target offsets (default failover-backup-CLUSTER-GROUP-MS.json; with "
@@ -237,6 +260,7 @@ def apply(
     to: str | None,
     plan_path: Path | None,
     yes: bool,
+    promote: bool,
     backup: Path | None,
     as_json: bool,
 ) -> None:
@@ -251,8 +275,10 @@ def apply(
             raise UsageError(
                 "--plan applies the plan as written: no --flow, --group, --translate, --at or --to with it"
             )
-        site_cli.apply_plan_file(app, config_path, plan_path, backup, as_json)
+        site_cli.apply_plan_file(app, config_path, plan_path, backup, as_json, promote=promote)
         return
+    if promote:
+        raise UsageError("--promote needs --plan: the promoted ACLs are recorded in the site backup")
     config_path, flow, group = _single(config_path, flow, groups)
     method, at_ms = _method(translate, at, to)
     with _flow_context(app, config_path, flow) as ctx:

@@ -14,11 +14,12 @@ from typing import Any
 
 import click
 
+from failover import promote as promotion
 from failover.failback import report, reversed_flow, scrape
 from failover.gather import FlowContext
 from failover.offsets_file import read_json
 from failover.plan import Method
-from failover.site import LANES, SitePlan, read_plan
+from failover.site import LANES, PlanDoc, SitePlan, read_plan
 from failover.siteapply import apply_site, default_backup, read_backup, restore_backup
 from failover.sitegather import SiteRequest, build_site_plan, site_flows
 from mirror.cli import AppContext
@@ -55,6 +56,8 @@ def plan_site(
     as_json: bool,
     out: Path | None,
     details: bool,
+    *,
+    promote: bool = False,
 ) -> None:
     store = open_store(config.offset_store)
     try:
@@ -71,6 +74,10 @@ def plan_site(
         return
     doc = json.loads(text)
     render_site(plan, doc, details)
+    if promote:  # what `apply --plan --promote` would add now (it looks again when applied)
+        pairs = {(s, t) for _, s, t in plan.flows}
+        for p in promotion.plan_promotions(config, pairs, _admins(config)):
+            click.echo(f"--promote would add on {p.cluster}: {p.acl.describe()}")
     if out is not None:
         written(doc["id"], out)
 
@@ -134,12 +141,19 @@ def render_site(plan: SitePlan, doc: dict[str, Any], details: bool) -> None:
 
 
 def apply_plan_file(
-    app: AppContext, config_path: Path | None, plan_path: Path, backup: Path | None, as_json: bool
+    app: AppContext,
+    config_path: Path | None,
+    plan_path: Path,
+    backup: Path | None,
+    as_json: bool,
+    *,
+    promote: bool = False,
 ) -> None:
     plan = read_plan(read_json(plan_path, "--plan"), str(plan_path))
     config = app.config(config_path or plan.config)
     backup = backup or default_backup(plan_path)
     result = apply_site(plan, _admins(config), backup, lambda line: None if as_json else click.echo(line), _now_ms())
+    promoted = _promote(config, plan, backup, as_json) if promote else []
     if as_json:
         click.echo(
             json.dumps(
@@ -149,6 +163,7 @@ def apply_plan_file(
                     "resumed": result.resumed,
                     "moved": result.moved,
                     "already_moved": result.already,
+                    "promoted_acls": [p.to_json() for p in promoted],
                 }
             )
         )
@@ -161,6 +176,17 @@ def apply_plan_file(
     click.echo(f"undo: mirror failover import --backup {result.backup} --yes")
 
 
+def _promote(config: Config, plan: PlanDoc, backup: Path, as_json: bool) -> list[promotion.Promotion]:
+    """`--promote`: the producers' WRITE ACLs of the moved topics, added on the targets and recorded in the backup."""
+    admins = _admins(config)
+    todo = promotion.plan_promotions(config, promotion.plan_pairs(plan), admins)
+    if not as_json:
+        for p in todo:
+            click.echo(f"promote on {p.cluster}: {p.acl.describe()}")
+    promotion.promote(backup, todo, admins)
+    return todo
+
+
 def import_backup(app: AppContext, config_path: Path | None, path: Path) -> None:
     plan_id, groups = read_backup(path)
     doc_config = None
@@ -171,6 +197,10 @@ def import_backup(app: AppContext, config_path: Path | None, path: Path) -> None
         raise UsageError("-c/--config is required: the backup does not name its config file")
     config = app.config(config_path or doc_config or "")
     restore_backup(groups, _admins(config), click.echo)
+    promoted = promotion.recorded(read_json(path, "--backup"))
+    promotion.demote(promoted, _admins(config))
+    for p in promoted:
+        click.echo(f"removed from {p.cluster}: {p.acl.describe()} (added by --promote)")
     click.echo(f"restored {len(groups)} group(s) from {path}" + (f" (backup of plan {plan_id})" if plan_id else ""))
 
 

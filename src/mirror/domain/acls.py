@@ -52,6 +52,7 @@ COMMANDS = (
     "canary",
     "failover plan",
     "failover apply",
+    "failover apply --promote",
     "failover export",
     "failover import",
     "failback",
@@ -102,6 +103,9 @@ class Grant:
     def kafka_acls_args(self, principal: str) -> list[str]:
         ops = [a for op in self.operations for a in ("--operation", op)]
         return ["--add", "--allow-principal", principal, *ops, *self.resource.args()]
+
+
+CLUSTER = Resource("cluster", "kafka-cluster")
 
 
 def resource_for(kind: str, regex: str) -> tuple[Resource, bool]:
@@ -226,6 +230,9 @@ def _listing_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
         add("topics", fr.s, r, ["Describe", "DescribeConfigs"], _note(exact, "source topics and their configs"))
     for r, exact in fr.dst_topics:
         add("topics", fr.t, r, ["Describe", "DescribeConfigs"], _note(exact, "target topics and their configs"))
+    if flow.sync_acls:
+        add("topics", fr.s, CLUSTER, ["Describe"], "sync_acls: the source's ACLs (ACL drift)")
+        add("topics", fr.t, CLUSTER, ["Describe"], "sync_acls: the target's ACLs (ACL drift)")
 
 
 def _run_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
@@ -264,6 +271,16 @@ def _run_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
             add("run", t, r, ["Read"], _note(exact, "sync_topic_deletes: read a copy's first and last records first"))
     if flow.exactly_once:
         _exactly_once_grants(flow, fr, add)
+    if flow.sync_acls:
+        _acl_grants("run", "sync_acls", fr, add)
+
+
+def _acl_grants(command: str, why: str, fr: _FlowResources, add: _Add) -> None:
+    """sync_acls and failover promotion: read the source's ACLs, create and delete the target's.
+    DescribeAcls needs Describe on the cluster; CreateAcls and DeleteAcls need Alter on it
+    (which implies the Describe the target's own listing needs)."""
+    add(command, fr.s, CLUSTER, ["Describe"], f"{why}: read the source's ACLs")
+    add(command, fr.t, CLUSTER, ["Alter"], f"{why}: list, create and delete the copies on the target")
 
 
 def _exactly_once_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
@@ -318,6 +335,8 @@ def _failover_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
             )
         # --at's boundary reader (failover.gather.count_boundary) assigns explicit offsets
         # and commits nothing: no group ACL (test_failover_plan_without_one_grant).
+    if flow.sync_acls:  # a flow that manages ACLs lists what moving its producers' grants needs
+        _acl_grants("failover apply --promote", "--promote", fr, add)
     for cluster, topics in ((s, fr.src_topics), (t, fr.dst_topics)):
         for r, exact in fr.groups:
             add("failover export", cluster, r, ["Describe"], _note(exact, "the group's committed offsets"))

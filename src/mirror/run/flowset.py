@@ -22,6 +22,7 @@ from mirror.errors import AuthorizationFailed, ClusterUnavailable, MirrorError
 from mirror.kafka import Admin
 from mirror.kafka.canary_topic import ensure_canary_topic
 from mirror.metrics import RunMetrics
+from mirror.run.aclsync import AclSyncer
 from mirror.run.checkpointer import GroupCheckpointer
 from mirror.run.topicdeletes import TopicDeleter
 from mirror.run.topicsync import TopicSyncer
@@ -131,6 +132,13 @@ class FlowSet:
         # Target topics follow their sources from a side thread, never from the record loop.
         if flow.sync_topic_configs:
             sides.append(("topicsync", TopicSyncer(config, flow, m.topic_sync if m else None)))
+        if flow.sync_acls:
+            if self._store is not None:
+                sides.append(("aclsync", AclSyncer(config, flow, self._store, m.acl_sync if m else None)))
+            else:
+                log.warning(
+                    "flow %s: sync_acls needs the offset store (its record of the ACLs it made): not synced", flow.name
+                )
         if flow.sync_topic_deletes:
             if isinstance(self._store, CreatedTopicStore):
                 sides.append(("topicdeletes", TopicDeleter(config, flow, self._store)))

@@ -42,6 +42,7 @@ from mirror.engine.status import FlowState, FlowStatus
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
 from mirror.errors import MirrorError, UnsafeOperation
 from mirror.kafka import Admin
+from mirror.run.aclsync import start_acl_sync
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.spark.batches import Batches
 from mirror.spark.checkpoint import default_checkpoint, has_batches, own_checkpoint, resume_problem
@@ -450,6 +451,7 @@ def run_flow(
             return ready
 
         job.check_clusters()
+        start_acl_sync(config, flow, stack, run_metrics.acl_sync if run_metrics else None)  # the driver runs it
         job.run(session)
         return job
 

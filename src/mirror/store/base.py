@@ -76,6 +76,17 @@ class FullOffsetStore(OffsetStore, Protocol):
 
     def describe(self) -> str: ...
 
+    def synced_acls(self, flow: str) -> set[str]:
+        """The target ACLs the flow's ACL sync created (`Acl.key()`s), and only those: what it may remove."""
+        ...
+
+    def claim_acls(self, flow: str, acls: Iterable[str]) -> None:
+        """Record ACLs as the sync's own, before it creates them (a second worker then never takes them for
+        someone else's)."""
+        ...
+
+    def forget_acls(self, flow: str, acls: Iterable[str]) -> None: ...
+
 
 def sync_window(store: FullOffsetStore, flow: str, topic: str, partition: int, position: int) -> list[OffsetSync]:
     """The rows `translate` needs for `position`: the floor row and the one after it."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from cassandra import AuthenticationFailed, ConsistencyLevel, DriverException
@@ -68,6 +68,10 @@ _TABLES = {
     "created_topics": """CREATE TABLE IF NOT EXISTS {ks}.created_topics (
         flow text, target text, source text, topic_id text, time_ms bigint,
         PRIMARY KEY ((flow), target)
+    )""",
+    "acl_syncs": """CREATE TABLE IF NOT EXISTS {ks}.acl_syncs (
+        flow text, acl text,
+        PRIMARY KEY ((flow), acl)
     )""",
 }
 
@@ -209,6 +213,9 @@ class CassandraStore:
             "VALUES (?, ?, ?, ?, ?, ?)",
             "gaps": f"SELECT topic, partition, first_offset, last_offset, reason FROM {ks}.offset_gaps WHERE flow=?",
             "del_gaps": f"DELETE FROM {ks}.offset_gaps WHERE flow=? AND topic=? AND partition=?",
+            "acls": f"SELECT acl FROM {ks}.acl_syncs WHERE flow=?",
+            "put_acl": f"INSERT INTO {ks}.acl_syncs (flow, acl) VALUES (?, ?)",
+            "del_acl": f"DELETE FROM {ks}.acl_syncs WHERE flow=? AND acl=?",
         }
         out = {}
         for name, cql in stmts.items():
@@ -433,6 +440,16 @@ class CassandraStore:
 
     def forget_created_topic(self, flow: str, target: str) -> None:
         self._run("forget a created target topic", lambda s: s.execute(self._stmts["del_created"], (flow, target)))
+
+    # -- ACLs the sync created on the target (`mirror.run.aclsync`)
+    def synced_acls(self, flow: str) -> set[str]:
+        return {r.acl for r in self._run("read synced ACLs", lambda s: list(s.execute(self._stmts["acls"], (flow,))))}
+
+    def claim_acls(self, flow: str, acls: Iterable[str]) -> None:
+        self._write_many("record synced ACLs", "put_acl", [(flow, a) for a in acls])
+
+    def forget_acls(self, flow: str, acls: Iterable[str]) -> None:
+        self._write_many("forget synced ACLs", "del_acl", [(flow, a) for a in acls])
 
     def close(self) -> None:
         with self._lock:

@@ -61,6 +61,10 @@ CREATE TABLE IF NOT EXISTS created_topics (
     time_ms INTEGER NOT NULL,
     PRIMARY KEY (flow, target)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS acl_syncs (
+    flow TEXT NOT NULL, acl TEXT NOT NULL,
+    PRIMARY KEY (flow, acl)
+) WITHOUT ROWID;
 """
 
 
@@ -391,6 +395,22 @@ class SqliteStore:
     def forget_created_topic(self, flow: str, target: str) -> None:
         with self._tx("forget a created target topic") as db:
             db.execute("DELETE FROM created_topics WHERE flow=? AND target=?", (flow, target))
+
+    # -- ACLs the sync created on the target (`mirror.run.aclsync`)
+    def synced_acls(self, flow: str) -> set[str]:
+        return {a for (a,) in self._query("read synced ACLs", "SELECT acl FROM acl_syncs WHERE flow=?", (flow,))}
+
+    def claim_acls(self, flow: str, acls: Iterable[str]) -> None:
+        rows = [(flow, a) for a in acls]
+        if rows:
+            with self._tx("record synced ACLs") as db:
+                db.executemany("INSERT OR IGNORE INTO acl_syncs VALUES (?, ?)", rows)
+
+    def forget_acls(self, flow: str, acls: Iterable[str]) -> None:
+        rows = [(flow, a) for a in acls]
+        if rows:
+            with self._tx("forget synced ACLs") as db:
+                db.executemany("DELETE FROM acl_syncs WHERE flow=? AND acl=?", rows)
 
     def close(self) -> None:
         with self._lock:

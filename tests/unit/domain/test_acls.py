@@ -214,3 +214,20 @@ def test_every_exactly_once_writer_id_has_the_granted_prefix():
     prefix = transactional_id_prefix("f")
     assert new_writer_id("f").startswith(prefix)
     assert writer_id("f", "orders", 3).startswith(prefix)
+
+
+def test_the_acl_sync_grants_are_listed_only_for_flows_that_sync_acls():
+    def cluster_grants(body: str) -> set[tuple[str, str, tuple[str, ...]]]:
+        grants = required_grants(config.parse(body, env={"PW": "pw"}))
+        return {(g.command, g.cluster, g.operations) for g in grants if g.resource.kind == "cluster"}
+
+    assert cluster_grants(BODY % "true") == set()
+    synced = (BODY % "true").replace("    sync_topic_configs: true\n", "    sync_acls: true\n")
+    assert cluster_grants(synced) == {
+        ("run", "nyc", ("Describe",)),
+        ("run", "sf", ("Alter",)),  # Alter implies the Describe the target's listing needs
+        ("topics", "nyc", ("Describe",)),
+        ("topics", "sf", ("Describe",)),
+        ("failover apply --promote", "nyc", ("Describe",)),
+        ("failover apply --promote", "sf", ("Alter",)),
+    }

@@ -30,6 +30,7 @@ class PlainFlow:
     sync_topic_configs: bool = True
     sync_group_offsets: bool = False
     sync_topic_deletes: bool = False
+    sync_acls: bool = False
     name: str = "plain"
     exactly_once: bool = False
     progress_group: str = "mirror-eos.plain"

@@ -8,7 +8,7 @@ errors and unanswered requests into this project's exceptions.
 from __future__ import annotations
 
 from mirror.config import Config, FlowConfig
-from mirror.kafka.admin.acls import AclAdmin
+from mirror.kafka.admin.acls import AclAdmin, AclBindingAdmin
 from mirror.kafka.admin.configs import TopicConfigAdmin
 from mirror.kafka.admin.groups import GroupAdmin
 from mirror.kafka.admin.offsets import LIST_OFFSETS_CHUNK, OffsetAdmin, PendingOffsets, Watermarks
@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 
-class Admin(TopicAdmin, TopicConfigAdmin, OffsetAdmin, GroupAdmin, AclAdmin):
+class Admin(TopicAdmin, TopicConfigAdmin, OffsetAdmin, GroupAdmin, AclAdmin, AclBindingAdmin):
     """Admin requests against one cluster, each bounded by the cluster's timeout."""
 
 
