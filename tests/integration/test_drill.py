@@ -68,7 +68,7 @@ def _drill(
             "--partitions",
             "2",
             "--yes",
-            "--report",
+            "--out",
             str(report),
             *extra,
         ]
@@ -170,7 +170,7 @@ def test_planned_drill_end_to_end_then_a_false_expectation_stops_and_resumes(
             "--partitions",
             "2",
             "--yes",
-            "--report",
+            "--out",
             str(report2),
         ]
         rc = main(["drill", str(broken), *args])
@@ -232,7 +232,7 @@ def test_planned_drill_end_to_end_then_a_false_expectation_stops_and_resumes(
                 "--topic",
                 topic,
                 "--yes",
-                "--report",
+                "--out",
                 str(report3),
             ]
         )
@@ -410,7 +410,7 @@ def test_unplanned_site_drill_names_each_groups_reread_before_apply(own_clusters
                     "--partitions",
                     "2",
                     "--yes",
-                    "--report",
+                    "--out",
                     str(report_dir),
                     "--dev-home",
                     str(tc.dev.home),

@@ -380,7 +380,7 @@ canary: {{topic: canary-{u}}}
                 "--topic",
                 f"drill-{u}",
                 "--yes",
-                "--report",
+                "--out",
                 str(report),
             ]
         )

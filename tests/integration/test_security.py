@@ -1116,7 +1116,7 @@ def test_drill_without_one_grant(secured, tmp_path):
 
     def drill(report: str) -> subprocess.CompletedProcess:
         argv = ["drill", str(runbook), "-c", str(cfg), "--flow", f"f-{u}", "--group", f"billing-{u}"]
-        return _mirror(*argv, "--topic", topic, "--partitions", "2", "--yes", "--report", str(tmp_path / report))
+        return _mirror(*argv, "--topic", topic, "--partitions", "2", "--yes", "--out", str(tmp_path / report))
 
     mirror = MirrorProcess(_as_admin(secured, cfg, u))
     try:
