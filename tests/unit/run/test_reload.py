@@ -155,3 +155,33 @@ def test_an_unknown_flow_name_refuses_the_file():
     assert r.reload() is None and flows.calls == []
     with pytest.raises(ConfigError):
         cfg(A).select_flows(["b"])
+
+
+# --- review (flow-b): defects found, tests failing until fixed
+
+
+def test_a_client_setting_librdkafka_refuses_is_a_refused_reload_not_a_crash():
+    """A typo in a cluster's `client:` settings passes the loader; the reload's check then makes
+    an AdminClient, which raises KafkaException (not a MirrorError) at construction, before
+    any request. Reloader.reload catches only MirrorError, so the running daemon dies with a
+    traceback (exit 1) instead of refusing the file and carrying on."""
+    from mirror.run.flowset import FlowSet
+
+    registry = CollectorRegistry()
+    flowset = FlowSet(store=None, run_metrics=None, listeners=lambda f: [])
+    start = cfg(A, B)
+    # c is new and reads from sf, whose settings now hold a property librdkafka does not know
+    # (a, which writes to sf, changes too); c is checked first, so no request is ever sent.
+    new = cfg(C, A, B, sf_extra=', client: {"no.such.property": "x"}')
+    r = Reloader("m.yaml", start, (), flowset, metrics=ReloadMetrics(registry), loader=lambda _p: new)
+    assert r.reload() is None  # today: KafkaException escapes
+    assert r.running == ["a", "b"]
+    assert sample(registry, "mirror_config_reload_failures_total") == 1
+
+
+def test_a_canary_setting_no_worker_reads_restarts_no_flow():
+    """The module's rule: a flow is changed when anything that reaches its worker differs, and
+    for the canary that is its topic. The whole CanaryConfig is compared, so a new probe
+    interval (read by `mirror canary run` only) drains and restarts every flow."""
+    p = plan(cfg(A, B), cfg(A, B, canary="mirror-canary, interval: 20s"))
+    assert p.changed == () and p.kept == ("a", "b")
