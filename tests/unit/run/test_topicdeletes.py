@@ -149,3 +149,67 @@ def test_a_source_topic_only_left_out_of_the_listing_is_not_gone():
     now[0] = 60
     assert deleter.tick() == [] and target.deleted == []  # asked by name, the source still knows them
     assert source.topic_ids(hidden) == {t: f"id-{t}" for t in hidden}
+
+
+# --- review (flow-b): wrong deletions, tests failing until fixed
+
+
+def _gone_past_grace(deleter, source, now) -> None:
+    source.topics_.clear()
+    deleter.tick()  # the grace starts
+    now[0] = 60
+
+
+def test_a_deletion_round_deletes_nothing_once_its_flow_is_stopped():
+    """A reload that turns sync_topic_deletes off (or removes the flow) stops the deleter by
+    its side_stop, joined for 30 s only (flowset.SIDE_JOIN_TIMEOUT); a round already
+    sampling goes on and deletes every due topic, after the reload said it was applied."""
+    import threading
+
+    deleter, source, target, _store, now = setup({"nyc.t1": 2, "nyc.t2": 1})
+    _gone_past_grace(deleter, source, now)
+    stop = threading.Event()
+
+    def read(*args, **kwargs):
+        stop.set()  # the flow is stopped while the round samples the first topic
+        return target.read(*args, **kwargs)
+
+    deleter._read = read
+    deleter.flow = deleter.flow.model_copy(update={"sync_topic_configs_interval": 0.0})
+    deleter.run(stop)
+    assert target.deleted == []
+
+
+def test_a_topic_whose_id_was_never_learned_and_was_made_again_by_someone_else_is_kept():
+    """The id is recorded at creation, "" when the target did not describe the new topic yet
+    (target_watch: `self._tags.ids.get(t, "")`), and never filled in later. With "" the id
+    check is skipped: a topic deleted and created again, empty, by another owner under the
+    name passes the sample (no records, nothing foreign) and is deleted."""
+    deleter, source, target, store, now = setup({"nyc.t1": 2, "nyc.t2": 1})
+    store.rows["nyc.t1"] = CreatedTopic("nyc.t1", "t1", "", 1)
+    target.ids["nyc.t1"] = "someone-elses"  # made again by its new owner, nothing written yet
+    _gone_past_grace(deleter, source, now)
+    assert "nyc.t1" not in deleter.tick()
+    assert "nyc.t1" in target.topics_
+
+
+def test_a_foreign_record_between_the_sampled_ends_keeps_the_topic():
+    """Only SAMPLE offsets at each end of a partition are read: one record of somebody else's
+    just past the head sample goes unseen and the topic is deleted, although the module says
+    a topic holding somebody else's records survives for good."""
+    deleter, source, target, _store, now = setup({"nyc.t1": 2, "nyc.t2": 1})
+    target.logs[("nyc.t1", 0)] = copies("t1", SAMPLE) + [[("app", b"x")]] + copies("t1", SAMPLE)
+    _gone_past_grace(deleter, source, now)
+    assert "nyc.t1" not in deleter.tick()
+
+
+def test_a_source_cluster_that_lost_every_topic_and_its_canary_topic_deletes_nothing():
+    """A source rebuilt empty at the same address (storage lost, a new cluster) lists none of
+    the flow's topics, nor the canary topic the mirror itself made on it: every DR copy is
+    clean and the mirror's, so after 5 minutes all are deleted, when the DR copy may be the
+    only one left. Nothing checks that the source is still the cluster the topics came from."""
+    deleter, source, target, _store, now = setup({"nyc.t1": 2, "nyc.t2": 1})
+    source.topics_["mirror-canary"] = 1
+    deleter.tick()
+    _gone_past_grace(deleter, source, now)  # every topic gone at once, the canary topic too
+    assert deleter.tick() == []
