@@ -213,3 +213,20 @@ def test_a_source_cluster_that_lost_every_topic_and_its_canary_topic_deletes_not
     deleter.tick()
     _gone_past_grace(deleter, source, now)  # every topic gone at once, the canary topic too
     assert deleter.tick() == []
+
+
+def test_a_topic_made_again_by_someone_else_while_it_is_sampled_is_kept():
+    """The id is compared before the sample, the delete goes by name after it: sampling opens
+    two consumers per partition (seconds each), and a topic deleted and created again by
+    another owner meanwhile (or, with --workers N, deleted by another worker and made again
+    by the mirror for a re-created source) is deleted."""
+    deleter, source, target, _store, now = setup({"nyc.t1": 2, "nyc.t2": 1})
+    _gone_past_grace(deleter, source, now)
+
+    def read(_name, _cluster, topic, partition, start, end, timeout):
+        if topic == "nyc.t1":
+            target.ids["nyc.t1"] = "someone-elses"
+        return []
+
+    deleter._read = read
+    assert "nyc.t1" not in deleter.tick()
