@@ -185,3 +185,25 @@ def test_a_canary_setting_no_worker_reads_restarts_no_flow():
     interval (read by `mirror canary run` only) drains and restarts every flow."""
     p = plan(cfg(A, B), cfg(A, B, canary="mirror-canary, interval: 20s"))
     assert p.changed == () and p.kept == ("a", "b")
+
+
+def test_a_target_client_setting_librdkafka_refuses_is_refused_before_its_flow_stops(monkeypatch):
+    """The reload's check makes an Admin of each starting flow's source only. A setting of a
+    cluster that is only a target passes it: the changed flow is drained and stopped, and
+    its new worker dies in `open()` (KafkaException, a traceback), which then ends the
+    whole process, although the docs say everything is checked before anything stops."""
+    from mirror.run import flowset as flowset_module
+
+    # The source answers and holds its topics (no request leaves this test): only the
+    # target's settings are in question.
+    monkeypatch.setattr(flowset_module, "check_literal_topics", lambda config, flows: None)
+    monkeypatch.setattr(flowset_module, "ensure_canary_topics", lambda config, flows: None)
+    registry = CollectorRegistry()
+    flowset = flowset_module.FlowSet(store=None, run_metrics=None, listeners=lambda f: [])
+    new = cfg(A, sf_extra=', client: {"no.such.property": "x"}')  # sf is only a's target
+    r = Reloader("m.yaml", cfg(A), (), flowset, metrics=ReloadMetrics(registry), loader=lambda _p: new)
+    try:
+        assert r.reload() is None  # today: applied; a's new worker fails at once
+        assert sample(registry, "mirror_config_reload_failures_total") == 1
+    finally:
+        flowset.stop_all()
