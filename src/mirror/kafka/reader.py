@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, KafkaException, TopicPartition
 
 from mirror.config import ClusterConfig
-from mirror.kafka.clients import client_settings
+from mirror.kafka.clients import build_client
 from mirror.kafka.errors import is_retriable, raise_for
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class PartitionReader:
         }
         merged = {**base, **(settings or {})}
         self._group = str(merged["group.id"])
-        self._consumer = Consumer(client_settings(name, cluster, merged))
+        self._consumer = build_client(Consumer, name, cluster, merged)
         self._assigned: set[tuple[str, int]] = set()
         self._timeout = cluster.timeout
         self._group_checked = False
@@ -320,7 +320,7 @@ def _range_consumer(name: str, cluster: ClusterConfig, group: str, isolation: st
         "enable.partition.eof": True,
         **({"isolation.level": isolation} if isolation else {}),
     }
-    return Consumer(client_settings(name, cluster, settings))
+    return build_client(Consumer, name, cluster, settings)
 
 
 def _close(consumer: Consumer) -> None:

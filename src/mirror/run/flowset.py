@@ -21,6 +21,7 @@ from mirror.engine.worker import FlowWorker
 from mirror.errors import AuthorizationFailed, ClusterUnavailable, MirrorError
 from mirror.kafka import Admin
 from mirror.kafka.canary_topic import ensure_canary_topic
+from mirror.kafka.clients import check_settings
 from mirror.metrics import RunMetrics
 from mirror.run.checkpointer import GroupCheckpointer
 from mirror.run.topicdeletes import TopicDeleter
@@ -109,6 +110,7 @@ class FlowSet:
             return [f.worker for f in self.flows.values()]
 
     def check(self, config: Config, flows: Sequence[FlowConfig]) -> None:
+        check_client_settings(config, flows)
         check_literal_topics(config, flows)
 
     def start(self, config: Config, flows: Sequence[FlowConfig]) -> None:
@@ -173,6 +175,15 @@ class FlowSet:
             if f.error is not None:
                 raise f.error
         return any(f.thread.is_alive() for f in running)
+
+
+def check_client_settings(config: Config, flows: Sequence[FlowConfig]) -> None:
+    """A cluster `client:` setting or a flow `consumer:`/`producer:` setting librdkafka refuses
+    raises `ConfigError` here, before any flow stops or any request is sent: a worker would
+    otherwise meet it only in `open()`, after a reload had stopped the flow it replaces."""
+    for flow in flows:
+        check_settings(flow.source, config.clusters[flow.source], flow.consumer)
+        check_settings(flow.target, config.clusters[flow.target], flow.producer)
 
 
 def check_literal_topics(config: Config, flows: Sequence[FlowConfig]) -> None:

@@ -207,3 +207,9 @@ def test_a_target_client_setting_librdkafka_refuses_is_refused_before_its_flow_s
         assert sample(registry, "mirror_config_reload_failures_total") == 1
     finally:
         flowset.stop_all()
+
+
+def test_a_clusters_datacenter_label_restarts_no_flow():
+    """Only `mirror failover` reads the label; every other cluster setting restarts its flows."""
+    p = plan(cfg(A, C), cfg(A, C, sf_extra=", datacenter: west"))
+    assert p.changed == () and p.kept == ("a", "c")
