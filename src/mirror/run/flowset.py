@@ -102,6 +102,10 @@ class FlowSet:
         self._worker_args = worker_args
         self.flows: dict[str, RunningFlow] = {}
         self.finished: list[RunningFlow] = []  # stopped with the whole set, for final_ticks
+        # One per flow name, kept across restarts: a flow restarted by a reload may start while
+        # its old deleter still finishes a request (joined for SIDE_JOIN_TIMEOUT only); the new
+        # one's rounds wait for the old one's, which deletes nothing once its stop is set.
+        self._delete_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()  # `workers` is read by the metrics server's thread
 
     @property
@@ -135,7 +139,8 @@ class FlowSet:
             sides.append(("topicsync", TopicSyncer(config, flow, m.topic_sync if m else None)))
         if flow.sync_topic_deletes:
             if isinstance(self._store, CreatedTopicStore):
-                sides.append(("topicdeletes", TopicDeleter(config, flow, self._store)))
+                lock = self._delete_locks.setdefault(flow.name, threading.Lock())
+                sides.append(("topicdeletes", TopicDeleter(config, flow, self._store, lock=lock)))
             else:
                 log.warning(
                     "flow %s: sync_topic_deletes is off for this run: no offset store records which topics it created",
