@@ -22,6 +22,7 @@ from mirror.errors import AuthorizationFailed, ClusterUnavailable, MirrorError
 from mirror.kafka import Admin
 from mirror.kafka.canary_topic import ensure_canary_topic
 from mirror.kafka.clients import check_settings
+from mirror.kafka.settings import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
 from mirror.metrics import RunMetrics
 from mirror.run.checkpointer import GroupCheckpointer
 from mirror.run.topicdeletes import TopicDeleter
@@ -185,10 +186,12 @@ class FlowSet:
 def check_client_settings(config: Config, flows: Sequence[FlowConfig]) -> None:
     """A cluster `client:` setting or a flow `consumer:`/`producer:` setting librdkafka refuses
     raises `ConfigError` here, before any flow stops or any request is sent: a worker would
-    otherwise meet it only in `open()`, after a reload had stopped the flow it replaces."""
+    otherwise meet it only in `open()`, after a reload had stopped the flow it replaces.
+    Judged by an admin client, which is a producer to librdkafka: the checks it makes only of
+    a consumer's settings taken together (fetch sizes) still wait for the worker's `open()`."""
     for flow in flows:
-        check_settings(flow.source, config.clusters[flow.source], flow.consumer)
-        check_settings(flow.target, config.clusters[flow.target], flow.producer)
+        check_settings(flow.source, config.clusters[flow.source], {**CONSUMER_DEFAULTS, **flow.consumer})
+        check_settings(flow.target, config.clusters[flow.target], {**PRODUCER_DEFAULTS, **flow.producer})
 
 
 def check_literal_topics(config: Config, flows: Sequence[FlowConfig]) -> None:
