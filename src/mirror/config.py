@@ -205,10 +205,13 @@ class FlowConfig(_Model):
     sync_topic_deletes: bool = False
     """Delete a target topic once its source topic has been gone for `topic_delete_grace`
     (native engine; checked every `sync_topic_configs_interval`). Only a topic this mirror
-    created (recorded in the offset store with its topic id) whose sampled first and last
-    records all carry this flow's provenance header is deleted; any other is kept, with a
-    WARNING. Off by default, as in MirrorMaker 2: a deletion on the source is often a
-    mistake, and the DR copy may be the only one left."""
+    created (recorded in the offset store with its topic id, still the same id just before the
+    deletion) whose records all carry this flow's provenance header is deleted: every record
+    of a partition of up to 5,000, else its first and last 100 (the records between are not
+    read). Any other is kept, with a WARNING; so is every topic while the source looks rebuilt
+    (another cluster id, or all its topics and the canary topic gone at once). Off by default,
+    as in MirrorMaker 2: a deletion on the source is often a mistake, and the DR copy may be
+    the only one left."""
     topic_delete_grace: Duration = 300.0
     """How long a source topic must stay gone before its target topic is deleted (seconds, or
     `5m`). A topic deleted and created again within it keeps its target (mirrored again from

@@ -74,6 +74,7 @@ flows:
     assert f"deleted target topic src.{clean}" in log
     assert f"deleted target topic src.{back}" not in log
     assert " ERROR " not in log and "Traceback" not in log, log
+    assert "source cluster id not recorded" not in log  # DescribeCluster answered: recorded with each topic
 
 
 def test_the_cassandra_store_keeps_created_topics_per_flow(cassandra, unique):
@@ -96,5 +97,45 @@ def test_the_cassandra_store_keeps_created_topics_per_flow(cassandra, unique):
         store.forget_created_topic("f", "nyc.a")
         assert [c.target for c in store.created_topics("f")] == ["nyc.b"]
         assert [c.topic_id for c in store.created_topics("g")] == ["id-g"]
+        store.record_created_topics("h", [CreatedTopic("nyc.c", "c", "id-c", 4, source_cluster_id="cluster-1")])
+        assert [c.source_cluster_id for c in store.created_topics("h")] == ["cluster-1"]
+    finally:
+        store.close()
+
+
+def test_a_cassandra_created_topics_table_without_the_source_cluster_id_gains_it(cassandra, unique):
+    from mirror.config import CassandraStoreConfig
+    from mirror.store.base import CreatedTopic
+    from mirror.store.cassandra import CassandraStore
+
+    config = CassandraStoreConfig(
+        kind="cassandra", contact_points=[cassandra.contact_point], keyspace=f"mirror_{unique}", consistency="ONE"
+    )
+    first = CassandraStore(config)
+    try:
+        ks = f"mirror_{unique}"
+        first._run("reshape", lambda s: s.execute(f"DROP TABLE {ks}.created_topics", timeout=60))
+        first._run(
+            "reshape",
+            lambda s: s.execute(
+                f"CREATE TABLE {ks}.created_topics (flow text, target text, source text, topic_id text, "
+                "time_ms bigint, PRIMARY KEY ((flow), target))",
+                timeout=60,
+            ),
+        )  # the table as it first shipped
+        first._run(
+            "write",
+            lambda s: s.execute(
+                f"INSERT INTO {ks}.created_topics (flow, target, source, topic_id, time_ms) "
+                "VALUES ('f', 'nyc.old', 'old', 'id-old', 1)"
+            ),
+        )
+    finally:
+        first.close()
+    store = CassandraStore(config)
+    try:
+        store.record_created_topics("f", [CreatedTopic("nyc.a", "a", "id-a", 2, source_cluster_id="cluster-1")])
+        found = {c.target: c.source_cluster_id for c in store.created_topics("f")}
+        assert found == {"nyc.a": "cluster-1", "nyc.old": ""}
     finally:
         store.close()

@@ -66,9 +66,11 @@ def backlog_full(listeners: Sequence[AckListener]) -> bool:
     return any(getattr(listener, "backlog_full", False) for listener in listeners)
 
 
-def targets_created(listeners: Sequence[AckListener], flow: str, created: Mapping[str, tuple[str, str]]) -> None:
+def targets_created(
+    listeners: Sequence[AckListener], flow: str, created: Mapping[str, tuple[str, str]], source_cluster_id: str = ""
+) -> None:
     """Tell the listeners which target topics this worker created: target -> (source topic,
-    target topic id, "" when not known yet).
+    target topic id, "" when not known yet), and the source cluster's id ("" if not known).
 
     Optional for listeners (`on_targets_created`): the offset-map recorder keeps them, so
     `sync_topic_deletes` only ever deletes a topic the mirror made itself.
@@ -76,4 +78,4 @@ def targets_created(listeners: Sequence[AckListener], flow: str, created: Mappin
     for listener in listeners:
         hook = getattr(listener, "on_targets_created", None)
         if hook is not None:
-            hook(flow, created)
+            hook(flow, created, source_cluster_id=source_cluster_id)

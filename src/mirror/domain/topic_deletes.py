@@ -66,3 +66,25 @@ def foreign_record(
         if origin["cluster"] != source_cluster or origin["topic"] != source_topic:
             return offset, f"it came from {origin['cluster']}/{origin['topic']}"
     return None
+
+
+@dataclass
+class SourceWipe:
+    """Whether the source looks wiped: rebuilt empty at the same address, not pruned.
+
+    Invariant: once the canary topic, listed at one observation, is gone at the next together
+    with every topic of the flow, the source counts as wiped for good (for this deleter's
+    life: until the flow or `mirror run` restarts). The mirror made the canary topic itself and
+    nobody deletes it on purpose; a source that loses it and everything else at once lost its
+    storage or is another cluster, and deleting its DR copies would lose the only copy left.
+    """
+
+    canary_seen: bool = False
+    wiped: bool = False
+
+    def observe(self, canary_listed: bool, flow_topics_listed: bool) -> bool:
+        """Note one listing; True once the source counts as wiped."""
+        if not self.wiped and self.canary_seen and not canary_listed and not flow_topics_listed:
+            self.wiped = True
+        self.canary_seen = canary_listed
+        return self.wiped

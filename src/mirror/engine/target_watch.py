@@ -20,7 +20,7 @@ from mirror.engine.refresh import RefreshRequests as RefreshRequests  # named he
 from mirror.engine.resync import Resync
 from mirror.engine.status import FlowState, FlowStatus
 from mirror.engine.targets import LIMIT_HEADROOM, ensure_targets
-from mirror.errors import ClusterUnavailable
+from mirror.errors import ClusterUnavailable, MirrorError
 from mirror.kafka import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,7 @@ class TargetWatch:
                 self._listeners,
                 self.flow.name,
                 {t: (sources[t], self._tags.ids.get(t, "")) for t in result.created},
+                self._source_cluster_id(),
             )
         self._mappings = {m.source: m for m in mappings}
         self._assignment.lifecycle.matched(len(mappings))
@@ -213,6 +214,16 @@ class TargetWatch:
             self._tags.ids.pop(t, None)
         self._tags.ids.update(ids)
         return existing
+
+    def _source_cluster_id(self) -> str:
+        """The source cluster's id, recorded with the target topics just created: the topic
+        deleter deletes nothing for a source that has another id since (rebuilt empty at the
+        same address). "" when the source does not say; the copy goes on either way."""
+        try:
+            return self._admins.source.cluster_id()
+        except MirrorError as exc:
+            log.info("flow %s: source cluster id not recorded with its new target topics: %s", self.flow.name, exc)
+            return ""
 
     def _learn_ids(self, mappings: Sequence[TopicMapping]) -> None:
         """Every target topic this worker may write to needs its id before the first record:

@@ -41,7 +41,7 @@ from mirror.config import ClusterConfig
 from mirror.domain.acls import transactional_id_prefix
 from mirror.errors import AuthorizationFailed, ClusterUnavailable, MirrorError
 from mirror.kafka.admin import Admin
-from mirror.kafka.clients import client_settings
+from mirror.kafka.clients import build_client
 from mirror.kafka.errors import AUTHORIZATION, authorization_error, raise_for
 from mirror.kafka.offsets import committed_offsets
 from mirror.kafka.settings import transactional_settings
@@ -145,7 +145,9 @@ class ProgressGroup:
 
     def _consumer(self, isolation: str) -> Consumer:
         settings = {"group.id": self.group, "enable.auto.commit": False, "isolation.level": isolation}
-        return Consumer(client_settings(f"{self.cluster_name}-progress", self._cluster, settings))
+        return build_client(
+            Consumer, f"{self.cluster_name}-progress", self._cluster, settings, cluster_name=self.cluster_name
+        )
 
     def metadata(self) -> Any:
         return self._stable.consumer_group_metadata()
@@ -217,7 +219,9 @@ def read_progress(
 def fence(cluster_name: str, cluster: ClusterConfig, transactional_id: str, timeout: float) -> None:
     """Fence every producer that used `transactional_id`: its open transaction is aborted and
     its next transactional call fails with a fatal fenced error."""
-    producer = Producer(client_settings(f"{cluster_name}-fence", cluster, transactional_settings(transactional_id)))
+    producer = build_client(
+        Producer, f"{cluster_name}-fence", cluster, transactional_settings(transactional_id), cluster_name=cluster_name
+    )
     try:
         # Bounded as every transactional call (`_bounded`): init_transactions can block past
         # its timeout too, and a claim waiting on it would hang the worker's loop.

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, KafkaException, TopicPartition
 
 from mirror.config import ClusterConfig
-from mirror.kafka.clients import client_settings
+from mirror.kafka.clients import build_client
 from mirror.kafka.errors import is_retriable, raise_for
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class PartitionReader:
         }
         merged = {**base, **(settings or {})}
         self._group = str(merged["group.id"])
-        self._consumer = Consumer(client_settings(name, cluster, merged))
+        self._consumer = build_client(Consumer, name, cluster, merged)
         self._assigned: set[tuple[str, int]] = set()
         self._timeout = cluster.timeout
         self._group_checked = False
@@ -183,8 +183,14 @@ class TailRecord:
 def read_headers(
     name: str, cluster: ClusterConfig, topic: str, partition: int, start: int, end: int, timeout: float
 ) -> list[tuple[int, list[tuple[str, bytes | None]]]]:
-    """Offsets and headers of the records of one partition in [start, end), in order."""
-    return [(r.offset, r.headers) for r in read_range(name, cluster, topic, partition, start, end, timeout=timeout)]
+    """Offsets and headers of the records of one partition in [start, end), in order; keys and
+    values are dropped as they come, so a range of thousands of large records costs little."""
+    return [
+        (offset, headers)
+        for offset, _ts, _key, _value, headers, _lat in _range(
+            name, cluster, topic, partition, start, end, timeout, None, keep_data=False
+        )
+    ]
 
 
 def read_range(
@@ -211,10 +217,35 @@ def read_range(
     librdkafka's default.
     Raises `KafkaOperationError` when the range cannot be read within `timeout`.
     """
-    if end <= start:
-        return []
-    consumer = _range_consumer(name, cluster, f"mirror-tail-{topic}-{partition}", isolation)
     out: list[TailRecord] = []
+    records = _range(name, cluster, topic, partition, start, end, timeout, isolation)
+    try:
+        for offset, ts, key, value, headers, log_append_time in records:
+            rec = TailRecord(offset, ts, key, value, headers, log_append_time=log_append_time)
+            out.append(rec)
+            if until is not None and until(rec):
+                break
+    finally:
+        records.close()  # closes the consumer now, not when the generator is collected
+    return out
+
+
+def _range(
+    name: str,
+    cluster: ClusterConfig,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    timeout: float,
+    isolation: str | None,
+    *,
+    keep_data: bool = True,
+) -> Generator[tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]], bool], None, None]:
+    """(offset, timestamp, key, value, headers, log-append time) of each record in [start, end)."""
+    if end <= start:
+        return
+    consumer = _range_consumer(name, cluster, f"mirror-tail-{topic}-{partition}", isolation)
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
         deadline = time.monotonic() + timeout
@@ -234,25 +265,21 @@ def read_range(
                     continue
                 raw: Any = m.headers() or []
                 kind, ts = m.timestamp()
-                rec = TailRecord(
+                yield (
                     offset,
                     ts if ts is not None else -1,
-                    m.key(),
-                    m.value(),
+                    m.key() if keep_data else None,
+                    m.value() if keep_data else None,
                     [(k, v if isinstance(v, bytes) or v is None else str(v).encode()) for k, v in raw],
-                    log_append_time=kind == TIMESTAMP_LOG_APPEND_TIME,
+                    kind == TIMESTAMP_LOG_APPEND_TIME,
                 )
-                out.append(rec)
-                if until is not None and until(rec):
-                    return out
             position = consumer.position([TopicPartition(topic, partition)])[0].offset
             if position >= end:
-                return out
+                return
     except KafkaException as exc:
         raise_for(name, f"read {topic}[{partition}]", exc)
     finally:
         _close(consumer)
-    return out
 
 
 def read_offsets(
@@ -320,7 +347,7 @@ def _range_consumer(name: str, cluster: ClusterConfig, group: str, isolation: st
         "enable.partition.eof": True,
         **({"isolation.level": isolation} if isolation else {}),
     }
-    return Consumer(client_settings(name, cluster, settings))
+    return build_client(Consumer, name, cluster, settings)
 
 
 def _close(consumer: Consumer) -> None:

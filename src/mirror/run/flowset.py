@@ -21,6 +21,8 @@ from mirror.engine.worker import FlowWorker
 from mirror.errors import AuthorizationFailed, ClusterUnavailable, MirrorError
 from mirror.kafka import Admin
 from mirror.kafka.canary_topic import ensure_canary_topic
+from mirror.kafka.clients import check_settings
+from mirror.kafka.settings import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
 from mirror.metrics import RunMetrics
 from mirror.run.aclsync import AclSyncer
 from mirror.run.checkpointer import GroupCheckpointer
@@ -102,6 +104,10 @@ class FlowSet:
         self._worker_args = worker_args
         self.flows: dict[str, RunningFlow] = {}
         self.finished: list[RunningFlow] = []  # stopped with the whole set, for final_ticks
+        # One per flow name, kept across restarts: a flow restarted by a reload may start while
+        # its old deleter still finishes a request (joined for SIDE_JOIN_TIMEOUT only); the new
+        # one's rounds wait for the old one's, which deletes nothing once its stop is set.
+        self._delete_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()  # `workers` is read by the metrics server's thread
 
     @property
@@ -110,6 +116,7 @@ class FlowSet:
             return [f.worker for f in self.flows.values()]
 
     def check(self, config: Config, flows: Sequence[FlowConfig]) -> None:
+        check_client_settings(config, flows)
         check_literal_topics(config, flows)
 
     def start(self, config: Config, flows: Sequence[FlowConfig]) -> None:
@@ -141,7 +148,8 @@ class FlowSet:
                 )
         if flow.sync_topic_deletes:
             if isinstance(self._store, CreatedTopicStore):
-                sides.append(("topicdeletes", TopicDeleter(config, flow, self._store)))
+                lock = self._delete_locks.setdefault(flow.name, threading.Lock())
+                sides.append(("topicdeletes", TopicDeleter(config, flow, self._store, lock=lock)))
             else:
                 log.warning(
                     "flow %s: sync_topic_deletes is off for this run: no offset store records which topics it created",
@@ -181,6 +189,17 @@ class FlowSet:
             if f.error is not None:
                 raise f.error
         return any(f.thread.is_alive() for f in running)
+
+
+def check_client_settings(config: Config, flows: Sequence[FlowConfig]) -> None:
+    """A cluster `client:` setting or a flow `consumer:`/`producer:` setting librdkafka refuses
+    raises `ConfigError` here, before any flow stops or any request is sent: a worker would
+    otherwise meet it only in `open()`, after a reload had stopped the flow it replaces.
+    Judged by an admin client, which is a producer to librdkafka: the checks it makes only of
+    a consumer's settings taken together (fetch sizes) still wait for the worker's `open()`."""
+    for flow in flows:
+        check_settings(flow.source, config.clusters[flow.source], {**CONSUMER_DEFAULTS, **flow.consumer})
+        check_settings(flow.target, config.clusters[flow.target], {**PRODUCER_DEFAULTS, **flow.producer})
 
 
 def check_literal_topics(config: Config, flows: Sequence[FlowConfig]) -> None:

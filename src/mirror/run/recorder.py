@@ -118,7 +118,9 @@ class OffsetMapRecorder:
                 newest = b.next_offset - 1
                 self._tips[key] = OffsetSync(b.source_topic, b.partition, newest, newest + tip_delta)
 
-    def on_targets_created(self, flow: str, created: Mapping[str, tuple[str, str]]) -> None:
+    def on_targets_created(
+        self, flow: str, created: Mapping[str, tuple[str, str]], *, source_cluster_id: str = ""
+    ) -> None:
         """Keep the target topics this worker created (`sync_topic_deletes` deletes no other).
 
         Not a veto: a store that fails here only leaves the topic undeletable (kept), so the
@@ -128,7 +130,13 @@ class OffsetMapRecorder:
             return
         now_ms = int(time.time() * 1000)
         try:
-            record(self.flow, [CreatedTopic(t, source, topic_id, now_ms) for t, (source, topic_id) in created.items()])
+            record(
+                self.flow,
+                [
+                    CreatedTopic(t, source, topic_id, now_ms, source_cluster_id)
+                    for t, (source, topic_id) in created.items()
+                ],
+            )
         except MirrorError as exc:
             log.warning(
                 "flow %s: could not record the target topics it created (%s); sync_topic_deletes will keep them: %s",

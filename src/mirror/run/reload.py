@@ -2,8 +2,9 @@
 
 `plan_reload` is pure: it compares the flows running now with the flows of the new file and
 says which start, which stop and which restart. A flow is *changed* when anything that
-reaches its worker differs: its own settings, either cluster's settings, or the canary topic
-(every flow mirrors it). A flow whose inputs are all equal is *kept* and never touched: its
+reaches its worker differs: its own settings, either cluster's settings (but its
+`datacenter` label), or the canary topic (every flow mirrors it; the canary's other settings
+are `mirror canary run`'s). A flow whose inputs are all equal is *kept* and never touched: its
 worker, its consumer group membership and its records in flight carry on as if nothing
 happened. Keys no flow reads live (the offset store, the metrics server) are reported as
 needing a restart, not applied.
@@ -57,8 +58,16 @@ class ReloadPlan:
 
 
 def _inputs(config: Config, flow: FlowConfig) -> tuple[object, ...]:
-    """Everything in a config file that a flow's worker and side loops read."""
-    return (flow, config.clusters.get(flow.source), config.clusters.get(flow.target), config.canary)
+    """Everything in a config file that a flow's worker and side loops read.
+
+    Of the canary, only its topic (the probe interval and max latency are `mirror canary
+    run`'s); of a cluster, all but its `datacenter` label (read by `mirror failover` only)."""
+    return (flow, _cluster(config, flow.source), _cluster(config, flow.target), config.canary.topic)
+
+
+def _cluster(config: Config, name: str) -> object:
+    cluster = config.clusters.get(name)
+    return None if cluster is None else cluster.model_copy(update={"datacenter": None})
 
 
 def plan_reload(old: Config, old_flows: Sequence[str], new: Config, new_flows: Sequence[FlowConfig]) -> ReloadPlan:

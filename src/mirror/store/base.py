@@ -26,12 +26,15 @@ class CreatedTopic:
     """A target topic the mirror created: its source topic and the id it got (for `sync_topic_deletes`).
 
     The id tells this topic apart from one of the same name created later by someone else;
-    "" when the target did not describe it yet at creation."""
+    "" when the target did not describe it yet at creation. The source cluster's id tells a
+    source rebuilt empty at the same address from the one the topic came from; "" when the
+    source did not say it."""
 
     target: str
     source: str
     topic_id: str
     time_ms: int
+    source_cluster_id: str = ""
 
 
 @runtime_checkable

@@ -66,7 +66,7 @@ _TABLES = {
         PRIMARY KEY ((flow), topic, partition)
     )""",
     "created_topics": """CREATE TABLE IF NOT EXISTS {ks}.created_topics (
-        flow text, target text, source text, topic_id text, time_ms bigint,
+        flow text, target text, source text, topic_id text, time_ms bigint, source_cluster_id text,
         PRIMARY KEY ((flow), target)
     )""",
     "acl_syncs": """CREATE TABLE IF NOT EXISTS {ks}.acl_syncs (
@@ -74,6 +74,8 @@ _TABLES = {
         PRIMARY KEY ((flow), acl)
     )""",
 }
+# Columns added to a table after it first shipped: (table, column, CQL type), added where missing.
+_ADDED_COLUMNS = (("created_topics", "source_cluster_id", "text"),)
 
 
 def _connection_class() -> Any:
@@ -169,6 +171,12 @@ class CassandraStore:
                 for name, ddl in _TABLES.items():
                     if name not in have:
                         session.execute(ddl.format(ks=self.ks), timeout=max(self.config.timeout, 30.0))
+                for name, column, cql_type in _ADDED_COLUMNS:
+                    if name in have and column not in keyspace.tables[name].columns:  # type: ignore[union-attr]
+                        session.execute(
+                            f"ALTER TABLE {self.ks}.{name} ADD {column} {cql_type}",
+                            timeout=max(self.config.timeout, 30.0),
+                        )
                 self._stmts = self._prepare(session)
             except Exception as exc:
                 cluster.shutdown()
@@ -205,9 +213,10 @@ class CassandraStore:
             "put_end": f"INSERT INTO {ks}.source_ends (flow, topic, partition, source_end, time_ms) VALUES (?, ?, ?, "
             "?, ?)",
             "ends": f"SELECT topic, partition, source_end, time_ms FROM {ks}.source_ends WHERE flow=?",
-            "put_created": f"INSERT INTO {ks}.created_topics (flow, target, source, topic_id, time_ms) VALUES "
-            "(?, ?, ?, ?, ?)",
-            "created": f"SELECT target, source, topic_id, time_ms FROM {ks}.created_topics WHERE flow=?",
+            "put_created": f"INSERT INTO {ks}.created_topics (flow, target, source, topic_id, time_ms, "
+            "source_cluster_id) VALUES (?, ?, ?, ?, ?, ?)",
+            "created": f"SELECT target, source, topic_id, time_ms, source_cluster_id FROM {ks}.created_topics "
+            "WHERE flow=?",
             "del_created": f"DELETE FROM {ks}.created_topics WHERE flow=? AND target=?",
             "put_gap": f"INSERT INTO {ks}.offset_gaps (flow, topic, partition, first_offset, last_offset, reason) "
             "VALUES (?, ?, ?, ?, ?, ?)",
@@ -431,12 +440,12 @@ class CassandraStore:
         self._write_many(
             "record created target topics",
             "put_created",
-            [(flow, t.target, t.source, t.topic_id, t.time_ms) for t in topics],
+            [(flow, t.target, t.source, t.topic_id, t.time_ms, t.source_cluster_id) for t in topics],
         )
 
     def created_topics(self, flow: str) -> list[CreatedTopic]:
         rows = self._run("read created target topics", lambda s: list(s.execute(self._stmts["created"], (flow,))))
-        return [CreatedTopic(r.target, r.source, r.topic_id, r.time_ms) for r in rows]
+        return [CreatedTopic(r.target, r.source, r.topic_id, r.time_ms, r.source_cluster_id or "") for r in rows]
 
     def forget_created_topic(self, flow: str, target: str) -> None:
         self._run("forget a created target topic", lambda s: s.execute(self._stmts["del_created"], (flow, target)))

@@ -58,7 +58,7 @@ CREATE TABLE IF NOT EXISTS source_ends (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS created_topics (
     flow TEXT NOT NULL, target TEXT NOT NULL, source TEXT NOT NULL, topic_id TEXT NOT NULL,
-    time_ms INTEGER NOT NULL,
+    time_ms INTEGER NOT NULL, source_cluster_id TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (flow, target)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS acl_syncs (
@@ -66,6 +66,8 @@ CREATE TABLE IF NOT EXISTS acl_syncs (
     PRIMARY KEY (flow, acl)
 ) WITHOUT ROWID;
 """
+# Columns added to a table after it first shipped: (table, column, definition), added where missing.
+_ADDED_COLUMNS = (("created_topics", "source_cluster_id", "TEXT NOT NULL DEFAULT ''"),)
 
 
 OPEN_BUDGET = 30.0  # seconds an open may wait for other processes opening the same file
@@ -101,6 +103,9 @@ class SqliteStore:
                     db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA synchronous=FULL")  # WAL + FULL: fsynced before commit returns
                 db.executescript(_SCHEMA)
+                for table, column, definition in _ADDED_COLUMNS:
+                    if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+                        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
                 return db
             except sqlite3.OperationalError as exc:
                 db.close()
@@ -380,17 +385,19 @@ class SqliteStore:
             return
         with self._tx("record created target topics") as db:
             db.executemany(
-                "INSERT OR REPLACE INTO created_topics VALUES (?, ?, ?, ?, ?)",
-                [(flow, t.target, t.source, t.topic_id, t.time_ms) for t in topics],
+                "INSERT OR REPLACE INTO created_topics (flow, target, source, topic_id, time_ms, source_cluster_id) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(flow, t.target, t.source, t.topic_id, t.time_ms, t.source_cluster_id) for t in topics],
             )
 
     def created_topics(self, flow: str) -> list[CreatedTopic]:
         rows = self._query(
             "read created target topics",
-            "SELECT target, source, topic_id, time_ms FROM created_topics WHERE flow=? ORDER BY target",
+            "SELECT target, source, topic_id, time_ms, source_cluster_id FROM created_topics WHERE flow=? "
+            "ORDER BY target",
             (flow,),
         )
-        return [CreatedTopic(t, s, i, ms) for t, s, i, ms in rows]
+        return [CreatedTopic(t, s, i, ms, c) for t, s, i, ms, c in rows]
 
     def forget_created_topic(self, flow: str, target: str) -> None:
         with self._tx("forget a created target topic") as db:

@@ -286,6 +286,9 @@ class FakeAdmin:
     def topic_ids(self, topics: Iterable[str]) -> dict[str, str]:
         return {t: f"id-{t}" for t in topics if t in self._topics}
 
+    def cluster_id(self) -> str:
+        return "fake-cluster"
+
     def max_message_bytes(self, topics: Iterable[str]) -> dict[str, int]:
         return {}
 

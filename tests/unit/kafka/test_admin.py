@@ -42,6 +42,9 @@ class SilentClient:
     def delete_consumer_groups(self, groups: Any, **_kw: Any) -> dict[str, Future[Any]]:
         return self._futures(groups)
 
+    def describe_cluster(self, **_kw: Any) -> Future[Any]:
+        return Future()
+
 
 @pytest.fixture
 def admin() -> Admin:
@@ -58,6 +61,7 @@ def admin() -> Admin:
         lambda a: a.create_topics({"t": (1, 1, {})}),
         lambda a: a.delete_topics(["t"]),
         lambda a: a.delete_groups(["g"]),
+        lambda a: a.cluster_id(),
     ],
     ids=[
         "max_message_bytes",
@@ -67,6 +71,7 @@ def admin() -> Admin:
         "create_topics",
         "delete_topics",
         "delete_groups",
+        "cluster_id",
     ],
 )
 def test_a_request_never_answered_is_cluster_unavailable(admin: Admin, call: Any) -> None:

@@ -108,3 +108,25 @@ def test_created_target_topics_are_kept_per_flow_and_forgotten_one_by_one(tmp_pa
     recorder.on_targets_created("f", {"nyc.a": ("a", "id-a2")})
     store.forget_created_topic("f", "nyc.b")
     assert [(c.target, c.topic_id) for c in store.created_topics("f")] == [("nyc.a", "id-a2")]
+
+
+def test_a_created_topic_keeps_its_source_cluster_id_and_an_older_file_gains_the_column(tmp_path: Path) -> None:
+    import sqlite3
+
+    from mirror.run.recorder import OffsetMapRecorder
+
+    path = tmp_path / "o.db"
+    with sqlite3.connect(path) as db:  # the table as it was first written, without the column
+        db.execute(
+            "CREATE TABLE created_topics (flow TEXT NOT NULL, target TEXT NOT NULL, source TEXT NOT NULL, "
+            "topic_id TEXT NOT NULL, time_ms INTEGER NOT NULL, PRIMARY KEY (flow, target)) WITHOUT ROWID"
+        )
+        db.execute("INSERT INTO created_topics VALUES ('f', 'nyc.old', 'old', 'id-old', 1)")
+    db.close()
+    store = SqliteStore(path)
+    OffsetMapRecorder(store, "f", registry=None).on_targets_created(
+        "f", {"nyc.a": ("a", "id-a")}, source_cluster_id="cluster-1"
+    )
+    found = {c.target: c.source_cluster_id for c in store.created_topics("f")}
+    assert found == {"nyc.a": "cluster-1", "nyc.old": ""}
+    store.close()

@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient
 
 from mirror.config import ClusterConfig
 from mirror.errors import ClusterUnavailable
-from mirror.kafka.clients import client_settings
+from mirror.kafka.clients import build_client
 from mirror.kafka.errors import HINT_UNREACHABLE, authentication_error, raise_for, security_error
 
 
@@ -32,7 +32,7 @@ class AdminBase:
         """
         self.name = name
         self.timeout = cluster.timeout
-        self._client = client if client is not None else AdminClient(client_settings(name, cluster))
+        self._client = client if client is not None else build_client(AdminClient, name, cluster)
         self._cluster = cluster
         self._lanes: list[Any] = [self._client] + [None] * (max(1, lanes) - 1 if client is None else 0)
 
@@ -40,7 +40,7 @@ class AdminBase:
         """The client a group's requests go through (always the same one for a group)."""
         i = zlib.crc32(group.encode()) % len(self._lanes)
         if self._lanes[i] is None:
-            self._lanes[i] = AdminClient(client_settings(self.name, self._cluster))
+            self._lanes[i] = build_client(AdminClient, self.name, self._cluster)
         return self._lanes[i]
 
     def _poll(self) -> None:

@@ -156,6 +156,12 @@ class TopicAdmin(AdminBase):
             self._raise("describe the cluster", exc, self.timeout)
         return 0  # unreachable; raise_for always raises
 
+    def cluster_id(self) -> str:
+        """The cluster's id: a cluster rebuilt empty at the same address has a new one. A
+        DescribeCluster request (Kafka 2.8+), which needs no ACL."""
+        fut = self._client.describe_cluster(request_timeout=self.timeout)
+        return str(self._result("describe the cluster", fut).cluster_id or "")
+
     def create_topic(
         self, topic: str, partitions: int, replication: int = -1, config: Mapping[str, str] | None = None
     ) -> bool:
