@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -16,7 +17,6 @@ from failover.failback import report, reversed_flow
 from failover.failback import scrape as do_scrape
 from failover.gather import FlowContext, build_plan, require_topics_visible
 from failover.plan import Method, Plan
-from failover.promote import Promotion
 from failover.sitegather import group_site_plan
 from mirror.cli import AppContext, config_option, json_option, pass_app
 from mirror.cli import failover_site as site_cli
@@ -436,8 +436,8 @@ def failback(
     config = app.config(config_path)
     path = backup or site_cli.default_failback_backup(site or flow or "", _now_ms())
 
-    def promoted(pairs: set[tuple[str, str]]) -> list[Promotion]:
-        return site_cli.failback_promote(config, config_path, pairs, path, yes, as_json) if promote else []
+    def promoted(pairs: set[tuple[str, str]]) -> dict[str, Any]:
+        return site_cli.failback_promote(config, config_path, pairs, path, yes, as_json) if promote else {}
 
     if site is not None:
         site_cli.failback_site(config, site, scrape, as_json, promoted)
@@ -450,8 +450,7 @@ def failback(
         reverse = reversed_flow(ctx)
     pairs = {(ctx.flow.source, ctx.flow.target)}
     if as_json:
-        acls = [p.to_json() for p in promoted(pairs)]
-        click.echo(json.dumps({**rep.to_json(), "reversed_flow": reverse, "promoted_acls": acls}, indent=2))
+        click.echo(json.dumps({**rep.to_json(), "reversed_flow": reverse, **promoted(pairs)}, indent=2))
         return
     click.echo(f"old primary {rep.old_primary} -> new primary {rep.new_primary} (flow {rep.flow})")
     for p in rep.partitions:

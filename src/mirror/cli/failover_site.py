@@ -210,9 +210,10 @@ def default_failback_backup(name: str, now_ms: int) -> Path:
 
 def failback_promote(
     config: Config, config_path: Path, pairs: set[tuple[str, str]], backup: Path, yes: bool, as_json: bool
-) -> list[promotion.Promotion]:
+) -> dict[str, Any]:
     """`failback --promote`: the DR cluster's WRITE ACLs of the copies, back onto the original
-    sources under the source names; only listed without --yes, else recorded in `backup`, then created."""
+    sources under the source names; only listed without --yes, else recorded in `backup`, then
+    created. Returns what `--json` adds."""
     admins = _admins(config)
     todo = promotion.plan_promotions(config, pairs, admins, promotion.Direction.FAILBACK)
     if not as_json:
@@ -222,18 +223,26 @@ def failback_promote(
     if not yes:
         if not as_json:
             click.echo(f"{len(todo)} ACL(s) to add; nothing was changed: add --yes to create them")
-        return todo
+        return {"would_promote_acls": [p.to_json() for p in todo]}
+    if not todo:  # no backup to undo nothing
+        if not as_json:
+            click.echo("--promote: the old primary holds every grant already; nothing was added")
+        return {"promoted_acls": []}
     promotion.start_backup(backup, str(config_path.resolve()), _now_ms())
     promotion.promote(backup, todo, admins)
     if not as_json:
         click.echo(
             f"added {len(todo)} ACL(s), recorded in {backup}; undo: mirror failover import --backup {backup} --yes"
         )
-    return todo
+    return {"promoted_acls": [p.to_json() for p in todo], "promote_backup": str(backup)}
 
 
 def failback_site(
-    config: Config, site: str, do_scrape: bool, as_json: bool, promoted: Callable[[set[tuple[str, str]]], list[Any]]
+    config: Config,
+    site: str,
+    do_scrape: bool,
+    as_json: bool,
+    promoted: Callable[[set[tuple[str, str]]], dict[str, Any]],
 ) -> None:
     """Every flow from SITE: what never reached the new primary, the scrape, the reversed flows
     (and `--promote`'s ACLs: `promoted`, given the site's (source, target) pairs)."""
@@ -269,7 +278,7 @@ def failback_site(
                     "flows": [r.to_json() for r in reports],
                     "never_mirrored": sum(r.stranded for r in reports),
                     "reversed_flows": reverse,
-                    "promoted_acls": [p.to_json() for p in acls],
+                    **acls,
                 },
                 indent=2,
             )
