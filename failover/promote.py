@@ -8,23 +8,36 @@ ACLs of the moved topics (and their principals' transactional-id and idempotence
 Only ACLs the target lacks are added, and they are recorded in the site backup before they
 are created, so `failover import --backup` removes exactly those and never an ACL someone
 else made (or the sync copied).
+
+`failback --promote` is the same in the other direction (`Direction.FAILBACK`): the DR
+cluster's grants on the copies (`nyc.orders`) go back to the original source under the
+source names (`orders`), recorded in a backup of failback's own that `failover import
+--backup` undoes the same way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from failover.offsets_file import read_json, write_json
 from failover.site import PlanDoc
+from failover.siteapply import BACKUP_KIND, read_backup
 from mirror.config import Config
-from mirror.domain.acl_sync import Acl, promotion_acls
+from mirror.domain.acl_sync import Acl, failback_topics, promotion_acls
+from mirror.domain.flow import Flow
 from mirror.domain.topics import match_topics
 from mirror.kafka import Admin
 
 PROMOTED = "promoted_acls"  # the site backup's key
+
+
+class Direction(Enum):
+    FAILOVER = "failover"  # the source's grants onto the flow's target, renamed as mirrored
+    FAILBACK = "failback"  # the DR copies' grants back onto the source, under the source names
 
 
 @dataclass(frozen=True)
@@ -42,22 +55,36 @@ def plan_pairs(plan: PlanDoc) -> set[tuple[str, str]]:
 
 
 def plan_promotions(
-    config: Config, pairs: Collection[tuple[str, str]], admin: Callable[[str], Admin]
+    config: Config,
+    pairs: Collection[tuple[str, str]],
+    admin: Callable[[str], Admin],
+    direction: Direction = Direction.FAILOVER,
 ) -> list[Promotion]:
-    """The ACLs to add, per target: for every flow from a source to a target of `pairs`, the
-    promotion ACLs of its mirrored topics that the target does not hold yet."""
+    """The ACLs to add: for every flow from a source to a target of `pairs`, the promotion
+    ACLs of its mirrored topics that the cluster they move to (the target; the source at
+    failback) does not hold yet."""
     wanted: dict[str, set[Acl]] = {}
     for flow in config.flows:
         if (flow.source, flow.target) not in pairs:
             continue
-        src = admin(flow.source)
-        moved = {m.source: m.target for m in match_topics(config, flow, src.topics())}
-        wanted.setdefault(flow.target, set()).update(promotion_acls(src.describe_acls(), moved))
+        came, goes = (flow.source, flow.target) if direction is Direction.FAILOVER else (flow.target, flow.source)
+        moved = _moved(config, flow, admin(came).topics(), direction)
+        wanted.setdefault(goes, set()).update(promotion_acls(admin(came).describe_acls(), moved))
     out = []
     for cluster, acls in sorted(wanted.items()):
         present = set(admin(cluster).describe_acls(need="Alter"))
         out += [Promotion(cluster, a) for a in sorted(acls - present)]
     return out
+
+
+def _moved(config: Config, flow: Flow, listed: dict[str, int], direction: Direction) -> dict[str, str]:
+    """Topic on the cluster the grants come from -> its name where they go. At failback the
+    DR cluster's topics are named back (`failback_topics`) and chosen by the flow's own rules,
+    so the old primary need not hold the topics (nor answer) for its grants to be planned."""
+    if direction is Direction.FAILOVER:
+        return {m.source: m.target for m in match_topics(config, flow, listed)}
+    back = match_topics(config, flow, failback_topics(listed, flow.source, flow.rename))
+    return {m.target: m.source for m in back if m.target in listed}
 
 
 def promote(backup: Path, promotions: Sequence[Promotion], admin: Callable[[str], Admin]) -> None:
@@ -86,3 +113,16 @@ def demote(promotions: Sequence[Promotion], admin: Callable[[str], Admin]) -> No
     """Remove what a promotion added (deleting an ACL that is gone already is no error)."""
     for cluster in sorted({p.cluster for p in promotions}):
         admin(cluster).delete_bindings([p.acl for p in promotions if p.cluster == cluster])
+
+
+def start_backup(path: Path, config_path: str, now_ms: int) -> None:
+    """Start failback's backup unless an earlier run did: a site backup of no groups, so
+    `failover import --backup` takes it and removes the ACLs it records (`promote` appends)."""
+    if path.exists():
+        read_backup(path)  # refuses a plan or a file that is no backup
+        return
+    write_json(
+        path,
+        {"version": 1, "kind": BACKUP_KIND, "plan_id": None, "config": config_path, "time_ms": now_ms, "groups": []},
+        indent=None,
+    )

@@ -1439,6 +1439,43 @@ def test_failover_apply_promote_adds_write_and_import_backup_removes_it(secured,
         secured.dev.admin("sdst").delete_bindings([promoted])
 
 
+def test_failback_promote_copies_the_dr_write_back_and_import_backup_removes_it(secured, tmp_path):
+    u = uuid.uuid4().hex[:6]
+    cfg = _config(secured, tmp_path, u, flow_extra=ACL_SYNC)
+    t = f"sec-{u}-b"
+    _produce(secured, t, 10, 1)
+    on_dr = Acl("topic", f"ssrc.{t}", "literal", "User:nogrants", "*", "Write", "allow")
+    back = Acl("topic", t, "literal", "User:nogrants", "*", "Write", "allow")
+    try:
+        res = _mirror("run", "-c", str(cfg), "--until-caught-up")  # the DR copy ssrc.<t> exists
+        assert res.returncode == 0, res.stderr[-3000:]
+        secured.dev.admin("sdst").create_bindings([on_dr])  # granted on the DR cluster only
+        assert "authoriz" in (_write_as_nogrants(secured, "ssrc", t) or "").lower()
+
+        shown = f"on ssrc: ALLOW User:nogrants Write on topic literal '{t}'"
+        res = _mirror("failback", "-c", str(cfg), "--flow", f"f-{u}", "--promote")
+        assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+        assert f"--promote would add {shown}" in res.stdout, res.stdout
+        assert back not in secured.dev.admin("ssrc").describe_acls(), "added without --yes"
+
+        backup = tmp_path / "failback.json"
+        res = _mirror("failback", "-c", str(cfg), "--flow", f"f-{u}", "--promote", "--yes", "--backup", str(backup))
+        assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+        assert f"promote {shown}" in res.stdout, res.stdout
+        assert back in secured.dev.admin("ssrc").describe_acls()
+        assert [r["acl"] for r in json.loads(backup.read_text())["promoted_acls"]] == [back.key()]
+        wait_for(lambda: _write_as_nogrants(secured, "ssrc", t) is None, 60, "a write with the promoted grant")
+
+        res = _mirror("failover", "import", "--backup", str(backup), "--yes")
+        assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+        assert back not in secured.dev.admin("ssrc").describe_acls()
+        assert on_dr in secured.dev.admin("sdst").describe_acls()  # the DR cluster's own grant stays
+        assert "authoriz" in (_write_as_nogrants(secured, "ssrc", t) or "").lower()
+    finally:
+        secured.dev.admin("sdst").delete_bindings([on_dr])
+        secured.dev.admin("ssrc").delete_bindings([back])
+
+
 def test_acl_sync_record_in_cassandra_carries_over_a_restart(secured, auth_cassandra, tmp_path, monkeypatch):
     """Each `--until-caught-up` run is one worker's life: the second removes what the first
     copied, from the record the first left in Cassandra."""

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -395,11 +396,31 @@ def import_(
 @click.option(
     "--scrape", is_flag=True, help="Delete the mirrored topics' records and the flows' groups on the old primary."
 )
-@click.option("--yes", is_flag=True, help="Confirm --scrape.")
+@click.option(
+    "--promote",
+    is_flag=True,
+    help="Also copy the DR cluster's WRITE ACLs of the copies to the old primary under the source names "
+    "(listed; created with --yes, recorded in --backup first).",
+)
+@click.option("--yes", is_flag=True, help="Confirm --scrape and --promote.")
+@click.option(
+    "--backup",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --promote --yes: where the added ACLs are recorded, for `failover import --backup` "
+    "(default failback-backup-NAME-MS.json).",
+)
 @json_option
 @pass_app
 def failback(
-    app: AppContext, config_path: Path, flow: str | None, site: str | None, scrape: bool, yes: bool, as_json: bool
+    app: AppContext,
+    config_path: Path,
+    flow: str | None,
+    site: str | None,
+    scrape: bool,
+    promote: bool,
+    yes: bool,
+    backup: Path | None,
+    as_json: bool,
 ) -> None:
     """Report what the old primary holds that never reached the new one; print the reversed flow(s)."""
     if scrape and not yes:
@@ -410,8 +431,16 @@ def failback(
         raise UsageError(
             "choose one of --flow NAME (one flow) and --from NAME (every flow from a cluster or datacenter)"
         )
+    if backup is not None and not (promote and yes):
+        raise UsageError("--backup records the ACLs --promote --yes adds: give it with both")
+    config = app.config(config_path)
+    path = backup or site_cli.default_failback_backup(site or flow or "", _now_ms())
+
+    def promoted(pairs: set[tuple[str, str]]) -> dict[str, Any]:
+        return site_cli.failback_promote(config, config_path, pairs, path, yes, as_json) if promote else {}
+
     if site is not None:
-        site_cli.failback_site(app.config(config_path), site, scrape, as_json)
+        site_cli.failback_site(config, site, scrape, as_json, promoted)
         return
     assert flow is not None
     with _flow_context(app, config_path, flow) as ctx:
@@ -419,8 +448,9 @@ def failback(
         if scrape:
             do_scrape(ctx, rep)
         reverse = reversed_flow(ctx)
+    pairs = {(ctx.flow.source, ctx.flow.target)}
     if as_json:
-        click.echo(json.dumps({**rep.to_json(), "reversed_flow": reverse}, indent=2))
+        click.echo(json.dumps({**rep.to_json(), "reversed_flow": reverse, **promoted(pairs)}, indent=2))
         return
     click.echo(f"old primary {rep.old_primary} -> new primary {rep.new_primary} (flow {rep.flow})")
     for p in rep.partitions:
@@ -439,3 +469,4 @@ def failback(
         click.echo(f"groups on {rep.old_primary} that --scrape would delete: {', '.join(rep.groups)}")
     click.echo("\nAdd this flow to mirror back (and remove or stop the old one):\n")
     click.echo(reverse)
+    promoted(pairs)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -204,8 +204,48 @@ def import_backup(app: AppContext, config_path: Path | None, path: Path) -> None
     click.echo(f"restored {len(groups)} group(s) from {path}" + (f" (backup of plan {plan_id})" if plan_id else ""))
 
 
-def failback_site(config: Config, site: str, do_scrape: bool, as_json: bool) -> None:
-    """Every flow from SITE: what never reached the new primary, the scrape, the reversed flows."""
+def default_failback_backup(name: str, now_ms: int) -> Path:
+    return Path(f"failback-backup-{name}-{now_ms}.json")
+
+
+def failback_promote(
+    config: Config, config_path: Path, pairs: set[tuple[str, str]], backup: Path, yes: bool, as_json: bool
+) -> dict[str, Any]:
+    """`failback --promote`: the DR cluster's WRITE ACLs of the copies, back onto the original
+    sources under the source names; only listed without --yes, else recorded in `backup`, then
+    created. Returns what `--json` adds."""
+    admins = _admins(config)
+    todo = promotion.plan_promotions(config, pairs, admins, promotion.Direction.FAILBACK)
+    if not as_json:
+        verb = "promote on" if yes else "--promote would add on"
+        for p in todo:
+            click.echo(f"{verb} {p.cluster}: {p.acl.describe()}")
+    if not yes:
+        if not as_json:
+            click.echo(f"{len(todo)} ACL(s) to add; nothing was changed: add --yes to create them")
+        return {"would_promote_acls": [p.to_json() for p in todo]}
+    if not todo:  # no backup to undo nothing
+        if not as_json:
+            click.echo("--promote: the old primary holds every grant already; nothing was added")
+        return {"promoted_acls": []}
+    promotion.start_backup(backup, str(config_path.resolve()), _now_ms())
+    promotion.promote(backup, todo, admins)
+    if not as_json:
+        click.echo(
+            f"added {len(todo)} ACL(s), recorded in {backup}; undo: mirror failover import --backup {backup} --yes"
+        )
+    return {"promoted_acls": [p.to_json() for p in todo], "promote_backup": str(backup)}
+
+
+def failback_site(
+    config: Config,
+    site: str,
+    do_scrape: bool,
+    as_json: bool,
+    promoted: Callable[[set[tuple[str, str]]], dict[str, Any]],
+) -> None:
+    """Every flow from SITE: what never reached the new primary, the scrape, the reversed flows
+    (and `--promote`'s ACLs: `promoted`, given the site's (source, target) pairs)."""
     flows = site_flows(config, site, None)
     store = open_store(config.offset_store)
     admins: dict[str, Admin] = {}
@@ -228,7 +268,9 @@ def failback_site(config: Config, site: str, do_scrape: bool, as_json: bool) -> 
         reverse = [reversed_flow(ctx) for ctx in ctxs]
     finally:
         store.close()
+    pairs = {(f.source, f.target) for f in flows}
     if as_json:
+        acls = promoted(pairs)
         click.echo(
             json.dumps(
                 {
@@ -236,6 +278,7 @@ def failback_site(config: Config, site: str, do_scrape: bool, as_json: bool) -> 
                     "flows": [r.to_json() for r in reports],
                     "never_mirrored": sum(r.stranded for r in reports),
                     "reversed_flows": reverse,
+                    **acls,
                 },
                 indent=2,
             )
@@ -250,3 +293,4 @@ def failback_site(config: Config, site: str, do_scrape: bool, as_json: bool) -> 
     click.echo("\nAdd these flows to mirror back (and remove or stop the old ones):\n")
     for text in reverse:
         click.echo(text)
+    promoted(pairs)

@@ -24,7 +24,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from mirror.domain.naming import RenamePolicy, target_topic
+from mirror.domain.naming import SEPARATOR, RenamePolicy, source_topic, target_topic
 
 SYNCED_OPERATIONS = frozenset({"Read", "Describe"})
 WILDCARD = "*"
@@ -173,7 +173,9 @@ def acl_drift(plan: AclPlan) -> AclDrift:
 
 
 def promotion_acls(source: Iterable[Acl], moved: Mapping[str, str]) -> list[Acl]:
-    """The producer-side ACLs `failover apply --promote` adds on the target.
+    """The producer-side ACLs `failover apply --promote` adds on the target (and `failback
+    --promote` on the original source: then `source` is the DR cluster's ACLs and `moved`
+    the inverse rename).
 
     The source's WRITE ACLs (ALLOW and DENY) on the moved topics (`moved`: source topic ->
     target topic), renamed as the topic was; a prefixed one when its prefix covers a moved
@@ -201,6 +203,34 @@ def _promoted_topic(acl: Acl, moved: Mapping[str, str]) -> list[Acl]:
         return [acl.renamed(moved[acl.name])] if acl.name in moved else []
     out = []
     for src, dst in moved.items():
-        if src.startswith(acl.name) and dst.endswith(src):
-            out.append(acl.renamed(dst[: len(dst) - len(src)] + acl.name))
+        if src.startswith(acl.name) and (prefix := renamed_prefix(acl.name, src, dst)) is not None:
+            out.append(acl.renamed(prefix))
+    return out
+
+
+def renamed_prefix(prefix: str, src: str, dst: str) -> str | None:
+    """A prefix covering topic `src`, renamed as `src` is renamed to `dst`, or None when no
+    prefix covers the same names there.
+
+    Either way round: adding the flow's prefix (`orders` -> `nyc.orders`: `ord` -> `nyc.ord`)
+    or taking it away at failback (`nyc.orders` -> `orders`: `nyc.ord` -> `ord`). A prefix no
+    longer than the part taken away (`nyc.`, `ny`) would cover every topic of the other
+    cluster once renamed, so it has no counterpart."""
+    if dst.endswith(src):
+        return dst[: len(dst) - len(src)] + prefix
+    if not src.endswith(dst):
+        return None
+    cut = len(src) - len(dst)
+    return prefix[cut:] if len(prefix) > cut and prefix.startswith(src[:cut]) else None
+
+
+def failback_topics(dr_topics: Mapping[str, int], source: str, policy: RenamePolicy) -> dict[str, int]:
+    """The source names the DR cluster's topics were mirrored from (the inverse of the flow's
+    rename: `nyc.orders` -> `orders`), name -> partitions. A topic whose name cannot have come
+    from `source` (no `nyc.` under the prefix policy) is left out."""
+    out = {}
+    for name, partitions in dr_topics.items():
+        if policy is RenamePolicy.PREFIX and not name.startswith(f"{source}{SEPARATOR}"):
+            continue
+        out[source_topic(name, source, policy)] = partitions
     return out

@@ -56,6 +56,7 @@ COMMANDS = (
     "failover export",
     "failover import",
     "failback",
+    "failback --promote",
     "failover plan --from",
     "failover apply --plan",
     "failover import --backup",
@@ -426,6 +427,11 @@ def _failback_grants(flow: Flow, fr: _FlowResources, add: _Add) -> None:
     s, t = fr.s, fr.t
     for command in ("failback", "failback --from"):
         _failback(command, s, t, fr, add)
+    if flow.sync_acls:  # the producers' grants back: the DR cluster's ACLs read, the old primary's created
+        add("failback --promote", t, CLUSTER, ["Describe"], "--promote: read the DR cluster's ACLs")
+        add("failback --promote", s, CLUSTER, ["Alter"], "--promote: list and create the grants on the old primary")
+        for cluster, by in ((t, "failover apply --plan --promote"), (s, "failback --promote")):
+            add("failover import --backup", cluster, CLUSTER, ["Alter"], f"remove the ACLs `{by}` added")
 
 
 def _failback(command: str, s: str, t: str, fr: _FlowResources, add: _Add) -> None:

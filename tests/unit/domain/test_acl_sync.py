@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from mirror.domain.acl_sync import Acl, AclFilter, AclScope, plan_sync, promotion_acls, wanted_acls
+from mirror.domain.acl_sync import (
+    Acl,
+    AclFilter,
+    AclScope,
+    failback_topics,
+    plan_sync,
+    promotion_acls,
+    renamed_prefix,
+    wanted_acls,
+)
 from mirror.domain.naming import RenamePolicy
 
 
@@ -130,6 +139,40 @@ def test_promotion_copies_write_of_moved_topics_and_the_producers_ids():
             acl(name="nyc.orders", op="Write", who="User:prod"),
             acl(name="nyc.ord", pattern="prefixed", op="Write", who="User:prod2"),
             acl(kind="transactional-id", name="prod-", pattern="prefixed", op="Write", who="User:prod"),
+            acl(kind="cluster", name="kafka-cluster", op="IdempotentWrite", who="User:prod"),
+        ]
+    )
+
+
+def test_a_prefix_is_renamed_either_way_round():
+    assert renamed_prefix("ord", "orders", "nyc.orders") == "nyc.ord"  # failover adds the flow's prefix
+    assert renamed_prefix("nyc.ord", "nyc.orders", "orders") == "ord"  # failback takes it away
+    assert renamed_prefix("ord", "orders", "orders") == "ord"  # identity
+    # A prefix no longer than the part taken away would cover every topic of the source.
+    assert renamed_prefix("nyc.", "nyc.orders", "orders") is None
+    assert renamed_prefix("ny", "nyc.orders", "orders") is None
+    assert renamed_prefix("ord", "orders", "payments") is None  # not a rename of the flow
+
+
+def test_failback_names_the_dr_topics_back_by_the_flows_rename():
+    dr = {"nyc.orders": 3, "nyc.orders.eu": 1, "sf-own": 2, "la.orders": 1}
+    assert failback_topics(dr, "nyc", RenamePolicy.PREFIX) == {"orders": 3, "orders.eu": 1}
+    assert failback_topics({"orders": 3}, "nyc", RenamePolicy.IDENTITY) == {"orders": 3}
+
+
+def test_failback_promotion_copies_the_dr_copies_write_back_under_the_source_names():
+    dr = [
+        acl(name="nyc.orders", op="Write", who="User:prod"),
+        acl(name="nyc.ord", pattern="prefixed", op="Write", who="User:prod2"),
+        acl(name="nyc.", pattern="prefixed", op="Write", who="User:wide"),  # would cover all of nyc
+        acl(name="orders", op="Write", who="User:sf-local"),  # sf's own topic, not a copy
+        acl(name="nyc.orders", op="Read", who="User:prod"),  # the sync's job
+        acl(kind="cluster", name="kafka-cluster", op="IdempotentWrite", who="User:prod"),
+    ]
+    assert promotion_acls(dr, {"nyc.orders": "orders"}) == sorted(
+        [
+            acl(name="orders", op="Write", who="User:prod"),
+            acl(name="ord", pattern="prefixed", op="Write", who="User:prod2"),
             acl(kind="cluster", name="kafka-cluster", op="IdempotentWrite", who="User:prod"),
         ]
     )

@@ -230,4 +230,8 @@ def test_the_acl_sync_grants_are_listed_only_for_flows_that_sync_acls():
         ("topics", "sf", ("Describe",)),
         ("failover apply --promote", "nyc", ("Describe",)),
         ("failover apply --promote", "sf", ("Alter",)),
+        ("failback --promote", "sf", ("Describe",)),  # the DR cluster's ACLs of the copies
+        ("failback --promote", "nyc", ("Alter",)),  # created on the old primary
+        ("failover import --backup", "sf", ("Alter",)),  # the undo of either promotion
+        ("failover import --backup", "nyc", ("Alter",)),
     }
