@@ -242,3 +242,60 @@ def test_a_source_topic_created_again_while_the_flow_runs_is_reported_and_mirror
     assert re.search(rf'mirror_source_records_skipped_total\{{[^}}]*reason="recreated"[^}}]*topic="{topic}"', text)
     copies = read_partition(dst, target, 0)
     assert [r.value for r in copies] == [b"old-%d" % i for i in range(20)] + [b"new-%d" % i for i in range(30)]
+
+
+def test_the_spark_engine_reports_a_gap_that_opens_while_its_query_runs(
+    clusters, write_config, unique, tmp_path, spark_local, capsys, caplog
+) -> None:
+    """Records deleted past the query's position between two batches: Spark's reader (or the
+    JVM writer's) skips them; the driver reports them as at a query's start."""
+    import threading
+
+    from mirror.spark.job import run_flow
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic, target, app, group = f"gapsprun-{unique}", f"src.gapsprun-{unique}", f"app-{unique}", f"mirror-{unique}"
+    # A trigger far apart: the records arrive and are deleted between two batches.
+    body = _flow(unique, topic, tmp_path / "offsets.db").replace("commit_interval: 300ms", "commit_interval: 20s")
+    cfg = write_config(body)
+    config = load(cfg)
+    create_topic(src, topic, 1)
+    produce(src, topic, 0, [b"a-%d" % i for i in range(50)])
+    stop, box = threading.Event(), {}
+
+    def run() -> None:
+        try:
+            box["job"] = run_flow(config, config.flow(f"f-{unique}"), spark=spark_local, stop=stop, metrics_port=0)
+        except BaseException as exc:  # noqa: BLE001 - raised on the test's thread below
+            box["error"] = exc
+
+    caplog.clear()
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    try:
+        wait_for(lambda: "error" in box or group_offsets(src, group, topic, 1) == {0: 50}, 120, "the first batch")
+        assert "error" not in box, box.get("error")
+        produce(src, topic, 0, [b"b-%d" % i for i in range(50, 100)])
+        Admin("src", config.clusters["src"]).delete_records({(topic, 0): 80})
+        wait_for(lambda: "error" in box or group_offsets(src, group, topic, 1) == {0: 100}, 120, "the next batch")
+        assert "error" not in box, box.get("error")
+    finally:
+        stop.set()
+        runner.join(120)
+    assert not runner.is_alive() and "error" not in box, box.get("error")
+    gap_records = [r for r in caplog.records if "were never mirrored" in r.getMessage() or "deleted" in r.getMessage()]
+    assert [(r.levelname, r.getMessage()) for r in gap_records] == [
+        (
+            "WARNING",
+            f"flow f-{unique}: {topic}[0]: source records 50..79 (30) were never mirrored: deleted at the source "
+            "before they were copied (retention or delete-records); mirroring on from offset 80",
+        )
+    ]
+    samples = [s for s in box["job"].metrics._m.skipped.collect()[0].samples if s.name.endswith("_total")]
+    assert [(s.labels, s.value) for s in samples] == [
+        ({"flow": f"f-{unique}", "topic": topic, "reason": "retention"}, 30.0)
+    ]
+    assert _sources(dst, target) == [*range(50), *range(80, 100)]
+    _commit(src, app, {(topic, 0): 60})
+    plan = _plan(cfg, unique, app, capsys)
+    assert (plan["target_offset"], plan["skipped"], plan["may_reread"], plan["unmirrored"]) == (50, 20, 0, 20)
