@@ -14,7 +14,7 @@ from mirror.cli import main
 from mirror.config import load
 from mirror.kafka import Admin
 from tests.integration.test_failover import produce
-from tests.integration.test_offset_edges import _commit
+from tests.integration.test_offset_edges import _commit, _tick
 from tests.support.kafkautil import create_topic, group_offsets, read_partition, wait_for
 from tests.support.mirrorproc import MirrorProcess
 
@@ -304,3 +304,47 @@ def test_the_spark_engine_reports_a_gap_that_opens_while_its_query_runs(
     _commit(src, app, {(topic, 0): 60})
     plan = _plan(cfg, unique, app, capsys)
     assert (plan["target_offset"], plan["skipped"], plan["may_reread"], plan["unmirrored"]) == (50, 20, 0, 20)
+
+
+def test_a_source_topic_created_again_while_the_flow_was_stopped_is_reported_and_mirrored_from_its_beginning(
+    clusters, write_config, unique, tmp_path
+) -> None:
+    """Kafka drops the group's offsets with the topic: only the offset store remembers the
+    flow mirrored it. The old topic's records the flow had not copied are counted from the
+    source end the store last saw."""
+    from tests.support.kafkautil import delete_topic, topics
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic, target, group = f"gaprecst-{unique}", f"src.gaprecst-{unique}", f"mirror-{unique}"
+    cfg = write_config(_flow(unique, topic, tmp_path / "offsets.db"))
+    create_topic(src, topic, 1)
+    produce(src, topic, 0, [b"old-%d" % i for i in range(20)])
+    assert main(["run", "-c", str(cfg), "--until-caught-up"]) == 0
+    produce(src, topic, 0, [b"old-%d" % i for i in range(20, 30)])  # never copied: the flow is stopped
+    _tick(cfg)  # the store sees the source end, 30, as a running checkpointer would
+    delete_topic(src, topic)
+    wait_for(lambda: topic not in topics(src), 60, "the topic gone")
+    create_topic(src, topic, 1)
+    produce(src, topic, 0, [b"new-%d" % i for i in range(15)])
+    wait_for(lambda: group_offsets(src, group, topic, 1) == {0: -1001}, 60, "the group's offsets gone")
+    port = _free_port()
+    with MirrorProcess(cfg, "--metrics-port", str(port)) as m:
+        wait_for(lambda: len(read_partition(dst, target, 0)) == 35, 120, "the new topic's records", detail=m.output)
+        wait_for(lambda: group_offsets(src, group, topic, 1) == {0: 15}, 60, "the commit", detail=m.output)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        m.stop()
+    lines = [x for x in m.output().splitlines() if "was deleted and created again" in x]
+    assert len(lines) == 1 and "WARNING" in lines[0], m.output()
+    assert (
+        f"flow f-{unique}: source topic {topic} was deleted and created again while the flow was stopped; records "
+        "of the old topic not yet copied were never mirrored (10 by the offset store's last look); mirroring the "
+        "new one from its beginning"
+    ) in lines[0]
+    counter = re.search(
+        rf'mirror_source_records_skipped_total\{{flow="f-{unique}",reason="recreated",topic="{topic}"\}} (\S+)', text
+    ) or re.search(
+        rf'mirror_source_records_skipped_total\{{flow="f-{unique}",topic="{topic}",reason="recreated"\}} (\S+)', text
+    )
+    assert counter is not None and float(counter.group(1)) == 10.0, text
+    copies = read_partition(dst, target, 0)
+    assert [r.value for r in copies] == [b"old-%d" % i for i in range(20)] + [b"new-%d" % i for i in range(15)]
