@@ -356,3 +356,40 @@ def test_a_source_topic_created_again_while_the_flow_was_stopped_is_reported_and
     assert counter is not None and float(counter.group(1)) == 10.0, text
     copies = read_partition(dst, target, 0)
     assert [r.value for r in copies] == [b"old-%d" % i for i in range(20)] + [b"new-%d" % i for i in range(15)]
+
+
+def test_the_spark_engine_reports_a_source_topic_created_again_while_no_run_was(
+    clusters, write_config, unique, tmp_path, spark_local, caplog
+) -> None:
+    """The same offset-store check as `mirror run`, on the Spark driver, at a query's start."""
+    from mirror.spark.job import run_flow
+    from tests.support.kafkautil import delete_topic, topics
+
+    src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
+    topic, target = f"gaprecsp-{unique}", f"src.gaprecsp-{unique}"
+    cfg = write_config(_flow(unique, topic, tmp_path / "offsets.db"))
+    config = load(cfg)
+    create_topic(src, topic, 1)
+    produce(src, topic, 0, [b"old-%d" % i for i in range(20)])
+    run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local)
+    produce(src, topic, 0, [b"old-%d" % i for i in range(20, 30)])  # never copied: no run is
+    _tick(cfg)  # the store sees the source end, 30
+    delete_topic(src, topic)
+    wait_for(lambda: topic not in topics(src), 60, "the topic gone")
+    wait_for(lambda: create_topic(src, topic, 1) is None, 30, "the topic created again")
+    produce(src, topic, 0, [b"new-%d" % i for i in range(15)])
+    caplog.clear()
+    job = run_flow(config, config.flow(f"f-{unique}"), until_caught_up=True, spark=spark_local, metrics_port=0)
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if "created again" in r.getMessage()]
+    assert lines == [
+        (
+            "WARNING",
+            f"flow f-{unique}: source topic {topic} was deleted and created again while the flow was stopped; "
+            "records of the old topic not yet copied were never mirrored (10 by the offset store's last look); "
+            "mirroring the new one from its beginning",
+        )
+    ]
+    samples = [s for s in job.metrics._m.skipped.collect()[0].samples if s.name.endswith("_total")]
+    assert {s.labels["reason"]: s.value for s in samples if s.labels["topic"] == topic}["recreated"] == 10.0
+    copies = read_partition(dst, target, 0)
+    assert [r.value for r in copies] == [b"old-%d" % i for i in range(20)] + [b"new-%d" % i for i in range(15)]
