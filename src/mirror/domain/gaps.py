@@ -10,7 +10,7 @@ so that failover names those records as never mirrored.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -97,3 +97,28 @@ def gap_inside(gaps: Sequence[SourceGap], position: int | None) -> SourceGap | N
         if position is not None and gap.covers(position):
             return gap
     return None
+
+
+def recreated_while_stopped(
+    recorded_id: str | None, now_id: str | None, committed: Sequence[int | None], history: bool
+) -> bool:
+    """Whether a source topic was deleted and created again while no worker of the flow ran.
+
+    Kafka drops a group's offsets with their topic, so the group has none for any of its
+    partitions (`committed`); and the topic's id (`now_id`) is not the one the flow recorded
+    when it last mirrored it (`recorded_id`), or, with none recorded (a store from before
+    ids were recorded), the offset store holds the flow's history of it (`history`: rows or
+    source ends). A topic the group committed is not new to it, whatever its id.
+    """
+    if now_id is None or any(c is not None for c in committed):
+        return False
+    return recorded_id != now_id if recorded_id is not None else history
+
+
+def old_unmirrored(ends: Mapping[int, int], copied: Mapping[int, int]) -> int | None:
+    """How many records of a deleted topic the flow had not copied: per partition, past the
+    newest copied one (`copied`: partition -> its source offset) up to the end the flow last
+    saw (`ends`: partition -> end offset). None: no end was ever seen (unknown)."""
+    if not ends:
+        return None
+    return sum(max(0, end - copied.get(p, -1) - 1) for p, end in ends.items())

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from mirror.engine.gaps import SourceGaps
     from mirror.engine.gate import ReadGate
     from mirror.engine.producers import ProducerPool
+    from mirror.engine.recreated import RecreatedTopics
     from mirror.engine.start_points import StartPoints
 
 # The shared partition types live in engine/partition.py; named here too for older imports.
@@ -87,6 +88,7 @@ class Assignment:
         self.created: dict[SourcePartition, int | None] = {}
         self.lifecycle = FlowLifecycle(flow)  # the start and rebalance lines operators read
         self.gaps: SourceGaps | None = None  # set once wired: remembers the source topics' ids
+        self.recreated: RecreatedTopics | None = None  # set once wired: topics re-created while stopped
 
     def note_created(self, partitions: list[TopicPartition], targets: Sequence[str]) -> None:
         """This worker created the target topics (`targets`) of these source partitions, so
@@ -150,6 +152,11 @@ class Assignment:
         for tp in partitions:
             self._ledger.assign((tp.topic, tp.partition), self.new_partition(route(self.flow, tp.topic, tp.partition)))
         start, read = self._starts(partitions)
+        if self.recreated is not None and self.gaps is not None:
+            # Re-created while the flow was stopped: the group lost its offsets with the old topic.
+            recreated |= self.recreated.check(
+                self.gaps.source_ids, [(tp.topic, tp.partition) for tp in partitions], read, recreated
+            )
         # A source topic created again under its old name: all of it is new, and the group's
         # offset (a late commit of the old topic's) or the offset-map rows say nothing of it.
         start.update({(tp.topic, tp.partition): OFFSET_BEGINNING for tp in partitions if tp.topic in recreated})
@@ -160,7 +167,10 @@ class Assignment:
             for listener in self._listeners:
                 listener.on_reset(self.flow.name, sorted(start))
         keys = [(tp.topic, tp.partition) for tp in partitions]
-        picked = self._start_points.choose(keys, start, read) if self._start_points is not None else {}
+        # A re-created topic is mirrored from its beginning, whatever start_from says: it is the
+        # continuation of a topic the flow mirrored, not a new one.
+        fresh = [k for k in keys if k[0] not in recreated]
+        picked = self._start_points.choose(fresh, start, read) if self._start_points is not None else {}
         # exactly_once: where the target's progress says (the source group's offsets only
         # where there is none yet); the group is still rewound where `start` says.
         # Never committed: from the beginning, said here (auto.offset.reset=error would make

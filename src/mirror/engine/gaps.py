@@ -133,6 +133,8 @@ class SourceGaps:
                 position - 1,
                 offset,
             )
+        if offset < position:
+            self._forget_position(key)
         if gap is not None:
             if self._policy is GapPolicy.STOP:
                 self._fail(
@@ -142,6 +144,15 @@ class SourceGaps:
             log.warning("flow %s: %s; mirroring on from offset %d", self.flow.name, gap.describe(), offset)
             self._report(gap)
         self._move(key, offset)
+
+    def _forget_position(self, key: SourcePartition) -> None:
+        """The partition resumes below its position (a truncated log, a topic created again):
+        the books forget the offsets they acknowledged and committed there, so the next commit
+        moves the group back to what is copied now. Left past the new log's end, a restart
+        would resume there and skip whatever the source writes below it meanwhile."""
+        part = self._ledger.parts[key]
+        part.committed = None
+        part.acked_next = None
 
     def _fail(self, failure: MirrorError) -> None:
         if self.failures is not None:

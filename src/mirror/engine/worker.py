@@ -63,6 +63,7 @@ from mirror.engine.gate import ReadGate
 from mirror.engine.partition import DRAIN_TIMEOUT, AssignedPartition, CommitTags
 from mirror.engine.producers import ClientFactory, ProducerPool
 from mirror.engine.reading import read_capped
+from mirror.engine.recreated import RecreatedTopics
 from mirror.engine.refresh import RefreshRequests
 from mirror.engine.resync import Resync
 from mirror.engine.start_points import StartPoints
@@ -123,6 +124,7 @@ class FlowWorker:
         self.flow = flow
         self.stop = stop
         self.listeners = list(listeners)
+        self.recreated = RecreatedTopics.of(flow.name, self.listeners)  # before the checkpointer's first tick
         self.until_caught_up = until_caught_up
         self.clock = clock
         self.status = FlowStatus(flow.name)
@@ -343,6 +345,7 @@ class FlowWorker:
             start_points=StartPoints(f, lambda: self.admins.source),
         )
         assignment.gaps = self.gaps
+        assignment.recreated = self.recreated
         self.resync = resync = Resync(
             f,
             self._source,

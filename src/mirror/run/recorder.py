@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge
 
 from mirror.domain.acks import AckBatch, SourcePartition
-from mirror.domain.gaps import SourceGap
+from mirror.domain.gaps import GapReason, SourceGap
 from mirror.domain.offsetmap import OffsetStore, OffsetSync
 from mirror.errors import MirrorError, OffsetStoreError
 from mirror.store.base import CreatedTopic
@@ -161,7 +161,8 @@ class OffsetMapRecorder:
 
     def on_gap(self, flow: str, gap: SourceGap) -> None:
         """The source lost these records before they were copied: record them at the next flush."""
-        if gap.count > 0:  # a re-created topic's unknown loss has no range to record
+        # A re-created topic's loss has no range to record: its old offsets name nothing in the new topic.
+        if gap.count > 0 and gap.reason is not GapReason.RECREATED:
             self._gaps.append(gap)
 
     def before_commit(self, flow: str, positions: Mapping[SourcePartition, int]) -> None:

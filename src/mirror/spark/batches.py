@@ -25,6 +25,7 @@ from mirror.run.supervisor import restart_delay
 from mirror.spark.arrow import COLUMNS, RESULT_SCHEMA, mirror_arrow, results_of
 from mirror.spark.checkpoint import batch_ends
 from mirror.spark.commits import GroupCommits, Partition
+from mirror.spark.gaps import BatchGaps, without_deleted
 from mirror.spark.jvm import JvmWriter
 from mirror.spark.task import TaskPlan, TaskResult
 from mirror.spark.warmup import Warmup
@@ -71,6 +72,7 @@ class Batches:
         # a batch of theirs completed in this query, or their target was empty when it started.
         self._settled: set[Partition] = set()
         self.jvm = JvmWriter(plan)  # the batch's records produced by Java tasks where it may (`mirror.spark.jvm`)
+        self.gaps = BatchGaps(flow, source, recorder, metrics)  # records deleted past the query's position
 
     def start_query(self, mappings: list[TopicMapping], checkpoint: Path, empty: Collection[Partition] = ()) -> None:
         """A new query over `mappings`, checkpointed at `checkpoint`. It starts at the group's
@@ -99,6 +101,7 @@ class Batches:
         def python(df: Any, plan: TaskPlan) -> list[TaskResult]:
             return _python_tasks(df, replace(plan, source_ends=pending.result()))
 
+        begins = self._begins(batch_id)
         t1 = time.monotonic()
         path, results = self.jvm.run(df, plan, {t for t, _ in self._parts}, batch_id, python)
         self.paths[path] = self.paths.get(path, 0) + 1
@@ -108,6 +111,7 @@ class Batches:
             log.warning(
                 "flow %s: batch %d: its offset range is unreadable; committing its records only", self.flow, batch_id
             )
+        self.gaps.report(batch_id, begins, ends or {}, results)
         self.finish(batch_id, results, ends or {})
         # Their next batch starts where this one ended, and the target holds nothing past it.
         self._settled.update((r.topic, r.partition) for r in results)
@@ -127,6 +131,12 @@ class Batches:
             (t1 - t0) * 1000,
             (time.monotonic() - t2) * 1000,
         )
+
+    def _begins(self, batch_id: int) -> dict[Partition, int]:
+        """Where batch `batch_id`'s ranges start: the previous batch's ends in Spark's offset
+        log, else (a query's first batch) where the group stands, as the query started it."""
+        before = batch_ends(self._checkpoint, batch_id - 1) if batch_id > 0 else None
+        return dict(before) if before is not None else self.commits.positions
 
     def finish(self, batch_id: int, results: list[TaskResult], ends: Mapping[Partition, int]) -> None:
         """The driver's part of a batch once the tasks produced it: rows stored, then the commit.
@@ -154,8 +164,9 @@ class Batches:
             for r in results
         ]
         for r in results:
-            if r.warning:
-                log.warning("flow %s: batch %d: %s", self.flow, batch_id, r.warning)
+            warning = without_deleted(r.warning)  # deleted records: reported as gaps (`BatchGaps`)
+            if warning:
+                log.warning("flow %s: batch %d: %s", self.flow, batch_id, warning)
         self.recorder.on_acked(batches)
         if self.metrics is not None:
             # The metrics count what was produced; a copy only where that differs (a replay).

@@ -174,6 +174,7 @@ class SparkFlow:
             status=self.status,
             throttle=self.throttle,
         )
+        self._batches.gaps.policy = self._starts.on_source_gap
         self._watch = TopicWatch(self.config, self.flow, self._source, self._target)
         spark = None
         try:

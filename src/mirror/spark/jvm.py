@@ -42,6 +42,7 @@ from typing import Any
 from mirror.errors import ConfigError
 from mirror.kafka.settings import BATCH_SIZE, PRODUCER_DEFAULTS, batch_size_for
 from mirror.spark.clients import java_kafka_options
+from mirror.spark.gaps import without_deleted  # deleted records: reported as gaps (`BatchGaps`)
 from mirror.spark.task import FLUSH_TIMEOUT, TaskPlan, TaskResult
 
 log = logging.getLogger(__name__)
@@ -224,7 +225,7 @@ def _left(tasks: Iterable[Mapping[str, Any]]) -> set[tuple[str, int]]:
 def warnings_of(tasks: Iterable[Mapping[str, Any]]) -> list[str]:
     """The warnings of tasks that produced nothing (their range's records were deleted before
     they were read): no result carries them to `Batches.finish`, which logs the others."""
-    return [r["warning"] for r in tasks if "warning" in r and "next" not in r]
+    return [w for r in tasks if "warning" in r and "next" not in r if (w := without_deleted(r["warning"]))]
 
 
 class JvmWriter:

@@ -21,6 +21,7 @@ from typing import Any
 from mirror.domain.gaps import GapPolicy, GapReason, SourceGap
 from mirror.domain.topics import TopicMapping
 from mirror.engine.gaps import RESUME_HINT
+from mirror.engine.recreated import RecreatedTopics
 from mirror.engine.start_points import StartPoints
 from mirror.errors import MirrorError, SourceGapError
 from mirror.kafka import OFFSET_END
@@ -59,11 +60,13 @@ def plan_starts(
     created: set[str],
     recreated: set[str],
     chosen: Mapping[Partition, int] | None = None,
+    reported: frozenset[str] = frozenset(),
 ) -> Starts:
     """Each partition's start from the group's offsets and metadata (`committed`), the source
     watermarks (`marks`: `.low`, `.high`), the target topics' ids, the target topics this run
     `created`, the source topics `recreated` since the run's previous query, and the starts
-    `start_from` `chosen` for partitions the group never committed."""
+    `start_from` `chosen` for partitions the group never committed. Of the `recreated`
+    topics, those `reported` already (re-created while the flow was stopped) get no warning here."""
     chosen = chosen or {}
     out = Starts()
     for m in mappings:
@@ -108,7 +111,7 @@ def plan_starts(
             else:
                 out.earliest.append(tp)
                 out.restarted |= offset is not None
-        out.warnings.extend(_topic_warnings(m, m.source in recreated, new, outside))
+        out.warnings.extend(_topic_warnings(m, m.source in recreated - reported, new, outside))
     out.restarted |= bool(out.reset)
     return out
 
@@ -172,6 +175,7 @@ class StartingOffsets:
         self.source_ids: dict[str, str] = {}  # source topic -> id, as the last query started
         self.on_source_gap = GapPolicy.SKIP
         self.metrics: Any = None  # the driver's MetricsListener (`--metrics-port`): counts the gaps
+        self._stopped: RecreatedTopics | None | bool = None  # topics re-created while no run was; False: no store
 
     def _report_gaps(self, gaps: list[SourceGap]) -> None:
         """Each gap once, in `mirror run`'s words; counted and recorded in the offset map
@@ -187,12 +191,26 @@ class StartingOffsets:
         if gaps:
             self.recorder.flush()
 
+    def _recreated_while_stopped(
+        self, mappings: list[TopicMapping], ids: Mapping[str, str], group: Mapping[Partition, Any], known: set[str]
+    ) -> set[str]:
+        """Source topics deleted and created again while no run of the flow was (the group lost
+        its offsets with them; the offset store tells, `mirror.engine.recreated`), reported."""
+        if self._stopped is None:
+            self._stopped = RecreatedTopics.of(self.flow, [self.recorder, self.metrics]) or False
+        if not isinstance(self._stopped, RecreatedTopics):
+            return set()
+        parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
+        return self._stopped.check(ids, parts, {tp: group.get(tp, (None, None))[0] for tp in parts}, known)
+
     def decide(self, mappings: list[TopicMapping]) -> Starts:
         """The start of a query over `mappings`; the group and `commits` are set to it."""
         group = committed = self.source.group_offsets_with_metadata(self.group)
         source_ids = self.source.topic_ids(sorted({m.source for m in mappings}))
         recreated = {t for t, i in source_ids.items() if self.source_ids.get(t, i) != i}
         self.source_ids.update(source_ids)  # a topic deleted meanwhile keeps its old id: recreated later, it is noticed
+        stopped = self._recreated_while_stopped(mappings, source_ids, group, recreated)
+        recreated |= stopped
         if self.progress is not None:
             # Progress naming another source id: recreated while no query ran (this one's id
             # unknown to the run yet), told by the id the progress was committed with.
@@ -204,7 +222,9 @@ class StartingOffsets:
         marks = self.source.watermarks([tp for tp in parts if tp in committed], committed_only=False)
         never = {tp: None for tp in parts if committed.get(tp, (None, None))[0] is None and tp[0] not in recreated}
         chosen = self.start_points.choose(list(never), {}, never) if self.start_points is not None else {}
-        starts = plan_starts(mappings, committed, marks, target_ids, self.created, recreated, chosen)
+        starts = plan_starts(
+            mappings, committed, marks, target_ids, self.created, recreated, chosen, frozenset(stopped)
+        )
         for warning in starts.warnings:
             log.warning("flow %s: %s", self.flow, warning)
         self._report_gaps(starts.gaps)

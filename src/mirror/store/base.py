@@ -90,6 +90,14 @@ class FullOffsetStore(OffsetStore, Protocol):
 
     def forget_acls(self, flow: str, acls: Iterable[str]) -> None: ...
 
+    def record_source_topic_ids(self, flow: str, ids: Mapping[str, str]) -> None:
+        """Remember the ids of the source topics the flow mirrors (a re-created topic has another)."""
+        ...
+
+    def source_topic_ids(self, flow: str) -> dict[str, str]:
+        """Source topic -> its id, as the flow last recorded it."""
+        ...
+
 
 def sync_window(store: FullOffsetStore, flow: str, topic: str, partition: int, position: int) -> list[OffsetSync]:
     """The rows `translate` needs for `position`: the floor row and the one after it."""

@@ -73,6 +73,10 @@ _TABLES = {
         flow text, acl text,
         PRIMARY KEY ((flow), acl)
     )""",
+    "source_topics": """CREATE TABLE IF NOT EXISTS {ks}.source_topics (
+        flow text, topic text, topic_id text,
+        PRIMARY KEY ((flow), topic)
+    )""",
 }
 # Columns added to a table after it first shipped: (table, column, CQL type), added where missing.
 _ADDED_COLUMNS = (("created_topics", "source_cluster_id", "text"),)
@@ -225,6 +229,8 @@ class CassandraStore:
             "acls": f"SELECT acl FROM {ks}.acl_syncs WHERE flow=?",
             "put_acl": f"INSERT INTO {ks}.acl_syncs (flow, acl) VALUES (?, ?)",
             "del_acl": f"DELETE FROM {ks}.acl_syncs WHERE flow=? AND acl=?",
+            "source_ids": f"SELECT topic, topic_id FROM {ks}.source_topics WHERE flow=?",
+            "put_source_id": f"INSERT INTO {ks}.source_topics (flow, topic, topic_id) VALUES (?, ?, ?)",
         }
         out = {}
         for name, cql in stmts.items():
@@ -459,6 +465,13 @@ class CassandraStore:
 
     def forget_acls(self, flow: str, acls: Iterable[str]) -> None:
         self._write_many("forget synced ACLs", "del_acl", [(flow, a) for a in acls])
+
+    def record_source_topic_ids(self, flow: str, ids: Mapping[str, str]) -> None:
+        self._write_many("record source topic ids", "put_source_id", [(flow, t, i) for t, i in ids.items()])
+
+    def source_topic_ids(self, flow: str) -> dict[str, str]:
+        rows = self._run("read source topic ids", lambda s: list(s.execute(self._stmts["source_ids"], (flow,))))
+        return {r.topic: r.topic_id for r in rows}
 
     def close(self) -> None:
         with self._lock:

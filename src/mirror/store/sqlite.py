@@ -65,6 +65,10 @@ CREATE TABLE IF NOT EXISTS acl_syncs (
     flow TEXT NOT NULL, acl TEXT NOT NULL,
     PRIMARY KEY (flow, acl)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS source_topics (
+    flow TEXT NOT NULL, topic TEXT NOT NULL, topic_id TEXT NOT NULL,
+    PRIMARY KEY (flow, topic)
+) WITHOUT ROWID;
 """
 # Columns added to a table after it first shipped: (table, column, definition), added where missing.
 _ADDED_COLUMNS = (("created_topics", "source_cluster_id", "TEXT NOT NULL DEFAULT ''"),)
@@ -402,6 +406,18 @@ class SqliteStore:
     def forget_created_topic(self, flow: str, target: str) -> None:
         with self._tx("forget a created target topic") as db:
             db.execute("DELETE FROM created_topics WHERE flow=? AND target=?", (flow, target))
+
+    # -- the source topics' ids as the flow last mirrored them (`mirror.engine.recreated`)
+    def record_source_topic_ids(self, flow: str, ids: Mapping[str, str]) -> None:
+        if ids:
+            with self._tx("record source topic ids") as db:
+                db.executemany(
+                    "INSERT OR REPLACE INTO source_topics VALUES (?, ?, ?)", [(flow, t, i) for t, i in ids.items()]
+                )
+
+    def source_topic_ids(self, flow: str) -> dict[str, str]:
+        rows = self._query("read source topic ids", "SELECT topic, topic_id FROM source_topics WHERE flow=?", (flow,))
+        return {t: i for t, i in rows}
 
     # -- ACLs the sync created on the target (`mirror.run.aclsync`)
     def synced_acls(self, flow: str) -> set[str]:

@@ -355,3 +355,42 @@ def test_a_capped_driver_waits_after_a_batch_until_the_cap_paid_for_it():
     pace(throttle, stop, 10, 5000)  # five seconds' worth, one second of it paid from the burst
     assert 4.0 <= stop.waited <= 4.1
     assert throttle.throttled_seconds() >= 4.0
+
+
+def test_a_source_topic_recreated_while_no_run_was_starts_from_the_beginning_once_reported(tmp_path, caplog):
+    """The group lost its offsets with the old topic; the offset store recorded the old id
+    and saw its end (40) past the newest copy (29): the driver reports 10 records never
+    mirrored (the counter, no offset_gaps row), and the new topic starts from the beginning."""
+    from mirror.domain.offsetmap import OffsetSync
+    from mirror.run.recorder import OffsetMapRecorder
+    from mirror.store import SqliteStore
+
+    class Heard:
+        def __init__(self):
+            self.gaps = []
+
+        def on_gap(self, _flow, gap):
+            self.gaps.append(gap)
+
+    store = SqliteStore(tmp_path / "o.db")
+    store.write_syncs("one", [OffsetSync("x", 0, 0, 0)], [OffsetSync("x", 0, 29, 29)])
+    store.write_source_ends("one", {("x", 0): 40}, 1)
+    store.record_source_topic_ids("one", {"x": "OLD"})
+    source, metrics = FakeSource({}), Heard()  # x's id now: S1
+    recorder = OffsetMapRecorder(store, "one", registry=None)
+    starts = StartingOffsets(
+        "one", "g", source, FakeTarget({"a.x": "X"}), recorder, GroupCommits("one", "g", source, FakeTarget({}))
+    )
+    starts.metrics = metrics
+    got = starts.decide([TopicMapping("x", "a.x", 1)])
+    assert got.offsets == {"x": {"0": -2}} and got.reset == [("x", 0)]
+    assert metrics.gaps == [SourceGap("x", -1, 0, 9, GapReason.RECREATED)]
+    lines = [r.getMessage() for r in caplog.records if "created again" in r.getMessage()]
+    assert (
+        len(lines) == 1
+        and "while the flow was stopped" in lines[0]
+        and "(10 by the offset store's last look)" in lines[0]
+    )
+    assert store.source_topic_ids("one") == {"x": "S1"} and store.gaps("one") == {}
+    again = starts.decide([TopicMapping("x", "a.x", 1)])  # the next query: known now
+    assert len(metrics.gaps) == 1 and again.reset == []
