@@ -41,11 +41,16 @@ class Recorder:
 
 
 class Commits:
+    """The group commits of `mirror.spark.commits.GroupCommits`: `positions` where the group
+    stands (the query started it there), `committed` every commit made."""
+
     def __init__(self) -> None:
-        self.positions: list[dict[Any, int]] = []
+        self.positions: dict[Any, int] = {}
+        self.committed: list[dict[Any, int]] = []
 
     def commit(self, positions: dict[Any, int]) -> None:
-        self.positions.append(positions)
+        self.committed.append(positions)
+        self.positions = {**self.positions, **positions}
 
 
 def _result(partition: int, records: int) -> TaskResult:
@@ -73,7 +78,7 @@ def test_the_per_batch_line_of_the_real_handler_is_read(tmp_path: Path) -> None:
         logger.removeHandler(lines)
         logger.setLevel(level)
 
-    assert commits.positions  # the batch went through the handler's whole path
+    assert commits.committed  # the batch went through the handler's whole path
     assert len(lines.batches) == 1
     (batch,) = lines.batches
     assert {k: batch[k] for k in ("batch", "tasks", "records")} == {"batch": 3, "tasks": 2, "records": 100}
