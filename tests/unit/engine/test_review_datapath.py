@@ -100,3 +100,77 @@ def test_exactly_once_first_start_of_a_never_committed_partition_reports_no_gap(
     )
     worker.run()
     assert heard.gaps == [], [g.describe() for g in heard.gaps]
+
+
+class Source:
+    def __init__(self, low: int, high: int, ids: Any = None) -> None:
+        self.low, self.high, self.ids = low, high, ids
+
+    def watermarks(self, parts: Any, committed_only: bool = True) -> dict[tuple[str, int], Watermarks]:
+        return {tp: Watermarks(self.low, self.high) for tp in parts}
+
+    def topic_ids(self, topics: Any) -> dict[str, str]:
+        if self.ids is None:
+            raise MirrorError("the source did not answer")
+        return {t: self.ids[t] for t in topics if t in self.ids}
+
+
+class Admins:
+    def __init__(self, source: Source) -> None:
+        self.source = source
+
+
+class EagerConsumer:
+    """librdkafka's eager side: P1 was assigned at 50 (a claim's progress, a resync's start)
+    and has returned no record yet, so its position is unknown (-1001); assigned at -1001 it
+    would start at the group's committed offset instead."""
+
+    def __init__(self) -> None:
+        self.assigned: list[tuple[str, int, int]] = []
+
+    def assignment(self) -> list[TopicPartition]:
+        return [TopicPartition(*P0), TopicPartition(*P1)]
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, -1001) for tp in tps]
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        self.assigned = [(tp.topic, tp.partition, tp.offset) for tp in tps]
+
+    def incremental_unassign(self, tps: list[TopicPartition]) -> None:
+        pass
+
+    def incremental_assign(self, tps: list[TopicPartition]) -> None:
+        self.assigned = [(tp.topic, tp.partition, tp.offset) for tp in tps]
+
+
+def _gaps(source: Source, consumer: Any, *, eager: bool) -> tuple[SourceGaps, Heard]:
+    flow = config.parse(TEXT, env={}).flows[0]
+    ledger: Ledger[AssignedPartition] = Ledger(flow.name)
+    for tp in (P0, P1):
+        ledger.assign(tp, AssignedPartition(route(flow, *tp)))
+    heard = Heard()
+    gaps = SourceGaps(
+        flow,
+        consumer,
+        admins=Admins(source),  # type: ignore[arg-type]
+        listeners=[heard],
+        failures=Failures(flow.name, FlowStatus(flow.name), lambda: 0.0),
+        ledger=ledger,
+        eager=eager,
+    )
+    return gaps, heard
+
+
+def test_an_eager_move_keeps_the_start_of_a_partition_that_returned_no_record_yet() -> None:
+    """Eager assignor (roundrobin, the choice above ~5,000 partitions): P0's gap re-assigns
+    the whole assignment "at current positions", but P1, started at 50 by the assign
+    callback (exactly_once: the progress; its group still at 40 after a writer killed between
+    its two commits) and not read yet, has no position: it goes back to the group's offset,
+    and 40..49, already committed on the target, are copied again (a stale resync rewind:
+    records skipped). The move must keep P1 where the worker started it."""
+    consumer = EagerConsumer()
+    gaps, _ = _gaps(Source(150, 200), consumer, eager=True)
+    gaps.on_out_of_range(Msg(P0, 100))  # type: ignore[arg-type]
+    assert ("orders", 0, 150) in consumer.assigned
+    assert ("orders", 1, -1001) not in consumer.assigned, consumer.assigned
