@@ -174,3 +174,31 @@ def test_an_eager_move_keeps_the_start_of_a_partition_that_returned_no_record_ye
     gaps.on_out_of_range(Msg(P0, 100))  # type: ignore[arg-type]
     assert ("orders", 0, 150) in consumer.assigned
     assert ("orders", 1, -1001) not in consumer.assigned, consumer.assigned
+
+
+def test_a_position_past_the_end_with_the_topic_ids_unreadable_is_not_resumed_silently_at_the_end() -> None:
+    """P0 was at 100 when its source topic was deleted and created again (the metadata
+    refresh did not revoke it in between); the new topic holds 0..29. The topic-id look-up
+    fails right then (a source admin timeout), so `_recreated` says no and the position is
+    taken for an unclean truncation: resumed at 30 with no report, records 0..29 of the new
+    topic are never mirrored and nothing (WARNING of a gap, counter, offset map) says so.
+    Unsure which it is, the worker must not skip without a report."""
+    consumer = EagerConsumer()
+    gaps, heard = _gaps(Source(0, 30, ids=None), consumer, eager=False)
+    gaps.on_out_of_range(Msg(P0, 100))  # type: ignore[arg-type]
+    skipped_silently = consumer.assigned == [("orders", 0, 30)] and not heard.gaps
+    assert not skipped_silently, (consumer.assigned, heard.gaps)
+
+
+def test_a_position_past_the_end_of_a_topic_whose_id_was_never_read_is_not_resumed_silently_at_the_end() -> None:
+    """As above, but the ids were unreadable when P0 was assigned (`remember_ids` noted none)
+    and readable now: with no earlier id to compare, `_recreated` says no, and the new topic's
+    0..29 are skipped without a report."""
+    source = Source(0, 30, ids=None)
+    consumer = EagerConsumer()
+    gaps, heard = _gaps(source, consumer, eager=False)
+    assert gaps.remember_ids(["orders"]) == set()  # unreadable at assignment
+    source.ids = {"orders": "id-2"}  # the new topic's
+    gaps.on_out_of_range(Msg(P0, 100))  # type: ignore[arg-type]
+    skipped_silently = consumer.assigned == [("orders", 0, 30)] and not heard.gaps
+    assert not skipped_silently, (consumer.assigned, heard.gaps)
