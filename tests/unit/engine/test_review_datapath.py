@@ -233,3 +233,70 @@ def test_a_reload_that_lowers_the_cap_never_holds_reading_longer_than_the_debt_l
     throttle.took(1, 4 * 2**20)  # one 4 MiB record: the debt is capped at 30 s' worth
     throttle.set_caps(8 * 1024, None)  # the reload
     assert _held_for(throttle, clock) <= MAX_DEBT_SECONDS + 1
+
+
+class IdleExpiredConsumer(ExpiredHeadConsumer):
+    """P0 was committed at 50 before the flow stopped; since then everything up to LOW
+    expired and nothing was written (an idle partition: LOW is also its end). librdkafka
+    starts an unassigned-offset partition at the group's committed offset."""
+
+    def _start(self, tps: list[TopicPartition]) -> None:
+        super()._start(tps)
+        for tp in tps:
+            key = (tp.topic, tp.partition)
+            if tp.offset == -1001 and self.last_commit(key) is not None:
+                self.position_of[key] = self.last_commit(key)  # type: ignore[assignment]
+
+    def incremental_assign(self, tps: list[TopicPartition]) -> None:
+        super().incremental_assign(tps)
+        self._start(tps)
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        # librdkafka's position is the offset after the last record returned: none here
+        # (see eos_steps.AppPositionConsumer), whatever offset the partition was assigned at.
+        got = {tp: max(o) + 1 for tp, o in self.records.items() if o}
+        return [TopicPartition(tp.topic, tp.partition, got.get((tp.topic, tp.partition), -1001)) for tp in tps]
+
+
+class IdleExpiredAdmin(ExpiredHeadAdmin):
+    def watermarks(self, parts: Any, committed_only: bool = True) -> dict[tuple[str, int], Watermarks]:
+        return {tp: Watermarks(LOW, LOW) for tp in parts}
+
+
+def _restart(commits: list[dict[tuple[str, int], int]], heard: Heard) -> IdleExpiredConsumer:
+    import threading
+
+    from mirror.engine.worker import FlowWorker
+    from tests.unit.engine.fakes import Clock, FakeProducer, Target
+
+    cfg = config.parse(TEXT, env={})
+    stop, target = threading.Event(), Target()
+    consumer = IdleExpiredConsumer([P0], [[], [], []], stop, target)
+    consumer.commits = list(commits)
+    admins = {"nyc": {"orders": 1}, "sf": {"nyc.orders": 1}}
+    worker = FlowWorker(
+        cfg,
+        cfg.flows[0],
+        stop=stop,
+        listeners=[heard],
+        clock=Clock(),
+        consumer_factory=lambda name, cluster, settings: consumer,
+        producer_factory=lambda name, cluster, settings: FakeProducer(target, 100_000),
+        admin_factory=lambda name, cluster: IdleExpiredAdmin(admins[name]),
+    )
+    worker.run()
+    return consumer
+
+
+def test_a_gap_is_counted_once_not_again_by_every_worker_that_takes_the_partition_after_it() -> None:
+    """Records 50..99 of P0 expired while the flow was stopped; nothing was written since.
+    The first start reports the gap (50 records, the counter, the offset map) and moves P0
+    to 100, but nothing past the gap is ever committed (no record is read, so no position):
+    the group stays at 50, and every restart, and every worker a rebalance gives P0 to,
+    reports the same 50 records again: mirror_source_records_skipped_total counts 50 per
+    restart, and with on_source_gap: stop the flow never starts again."""
+    heard = Heard()
+    first = _restart([{P0: 50}], heard)
+    assert [(g.first, g.last) for g in heard.gaps] == [(50, 99)]
+    _restart(first.commits, heard)
+    assert [(g.first, g.last) for g in heard.gaps] == [(50, 99)], "reported again after a restart"
