@@ -338,3 +338,17 @@ def test_start_from_latest_does_not_move_a_partition_whose_group_offsets_expired
     worker.run()
     committed = consumer.last_commit(P0)
     assert committed is None or committed <= 50, f"committed {committed}: 50..{committed - 1} never mirrored"
+
+
+def test_a_group_offset_of_0_left_by_a_rewind_or_a_fence_is_not_a_gap_on_restart() -> None:
+    """Two places commit a concrete 0 meaning "from the beginning": `Assignment.rewind_group`
+    (a target topic re-created: re-mirror from the source's beginning) and `Fence` (after a
+    freeze, a never-committed partition is asked with 0, "where a restart would start too").
+    With auto.offset.reset=earliest that was so; with `error`, a restart (or a new owner)
+    before anything past 0 is committed (always, for an idle partition whose records all
+    expired: LOW is its end) fetches 0, is out of range, and reports records 0..99, which
+    the beginning never held for this flow, as a RETENTION gap; with on_source_gap: stop
+    the flow cannot start."""
+    heard = Heard()
+    _restart([{P0: 0}], heard)  # what rewind_group / the fence left
+    assert heard.gaps == [], [g.describe() for g in heard.gaps]
