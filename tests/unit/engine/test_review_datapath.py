@@ -340,15 +340,16 @@ def test_start_from_latest_does_not_move_a_partition_whose_group_offsets_expired
     assert committed is None or committed <= 50, f"committed {committed}: 50..{committed - 1} never mirrored"
 
 
-def test_a_group_offset_of_0_left_by_a_rewind_or_a_fence_is_not_a_gap_on_restart() -> None:
-    """Two places commit a concrete 0 meaning "from the beginning": `Assignment.rewind_group`
-    (a target topic re-created: re-mirror from the source's beginning) and `Fence` (after a
-    freeze, a never-committed partition is asked with 0, "where a restart would start too").
-    With auto.offset.reset=earliest that was so; with `error`, a restart (or a new owner)
-    before anything past 0 is committed (always, for an idle partition whose records all
-    expired: LOW is its end) fetches 0, is out of range, and reports records 0..99, which
-    the beginning never held for this flow, as a RETENTION gap; with on_source_gap: stop
-    the flow cannot start."""
+def test_a_group_offset_of_0_left_by_the_fence_for_a_never_committed_partition_is_not_a_gap_on_restart() -> None:
+    """After a freeze, `Fence._seek_committed` asks the group with a concrete 0 for a partition
+    it never committed ("where a restart would start too"). With auto.offset.reset=earliest
+    that was so; with `error`, a restart (or a new owner) before anything past 0 is committed
+    (never, for an idle partition whose records all expired: LOW is its end) fetches 0, is
+    out of range, and reports records 0..99, which this flow was never meant to copy (it
+    starts never-committed partitions at the beginning, silently), as a RETENTION gap, again
+    at every restart; with on_source_gap: stop the flow cannot start. (`rewind_group`'s 0,
+    after a target topic is created again, leaves the same state: there the report is true
+    of the new target, but made only if a restart comes before the first commit.)"""
     heard = Heard()
-    _restart([{P0: 0}], heard)  # what rewind_group / the fence left
+    _restart([{P0: 0}], heard)  # what the fence's ask left
     assert heard.gaps == [], [g.describe() for g in heard.gaps]
