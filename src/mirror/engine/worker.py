@@ -320,6 +320,7 @@ class FlowWorker:
                 consumer,
                 source=self._source,
                 source_ids=lambda topics: self.admins.source.topic_ids(topics),
+                log_starts=lambda tps: log_starts(self.admins.source, tps),
                 ledger=ledger,
                 committer=committer,
                 pool=committer.pool,
@@ -340,7 +341,7 @@ class FlowWorker:
             committer=committer,
             reports=reports,
             claims=claims,
-            start_points=StartPoints(f, lambda: self.admins.source),
+            start_points=StartPoints(f, lambda: self.admins.source, target=lambda: self.admins.target),
         )
         assignment.gaps = self.gaps
         self.resync = resync = Resync(
@@ -492,3 +493,8 @@ class FlowWorker:
             else:
                 log.info("flow %s: acknowledgements flow again on every partition", self.flow.name)
             self._stalled = stalled
+
+
+def log_starts(source: Any, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """The first offset of each source log (the claims' "from the beginning")."""
+    return {tp: marks.low for tp, marks in source.watermarks(tps, committed_only=False).items()}
