@@ -105,6 +105,11 @@ class Throttle:
     def capped(self) -> bool:
         return self.max_bytes is not None or self.max_records is not None
 
+    @property
+    def holding(self) -> bool:
+        """The cap held the last read back: records may be waiting at the source (not idle)."""
+        return self._since is not None
+
     def set_caps(self, max_bytes: float | None, max_records: float | None) -> None:
         """The flow's caps (None: none); this worker takes its share of each."""
         with self._lock:

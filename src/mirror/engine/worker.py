@@ -458,7 +458,7 @@ class FlowWorker:
                 self.forwarder.forward(msgs)
             self.reports.serve(0)
             if failures.poisoned is not None:
-                failures.due(idle=not msgs and not gate.pending and not self.ledger.inflight_records())
+                failures.due(idle=not (msgs or gate.pending or self.throttle.holding or self.ledger.inflight_records()))
             if failures.failure is not None and not watch.recovered():
                 raise failures.failure
             if schedule.due():

@@ -170,3 +170,17 @@ def test_a_reload_that_lowers_the_cap_never_holds_reading_longer_than_the_debt_l
     throttle.took(1, 4 * 2**20)  # one 4 MiB record: the debt is capped at 30 s' worth
     throttle.set_caps(8 * 1024, None)  # the reload
     assert _held_for(throttle, clock) <= MAX_DEBT_SECONDS + 1
+
+
+def test_a_throttled_read_is_held_not_idle() -> None:
+    """worker.py: a poisoned record fails the flow at once when the loop is idle; a loop the
+    cap holds back has records waiting at the source, so it must not count as idle."""
+    clock = Still()
+    throttle = Throttle(1000, None, clock=clock)
+    assert throttle.allowed(10) >= 1 and not throttle.holding
+    throttle.took(1, 5000)  # 5 s of the cap
+    assert throttle.allowed(10) == 0 and throttle.holding
+    clock.now += 10
+    assert throttle.allowed(10) >= 1 and not throttle.holding
+    throttle.set_caps(None, None)
+    assert not throttle.holding
