@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from mirror.domain.ledger import Ledger
     from mirror.engine.admins import AdminPair
     from mirror.engine.failures import Failures
+    from mirror.engine.gate import ReadGate
     from mirror.engine.partition import AssignedPartition
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class SourceGaps:
         # (librdkafka would start it at the group's offset, which may be past or before it).
         self.starts: dict[SourcePartition, int] = {}
         self._unread: set[str] = set()  # topics assigned while their ids were unreadable
+        self.gate: ReadGate | None = None  # set once wired: records read, not produced yet
 
     def remember_ids(self, topics: Sequence[str]) -> set[str]:
         """Note the ids of newly assigned source topics; return those whose id changed since
@@ -175,8 +177,11 @@ class SourceGaps:
         every restart and new owner. Only when nothing read is unacknowledged: then
         everything before `offset` is on the target or in the gap."""
         part = self._ledger.parts.get(key)
-        if part is not None and part.quiet and (part.acked_next is None or part.acked_next < offset):
-            part.acked_next = offset
+        if part is None or not part.quiet or (part.acked_next is not None and part.acked_next >= offset):
+            return
+        if self.gate is not None and any((m.topic(), m.partition()) == key for m in self.gate.pending):
+            return  # records before the gap wait for the producer: they move the commit first
+        part.acked_next = offset
 
     def _unsure(self, key: SourcePartition, position: int, low: int, high: int) -> int:
         """Past the log end, and a re-created topic (all of it new) cannot be told from a

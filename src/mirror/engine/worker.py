@@ -244,7 +244,7 @@ class FlowWorker:
         self.requests = requests = RefreshRequests()
         self.failures = Failures(f.name, status, self.clock)
         self.tags = tags = CommitTags(ledger)
-        self.gate = gate = ReadGate(f.name, f.target, consumer, ledger, status)
+        self.gate = self.gaps.gate = gate = ReadGate(f.name, f.target, consumer, ledger, status)
         # Frozen (SIGSTOP, a VM pause, a stalled host) for longer than this, the group may
         # have given this worker's partitions to another: see `Fence`.
         fence_after = (int(consumer_cfg["session.timeout.ms"]) - int(consumer_cfg["heartbeat.interval.ms"])) / 1000
