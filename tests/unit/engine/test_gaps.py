@@ -249,3 +249,25 @@ def test_the_fences_ask_with_0_for_a_never_committed_partition_is_not_a_gap_on_r
     heard = Listener()
     run_idle_expired([{P0: 0}], heard)  # what the fence's ask left
     assert heard.gaps == [], [g.describe() for g in heard.gaps]
+
+
+def test_a_gap_moves_the_commit_past_it_only_when_nothing_before_it_is_unacknowledged() -> None:
+    """The gap's new position becomes the partition's next commit (`acked_next`) once it is
+    recorded, unless a record read before the gap still waits for the producer (the read
+    gate's pending records): committing past it then could lose it in a crash."""
+
+    class Gate:
+        def __init__(self, pending: list[Msg]) -> None:
+            self.pending = pending
+
+    gaps, _, heard, _ = _gaps(Source(150, 200))
+    gaps.gate = Gate([Msg(P0, 99)])  # type: ignore[assignment]
+    gaps.on_out_of_range(Msg(P0, 100))  # type: ignore[arg-type]
+    assert [(g.first, g.last) for g in heard.gaps] == [(100, 149)]
+    assert gaps._ledger.parts[P0].acked_next is None
+
+    gaps, _, heard, _ = _gaps(Source(150, 200))
+    gaps.gate = Gate([])  # type: ignore[assignment]
+    gaps.on_out_of_range(Msg(P0, 100))  # type: ignore[arg-type]
+    assert [(g.first, g.last) for g in heard.gaps] == [(100, 149)]
+    assert gaps._ledger.parts[P0].acked_next == 150

@@ -102,3 +102,25 @@ def test_start_from_latest_does_not_move_a_partition_whose_group_offsets_expired
     worker.run()
     committed = consumer.last_commit(P0)
     assert committed is None or committed <= 50, f"committed {committed}: 50..{committed - 1} never mirrored"
+
+
+def test_a_partition_with_copies_on_the_target_keeps_its_history_an_unanswering_target_moves_nothing() -> None:
+    """Group offsets expired (or deleted): copies on the target say the flow mirrored the
+    partition, so start_from leaves it at the earliest record; an empty target partition is
+    new and moves; the target unreadable, none moves (more copied, nothing skipped)."""
+
+    class TargetEnds:
+        def __init__(self, ends: dict[tuple[str, int], int] | None) -> None:
+            self.ends = ends
+
+        def end_offsets(self, parts: Any, committed_only: bool = True) -> dict[tuple[str, int], int]:
+            if self.ends is None:
+                raise ClusterUnavailable("b: no answer")
+            return {tp: self.ends.get(tp, 0) for tp in parts}
+
+    committed = {("x", 0): None, ("x", 1): None}
+    copies = TargetEnds({("a.x", 0): 50})  # x of cluster a is mirrored as a.x
+    points = StartPoints(_flow("latest"), Source, now_ms=lambda: NOW, target=lambda: copies)
+    assert points.choose(list(committed), {}, committed) == {("x", 1): 100}
+    silent = StartPoints(_flow("latest"), Source, now_ms=lambda: NOW, target=lambda: TargetEnds(None))
+    assert silent.choose(list(committed), {}, committed) == {}
