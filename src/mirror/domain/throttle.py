@@ -36,7 +36,9 @@ class TokenBucket:
         was, self.rate = self.rate, rate
         if rate is not None:
             # Newly capped: one second's worth to start with, as a bucket left to fill would hold.
-            self.tokens = rate if was is None else min(self.tokens, rate)
+            # A lowered cap keeps the debt in seconds, not bytes: at most MAX_DEBT_SECONDS of
+            # the new rate, or reading would wait past max.poll.interval.ms.
+            self.tokens = rate if was is None else max(min(self.tokens, rate), -MAX_DEBT_SECONDS * rate)
 
     def _refill(self) -> None:
         now = self._clock()
@@ -102,6 +104,11 @@ class Throttle:
     @property
     def capped(self) -> bool:
         return self.max_bytes is not None or self.max_records is not None
+
+    @property
+    def holding(self) -> bool:
+        """The cap held the last read back: records may be waiting at the source (not idle)."""
+        return self._since is not None
 
     def set_caps(self, max_bytes: float | None, max_records: float | None) -> None:
         """The flow's caps (None: none); this worker takes its share of each."""

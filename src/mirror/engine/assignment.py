@@ -184,6 +184,8 @@ class Assignment:
             else tp
             for tp in partitions
         ]
+        if self.gaps is not None:
+            self.gaps.started(chosen, read)
         # An eager assignor hands over the whole assignment each time (all was revoked first).
         if self.eager:
             consumer.assign(chosen)

@@ -40,7 +40,7 @@ from mirror.engine.gate import ReadGate
 from mirror.engine.partition import AssignedPartition, read_committed
 from mirror.engine.transactions import TransactionalCommitter, TransactionalPool
 from mirror.errors import AuthenticationFailed, AuthorizationFailed, ClusterUnavailable, MirrorError
-from mirror.kafka import TopicPartition
+from mirror.kafka import OFFSET_BEGINNING, TopicPartition
 from mirror.kafka.progress import Progress, ProgressPending, fence
 from mirror.kafka.settings import TRANSACTION_TIMEOUT_MS
 
@@ -63,6 +63,7 @@ class Claims:
         *,
         source: ClusterConfig,
         source_ids: Callable[[list[str]], dict[str, str]],
+        log_starts: Callable[[list[SourcePartition]], dict[SourcePartition, int]] | None = None,
         ledger: Ledger[AssignedPartition],
         committer: TransactionalCommitter,
         pool: TransactionalPool,
@@ -72,6 +73,10 @@ class Claims:
         self.flow, self._target, self._consumer = flow, target, consumer
         self._ledger, self._committer, self._pool, self._gate, self._clock = ledger, committer, pool, gate, clock
         self._source, self._source_ids = source, source_ids
+        # The source log's first offsets: "from the beginning" claimed as a concrete offset
+        # (the claim records it as progress) must be the log start, never 0, which is out of
+        # range below records expired before the flow existed (a false gap, see engine/gaps.py).
+        self._log_starts = log_starts
         self.fenced_ids: list[str] = []  # for the log and the tests
         # Until a claim of theirs commits: partitions restarted by a resync (claimed at 0,
         # whatever progress the deleted target topic had), and where `on_assign` said newly
@@ -268,25 +273,26 @@ class Claims:
         progress: Mapping[tuple[str, int], Progress],
         committed: Mapping[SourcePartition, int | None] | None,
     ) -> dict[SourcePartition, int]:
-        """Where each claimed partition starts: 0 if a resync restarted it, else its progress;
-        without progress, the source group's offset (read now if `committed` lacks it: a
-        MirrorError if unreadable), or 0 where the group has none or `on_assign` said so."""
+        """Where each claimed partition starts: the log start if a resync restarted it, else its
+        progress; without progress, the source group's offset (read now if `committed` lacks
+        it: a MirrorError if unreadable), or the log start where the group has none or
+        `on_assign` said so."""
         start: dict[SourcePartition, int] = {}
         unknown: list[SourcePartition] = []
         for target, tp in targets.items():
             got = progress.get(target)
             if tp in self._restart:
-                start[tp] = 0
+                start[tp] = OFFSET_BEGINNING
             elif got is not None:
                 start[tp] = got.next_offset
             elif tp in self._starts:
                 # From the beginning (the consumer's reset is earliest), or start_from's choice.
-                start[tp] = max(0, self._starts[tp])
+                start[tp] = self._starts[tp] if self._starts[tp] >= 0 else OFFSET_BEGINNING
             elif committed is None or tp not in committed:
                 unknown.append(tp)
             else:
                 offset = committed[tp]
-                start[tp] = 0 if offset is None else offset
+                start[tp] = OFFSET_BEGINNING if offset is None else offset
         if unknown:
             timeout = min(5.0, self._source.timeout)
             read = read_committed(
@@ -294,8 +300,25 @@ class Claims:
             )
             for tp in unknown:
                 offset = read.get(tp)
-                start[tp] = 0 if offset is None else offset
-        return start
+                start[tp] = OFFSET_BEGINNING if offset is None else offset
+        return self._concrete(start)
+
+    def _concrete(self, start: dict[SourcePartition, int]) -> dict[SourcePartition, int]:
+        """`start` with "from the beginning" made the log's first offset (the claim records a
+        concrete progress). Unreadable: the claim fails (retried), never a guessed 0."""
+        beginning = sorted(tp for tp, offset in start.items() if offset < 0)
+        if not beginning:
+            return start
+        if self._log_starts is None:
+            return {tp: max(0, offset) for tp, offset in start.items()}
+        try:
+            lows = self._log_starts(beginning)
+        except MirrorError as exc:
+            raise MirrorError(f"the source log starts unreadable: {exc}") from exc
+        missing = [tp for tp in beginning if tp not in lows]
+        if missing:
+            raise MirrorError(f"the source log start of {missing[0][0]}[{missing[0][1]}] unreadable")
+        return {**start, **{tp: lows[tp] for tp in beginning}}
 
     def _read(self, targets: list[tuple[str, int]], timeout: float, *, stable: bool) -> dict[tuple[str, int], Progress]:
         """The progress (`stable`: once no open transaction holds any of it, waiting at most

@@ -3,7 +3,10 @@
 Both engines ask it: `mirror run` in the assign callback (`Assignment`), the Spark driver
 before each query (`mirror.spark.starts`).
 
-Invariant: only a partition with no committed offset is ever moved, and its start is
+Invariant: only a partition with no committed offset and no copies on the target is ever
+moved (a group's offsets expire, offsets.retention.minutes, or are deleted: the copies the
+target holds still say the flow mirrored it, so it starts from the beginning, copying more,
+never less), and its start is
 committed as soon as it is chosen (by `Assignment`), so the choice is made once: a restart,
 a rebalance or another worker resumes at the committed start, never at a new "latest".
 Records before the start were never mirrored by choice; they are not a gap.
@@ -18,6 +21,7 @@ from typing import Any
 
 from mirror.config import FlowConfig
 from mirror.domain.acks import SourcePartition
+from mirror.domain.naming import target_topic
 from mirror.domain.start_from import EARLIEST, StartFrom, chosen_start, start_moment
 from mirror.errors import MirrorError
 from mirror.kafka import OFFSET_BEGINNING
@@ -32,9 +36,16 @@ def wall_ms() -> int:
 class StartPoints:
     """Chooses the start of never-committed partitions from the flow's `start_from`."""
 
-    def __init__(self, flow: FlowConfig, source: Callable[[], Any], now_ms: Callable[[], int] = wall_ms) -> None:
+    def __init__(
+        self,
+        flow: FlowConfig,
+        source: Callable[[], Any],
+        now_ms: Callable[[], int] = wall_ms,
+        target: Callable[[], Any] | None = None,
+    ) -> None:
         self.flow = flow
         self._source = source  # the source's admin, as it is now: offsets by time and the stable ends
+        self._target = target  # the target's admin: a target partition holding copies has history
         self._started_ms = now_ms()  # the moment `latest` and a relative time count from
         self._first = True  # the worker's first assignment: `latest` is the end, read then
         self.start = StartFrom.parse(flow.start_from, self._started_ms)
@@ -69,6 +80,7 @@ class StartPoints:
             for tp in partitions
             if tp in committed and committed[tp] is None and starts.get(tp, OFFSET_BEGINNING) == OFFSET_BEGINNING
         ]
+        fresh = self._without_history(fresh)
         if not fresh:
             return {}
         admin = self._source()
@@ -93,3 +105,34 @@ class StartPoints:
             self.flow.start_from,
         )
         return chosen
+
+    def _without_history(self, fresh: list[SourcePartition]) -> list[SourcePartition]:
+        """Those of `fresh` whose target partition holds no copies: a partition the flow
+        mirrored before its group's offsets expired starts from the beginning instead (its
+        copies on the target say so). The target unreadable: none (more copied, nothing skipped)."""
+        if self._target is None or not fresh:
+            return fresh
+        flow = self.flow
+        on_target = {tp: (target_topic(tp[0], flow.source, flow.rename), tp[1]) for tp in fresh}
+        try:
+            ends = self._target().end_offsets(list(on_target.values()), committed_only=False)
+        except MirrorError as exc:
+            log.warning(
+                "flow %s: start_from %s not applied to %d partitions (they start at the earliest record): "
+                "the target's ends unreadable, copies there would say they were mirrored before (%s)",
+                flow.name,
+                flow.start_from,
+                len(fresh),
+                exc,
+            )
+            return []
+        mirrored = [tp for tp in fresh if ends.get(on_target[tp], 0) > 0]
+        if mirrored:
+            log.warning(
+                "flow %s: %d partitions without committed offsets (expired or deleted) have copies on the target; "
+                "start_from %s not applied to them, they start at the earliest record",
+                flow.name,
+                len(mirrored),
+                flow.start_from,
+            )
+        return [tp for tp in fresh if tp not in mirrored]

@@ -86,6 +86,16 @@ FATAL_DRAIN_TIMEOUT = 5.0  # the stop's wait after a fatal producer error: only 
 STALL_LOOK = 30.0
 
 
+def producer_pool(
+    flow: FlowConfig, target: Any, settings: dict[str, Any], factory: ClientFactory, txn: TxnState | None
+) -> ProducerPool:
+    """The flow's producers: one transactional producer with exactly_once (`txn` its state),
+    else a pool of idempotent ones per target topic limit."""
+    if txn is not None:
+        return TransactionalPool(flow, target, settings, factory, txn)
+    return ProducerPool(flow, target, settings, factory)
+
+
 def capped_prefetch(flow: FlowConfig, share: int) -> dict[str, int]:
     """A capped flow prefetches about a second of its share of the cap, not librdkafka's
     16 MiB, so what it fetches over the link follows the cap from the start."""
@@ -219,13 +229,8 @@ class FlowWorker:
         # librdkafka trims the strategy's name too.
         eager = str(consumer_cfg["partition.assignment.strategy"]).strip() != "cooperative-sticky"
         self._consumer = consumer = self._make_consumer(f.source, self._source, consumer_cfg)
-        if f.exactly_once:
-            self.txn: TxnState | None = TxnState()
-            pool: ProducerPool = TransactionalPool(f, self._target, producer_cfg, self._make_producer, self.txn)
-        else:
-            self.txn = None
-            pool = ProducerPool(f, self._target, producer_cfg, self._make_producer)
-        self.pool = pool
+        self.txn: TxnState | None = TxnState() if f.exactly_once else None
+        self.pool = pool = producer_pool(f, self._target, producer_cfg, self._make_producer, self.txn)
         self.gaps = SourceGaps(
             f, consumer, admins=self.admins, listeners=self.listeners, failures=None, ledger=self.ledger, eager=eager
         )
@@ -246,7 +251,7 @@ class FlowWorker:
         self.requests = requests = RefreshRequests()
         self.failures = Failures(f.name, status, self.clock)
         self.tags = tags = CommitTags(ledger)
-        self.gate = gate = ReadGate(f.name, f.target, consumer, ledger, status)
+        self.gate = self.gaps.gate = gate = ReadGate(f.name, f.target, consumer, ledger, status)
         # Frozen (SIGSTOP, a VM pause, a stalled host) for longer than this, the group may
         # have given this worker's partitions to another: see `Fence`.
         fence_after = (int(consumer_cfg["session.timeout.ms"]) - int(consumer_cfg["heartbeat.interval.ms"])) / 1000
@@ -322,6 +327,7 @@ class FlowWorker:
                 consumer,
                 source=self._source,
                 source_ids=lambda topics: self.admins.source.topic_ids(topics),
+                log_starts=lambda tps: log_starts(self.admins.source, tps),
                 ledger=ledger,
                 committer=committer,
                 pool=committer.pool,
@@ -342,7 +348,7 @@ class FlowWorker:
             committer=committer,
             reports=reports,
             claims=claims,
-            start_points=StartPoints(f, lambda: self.admins.source),
+            start_points=StartPoints(f, lambda: self.admins.source, target=lambda: self.admins.target),
         )
         assignment.gaps = self.gaps
         assignment.recreated = self.recreated
@@ -460,7 +466,7 @@ class FlowWorker:
                 self.forwarder.forward(msgs)
             self.reports.serve(0)
             if failures.poisoned is not None:
-                failures.due(idle=not msgs and not gate.pending and not self.ledger.inflight_records())
+                failures.due(idle=not (msgs or gate.pending or self.throttle.holding or self.ledger.inflight_records()))
             if failures.failure is not None and not watch.recovered():
                 raise failures.failure
             if schedule.due():
@@ -495,3 +501,8 @@ class FlowWorker:
             else:
                 log.info("flow %s: acknowledgements flow again on every partition", self.flow.name)
             self._stalled = stalled
+
+
+def log_starts(source: Any, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """The first offset of each source log (the claims' "from the beginning")."""
+    return {tp: marks.low for tp, marks in source.watermarks(tps, committed_only=False).items()}

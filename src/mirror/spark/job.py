@@ -159,7 +159,7 @@ class SparkFlow:
             recorder,
             self._commits,
             progress,
-            StartPoints(self.flow, lambda: self._source),
+            StartPoints(self.flow, lambda: self._source, target=lambda: self._target),
         )
         self._starts.on_source_gap, self._starts.metrics = GapPolicy(self.flow.on_source_gap), self.metrics
         plan = TaskPlan(self.flow, self.config.clusters[self.flow.target])

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from mirror.domain.throttle import Throttle, TokenBucket
+from mirror.domain.throttle import MAX_DEBT_SECONDS, Throttle, TokenBucket
 
 
 class Clock:
@@ -139,3 +139,48 @@ def test_a_record_larger_than_thirty_seconds_of_the_cap_never_stops_reading_long
     assert t.allowed(10) == 1
     t.took(1, 10_000_000)  # 10,000 s of the cap in one record
     assert t.delay() <= 30.1
+
+
+class Still:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _held_for(throttle: Throttle, clock: Still, step: float = 0.1, limit: float = 600.0) -> float:
+    """Seconds until the worker may read again (the loop asks `allowed` every 0.1 s)."""
+    start = clock.now
+    while throttle.allowed(2000) == 0 and clock.now - start < limit:
+        clock.now += step
+    return clock.now - start
+
+
+def test_a_reload_that_lowers_the_cap_never_holds_reading_longer_than_the_debt_limit() -> None:
+    """domain/throttle.py: a read never waits more than MAX_DEBT_SECONDS (30 s), because the
+    worker does not call consume while it waits and librdkafka takes a consumer that polls
+    less often than max.poll.interval.ms (60 s at least) out of its group (its partitions go
+    to another worker while this one still produces: duplicates). A record larger than 30 s
+    of the cap (a 4 MiB record under 64 KiB/s) leaves 30 s of debt; a SIGHUP reload lowering
+    the cap to 8 KiB/s keeps the debt in bytes (`TokenBucket.set_rate`): reading is held 240 s."""
+    clock = Still()
+    throttle = Throttle(64 * 1024, None, clock=clock)
+    assert throttle.allowed(2000) >= 1
+    throttle.took(1, 4 * 2**20)  # one 4 MiB record: the debt is capped at 30 s' worth
+    throttle.set_caps(8 * 1024, None)  # the reload
+    assert _held_for(throttle, clock) <= MAX_DEBT_SECONDS + 1
+
+
+def test_a_throttled_read_is_held_not_idle() -> None:
+    """worker.py: a poisoned record fails the flow at once when the loop is idle; a loop the
+    cap holds back has records waiting at the source, so it must not count as idle."""
+    clock = Still()
+    throttle = Throttle(1000, None, clock=clock)
+    assert throttle.allowed(10) >= 1 and not throttle.holding
+    throttle.took(1, 5000)  # 5 s of the cap
+    assert throttle.allowed(10) == 0 and throttle.holding
+    clock.now += 10
+    assert throttle.allowed(10) >= 1 and not throttle.holding
+    throttle.set_caps(None, None)
+    assert not throttle.holding

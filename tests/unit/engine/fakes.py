@@ -289,6 +289,12 @@ class FakeAdmin:
     def cluster_id(self) -> str:
         return "fake-cluster"
 
+    def watermarks(self, parts: Iterable[tuple[str, int]], committed_only: bool = True) -> dict[tuple[str, int], Any]:
+        # Every record still there (nothing expired): the log starts at 0.
+        from mirror.kafka.admin import Watermarks
+
+        return {tp: Watermarks(0, 0) for tp in parts}
+
     def max_message_bytes(self, topics: Iterable[str]) -> dict[str, int]:
         return {}
 

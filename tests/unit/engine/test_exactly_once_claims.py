@@ -13,6 +13,7 @@ from mirror.kafka import KafkaError, KafkaException, TopicPartition
 from mirror.kafka.progress import Progress
 from tests.unit.engine.eos_fakes import Entry, StartingConsumer, TxnTarget, make_eos
 from tests.unit.engine.eos_steps import AppPositionConsumer, exactly_once, read
+from tests.unit.engine.expired_source import LOW, ExpiredHeadAdmin, ExpiredHeadConsumer, Heard, read_from_low
 from tests.unit.engine.fakes import P0, P1, FakeAdmin
 
 
@@ -124,3 +125,24 @@ def test_a_claim_never_moves_the_source_group_back_to_the_progress(monkeypatch: 
     consumer.commits.append({P0: 12})
     worker.run()
     assert [c[P0] for c in consumer.commits if P0 in c] == [12]
+
+
+def test_exactly_once_first_start_of_a_never_committed_partition_reports_no_gap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A new exactly_once flow over a topic whose first records expired long ago (any topic
+    older than its retention). Never committed, a partition starts "from the beginning" as
+    in at-least-once (OFFSET_BEGINNING, no report). The claim starts it at a concrete 0
+    (claims.py `_starts_of`: max(0, OFFSET_BEGINNING)); with auto.offset.reset=error that is
+    out of range, reported as records 0..99 "never mirrored" (counter, offset map), and with
+    on_source_gap: stop the flow cannot start (exit 4)."""
+    heard = Heard()
+    worker, consumer, target = make_eos(
+        monkeypatch,
+        [[], read_from_low(P0, LOW + 10), read_from_low(P1, LOW + 10)],
+        consumer_cls=ExpiredHeadConsumer,
+        admin_cls=ExpiredHeadAdmin,
+        listeners=(heard,),
+    )
+    worker.run()
+    assert heard.gaps == [], [g.describe() for g in heard.gaps]
