@@ -1,0 +1,61 @@
+"""Review of the ACL sync loop: ACLs it removes that it did not create (no network)."""
+
+from __future__ import annotations
+
+from mirror import config
+from mirror.errors import ClusterUnavailable
+from mirror.run.aclsync import AclSyncer
+from mirror.store.sqlite import SqliteStore
+from tests.unit.run.test_aclsync import FakeCluster, _setup, _syncer, read
+
+TWO_FLOWS = """\
+clusters: {nyc: {bootstrap: "a:1"}, la: {bootstrap: "c:1"}, sf: {bootstrap: "b:1"}}
+flows:
+  - {name: a, source: nyc, target: sf, groups: ["billing"], topics: {include: ["orders.*"]}, sync_acls: true}
+  - {name: b, source: la, target: sf, groups: ["billing"], topics: {include: ["orders.*"]}, sync_acls: true}
+offset_store: {kind: sqlite, path: PATH}
+"""
+
+
+class FailingOnce(FakeCluster):
+    """A target whose first CreateAcls does not get through (a timeout, a broker restart)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = True
+
+    def create_bindings(self, acls):
+        if self.fail:
+            self.fail = False
+            raise ClusterUnavailable("cluster 'sf' did not answer within 30s while trying to create ACLs")
+        super().create_bindings(acls)
+
+
+def test_a_claim_whose_creation_failed_does_not_make_a_later_hand_made_acl_the_syncs(tmp_path):
+    # the flow: nyc -> sf, orders.* mirrored
+    cfg, src, _, store = _setup(tmp_path, [read("orders")])
+    dst = FailingOnce()
+    syncer = _syncer(cfg, store, src, dst)
+    syncer.safe_tick(1.0)  # claimed, then the creation failed: nothing on the target
+    assert dst.acls == set()
+    hand = read("nyc.orders")
+    dst.acls.add(hand)  # the operator, seeing consumers refused, grants it by hand
+    syncer.tick()
+    src.acls.clear()  # the source drops its ACL
+    syncer.tick()
+    assert hand in dst.acls, "the sync removed an ACL it never created (its failed claim was kept)"
+
+
+def test_a_flow_does_not_remove_a_shared_target_acl_another_flow_still_copies(tmp_path):
+    # Groups keep their names, so two flows into sf want the same group ACL there.
+    cfg = config.parse(TWO_FLOWS.replace("PATH", str(tmp_path / "o.db")), env={})
+    store = SqliteStore(tmp_path / "o.db")
+    billing = read("billing", kind="group")
+    nyc, la, sf = FakeCluster([billing], ["orders"]), FakeCluster([billing], ["orders"]), FakeCluster()
+    flow_a = AclSyncer(cfg, cfg.flows[0], store, source=nyc, target=sf)
+    flow_b = AclSyncer(cfg, cfg.flows[1], store, source=la, target=sf)
+    flow_a.tick()
+    flow_b.tick()  # present already: flow b leaves it to flow a
+    nyc.acls.clear()  # nyc drops it; la still has it and flow b still copies it
+    flow_a.tick()
+    assert billing in sf.acls, "flow a removed the group ACL flow b's source still grants"
