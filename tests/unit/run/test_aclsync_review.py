@@ -59,3 +59,31 @@ def test_a_flow_does_not_remove_a_shared_target_acl_another_flow_still_copies(tm
     nyc.acls.clear()  # nyc drops it; la still has it and flow b still copies it
     flow_a.tick()
     assert billing in sf.acls, "flow a removed the group ACL flow b's source still grants"
+
+
+class DeletesThen(FakeCluster):
+    """A target whose DeleteAcls is followed, before the deleting worker forgets, by `then()`."""
+
+    then = staticmethod(lambda: None)
+
+    def delete_bindings(self, acls):
+        super().delete_bindings(acls)
+        self.then()
+
+
+def test_two_workers_racing_a_source_deletion_leave_no_unrecorded_copy(tmp_path):
+    # Worker 2 read the source before it dropped the ACL and the target after worker 1 deleted
+    # the copy: it re-creates it (its claim is already there), then worker 1 forgets the claim.
+    cfg, src, _, store = _setup(tmp_path, [read("orders")])
+    dst = DeletesThen()
+    one = _syncer(cfg, store, src, dst)
+    one.tick()
+    stale = FakeCluster([read("orders")], ["orders", "payments"])  # worker 2's earlier view of nyc
+    two = _syncer(cfg, store, stale, dst)
+    dst.then = two.tick
+    src.acls.clear()
+    one.tick()
+    copy = read("nyc.orders")
+    assert copy not in dst.acls or copy.key() in store.synced_acls("f"), (
+        "a copy the source no longer has is left on the target with no record: never removed"
+    )
