@@ -87,3 +87,15 @@ def test_two_workers_racing_a_source_deletion_leave_no_unrecorded_copy(tmp_path)
     assert copy not in dst.acls or copy.key() in store.synced_acls("f"), (
         "a copy the source no longer has is left on the target with no record: never removed"
     )
+
+
+def test_a_source_topic_deleted_does_not_take_the_read_grant_off_the_copy_that_is_kept(tmp_path):
+    # Without sync_topic_deletes the target copy stays ("the DR copy may be the only one left"),
+    # and Kafka keeps the source's ACLs of a deleted topic; yet the sync stops wanting the copy's
+    # READ and removes it, so nobody may read the one copy left.
+    cfg, src, dst, store = _setup(tmp_path, [read("orders")])
+    syncer = _syncer(cfg, store, src, dst)
+    syncer.tick()
+    src._topics.pop("orders")  # deleted on the source, by mistake; its ACL is still there
+    syncer.tick()
+    assert read("nyc.orders") in dst.acls, "the kept DR copy lost its consumers' READ"
