@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from failover.promote import demote, plan_promotions, promote, recorded
+from failover.promote import Direction, demote, plan_promotions, promote, recorded
 from mirror import config
 from mirror.cli import main
 from mirror.errors import ClusterUnavailable
@@ -49,3 +49,24 @@ def test_the_undo_does_not_remove_a_grant_promotion_recorded_but_never_created(t
     clusters["sf"].acls.add(hand)  # the operator grants it by hand, the promotion having failed
     demote(recorded(json.loads(backup.read_text())), clusters.__getitem__)
     assert hand in clusters["sf"].acls, "import --backup removed a grant --promote never created"
+
+
+IDENTITY = """\
+clusters: {nyc: {bootstrap: "a:1"}, sf: {bootstrap: "b:1"}}
+flows:
+  - {name: f, source: nyc, target: sf, rename: identity, topics: {include: ["orders.*"]}}
+"""
+
+
+def test_identity_failback_does_not_promote_grants_of_dr_topics_never_mirrored(tmp_path: Path) -> None:
+    # sf's own `orders.sf-local` (made there, never mirrored) matches the flow's pattern; with
+    # identity names it cannot be told from a copy by its name, yet nyc does list what it holds.
+    cfg = config.parse(IDENTITY, env={})
+    local = acl("orders.sf-local", who="User:sf-app")
+    clusters = {
+        "nyc": FakeCluster([], ["orders"]),
+        "sf": FakeCluster([acl("orders"), local], ["orders", "orders.sf-local"]),
+    }
+    todo = plan_promotions(cfg, {("nyc", "sf")}, clusters.__getitem__, Direction.FAILBACK)
+    assert acl("orders") in [p.acl for p in todo]
+    assert local not in [p.acl for p in todo], "Write on nyc for a topic never mirrored from nyc"
