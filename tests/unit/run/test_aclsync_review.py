@@ -99,3 +99,33 @@ def test_a_source_topic_deleted_does_not_take_the_read_grant_off_the_copy_that_i
     src._topics.pop("orders")  # deleted on the source, by mistake; its ACL is still there
     syncer.tick()
     assert read("nyc.orders") in dst.acls, "the kept DR copy lost its consumers' READ"
+
+
+class EmptyOnce(FakeCluster):
+    """A target whose DescribeAcls once answers nothing although its DescribeCluster allowed it
+    (the grant changed between the two requests, or another broker answered before the ACL
+    change reached it): what librdkafka makes of a refused DescribeAcls."""
+
+    def __init__(self, acls=()) -> None:
+        super().__init__(acls)
+        self.empty = False
+
+    def describe_acls(self, need="Describe"):
+        if self.empty:
+            self.empty = False
+            return []
+        return super().describe_acls(need)
+
+
+def test_one_empty_target_listing_does_not_make_hand_made_acls_the_syncs(tmp_path):
+    cfg, src, _, store = _setup(tmp_path, [read("orders")])
+    hand = read("nyc.orders")
+    dst = EmptyOnce([hand])  # made by hand before the sync ran: someone else's
+    syncer = _syncer(cfg, store, src, dst)
+    syncer.tick()
+    assert store.synced_acls("f") == set()
+    dst.empty = True
+    syncer.tick()  # "missing": claimed and created (CreateAcls of an existing binding succeeds)
+    src.acls.clear()
+    syncer.tick()
+    assert hand in dst.acls, "a hand-made ACL was claimed after one empty listing, then removed"
