@@ -1,4 +1,4 @@
-"""Review of the ACL sync and promotion: grants the copies must not widen (no network)."""
+"""ACL sync and promotion never grant more than the source: DENYs kept, prefixes not widened (no network)."""
 
 from __future__ import annotations
 
