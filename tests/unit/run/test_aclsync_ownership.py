@@ -1,4 +1,4 @@
-"""Review of the ACL sync loop: ACLs it removes that it did not create (no network)."""
+"""The ACL sync loop removes only ACLs it created, and keeps what the one DR copy left needs (no network)."""
 
 from __future__ import annotations
 
@@ -94,11 +94,15 @@ def test_a_source_topic_deleted_does_not_take_the_read_grant_off_the_copy_that_i
     # and Kafka keeps the source's ACLs of a deleted topic; yet the sync stops wanting the copy's
     # READ and removes it, so nobody may read the one copy left.
     cfg, src, dst, store = _setup(tmp_path, [read("orders")])
+    dst._topics["nyc.orders"] = 1  # the DR copy the mirror made
     syncer = _syncer(cfg, store, src, dst)
     syncer.tick()
     src._topics.pop("orders")  # deleted on the source, by mistake; its ACL is still there
     syncer.tick()
     assert read("nyc.orders") in dst.acls, "the kept DR copy lost its consumers' READ"
+    dst._topics.pop("nyc.orders")  # the copy deleted too: its grant goes
+    syncer.tick()
+    assert read("nyc.orders") not in dst.acls
 
 
 class EmptyOnce(FakeCluster):
