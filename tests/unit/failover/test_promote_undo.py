@@ -1,4 +1,4 @@
-"""Review of `--promote`'s record and its undo: bad input is one line, and only what was added goes."""
+"""`--promote`'s record and its undo: bad input is one line, only what was added goes (no network)."""
 
 from __future__ import annotations
 
