@@ -125,6 +125,7 @@ class AclSyncer:
             forget += self._absent(plan.remove)
         if forget:
             self.store.forget_acls(name, [a.key() for a in forget])
+        self._last_listing = len(on_target) + len(plan.create) - len(plan.remove)  # what the target holds now
         if self.metrics is not None:
             self.metrics.observe(name, plan)
         return plan

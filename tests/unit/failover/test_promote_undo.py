@@ -70,3 +70,29 @@ def test_identity_failback_does_not_promote_grants_of_dr_topics_never_mirrored(t
     todo = plan_promotions(cfg, {("nyc", "sf")}, clusters.__getitem__, Direction.FAILBACK)
     assert acl("orders") in [p.acl for p in todo]
     assert local not in [p.acl for p in todo], "Write on nyc for a topic never mirrored from nyc"
+
+
+def test_import_of_a_backup_naming_an_unknown_cluster_names_the_backup(tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(YAML)
+    backup = _backup(tmp_path, [{"cluster": "tokyo", "acl": acl("nyc.orders").key()}])
+    code = main(["failover", "import", "-c", str(cfg), "--backup", str(backup), "--yes"])
+    err = capsys.readouterr().err
+    assert code == 2 and str(backup) in err and "tokyo" in err and "--cluster" not in err, err
+
+
+def test_a_failed_promotion_keeps_recorded_what_the_cluster_did_create(tmp_path: Path) -> None:
+    class CreatesThenFails(FakeCluster):
+        def create_bindings(self, acls):
+            super().create_bindings(acls)  # applied by the broker, the answer lost
+            raise ClusterUnavailable("cluster 'sf' did not answer within 30s while trying to create ACLs")
+
+    cfg = config.parse(YAML, env={})
+    clusters = {"nyc": FakeCluster([acl("orders")], ["orders"]), "sf": CreatesThenFails(), "la": FakeCluster()}
+    todo = plan_promotions(cfg, {("nyc", "sf")}, clusters.__getitem__)
+    backup = _backup(tmp_path, [])
+    try:
+        promote(backup, todo, clusters.__getitem__)
+    except ClusterUnavailable:
+        pass
+    assert [p.acl for p in recorded(json.loads(backup.read_text()))] == [acl("nyc.orders")]

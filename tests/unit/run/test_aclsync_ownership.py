@@ -133,3 +133,33 @@ def test_one_empty_target_listing_does_not_make_hand_made_acls_the_syncs(tmp_pat
     src.acls.clear()
     syncer.tick()
     assert hand in dst.acls, "a hand-made ACL was claimed after one empty listing, then removed"
+
+
+def test_the_last_flow_claiming_a_shared_copy_removes_it(tmp_path):
+    cfg = config.parse(TWO_FLOWS.replace("PATH", str(tmp_path / "o.db")), env={})
+    store = SqliteStore(tmp_path / "o.db")
+    billing = read("billing", kind="group")
+    nyc, la, sf = FakeCluster([billing], ["orders"]), FakeCluster([billing], ["orders"]), FakeCluster()
+    flow_a = AclSyncer(cfg, cfg.flows[0], store, source=nyc, target=sf)
+    flow_b = AclSyncer(cfg, cfg.flows[1], store, source=la, target=sf)
+    flow_a.tick()
+    flow_b.tick()
+    assert store.synced_acls("b") == {billing.key()}  # a copy another flow made: shared, not hand-made
+    nyc.acls.clear()
+    flow_a.tick()
+    assert store.synced_acls("a") == set() and billing in sf.acls
+    la.acls.clear()
+    flow_b.tick()
+    assert billing not in sf.acls and store.synced_acls("b") == set()
+
+
+def test_a_second_empty_listing_in_a_row_is_believed(tmp_path, caplog):
+    cfg, src, dst, store = _setup(tmp_path, [read("orders")])
+    syncer = _syncer(cfg, store, src, dst)
+    syncer.tick()
+    dst.acls.clear()  # really emptied (by hand): the first empty listing is doubted, the second is not
+    with caplog.at_level("WARNING"):
+        assert syncer.tick().changes == 0
+    assert "round skipped" in caplog.text
+    syncer.tick()
+    assert read("nyc.orders") in dst.acls
