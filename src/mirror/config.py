@@ -219,8 +219,9 @@ class FlowConfig(_Model):
     sync_acls: bool = False
     """Copy the source's READ/DESCRIBE ACLs (ALLOW and DENY) of mirrored topics (literal, and
     prefixed as literal ACLs on the mirrored topics covered, renamed like the topics) and of
-    checkpointed groups to the target, and remove the copies the source no longer has. Every `sync_acls_interval`, from `mirror run` (a Spark
-    flow: docs/spark.md). Off by default: it needs Describe and Alter on the clusters."""
+    checkpointed groups to the target, and remove the copies the source no longer has. Every
+    `sync_acls_interval`, from `mirror run` (a Spark flow: docs/spark.md). Off by default: it
+    needs Describe and Alter on the clusters."""
     sync_acls_interval: Duration = 60.0
     """How often the ACL sync compares the clusters: a revoked grant stays on the target at
     most this long. One DescribeAcls per cluster per interval."""
