@@ -5,8 +5,8 @@ topic (LITERAL) or a prefix some mirrored topic starts with (PREFIXED), renamed 
 renames topics. A prefixed ACL is expanded to LITERAL ACLs on the mirrored topics it covers:
 renamed, the prefix could cover target topics the flow does not mirror (the target's own, or
 source topics another flow or none mirrors). A GROUP ACL is copied when the flow checkpoints
-that group (its `groups:` patterns), or, prefixed, when a checkpointed group starts with the
-prefix; group names are never renamed. Only READ and DESCRIBE, ALLOW and DENY: before a
+that group (its `groups:` patterns), or, prefixed, as LITERAL ACLs on the checkpointed groups
+it covers; group names are never renamed. Only READ and DESCRIBE, ALLOW and DENY: before a
 failover the target's mirror topics are written by the mirror alone, so WRITE and the rest
 wait for `failover apply --promote` (`promotion_acls`).
 
@@ -127,7 +127,8 @@ class AclScope:
             return [acl.renamed(g) for g in sorted(self.groups)]
         if acl.pattern == "literal":
             return [acl] if any(re.fullmatch(p, acl.name) for p in self.group_patterns) else []
-        return [acl] if any(g.startswith(acl.name) for g in self.groups) else []
+        # As for topics: the prefix on the target could cover groups of the target's own.
+        return [acl.renamed(g, "literal") for g in sorted(self.groups) if g.startswith(acl.name)]
 
 
 def wanted_acls(scope: AclScope, source: Iterable[Acl]) -> dict[Acl, Acl]:

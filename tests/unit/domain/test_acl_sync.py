@@ -32,13 +32,13 @@ def test_literal_prefixed_and_group_acls_are_copied_renamed_a_topic_prefix_as_li
         acl(name="orders"),
         acl(name="orders.", pattern="prefixed", op="Describe"),
         acl(kind="group", name="billing-eu"),
-        acl(kind="group", name="bill", pattern="prefixed"),
+        acl(kind="group", name="bill", pattern="prefixed", who="User:b"),
     ]
     assert set(wanted_acls(SCOPE, source)) == {
         acl(name="nyc.orders"),
         acl(name="nyc.orders.eu", op="Describe"),  # the mirrored topics `orders.` covers, not the prefix
         acl(kind="group", name="billing-eu"),  # groups keep their names
-        acl(kind="group", name="bill", pattern="prefixed"),
+        acl(kind="group", name="billing-eu", who="User:b"),  # the checkpointed groups `bill` covers
     }
 
 
