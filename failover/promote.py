@@ -111,7 +111,7 @@ def promote(backup: Path, promotions: Sequence[Promotion], admin: Callable[[str]
     for cluster in sorted({p.cluster for p in promotions}):
         try:
             admin(cluster).create_bindings([p.acl for p in promotions if p.cluster == cluster])
-        except MirrorError:
+        except Exception:
             _unrecord_absent(backup, [p for p in added if p.cluster == cluster], admin(cluster))
             raise
 

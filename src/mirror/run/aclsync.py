@@ -148,7 +148,7 @@ class AclSyncer:
         self.store.claim_acls(self.flow.name, keys)  # claimed first: see the invariant
         try:
             self.admins.target.create_bindings(acls)
-        except MirrorError:
+        except Exception:
             # Un-claimed, or a later hand-made twin would be taken for the sync's own.
             self.store.forget_acls(self.flow.name, [a.key() for a in self._absent(acls)])
             raise
