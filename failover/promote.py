@@ -31,7 +31,7 @@ from failover.offsets_file import read_json, write_json
 from failover.site import PlanDoc
 from failover.siteapply import BACKUP_KIND, read_backup
 from mirror.config import Config
-from mirror.domain.acl_sync import Acl, failback_topics, promotion_acls
+from mirror.domain.acl_sync import Acl, covered, failback_topics, promotion_acls
 from mirror.domain.flow import Flow
 from mirror.domain.naming import RenamePolicy
 from mirror.domain.topics import match_topics
@@ -83,7 +83,7 @@ def plan_promotions(
     out = []
     for cluster, acls in sorted(wanted.items()):
         present = set(admin(cluster).describe_acls(need="Alter"))
-        out += [Promotion(cluster, a) for a in sorted(acls - present)]
+        out += [Promotion(cluster, a) for a in sorted(acls - present) if not covered(a, present)]
     return out
 
 

@@ -165,16 +165,32 @@ def plan_sync(
     copy, not a hand-made one: a flow that wants it claims it too, and a flow that no longer
     wants it only forgets its claim while another flow still claims it."""
     wanted_set, owned_set, present, others = set(wanted), set(owned), set(on_target), set(shared)
-    create = sorted(wanted_set - present)
     stale = sorted(owned_set - wanted_set)
+    remove = tuple(a for a in stale if a in present and a not in others)
+    # A literal copy a kept prefixed (or `*`) twin already grants is not made again.
+    missing = [a for a in wanted_set - present if not covered(a, present - set(remove))]
     unowned = (wanted_set & present) - owned_set
     return AclPlan(
-        create=tuple(create),
-        remove=tuple(a for a in stale if a in present and a not in others),
+        create=tuple(sorted(missing)),
+        remove=remove,
         forget=tuple(a for a in stale if a not in present or a in others),
-        in_sync=len(wanted_set & present),
+        in_sync=len(wanted_set) - len(missing),
         foreign=tuple(sorted(unowned - others)),
         adopt=tuple(sorted(unowned & others)),
+    )
+
+
+def covered(acl: Acl, held: Collection[Acl]) -> bool:
+    """Whether `held` grants (or denies) what `acl` does: the same binding, or one on a prefix
+    of its name or on `*` for the same principal, host, operation and permission."""
+    if acl in held:
+        return True
+    same = (acl.kind, acl.principal, acl.host, acl.operation, acl.permission)
+    return any(
+        (h.kind, h.principal, h.host, h.operation, h.permission) == same
+        and (acl.name.startswith(h.name) if h.pattern == "prefixed" else h.name == WILDCARD)
+        for h in held
+        if h.pattern in ("prefixed", "literal")
     )
 
 

@@ -85,3 +85,14 @@ def test_a_principal_only_denied_write_does_not_get_its_transactional_id_grants_
     ]
     out = promotion_acls(source, {"orders": "nyc.orders"})
     assert not [a for a in out if a.permission == "allow"], f"ALLOWs promoted for a producer only denied: {out}"
+
+
+def test_a_literal_copy_a_prefixed_twin_on_the_target_grants_is_not_made_again():
+    from mirror.domain.acl_sync import plan_sync
+
+    twin = acl("nyc.o", pattern="prefixed")
+    plan = plan_sync([acl("nyc.orders")], owned=[], on_target=[twin])
+    assert plan.create == () and plan.in_sync == 1
+    # ...unless the twin is the sync's own stale copy, going this round: then the literal is made.
+    plan = plan_sync([acl("nyc.orders")], owned=[twin], on_target=[twin])
+    assert plan.remove == (twin,) and plan.create == (acl("nyc.orders"),)
