@@ -86,8 +86,11 @@ class AclSyncer:
     def plan(self, target_need: str = "Describe") -> AclPlan:
         """What one round would change (nothing is changed); `target_need`: the grant on the target
         to insist on (a round that will change ACLs needs Alter)."""
-        on_target = self.admins.target.describe_acls(need=target_need)
-        return self._plan(on_target, self._owned())
+        owned = self._owned()
+        scope, source = self.scope(owned), self.admins.source.describe_acls()
+        return plan_sync(
+            wanted_acls(scope, source), owned, self.admins.target.describe_acls(need=target_need), self._shared()
+        )
 
     def _owned(self) -> set[Acl]:
         return {Acl.from_key(k) for k in self.store.synced_acls(self.flow.name)}
@@ -97,20 +100,17 @@ class AclSyncer:
         others = [f.name for f in self.config.flows if f.target == self.flow.target and f.name != self.flow.name]
         return {Acl.from_key(k) for name in others for k in self.store.synced_acls(name)}
 
-    def _plan(self, on_target: list[Acl], owned: set[Acl], shared: Collection[Acl] | None = None) -> AclPlan:
-        wanted = wanted_acls(self.scope(owned), self.admins.source.describe_acls())
-        return plan_sync(wanted, owned, on_target, self._shared() if shared is None else shared)
-
     def drift(self) -> AclDrift:
         """What `mirror topics --check` reports: copies missing on the target, removals pending."""
         return acl_drift(self.plan())
 
     def tick(self) -> AclPlan:
-        on_target = self.admins.target.describe_acls(need="Alter")
         owned, shared = self._owned(), self._shared()
+        scope, source = self.scope(owned), self.admins.source.describe_acls()  # the source first, as it always was
+        on_target = self.admins.target.describe_acls(need="Alter")
         if self._suspect(on_target, owned or shared):
             return AclPlan()
-        plan = self._plan(on_target, owned, shared)
+        plan = plan_sync(wanted_acls(scope, source), owned, on_target, shared)
         name = self.flow.name
         if plan.adopt:
             self.store.claim_acls(name, [a.key() for a in plan.adopt])
