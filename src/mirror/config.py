@@ -217,16 +217,18 @@ class FlowConfig(_Model):
     `5m`). A topic deleted and created again within it keeps its target (mirrored again from
     its beginning). The count starts over when `mirror run` restarts: later, never sooner."""
     sync_acls: bool = False
-    """Copy the source's READ/DESCRIBE ACLs (ALLOW and DENY) of mirrored topics (literal and
-    prefixed, renamed like the topics) and of checkpointed groups to the target, and remove the
-    copies the source no longer has. Every `sync_acls_interval`, from `mirror run` (a Spark
-    flow: docs/spark.md). Off by default: it needs Describe and Alter on the clusters."""
+    """Copy the source's READ/DESCRIBE ACLs (ALLOW and DENY) of mirrored topics (literal, and
+    prefixed as literal ACLs on the mirrored topics covered, renamed like the topics) and of
+    checkpointed groups to the target, and remove the copies the source no longer has. Every
+    `sync_acls_interval`, from `mirror run` (a Spark flow: docs/spark.md). Off by default: it
+    needs Describe and Alter on the clusters."""
     sync_acls_interval: Duration = 60.0
     """How often the ACL sync compares the clusters: a revoked grant stays on the target at
     most this long. One DescribeAcls per cluster per interval."""
     acl_filters: list[AclFilterConfig] = []
-    """Narrow `sync_acls` to ACLs matching any entry (`principal`, `resource` regexes). Empty:
-    every ACL of the flow's topics and groups."""
+    """Narrow `sync_acls` to ACLs matching any entry (`principal`, `resource` regexes); a DENY
+    is copied regardless, so the target never grants more. Empty: every ACL of the flow's
+    topics and groups."""
     consumer: ClientSettings = {}
     """Extra librdkafka settings for the source consumer; those that would switch a
     guarantee off are refused, with the reason. Both engines."""

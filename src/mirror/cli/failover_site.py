@@ -196,8 +196,15 @@ def import_backup(app: AppContext, config_path: Path | None, path: Path) -> None
     if config_path is None and not doc_config:
         raise UsageError("-c/--config is required: the backup does not name its config file")
     config = app.config(config_path or doc_config or "")
+    # Checked before any group is restored: a damaged entry must not leave the undo half done.
+    promoted = promotion.recorded(read_json(path, "--backup"), f"--backup {path}")
+    unknown = sorted({p.cluster for p in promoted} - set(config.clusters))
+    if unknown:
+        raise UsageError(
+            f"--backup {path}: {promotion.PROMOTED} names cluster(s) {', '.join(unknown)} "
+            f"the config does not define (clusters: {', '.join(config.clusters)})"
+        )
     restore_backup(groups, _admins(config), click.echo)
-    promoted = promotion.recorded(read_json(path, "--backup"))
     promotion.demote(promoted, _admins(config))
     for p in promoted:
         click.echo(f"removed from {p.cluster}: {p.acl.describe()} (added by --promote)")

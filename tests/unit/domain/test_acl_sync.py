@@ -9,7 +9,6 @@ from mirror.domain.acl_sync import (
     failback_topics,
     plan_sync,
     promotion_acls,
-    renamed_prefix,
     wanted_acls,
 )
 from mirror.domain.naming import RenamePolicy
@@ -28,25 +27,25 @@ SCOPE = AclScope(
 )
 
 
-def test_literal_prefixed_and_group_acls_are_copied_renamed():
+def test_literal_prefixed_and_group_acls_are_copied_renamed_a_topic_prefix_as_literals():
     source = [
         acl(name="orders"),
         acl(name="orders.", pattern="prefixed", op="Describe"),
         acl(kind="group", name="billing-eu"),
-        acl(kind="group", name="bill", pattern="prefixed"),
+        acl(kind="group", name="bill", pattern="prefixed", who="User:b"),
     ]
     assert set(wanted_acls(SCOPE, source)) == {
         acl(name="nyc.orders"),
-        acl(name="nyc.orders.", pattern="prefixed", op="Describe"),
+        acl(name="nyc.orders.eu", op="Describe"),  # the mirrored topics `orders.` covers, not the prefix
         acl(kind="group", name="billing-eu"),  # groups keep their names
-        acl(kind="group", name="bill", pattern="prefixed"),
+        acl(kind="group", name="billing-eu", who="User:b"),  # the checkpointed groups `bill` covers
     }
 
 
 def test_identity_keeps_the_names():
     scope = AclScope("nyc", RenamePolicy.IDENTITY, ["orders"], [])
-    source = [acl(), acl(name="ord", pattern="prefixed")]
-    assert sorted(wanted_acls(scope, source)) == sorted(source)
+    source = [acl(), acl(name="ord", pattern="prefixed", who="User:b")]
+    assert sorted(wanted_acls(scope, source)) == sorted([acl(), acl(who="User:b")])
 
 
 def test_deny_is_copied_as_deny():
@@ -137,21 +136,11 @@ def test_promotion_copies_write_of_moved_topics_and_the_producers_ids():
     assert promotion_acls(source, {"orders": "nyc.orders"}) == sorted(
         [
             acl(name="nyc.orders", op="Write", who="User:prod"),
-            acl(name="nyc.ord", pattern="prefixed", op="Write", who="User:prod2"),
+            acl(name="nyc.orders", op="Write", who="User:prod2"),  # the prefix, as the moved topics it covers
             acl(kind="transactional-id", name="prod-", pattern="prefixed", op="Write", who="User:prod"),
             acl(kind="cluster", name="kafka-cluster", op="IdempotentWrite", who="User:prod"),
         ]
     )
-
-
-def test_a_prefix_is_renamed_either_way_round():
-    assert renamed_prefix("ord", "orders", "nyc.orders") == "nyc.ord"  # failover adds the flow's prefix
-    assert renamed_prefix("nyc.ord", "nyc.orders", "orders") == "ord"  # failback takes it away
-    assert renamed_prefix("ord", "orders", "orders") == "ord"  # identity
-    # A prefix no longer than the part taken away would cover every topic of the source.
-    assert renamed_prefix("nyc.", "nyc.orders", "orders") is None
-    assert renamed_prefix("ny", "nyc.orders", "orders") is None
-    assert renamed_prefix("ord", "orders", "payments") is None  # not a rename of the flow
 
 
 def test_failback_names_the_dr_topics_back_by_the_flows_rename():
@@ -164,7 +153,7 @@ def test_failback_promotion_copies_the_dr_copies_write_back_under_the_source_nam
     dr = [
         acl(name="nyc.orders", op="Write", who="User:prod"),
         acl(name="nyc.ord", pattern="prefixed", op="Write", who="User:prod2"),
-        acl(name="nyc.", pattern="prefixed", op="Write", who="User:wide"),  # would cover all of nyc
+        acl(name="nyc.", pattern="prefixed", op="Write", who="User:wide"),  # covers the moved nyc.orders only
         acl(name="orders", op="Write", who="User:sf-local"),  # sf's own topic, not a copy
         acl(name="nyc.orders", op="Read", who="User:prod"),  # the sync's job
         acl(kind="cluster", name="kafka-cluster", op="IdempotentWrite", who="User:prod"),
@@ -172,7 +161,8 @@ def test_failback_promotion_copies_the_dr_copies_write_back_under_the_source_nam
     assert promotion_acls(dr, {"nyc.orders": "orders"}) == sorted(
         [
             acl(name="orders", op="Write", who="User:prod"),
-            acl(name="ord", pattern="prefixed", op="Write", who="User:prod2"),
+            acl(name="orders", op="Write", who="User:prod2"),
+            acl(name="orders", op="Write", who="User:wide"),
             acl(kind="cluster", name="kafka-cluster", op="IdempotentWrite", who="User:prod"),
         ]
     )
