@@ -289,7 +289,10 @@ def test_frozen_worker_is_fenced(clusters, write_config, unique, tmp_path, capsy
         logs = lambda: f"\n--- a:\n{a.output()[-3000:]}\n--- b:\n{b.output()[-3000:]}"
         wait_for(lambda: admin.group_members(f"mirror-{unique}") == 2, 60, "both workers in the group", detail=logs)
         th.start()
-        owns = lambda m: re.search(r"assigned [1-9]\d* partitions", m.output()) is not None  # noqa: E731
+        # The lifecycle lines: "... started: N topics matched, P partitions assigned" and
+        # "... rebalanced: +-K partitions, P assigned (...)".
+        held = r"[1-9]\d* partitions assigned|rebalanced: \S+ partitions, [1-9]\d* assigned"
+        owns = lambda m: re.search(held, m.output()) is not None  # noqa: E731
         wait_for(lambda: owns(a) and owns(b), 60, "both workers to own partitions", detail=logs)
         wait_for(
             lambda: f"src.{t}" in topics(dst) and sum(end_offsets(dst, f"src.{t}", n).values()) > 4000,
