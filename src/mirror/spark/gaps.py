@@ -102,12 +102,18 @@ class BatchGaps:
             )
             return []
         gaps = deleted(uncopied, {tp: m.low for tp, m in marks.items()})
-        for gap in gaps:
-            if self.policy is GapPolicy.STOP:
-                raise SourceGapError(f"flow {self.flow}: {gap.describe()}; on_source_gap: stop", hint=RESUME_HINT)
-            log.warning("flow %s: %s; mirroring on from offset %d", self.flow, gap.describe(), gap.last + 1)
-            for listener in (self.recorder, self.metrics):
-                on_gap = getattr(listener, "on_gap", None)
-                if on_gap is not None:
-                    on_gap(self.flow, gap)
+        report_gaps(self.flow, gaps, self.policy, (self.recorder, self.metrics))
         return gaps
+
+
+def report_gaps(flow: str, gaps: Iterable[SourceGap], policy: GapPolicy, listeners: Iterable[Any]) -> None:
+    """Each gap once, in `mirror run`'s words, told to the listeners (the offset map, the
+    counter) that hear gaps; with `on_source_gap: stop`, the run stops at the first."""
+    for gap in gaps:
+        if policy is GapPolicy.STOP:
+            raise SourceGapError(f"flow {flow}: {gap.describe()}; on_source_gap: stop", hint=RESUME_HINT)
+        log.warning("flow %s: %s; mirroring on from offset %d", flow, gap.describe(), gap.last + 1)
+        for listener in listeners:
+            on_gap = getattr(listener, "on_gap", None)
+            if on_gap is not None:
+                on_gap(flow, gap)

@@ -20,13 +20,13 @@ from typing import Any
 
 from mirror.domain.gaps import GapPolicy, GapReason, SourceGap
 from mirror.domain.topics import TopicMapping
-from mirror.engine.gaps import RESUME_HINT
 from mirror.engine.recreated import RecreatedTopics
 from mirror.engine.start_points import StartPoints
-from mirror.errors import MirrorError, SourceGapError
+from mirror.errors import MirrorError
 from mirror.kafka import OFFSET_END
 from mirror.spark.commits import TARGET_TOPIC_ID, GroupCommits, Partition
 from mirror.spark.exactly_once import ProgressStarts
+from mirror.spark.gaps import report_gaps
 
 log = logging.getLogger(__name__)
 
@@ -180,14 +180,7 @@ class StartingOffsets:
     def _report_gaps(self, gaps: list[SourceGap]) -> None:
         """Each gap once, in `mirror run`'s words; counted and recorded in the offset map
         before the query runs past it, or, with `on_source_gap: stop`, the run stops here."""
-        for gap in gaps:
-            if self.on_source_gap is GapPolicy.STOP:
-                raise SourceGapError(f"flow {self.flow}: {gap.describe()}; on_source_gap: stop", hint=RESUME_HINT)
-            log.warning("flow %s: %s; mirroring on from offset %d", self.flow, gap.describe(), gap.last + 1)
-            for listener in (self.recorder, self.metrics):
-                on_gap = getattr(listener, "on_gap", None)
-                if on_gap is not None:
-                    on_gap(self.flow, gap)
+        report_gaps(self.flow, gaps, self.on_source_gap, (self.recorder, self.metrics))
         if gaps:
             self.recorder.flush()
 

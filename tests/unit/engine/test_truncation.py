@@ -13,33 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from mirror.domain.gaps import SourceGap
 from mirror.kafka import KafkaError, Message
 from mirror.kafka.admin import Watermarks
 from tests.unit.engine import fakes
+from tests.unit.engine.expired_source import Heard
 from tests.unit.engine.fakes import P0, FakeAdmin, FakeConsumer, batch
-
-
-class Heard:
-    """A listener that keeps the gaps it hears of."""
-
-    def __init__(self) -> None:
-        self.gaps: list[SourceGap] = []
-
-    def on_gap(self, flow: str, gap: SourceGap) -> None:
-        self.gaps.append(gap)
-
-    def on_acked(self, batches: Any) -> None:
-        pass
-
-    def before_commit(self, flow: str, positions: Any) -> None:
-        pass
-
-    def on_reset(self, flow: str, partitions: Any) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 class TruncatedAdmin(FakeAdmin):
