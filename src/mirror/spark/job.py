@@ -430,6 +430,8 @@ def run_flow(
             stop=stop,
         )
         job.check_local()
+        if run_metrics is not None:
+            watch_throttle(run_metrics.registry, job)
         if starting is None and spark is None:
             # The JVM and the session start beside the clusters' checks and the flow's start.
             starting = start_session(
@@ -459,3 +461,12 @@ def run_flow(
 
 def _given(spark: Any) -> Any:
     return spark
+
+
+def watch_throttle(registry: Any, job: SparkFlow) -> None:
+    """The flow's read cap and the time the driver held batches back for it, served at scrape
+    time beside the driver's other metrics (as `mirror run` serves its workers')."""
+    from mirror.metrics import ThrottleCollector
+
+    t = job.throttle
+    ThrottleCollector(lambda: {job.flow.name: (t.max_bytes, t.max_records, t.throttled_seconds())}, registry)

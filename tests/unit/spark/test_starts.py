@@ -394,3 +394,24 @@ def test_a_source_topic_recreated_while_no_run_was_starts_from_the_beginning_onc
     assert store.source_topic_ids("one") == {"x": "S1"} and store.gaps("one") == {}
     again = starts.decide([TopicMapping("x", "a.x", 1)])  # the next query: known now
     assert len(metrics.gaps) == 1 and again.reset == []
+
+
+def test_the_spark_driver_serves_the_flows_cap_and_its_throttled_time() -> None:
+    """`mirror spark run --metrics-port` serves the cap and the time the driver held batches
+    back for it, under the names `mirror run` uses."""
+    from prometheus_client import CollectorRegistry
+
+    from mirror.config import parse
+    from mirror.spark.job import SparkFlow, watch_throttle
+
+    config = parse(
+        "clusters:\n  a: {bootstrap: '127.0.0.1:1'}\n  b: {bootstrap: '127.0.0.1:2'}\n"
+        "flows:\n  - {name: f, source: a, target: b, topics: {include: [x]}, max_bytes_per_second: 1MiB}\n",
+        env={},
+    )
+    job = SparkFlow(config, config.flow("f"))
+    registry = CollectorRegistry()
+    watch_throttle(registry, job)
+    assert registry.get_sample_value("mirror_flow_max_bytes_per_second", {"flow": "f"}) == 1024 * 1024
+    assert registry.get_sample_value("mirror_flow_max_records_per_second", {"flow": "f"}) is None
+    assert registry.get_sample_value("mirror_flow_throttled_seconds_total", {"flow": "f"}) == 0
