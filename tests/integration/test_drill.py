@@ -428,6 +428,8 @@ def test_unplanned_site_drill_names_each_groups_reread_before_apply(own_clusters
     assert sorted(groups) == sorted(planned) == [f"drill-{unique}-f-{unique}-{k}" for k in range(2)]
     for g, v in groups.items():
         assert planned[g]["truth"] == "checkpoints" and planned[g]["checkpoint_age_ms"] is not None
-        assert v["produced"] > 0 and v["read_after"] > 0, (g, v)
+        # No `read_after > 0`: a group that had read all before the kill, and resumed at its exact
+        # translated position, rightly reads nothing on the DR copy (the flake of wave 4).
+        assert v["produced"] > 0 and v["read_before"] + v["read_after"] >= v["produced"] - v["lost"], (g, v)
         assert v["duplicated"] <= planned[g]["may_reread"], (g, v, planned[g])
     assert "## Per group" in (report_dir / "report.md").read_text()
