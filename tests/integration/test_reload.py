@@ -171,7 +171,7 @@ flows:
     topics: {{include: ["{b}"]}}
 """
     path = write_config(first)
-    port = free_port()
+    port = free_port(2)  # the pool serves on port and port + 1
     with MirrorProcess(path, "--workers", "2", "--metrics-port", str(port)) as m:
         for i in range(2):
             wait_for(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
+import random
 import subprocess
 import time
 import urllib.request
@@ -12,13 +12,21 @@ from pathlib import Path
 
 import yaml
 
-from mirror.devenv.common import spawn_prefix
+from mirror.devenv.common import port_free, spawn_prefix
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(count: int = 1) -> int:
+    """The first of `count` consecutive free loopback ports (`--workers N` serves metrics on
+    port..port+N-1). Chosen below the kernel's ephemeral range (32768-60999) and below the
+    test clusters' and Cassandra's ranges (tests/support/clusters.py): a port the kernel hands
+    out can be taken by any outgoing connection before the server binds it, and a stopped
+    broker's port must still be free when it restarts."""
+    rng = random.Random()
+    for _ in range(500):
+        port = rng.randrange(8000, 12000 - count)
+        if all(port_free(port + i) for i in range(count)):
+            return port
+    raise RuntimeError(f"no {count} free consecutive ports found in 8000-12000")
 
 
 class PrometheusServer:
