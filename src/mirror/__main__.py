@@ -1,5 +1,3 @@
-import sys
+from mirror.cli import entry
 
-from mirror.cli import main
-
-sys.exit(main())
+entry()

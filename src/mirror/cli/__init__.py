@@ -151,3 +151,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
+
+
+def entry() -> None:
+    """The process's entry (the `mirror` script, `python -m mirror`): `main`, then an exit that
+    skips the C library's exit handlers.
+
+    A librdkafka client still alive at exit (one held by a daemon thread, which Python never
+    frees) keeps its broker threads running while OpenSSL's exit handler frees what they use:
+    on a TLS listener the process then dies of SIGSEGV after printing its answer, and the
+    operator reads -11 instead of the exit code (seen once in CI, `failover plan` refused a
+    grant). Every command has finished its work when `main` returns (runs drained, committed,
+    their Spark session stopped), so only buffers are left to flush.
+    """
+    code = main()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`mirror lag | head`) has nothing left to take
+            pass
+    os._exit(code)
