@@ -73,22 +73,29 @@ jvm-test:
 class-archive: | $(VENV)/.installed jars $(WRITER_JAR)
 	@$(PY) -m mirror.spark.cds
 
-# The two tiers side by side: the unit tier (pure Python, no server) on the core the integration
-# tier leaves idle while it waits on its clusters. The unit tier's output goes to its log and is
-# printed after the integration tier's, so neither interleaves; both closing summary lines come
-# last, and `make test` fails if either tier fails. tests/ holds nothing outside the two tiers.
-# A tier with no test selected (pytest's 5: PYTEST_ARGS=-k picked only the other's) is no failure.
+# The unit tier (pure Python, no server) beside the integration tier, which itself runs as two
+# pytest processes (MIRROR_TEST_SHARD, tests/integration/conftest.py), each on its own clusters:
+# the tier mostly waits on servers, so three processes share the 2 cores. Shard 1 prints as it
+# runs; shard 2's and the unit tier's logs are printed after it, so nothing interleaves. The
+# closing summary lines come last, and `make test` fails if any of the three fails. A process
+# with no test selected (pytest's 5: PYTEST_ARGS=-k picked only others) is no failure; all
+# three selecting nothing is.
 TEST_LOGS := build/test
 test: setup container-check jvm-test
 	@mkdir -p $(TEST_LOGS)
 	@$(PY) -m pytest tests/unit -p no:cacheprovider $(PYTEST_ARGS) > $(TEST_LOGS)/unit.log 2>&1 & unit=$$!; \
-	set -o pipefail; $(PY) -m pytest tests/integration $(PYTEST_ARGS) 2>&1 | tee $(TEST_LOGS)/integration.log; \
-	integration=$$?; wait $$unit; unit=$$?; \
+	MIRROR_TEST_SHARD=2 $(PY) -m pytest tests/integration -p no:cacheprovider $(PYTEST_ARGS) \
+	  > $(TEST_LOGS)/integration-2.log 2>&1 & second=$$!; \
+	set -o pipefail; MIRROR_TEST_SHARD=1 $(PY) -m pytest tests/integration $(PYTEST_ARGS) 2>&1 \
+	  | tee $(TEST_LOGS)/integration-1.log; \
+	first=$$?; wait $$second; second=$$?; wait $$unit; unit=$$?; \
+	echo "=== tests/integration shard 2, run beside shard 1 ($(TEST_LOGS)/integration-2.log):"; \
+	cat $(TEST_LOGS)/integration-2.log; \
 	echo "=== tests/unit, run beside tests/integration ($(TEST_LOGS)/unit.log):"; cat $(TEST_LOGS)/unit.log; \
-	echo "=== closing summaries (tests/unit, then tests/integration):"; \
-	tail -n 1 $(TEST_LOGS)/unit.log; tail -n 1 $(TEST_LOGS)/integration.log; \
+	echo "=== closing summaries (tests/unit, tests/integration shard 1, shard 2):"; \
+	tail -n 1 $(TEST_LOGS)/unit.log; tail -n 1 $(TEST_LOGS)/integration-1.log; tail -n 1 $(TEST_LOGS)/integration-2.log; \
 	passed() { [ $$1 -eq 0 ] || [ $$1 -eq 5 ]; }; \
-	passed $$unit && passed $$integration && [ $$((unit + integration)) -ne 10 ]
+	passed $$unit && passed $$first && passed $$second && [ $$((unit + first + second)) -ne 15 ]
 
 unit: setup
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
