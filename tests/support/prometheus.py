@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import shutil
 import random
+import shutil
 import subprocess
 import time
 import urllib.request
