@@ -109,21 +109,15 @@ def _free_port(count: int = 1) -> int:
     """A free loopback port, or the first of `count` consecutive free ones (`mirror run
     --workers N --metrics-port P` serves worker i on P + i). Several are looked for below the
     ephemeral range, where outgoing connections and other servers' port-0 binds do not land."""
-    import random
     import socket
 
     if count == 1:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             return s.getsockname()[1]
-    from mirror.devenv.common import port_free
+    from mirror.devenv.common import free_ports
 
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 32000 - count)
-        if all(port_free(base + i) for i in range(count)):
-            return base
-    raise RuntimeError(f"no {count} consecutive free loopback ports for the workers' metrics")
+    return free_ports(count, 20000, 32000)
 
 
 def _free_base_port(count: int) -> int:

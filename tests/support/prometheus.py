@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import random
 import shutil
 import subprocess
 import time
@@ -12,21 +11,14 @@ from pathlib import Path
 
 import yaml
 
-from mirror.devenv.common import port_free, spawn_prefix
+from mirror.devenv.common import free_ports, spawn_prefix
 
 
 def free_port(count: int = 1) -> int:
-    """The first of `count` consecutive free loopback ports (`--workers N` serves metrics on
-    port..port+N-1). Chosen below the kernel's ephemeral range (32768-60999) and below the
-    test clusters' and Cassandra's ranges (tests/support/clusters.py): a port the kernel hands
-    out can be taken by any outgoing connection before the server binds it, and a stopped
-    broker's port must still be free when it restarts."""
-    rng = random.Random()
-    for _ in range(500):
-        port = rng.randrange(8000, 12000 - count)
-        if all(port_free(port + i) for i in range(count)):
-            return port
-    raise RuntimeError(f"no {count} free consecutive ports found in 8000-12000")
+    """The first of `count` consecutive free loopback ports for a test's server: below the
+    test clusters' and Cassandra's ranges (tests/support/clusters.py), so a stopped broker's
+    port is still free when it restarts."""
+    return free_ports(count, 8000, 12000)
 
 
 class PrometheusServer:

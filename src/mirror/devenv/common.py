@@ -11,6 +11,7 @@ another program is never signalled.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -73,6 +74,19 @@ def started_alive(pid_file: Path) -> bool:
         return pid_alive(int(pid_file.read_text().strip()))
     except (OSError, ValueError):
         return False
+
+
+def free_ports(count: int, low: int, high: int) -> int:
+    """The first of `count` consecutive free loopback ports in [low, high), picked at random
+    (a `--workers N` pool serves metrics on port..port+N-1). Callers pick ranges below the
+    kernel's ephemeral one (32768-60999): a port found free there can be taken by any outgoing
+    connection before the server binds it."""
+    rng = random.Random()
+    for _ in range(500):
+        port = rng.randrange(low, high - count)
+        if all(port_free(port + i) for i in range(count)):
+            return port
+    raise RuntimeError(f"no {count} consecutive free loopback ports found in {low}-{high}")
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
