@@ -11,6 +11,7 @@ from typing import Any
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, KafkaException, TopicPartition
 
 from mirror.config import ClusterConfig
+from mirror.domain.replay import StoredRecord
 from mirror.kafka.clients import build_client
 from mirror.kafka.errors import is_retriable, raise_for
 
@@ -168,16 +169,8 @@ class PartitionReader:
             pass
 
 
-@dataclass(frozen=True, slots=True)
-class TailRecord:
-    """A target record read back by the Spark engine's replay check."""
-
-    offset: int
-    timestamp_ms: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]]
-    log_append_time: bool = False  # the broker set the timestamp (the topic's message.timestamp.type)
+# A record read back by `read_range` (the replay check of both engines, `import-mm2`).
+TailRecord = StoredRecord
 
 
 def read_headers(

@@ -1,0 +1,126 @@
+"""The replay rule both engines share (mirror.domain.replay): skip only the source records the
+target provably holds, and say where their copies are. No network: the target partition is a
+list of records."""
+
+from __future__ import annotations
+
+from mirror.domain.replay import (
+    Replay,
+    SourceRecord,
+    StoredRecord,
+    delta_changes,
+    origin_offset,
+    replay_check,
+    slice_reader,
+)
+from mirror.domain.route import HEADER_ORIGIN, Route
+
+R = Route("orders", 0, "src.orders", b"src/orders/0/")
+NO_PROVENANCE = Route("orders", 0, "src.orders", None)
+
+
+def source(first: int, count: int) -> list[SourceRecord]:
+    return [(o, 1000 + o, b"k%d" % o, b"v%d" % o) for o in range(first, first + count)]
+
+
+def copy_of(rec: SourceRecord, at: int, r: Route = R) -> StoredRecord:
+    headers = [(HEADER_ORIGIN, (r.origin or b"") + b"%d" % rec[0])]
+    return StoredRecord(at, rec[1], rec[2], rec[3], headers)
+
+
+def target_of(copies: list[StoredRecord]) -> tuple[int, int, list[StoredRecord]]:
+    """low, high and the records of a target partition holding `copies` (offsets as given)."""
+    return (copies[0].offset if copies else 0), (copies[-1].offset + 1 if copies else 0), copies
+
+
+def check(batch: list[SourceRecord], copies: list[StoredRecord], r: Route = R, source_end: int | None = None) -> Replay:
+    low, high, recs = target_of(copies)
+    return replay_check(r, batch, low, high, slice_reader(recs), source_end)
+
+
+def test_every_copied_record_is_skipped_with_its_target_offset() -> None:
+    batch = source(100, 50)
+    copies = [copy_of(rec, 7 + i) for i, rec in enumerate(batch[:30])]  # a kill after 30 copies
+    got = check(batch, copies)
+    assert got.held == 129 and got.placed and got.warning is None
+    assert got.pairs == [(100 + i, 7 + i) for i in range(30)]
+    assert delta_changes(got.pairs) == [(100, 7)]
+
+
+def test_copies_of_earlier_records_before_the_run_are_fine() -> None:
+    # The committed offset trails the copies: the target also holds copies of records before it.
+    earlier, batch = source(90, 10), source(100, 20)
+    copies = [copy_of(rec, i) for i, rec in enumerate(earlier + batch[:5])]
+    got = check(batch, copies)
+    assert got.held == 104 and got.pairs == [(100 + i, 10 + i) for i in range(5)]
+
+
+def test_a_tail_without_provenance_proves_nothing() -> None:
+    batch = source(0, 10)
+    copies = [copy_of(rec, i) for i, rec in enumerate(batch)]
+    by_hand = StoredRecord(10, 5, b"hand", b"made", [])
+    assert check(batch, [*copies, by_hand]) == Replay()
+    assert check(batch, copies, r=NO_PROVENANCE) == Replay()
+    assert origin_offset(NO_PROVENANCE, copies[0].headers) is None
+
+
+def test_a_tail_naming_an_offset_before_the_records_skips_nothing() -> None:
+    batch = source(100, 10)
+    assert check(batch, [copy_of(rec, i) for i, rec in enumerate(source(50, 50))]) == Replay()
+
+
+def test_a_copy_that_differs_from_its_source_record_skips_nothing() -> None:
+    # A source topic created again: offsets restart, the target's copies are of the old records.
+    batch = source(0, 10)
+    old = [(o, ts, k, b"old " + (v or b"")) for o, ts, k, v in batch]
+    got = check(batch, [copy_of(rec, i) for i, rec in enumerate(old)])
+    assert got.held == -1 and not got.pairs and got.warning and "differs" in got.warning
+
+
+def test_a_different_timestamp_alone_skips_nothing() -> None:
+    batch = source(0, 3)
+    copies = [copy_of(rec, i) for i, rec in enumerate(batch)]
+    copies[-1] = StoredRecord(2, 1, copies[-1].key, copies[-1].value, copies[-1].headers)
+    assert check(batch, copies).held == -1
+
+
+def test_a_mismatch_inside_the_run_skips_nothing_before_it() -> None:
+    # The anchor matches, but an earlier copy in the run is of another record: the run stops
+    # there, and the copy before it (of an earlier offset of this batch, but different) ends it.
+    batch = source(0, 6)
+    copies = [copy_of(rec, i) for i, rec in enumerate(batch)]
+    bad = batch[2]
+    copies[2] = copy_of((bad[0], bad[1], bad[2], b"not it"), 2)
+    got = check(batch, copies)
+    assert got.held == -1 and got.warning and "never reached the target" in got.warning
+
+
+def test_a_tail_past_the_source_end_skips_nothing() -> None:
+    batch = source(0, 5)
+    got = check(batch, [copy_of(rec, i) for i, rec in enumerate(batch)], source_end=3)
+    assert got.held == -1 and got.warning and "ends at 3" in got.warning
+
+
+def test_copies_of_the_first_records_gone_skip_unplaced() -> None:
+    # Target retention removed the copies of the first records: what is left is proven, but
+    # no pairs (they would translate the positions before them past their copies).
+    batch = source(0, 10)
+    copies = [copy_of(rec, i) for i, rec in enumerate(batch)][4:]
+    got = check(batch, copies)
+    assert got.held == 9 and not got.placed and not got.pairs
+
+
+def test_a_copy_missing_in_the_middle_ends_the_run() -> None:
+    # The copies of 0..2 and 4..5: 3 never reached the target. Source offsets may jump
+    # (markers, compaction), so the run alone does not show it; the records in hand do.
+    batch = source(0, 6)
+    copies = [copy_of(rec, i) for i, rec in enumerate(batch[:3] + batch[4:])]
+    got = check(batch, copies)
+    assert got.held == -1 and got.warning and "no copy of orders[0] offset 3" in got.warning
+
+
+def test_slice_reader_reads_a_range_up_to_until() -> None:
+    recs = [copy_of(rec, i) for i, rec in enumerate(source(0, 10))]
+    read = slice_reader(recs)
+    assert [r.offset for r in read(3, 6)] == [3, 4, 5]
+    assert [r.offset for r in read(3, 10, until=lambda r: r.offset == 4)] == [3, 4]
