@@ -1,8 +1,8 @@
 """A `mirror run` killed before its first commit: the restart skips what the target provably
 holds (issue 37, "a restart without a replay"), and copies everything it cannot prove.
 
-The flow commits once an hour, so the SIGKILL always comes before any commit: the group has
-no offset, and the restart starts from the source's beginning.
+The first run commits once an hour, so the SIGKILL always comes before any commit: the group
+has no offset, and the restart (committing as usual) starts from the source's beginning.
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ def _copy_then_kill(clusters, write_config, unique: str, t: str, *, extra: str =
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
     create_topic(src, t, PARTITIONS)
     produce_numbered(src, t, RECORDS, PARTITIONS)
-    body = flow_yaml(unique, f'["{t}"]', extra=extra).replace("commit_interval: 500ms", "commit_interval: 1h")
-    cfg = write_config(body)
-    with MirrorProcess(cfg) as m:
+    body = flow_yaml(unique, f'["{t}"]', extra=extra)
+    with MirrorProcess(write_config(body.replace("commit_interval: 500ms", "commit_interval: 1h"))) as m:
         wait_for(
             lambda: sum(end_offsets(dst, f"src.{t}", PARTITIONS).values()) >= RECORDS,
             120,
@@ -35,7 +34,7 @@ def _copy_then_kill(clusters, write_config, unique: str, t: str, *, extra: str =
         m.kill()
     # The test means something only if the kill came before any commit.
     assert all(o < 0 for o in group_offsets(src, f"mirror-{unique}", t, PARTITIONS).values())
-    return src, dst, cfg
+    return src, dst, write_config(body)
 
 
 def _contents(bootstrap: str, topic: str) -> Counter:
