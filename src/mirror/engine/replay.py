@@ -1,0 +1,185 @@
+"""`TargetReplay`: start assigned partitions past the records their target provably holds.
+
+A worker killed before its commit, or a partition whose copies outran its last commit, leaves
+copies on the target that the group's offset does not cover: read from that offset, every
+one of them would be copied again. At each assignment (start, rebalance) and resync, for
+the partitions given with their start offsets, this reads in bulk (one consumer per read,
+not one per partition): the target partitions' last records; then, only for those whose
+last copy names a source offset at or past the start, the source records from the start to
+it, and the target's copies. `mirror.domain.replay` decides (the rule the Spark engine's
+tasks follow); a proven partition starts after the last record proven, and its skipped
+records are acknowledged in the ledger (`PartitionLedger.skipped`), so the commit and the
+offset map move over them exactly as over copied ones.
+
+Anything in doubt skips nothing: a read that fails or times out, a check that fails, a
+partition whose copies of its first records are gone. The worst case is a duplicate, never
+a loss. Without provenance headers nothing can be proven, and nothing is skipped.
+
+Not with exactly_once (`Assignment` does not ask): a partition resumes at the target's
+committed progress, written in the same transaction as the copies, and a killed worker's
+open transaction is aborted, invisible to read_committed consumers. Nothing past the
+progress is visible on the target, so there is nothing to skip.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+
+from mirror.config import ClusterConfig, FlowConfig
+from mirror.domain.acks import SourcePartition
+from mirror.domain.ledger import Ledger
+from mirror.domain.replay import StoredRecord, origin_offset, replay_check, slice_reader
+from mirror.engine.admins import AdminPair
+from mirror.engine.partition import AssignedPartition
+from mirror.errors import MirrorError
+from mirror.kafka import OFFSET_BEGINNING
+from mirror.kafka.reader import read_ranges
+
+log = logging.getLogger(__name__)
+
+# The most source records one assignment holds to compare (as many copies again): a larger
+# backlog of unproven copies is copied again past it (duplicates), rather than held in memory.
+MAX_COMPARED = 1_000_000
+
+Ranges = Mapping[tuple[str, int], tuple[int, int]]
+ReadRanges = Callable[[str, ClusterConfig, Ranges, float], dict[tuple[str, int], list[StoredRecord]]]
+
+
+def _read(
+    name: str, cluster: ClusterConfig, ranges: Ranges, timeout: float
+) -> dict[tuple[str, int], list[StoredRecord]]:
+    return read_ranges(name, cluster, ranges, timeout)
+
+
+class TargetReplay:
+    """Skips the records each newly started partition's target holds already (see the module)."""
+
+    def __init__(
+        self,
+        flow: FlowConfig,
+        source: ClusterConfig,
+        target: ClusterConfig,
+        *,
+        admins: AdminPair,
+        ledger: Ledger[AssignedPartition],
+        read: ReadRanges = _read,
+    ) -> None:
+        self.flow, self._source, self._target = flow, source, target
+        self._admins, self._ledger, self._read = admins, ledger, read
+
+    def skip(self, starts: Mapping[SourcePartition, int]) -> dict[SourcePartition, int]:
+        """The new start of each of these partitions (assigned, at these offsets: concrete, or
+        OFFSET_BEGINNING) whose target holds its first records already; their skipped
+        records are acknowledged in the ledger. Partitions left out start where they were."""
+        todo = {
+            k: at
+            for k, at in starts.items()
+            if k in self._ledger.parts and (at >= 0 or at == OFFSET_BEGINNING) and not self._ledger.parts[k].inflight
+        }
+        if not self.flow.provenance_headers or not todo:
+            return {}
+        try:
+            moved, skipped = self._skip(todo)
+        except (MirrorError, KeyError) as exc:
+            log.warning(
+                "flow %s: could not read what the target holds of %d partitions past their start (%s); "
+                "copying them from their start, nothing skipped",
+                self.flow.name,
+                len(todo),
+                exc,
+            )
+            return {}
+        if moved:
+            log.info(
+                "flow %s: %d records of %d partitions were on the target already (copied before the "
+                "group's commit); not copied again",
+                self.flow.name,
+                skipped,
+                len(moved),
+            )
+        return moved
+
+    def _skip(self, starts: Mapping[SourcePartition, int]) -> tuple[dict[SourcePartition, int], int]:
+        parts = self._ledger.parts
+        targets = {k: (parts[k].route.target_topic, k[1]) for k in starts}
+        tmarks = self._admins.target.watermarks(list(targets.values()), committed_only=True)
+        if all(m.high <= m.low for m in tmarks.values()):
+            return {}, 0  # empty targets (a first start): nothing to read
+        smarks = self._admins.source.watermarks(list(starts), committed_only=True)
+        first = {k: smarks[k].low if at == OFFSET_BEGINNING else at for k, at in starts.items()}
+        tail_ranges = {
+            t: (tmarks[t].high - 1, tmarks[t].high) for t in targets.values() if tmarks[t].high > tmarks[t].low
+        }
+        tails = self._read(self.flow.target, self._target, tail_ranges, self._target.timeout)
+        newest: dict[SourcePartition, int] = {}
+        budget = MAX_COMPARED
+        for k in sorted(starts):
+            tail = tails.get(targets[k])
+            o = origin_offset(parts[k].route, tail[-1].headers) if tail else None
+            end = min(o, smarks[k].high - 1) + 1 if o is not None else 0
+            if o is not None and first[k] < end and end - first[k] <= budget:
+                newest[k] = o
+                budget -= end - first[k]
+        if not newest:
+            return {}, 0
+        sources = self._read(
+            self.flow.source,
+            self._source,
+            {k: (first[k], min(o, smarks[k].high - 1) + 1) for k, o in newest.items()},
+            self._source.timeout,
+        )
+        copies = self._read(
+            self.flow.target,
+            self._target,
+            {
+                targets[k]: (
+                    max(tmarks[targets[k]].low, tmarks[targets[k]].high - (o - first[k] + 1)),
+                    tmarks[targets[k]].high,
+                )
+                for k, o in newest.items()
+            },
+            self._target.timeout,
+        )
+        moved: dict[SourcePartition, int] = {}
+        skipped = 0
+        for k in newest:
+            t, records = targets[k], sources.get(k, [])
+            if not records or records[0].offset != first[k]:
+                continue  # the source's first record is gone (retention): the consumer reports the gap
+            replay = replay_check(
+                parts[k].route,
+                [rec.compared() for rec in records],
+                tmarks[t].low,
+                tmarks[t].high,
+                slice_reader(copies.get(t, [])),
+                smarks[k].high,
+                tail=tails[t],
+            )
+            if replay.warning:
+                log.warning("flow %s: %s", self.flow.name, replay.warning)
+            if replay.held < first[k] or not replay.placed or not replay.pairs:
+                continue
+            held = [rec for rec in records if rec.offset <= replay.held]
+            nbytes = sum(len(rec.key or b"") + len(rec.value or b"") for rec in held)
+            if parts[k].skipped(replay.pairs, len(held), nbytes, max(rec.timestamp_ms for rec in held)):
+                moved[k] = replay.held + 1
+                skipped += len(held)
+        return moved, skipped
+
+
+def starts_of(
+    at: Mapping[SourcePartition, int],
+    committed: Mapping[SourcePartition, int | None] | None,
+    keys: Iterable[SourcePartition],
+) -> dict[SourcePartition, int]:
+    """Where each of `keys` starts: as chosen in `at`, else at the group's committed offset
+    (as read; left out when unknown)."""
+    out: dict[SourcePartition, int] = {}
+    for k in keys:
+        at_committed = committed.get(k) if committed is not None else None
+        if k in at:
+            out[k] = at[k]
+        elif at_committed is not None:
+            out[k] = at_committed
+    return out
