@@ -20,7 +20,8 @@ is produced (a copy of a record that is not on the target is never skipped; the 
 is a duplicate). The offset map gets the skipped records' (source -> target) pairs, read
 from the same headers, so rows an interrupted attempt never stored are stored now, but only
 when the copy of the batch's first record was read back: pairs that start later would
-translate the positions before them past their copies (invariant 2).
+translate the positions before them past their copies (invariant 2). The rule is
+`mirror.domain.replay`'s, which `mirror run` follows at its assignments too.
 """
 
 from __future__ import annotations
