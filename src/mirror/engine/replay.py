@@ -34,15 +34,23 @@ from mirror.engine.admins import AdminPair
 from mirror.engine.partition import AssignedPartition
 from mirror.errors import MirrorError
 from mirror.kafka import OFFSET_BEGINNING
+from mirror.kafka.admin import Watermarks
 from mirror.kafka.reader import read_ranges
 
 log = logging.getLogger(__name__)
 
 # The most source records one assignment holds to compare (as many copies again): a larger
 # backlog of unproven copies is copied again past it (duplicates), rather than held in memory.
-MAX_COMPARED = 1_000_000
+MAX_COMPARED = 250_000
+# The tails' read happens inside the group's assign callback: a target slow to answer costs
+# duplicates, not a stalled rebalance.
+TAIL_TIMEOUT = 10.0
 
 Ranges = Mapping[tuple[str, int], tuple[int, int]]
+Offsets = dict[SourcePartition, int]
+Marks = Mapping[tuple[str, int], Watermarks]
+# first offsets, the source offsets the tails name, source and target watermarks, the tails
+_Tails = tuple[Offsets, Offsets, Marks, Marks, dict[tuple[str, int], list[StoredRecord]]]
 ReadRanges = Callable[[str, ClusterConfig, Ranges, float], dict[tuple[str, int], list[StoredRecord]]]
 
 
@@ -101,28 +109,12 @@ class TargetReplay:
         return moved
 
     def _skip(self, starts: Mapping[SourcePartition, int]) -> tuple[dict[SourcePartition, int], int]:
-        parts = self._ledger.parts
-        targets = {k: (parts[k].route.target_topic, k[1]) for k in starts}
-        tmarks = self._admins.target.watermarks(list(targets.values()), committed_only=True)
-        if all(m.high <= m.low for m in tmarks.values()):
-            return {}, 0  # empty targets (a first start): nothing to read
-        smarks = self._admins.source.watermarks(list(starts), committed_only=True)
-        first = {k: smarks[k].low if at == OFFSET_BEGINNING else at for k, at in starts.items()}
-        tail_ranges = {
-            t: (tmarks[t].high - 1, tmarks[t].high) for t in targets.values() if tmarks[t].high > tmarks[t].low
-        }
-        tails = self._read(self.flow.target, self._target, tail_ranges, self._target.timeout)
-        newest: dict[SourcePartition, int] = {}
-        budget = MAX_COMPARED
-        for k in sorted(starts):
-            tail = tails.get(targets[k])
-            o = origin_offset(parts[k].route, tail[-1].headers) if tail else None
-            end = min(o, smarks[k].high - 1) + 1 if o is not None else 0
-            if o is not None and first[k] < end and end - first[k] <= budget:
-                newest[k] = o
-                budget -= end - first[k]
-        if not newest:
+        found = self._tails(starts)
+        if found is None:
             return {}, 0
+        first, newest, smarks, tmarks, tails = found
+        parts = self._ledger.parts
+        targets = {k: (parts[k].route.target_topic, k[1]) for k in newest}
         sources = self._read(
             self.flow.source,
             self._source,
@@ -133,18 +125,15 @@ class TargetReplay:
             self.flow.target,
             self._target,
             {
-                targets[k]: (
-                    max(tmarks[targets[k]].low, tmarks[targets[k]].high - (o - first[k] + 1)),
-                    tmarks[targets[k]].high,
-                )
-                for k, o in newest.items()
+                t: (max(tmarks[t].low, tmarks[t].high - (newest[k] - first[k] + 1)), tmarks[t].high)
+                for k, t in targets.items()
             },
             self._target.timeout,
         )
         moved: dict[SourcePartition, int] = {}
         skipped = 0
-        for k in newest:
-            t, records = targets[k], sources.get(k, [])
+        for k, t in targets.items():
+            records = sources.get(k, [])
             if not records or records[0].offset != first[k]:
                 continue  # the source's first record is gone (retention): the consumer reports the gap
             replay = replay_check(
@@ -166,6 +155,33 @@ class TargetReplay:
                 moved[k] = replay.held + 1
                 skipped += len(held)
         return moved, skipped
+
+    def _tails(self, starts: Mapping[SourcePartition, int]) -> _Tails | None:
+        """The partitions worth a closer look: records left to copy from their start (a caught-up
+        partition has none to skip), and a target whose last record is a copy of one of them.
+        Returns their first offsets, the source offsets their targets' last copies name, both
+        clusters' watermarks and the tails; None when there is none."""
+        parts = self._ledger.parts
+        smarks = self._admins.source.watermarks(list(starts), committed_only=True)
+        first = {k: smarks[k].low if at == OFFSET_BEGINNING else at for k, at in starts.items()}
+        behind = {k: (parts[k].route.target_topic, k[1]) for k in starts if first[k] < smarks[k].high}
+        if not behind:
+            return None
+        tmarks = self._admins.target.watermarks(list(behind.values()), committed_only=True)
+        ranges = {t: (tmarks[t].high - 1, tmarks[t].high) for t in behind.values() if tmarks[t].high > tmarks[t].low}
+        if not ranges:
+            return None  # empty targets (a first start): nothing to read
+        tails = self._read(self.flow.target, self._target, ranges, min(TAIL_TIMEOUT, self._target.timeout))
+        newest: dict[SourcePartition, int] = {}
+        budget = MAX_COMPARED
+        for k, t in sorted(behind.items()):
+            tail = tails.get(t)
+            o = origin_offset(parts[k].route, tail[-1].headers) if tail else None
+            end = min(o, smarks[k].high - 1) + 1 if o is not None else 0
+            if o is not None and first[k] < end and end - first[k] <= budget:
+                newest[k] = o
+                budget -= end - first[k]
+        return (first, newest, smarks, tmarks, tails) if newest else None
 
 
 def starts_of(

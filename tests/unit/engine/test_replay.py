@@ -176,3 +176,14 @@ def test_starts_of_takes_the_chosen_start_else_the_committed_offset() -> None:
     a, b, c = ("t", 0), ("t", 1), ("t", 2)
     assert starts_of({a: OFFSET_BEGINNING}, {a: None, b: 7, c: None}, [a, b, c]) == {a: OFFSET_BEGINNING, b: 7}
     assert starts_of({}, None, [a]) == {}
+
+
+def test_a_caught_up_partition_reads_no_tail() -> None:
+    # A restart of a caught-up mirror (10,000 partitions at their ends): nothing left to copy,
+    # so nothing to skip, and not one target record is read.
+    replay, ledger, logs = setup()
+    recs = source(10)
+    logs.records[KEY] = recs
+    logs.records[TARGET] = copies(ledger, recs)
+    assert replay.skip({KEY: 10}) == {}
+    assert logs.reads == []
