@@ -49,6 +49,7 @@ def test_a_restart_after_a_kill_skips_what_the_target_holds(clusters, write_conf
     assert sum(source.values()) == RECORDS
     assert not source - target, "a source record is missing on the target"
     duplicates = sum(target.values()) - RECORDS
+    print(f"duplicates after the restart: {duplicates} of {RECORDS}")
     assert duplicates <= RECORDS // 100, f"{duplicates} duplicates of {RECORDS}"
     # The commit moved over the skipped records as over copied ones.
     assert group_offsets(src, f"mirror-{unique}", t, PARTITIONS) == end_offsets(src, t, PARTITIONS)
