@@ -124,3 +124,32 @@ def test_slice_reader_reads_a_range_up_to_until() -> None:
     read = slice_reader(recs)
     assert [r.offset for r in read(3, 6)] == [3, 4, 5]
     assert [r.offset for r in read(3, 10, until=lambda r: r.offset == 4)] == [3, 4]
+
+
+OTHER = Route("orders", 0, "src.orders", b"dc2/orders/0/")  # another flow into the same target (fan-in)
+
+
+def test_records_of_another_flow_before_the_run_prove_nothing_of_the_first_records() -> None:
+    # The target holds the copy of 99 (before this batch), then 5 records of another flow,
+    # then the copies of 105..109 only: 100..104 provably never reached it (the copy right
+    # before them is of 99, not retention: it is still there, above the log start). The
+    # read-back window (the last newest - first + 1 = 10 records) starts after the copy of
+    # 99, the run reaches the window's start with no copy before it, and the rule skips
+    # 100..109 "unplaced" as if the target's retention had removed the copies of 100..104.
+    batch = source(100, 10)
+    before = [copy_of((99, 1099, b"k99", b"v99"), 0)]
+    foreign = [copy_of((500 + i, 1, b"x", b"y"), 1 + i, r=OTHER) for i in range(5)]
+    run = [copy_of(rec, 6 + i) for i, rec in enumerate(batch[5:])]
+    got = check(batch, before + foreign + run)
+    assert got.held < 100, f"skipped up to {got.held} (placed={got.placed}) though 100..104 have no copy"
+
+
+def test_records_by_hand_before_the_run_prove_nothing_of_the_first_records() -> None:
+    # The same with records produced by hand (no provenance header) in between, and the
+    # window starting right at the run: nothing read shows that 100..104 ever landed.
+    batch = source(100, 10)
+    before = [copy_of((99, 1099, b"k99", b"v99"), 0)]
+    by_hand = [StoredRecord(1 + i, 5, b"hand", b"made", []) for i in range(5)]
+    run = [copy_of(rec, 6 + i) for i, rec in enumerate(batch[5:])]
+    got = check(batch, before + by_hand + run)
+    assert got.held < 100, f"skipped up to {got.held} (placed={got.placed}) though 100..104 have no copy"
