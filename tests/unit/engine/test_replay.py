@@ -187,3 +187,54 @@ def test_a_caught_up_partition_reads_no_tail() -> None:
     logs.records[TARGET] = copies(ledger, recs)
     assert replay.skip({KEY: 10}) == {}
     assert logs.reads == []
+
+
+def test_the_reads_inside_the_assign_callback_are_bounded_in_time_together() -> None:
+    # `skip` runs inside the group's assign callback. Only the tails' read is bounded (10 s);
+    # the source records' and the copies' reads each get the cluster's whole timeout (30 s by
+    # default), so one assignment may block the worker's loop 70 s in these reads alone
+    # (plus two watermark requests and the committed offsets), past the smallest
+    # max.poll.interval.ms the config accepts (60 s): the group may drop the member, and the
+    # next assignment runs the same check again.
+    from mirror.config import MIN_MAX_POLL_INTERVAL_MS
+
+    replay, ledger, logs = setup()
+    recs = source(100)
+    logs.records[KEY] = recs
+    logs.records[TARGET] = copies(ledger, recs[:60])
+    timeouts: list[float] = []
+    plain = logs.read
+
+    def timed(name: str, cluster: Any, ranges: Any, timeout: float) -> dict[tuple[str, int], list[StoredRecord]]:
+        timeouts.append(timeout)
+        return plain(name, cluster, ranges, timeout)
+
+    replay._read = timed
+    assert replay.skip({KEY: 0}) == {KEY: 60}
+    budget = MIN_MAX_POLL_INTERVAL_MS / 1000 / 2  # the callback reads committed offsets and watermarks too
+    assert sum(timeouts) <= budget, f"reads inside the assign callback may take {sum(timeouts):g}s ({timeouts})"
+
+
+def test_the_records_held_to_compare_are_bounded_in_bytes() -> None:
+    # MAX_COMPARED counts records, not bytes: 250,000 records of 1 MiB would be 250 GiB of
+    # source records and as much again of copies, held at once inside the assign callback
+    # (a worker killed by the OOM killer restarts into the same check). 300 records of 1 MiB
+    # here (one shared value, so the test itself holds 1 MiB).
+    replay, ledger, logs = setup()
+    big = b"x" * (1 << 20)
+    recs = [StoredRecord(o, 1000 + o, b"k%d" % o, big, []) for o in range(400)]
+    logs.records[KEY] = recs
+    logs.records[TARGET] = copies(ledger, recs[:300])
+    held = 0
+    plain = logs.read
+
+    def counted(name: str, cluster: Any, ranges: Any, timeout: float) -> dict[tuple[str, int], list[StoredRecord]]:
+        nonlocal held
+        out = plain(name, cluster, ranges, timeout)
+        held += sum(len(r.key or b"") + len(r.value or b"") for rs in out.values() for r in rs)
+        return out
+
+    replay._read = counted
+    replay.skip({KEY: 0})
+    cap = 256 << 20
+    assert held <= cap, f"one assignment held {held >> 20} MiB of records to compare"
