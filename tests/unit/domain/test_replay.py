@@ -153,3 +153,16 @@ def test_records_by_hand_before_the_run_prove_nothing_of_the_first_records() -> 
     run = [copy_of(rec, 6 + i) for i, rec in enumerate(batch[5:])]
     got = check(batch, before + by_hand + run)
     assert got.held < 100, f"skipped up to {got.held} (placed={got.placed}) though 100..104 have no copy"
+
+
+def test_a_repeated_run_of_copies_proves_nothing_of_the_first_records() -> None:
+    # One writer, two attempts that each landed 105..109 but not 100..104 (a producer without
+    # the gapless guarantee, a retried Spark task): the window (last 10 records) holds the two
+    # runs only, the read stops at the first copy of 109, and that run reaches the window's
+    # start: 100..109 are skipped "unplaced" though the copy of 99 right before shows that
+    # 100..104 never landed.
+    batch = source(100, 10)
+    before = [copy_of((99, 1099, b"k99", b"v99"), 0)]
+    runs = [copy_of(rec, 1 + i) for i, rec in enumerate(batch[5:] + batch[5:])]
+    got = check(batch, before + runs)
+    assert got.held < 100, f"skipped up to {got.held} (placed={got.placed}) though 100..104 have no copy"
