@@ -166,3 +166,21 @@ def test_a_repeated_run_of_copies_proves_nothing_of_the_first_records() -> None:
     runs = [copy_of(rec, 1 + i) for i, rec in enumerate(batch[5:] + batch[5:])]
     got = check(batch, before + runs)
     assert got.held < 100, f"skipped up to {got.held} (placed={got.placed}) though 100..104 have no copy"
+
+
+def test_log_append_time_copies_of_a_recreated_topics_records_alike_skip_nothing() -> None:
+    # A source topic deleted and created again (unnoticed: no store keeps its id, or the Spark
+    # engine), grown past the offset the target's last copy names. Its records are events
+    # alike in key and value (a tick, a click with no payload), and the target topic stamps
+    # its own timestamps (LogAppendTime), so `same` compares key and value only: the old
+    # incarnation's copies pass for copies of the new records, and 10 new events are never
+    # copied. The module's promise: "those never match, and nothing is skipped".
+    batch = [(o, 50_000 + o, None, b"tick") for o in range(10)]
+    old = [
+        StoredRecord(
+            i, 9_000 + i, None, b"tick", [(HEADER_ORIGIN, (R.origin or b"") + b"%d" % i)], log_append_time=True
+        )
+        for i in range(10)
+    ]
+    got = check(batch, old, source_end=20)
+    assert got.held == -1, f"skipped up to {got.held}: the old incarnation's copies taken for the new records"

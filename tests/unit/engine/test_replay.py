@@ -238,3 +238,20 @@ def test_the_records_held_to_compare_are_bounded_in_bytes() -> None:
     replay.skip({KEY: 0})
     cap = 256 << 20
     assert held <= cap, f"one assignment held {held >> 20} MiB of records to compare"
+
+
+def test_a_recreated_source_topic_of_alike_events_is_not_skipped_on_a_log_append_time_target() -> None:
+    # Deleted and created again while stopped, unnoticed (no offset store keeps topic ids:
+    # `RecreatedTopics.of` is None), so the group has no offset and the partition starts at
+    # the beginning. The new topic's 20 events are alike in key and value with the old one's;
+    # the target stamps LogAppendTime, so the old copies of offsets 0..9 pass for copies of the
+    # new records 0..9, which are skipped and committed without ever being copied.
+    replay, ledger, logs = setup()
+    origin = ledger.parts[KEY].route.origin or b""
+    logs.records[KEY] = [StoredRecord(o, 50_000 + o, None, b"tick", []) for o in range(20)]
+    logs.records[TARGET] = [
+        StoredRecord(i, 9_000 + i, None, b"tick", [(HEADER_ORIGIN, origin + b"%d" % i)], log_append_time=True)
+        for i in range(10)
+    ]
+    assert replay.skip({KEY: OFFSET_BEGINNING}) == {}
+    assert ledger.parts[KEY].acked_next is None
