@@ -82,9 +82,10 @@ class Replay:
 
 
 def same(copy: StoredRecord, rec: SourceRecord) -> bool:
-    """A copy of this source record: same key and value, and same timestamp unless the target
-    topic stamps its own (LogAppendTime; then the key and value must do)."""
-    return (copy.log_append_time or copy.timestamp_ms == rec[1]) and copy.key == rec[2] and copy.value == rec[3]
+    """A copy of this source record: same timestamp, key and value. A copy stamped by the
+    target (LogAppendTime) proves nothing: key and value alone cannot tell it from the copy of
+    another record alike (an older incarnation's)."""
+    return not copy.log_append_time and copy.timestamp_ms == rec[1] and copy.key == rec[2] and copy.value == rec[3]
 
 
 def replay_check(
@@ -115,6 +116,11 @@ def replay_check(
         return Replay()
     where = f"{r.target_topic}[{r.partition}]"
     producing = f"producing offsets {first}..{last}, nothing skipped"
+    if tail[-1].log_append_time:
+        return Replay(
+            warning=f"{where}: the target topic stamps its own timestamps (LogAppendTime), so its copies "
+            f"cannot be told from copies of older records alike: {producing}"
+        )
     if source_end is not None and newest >= source_end:
         return Replay(
             warning=f"{where}: the target's last copy names source offset {newest}, but "
@@ -122,7 +128,8 @@ def replay_check(
         )
     upto = min(newest, last)
     anchor = max((rec for rec in batch if rec[0] <= upto), key=lambda rec: rec[0])
-    copies, copy = _read_back_to(r, read, anchor, max(low, high - (newest - first + 1)), high)
+    start = max(low, high - (newest - first + 1))
+    copies, copy = _read_back_to(r, read, anchor, start, high)
     if copy is None or not same(copy, anchor):
         what = (
             "is not among the records read back"
@@ -133,7 +140,7 @@ def replay_check(
             warning=f"{where}: the target's last copy names source offset {newest}, but the copy of "
             f"{r.source_topic}[{r.partition}] offset {anchor[0]} {what} (a recreated source topic?): {producing}"
         )
-    pairs, before = _run_of_copies(r, copies[: copies.index(copy) + 1], batch, upto)
+    pairs, before, from_first = _run_of_copies(r, copies[: copies.index(copy) + 1], batch, upto)
     if pairs[0][0] != first and before is not None:
         # The copy right before the run is of a record before these: the copies of offsets
         # first..(run start - 1) are provably not on the target (never produced), so nothing
@@ -153,8 +160,18 @@ def replay_check(
             f"but hold no copy of {r.source_topic}[{r.partition}] offset {missing}: {producing}"
         )
     if pairs[0][0] != first:
-        # The copies of the first records are gone (target retention) or were never read:
-        # no pairs, so no row can translate a position before them past their copies.
+        if not (from_first and start == low > 0):
+            # Nothing read shows where the copies of the first records went: the window may start
+            # past them (records by others, or a run of copies landed twice, fill it), or they
+            # never landed. Only the target's log start, moved past them, accounts for them.
+            return Replay(
+                warning=f"{where}: the copies on the target run back from source offset {anchor[0]} to "
+                f"{pairs[0][0]} only, and nothing read back shows that {r.source_topic}[{r.partition}] "
+                f"offsets {first}..{pairs[0][0] - 1} reached the target: {producing}"
+            )
+        # The run starts at the target's log start: the copies of the first records went with
+        # the target's retention. No pairs, so no row can translate a position before them past
+        # their copies.
         return Replay(held=newest, placed=False)
     return Replay(held=newest, pairs=pairs)
 
@@ -184,15 +201,20 @@ def _read_back_to(
 
 def _run_of_copies(
     r: Route, copies: Sequence[StoredRecord], batch: Sequence[SourceRecord], upto: int
-) -> tuple[list[tuple[int, int]], int | None]:
+) -> tuple[list[tuple[int, int]], int | None, bool]:
     """The (source, target) pairs of the run of copies that ends at `copies[-1]` (the matched
-    copy), back towards the copy of the batch's first record, in source order; and the origin
-    of the copy right before the run when it is of another record (None: the run reached the
-    start of `copies`, or a copy without an origin)."""
+    copy), back towards the copy of the batch's first record, in source order; the origin of
+    the copy right before the run when it is of another record (else None); and whether the
+    run's first copy is the first record read (nothing at all read before it).
+
+    Records between the copies that are not this route's (by hand, another flow's) are passed
+    over: they prove nothing either way, and the records in hand decide (`replay_check`)."""
     first = batch[0][0]
     recs = {rec[0]: rec for rec in batch}
     pairs: list[tuple[int, int]] = []
-    for copy in reversed(copies):
+    at = len(copies)  # index of the run's first copy
+    for i in range(len(copies) - 1, -1, -1):
+        copy = copies[i]
         o = origin_offset(r, copy.headers)
         if o is None:
             continue
@@ -201,12 +223,13 @@ def _run_of_copies(
             # older incarnation of the source topic whose offsets run on below the new
             # copies): the run ends here.
             pairs.reverse()
-            return pairs, o
+            return pairs, o, False
         if pairs and o >= pairs[-1][0]:
-            break
+            break  # a copy of a later record before the run: copies landed again (no start shown)
         pairs.append((o, copy.offset))
+        at = i
     pairs.reverse()
-    return pairs, None
+    return pairs, None, at == 0
 
 
 def delta_changes(pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
