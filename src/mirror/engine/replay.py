@@ -11,9 +11,14 @@ tasks follow); a proven partition starts after the last record proven, and its s
 records are acknowledged in the ledger (`PartitionLedger.skipped`), so the commit and the
 offset map move over them exactly as over copied ones.
 
-Anything in doubt skips nothing: a read that fails or times out, a check that fails, a
-partition whose copies of its first records are gone. The worst case is a duplicate, never
-a loss. Without provenance headers nothing can be proven, and nothing is skipped.
+Anything in doubt skips nothing: a read that fails, reads that outrun the check's one
+deadline (`CheckReads`: 10 s for all of them, inside the assign callback), a check that
+fails, a partition whose copies of its first records are gone (only placed skips are taken
+here), a target topic that stamps its own timestamps (LogAppendTime: its copies cannot be
+told from copies of older records alike). The records held to compare are bounded in bytes:
+a partition the budget does not cover whole skips at most the part read and proven. The
+worst case is a duplicate, never a loss. Without provenance headers nothing can be proven,
+and nothing is skipped.
 
 Not with exactly_once (`Assignment` does not ask): a partition resumes at the target's
 committed progress, written in the same transaction as the copies, and a killed worker's
@@ -24,7 +29,7 @@ progress is visible on the target, so there is nothing to skip.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from mirror.config import ClusterConfig, FlowConfig
 from mirror.domain.acks import SourcePartition
@@ -32,6 +37,7 @@ from mirror.domain.ledger import Ledger
 from mirror.domain.replay import StoredRecord, origin_offset, replay_check, slice_reader
 from mirror.engine.admins import AdminPair
 from mirror.engine.partition import AssignedPartition
+from mirror.engine.replay_reads import CheckReads, Ranges, ReadRanges, size
 from mirror.errors import MirrorError
 from mirror.kafka import OFFSET_BEGINNING
 from mirror.kafka.admin import Watermarks
@@ -39,19 +45,10 @@ from mirror.kafka.reader import read_ranges
 
 log = logging.getLogger(__name__)
 
-# The most source records one assignment holds to compare (as many copies again): a larger
-# backlog of unproven copies is copied again past it (duplicates), rather than held in memory.
-MAX_COMPARED = 250_000
-# The tails' read happens inside the group's assign callback: a target slow to answer costs
-# duplicates, not a stalled rebalance.
-TAIL_TIMEOUT = 10.0
-
-Ranges = Mapping[tuple[str, int], tuple[int, int]]
 Offsets = dict[SourcePartition, int]
 Marks = Mapping[tuple[str, int], Watermarks]
 # first offsets, the source offsets the tails name, source and target watermarks, the tails
 _Tails = tuple[Offsets, Offsets, Marks, Marks, dict[tuple[str, int], list[StoredRecord]]]
-ReadRanges = Callable[[str, ClusterConfig, Ranges, float], dict[tuple[str, int], list[StoredRecord]]]
 
 
 def _read(
@@ -109,27 +106,25 @@ class TargetReplay:
         return moved
 
     def _skip(self, starts: Mapping[SourcePartition, int]) -> tuple[dict[SourcePartition, int], int]:
-        found = self._tails(starts)
+        reads = CheckReads(self._read)
+        found = self._tails(starts, reads)
         if found is None:
             return {}, 0
         first, newest, smarks, tmarks, tails = found
         parts = self._ledger.parts
         targets = {k: (parts[k].route.target_topic, k[1]) for k in newest}
-        sources = self._read(
-            self.flow.source,
-            self._source,
-            {k: (first[k], min(o, smarks[k].high - 1) + 1) for k, o in newest.items()},
-            self._source.timeout,
-        )
-        copies = self._read(
-            self.flow.target,
-            self._target,
-            {
-                t: (max(tmarks[t].low, tmarks[t].high - (newest[k] - first[k] + 1)), tmarks[t].high)
-                for k, t in targets.items()
-            },
-            self._target.timeout,
-        )
+        spans = {k: (first[k], min(o, smarks[k].high - 1) + 1) for k, o in newest.items()}
+        guess = {k: size(tails[t][-1]) for k, t in targets.items()}
+        sources, upto = reads.prefixes(self.flow.source, self._source, spans, guess)
+        # The copies of [first, newest] are among the target's last (newest - first + 1) records.
+        # Past the budget, only as many as the source offsets read: a copy of the last record
+        # read further on is not found, and nothing is skipped.
+        windows: dict[tuple[str, int], tuple[int, int]] = {}
+        for k, t in targets.items():
+            start = max(tmarks[t].low, tmarks[t].high - (newest[k] - first[k] + 1))
+            if sources[k]:
+                windows[t] = (start, min(tmarks[t].high, start + upto[k] - first[k]))
+        copies = reads(self.flow.target, self._target, windows) if windows else {}
         moved: dict[SourcePartition, int] = {}
         skipped = 0
         for k, t in targets.items():
@@ -149,16 +144,19 @@ class TargetReplay:
                 log.warning("flow %s: %s", self.flow.name, replay.warning)
             if replay.held < first[k] or not replay.placed or not replay.pairs:
                 continue
-            held = [rec for rec in records if rec.offset <= replay.held]
+            # Read in part (the byte budget): proven up to the last record read only.
+            last = replay.held if upto[k] >= spans[k][1] else min(replay.held, records[-1].offset)
+            held = [rec for rec in records if rec.offset <= last]
             nbytes = sum(len(rec.key or b"") + len(rec.value or b"") for rec in held)
             if parts[k].skipped(replay.pairs, len(held), nbytes, max(rec.timestamp_ms for rec in held)):
-                moved[k] = replay.held + 1
+                moved[k] = last + 1
                 skipped += len(held)
         return moved, skipped
 
-    def _tails(self, starts: Mapping[SourcePartition, int]) -> _Tails | None:
+    def _tails(self, starts: Mapping[SourcePartition, int], reads: CheckReads) -> _Tails | None:
         """The partitions worth a closer look: records left to copy from their start (a caught-up
-        partition has none to skip), and a target whose last record is a copy of one of them.
+        partition has none to skip), and a target whose last record is a copy of one of them,
+        stamped with its source record's timestamp (a LogAppendTime copy proves nothing).
         Returns their first offsets, the source offsets their targets' last copies name, both
         clusters' watermarks and the tails; None when there is none."""
         parts = self._ledger.parts
@@ -171,16 +169,26 @@ class TargetReplay:
         ranges = {t: (tmarks[t].high - 1, tmarks[t].high) for t in behind.values() if tmarks[t].high > tmarks[t].low}
         if not ranges:
             return None  # empty targets (a first start): nothing to read
-        tails = self._read(self.flow.target, self._target, ranges, min(TAIL_TIMEOUT, self._target.timeout))
+        tails = reads(self.flow.target, self._target, ranges)
         newest: dict[SourcePartition, int] = {}
-        budget = MAX_COMPARED
+        stamped = 0
         for k, t in sorted(behind.items()):
             tail = tails.get(t)
             o = origin_offset(parts[k].route, tail[-1].headers) if tail else None
-            end = min(o, smarks[k].high - 1) + 1 if o is not None else 0
-            if o is not None and first[k] < end and end - first[k] <= budget:
-                newest[k] = o
-                budget -= end - first[k]
+            if o is None or first[k] >= min(o, smarks[k].high - 1) + 1:
+                continue
+            if tail and tail[-1].log_append_time:
+                stamped += 1
+                continue
+            newest[k] = o
+        if stamped:
+            log.warning(
+                "flow %s: the target topics of %d partitions stamp their own timestamps (LogAppendTime): "
+                "their copies cannot be told from copies of older records alike; copying them from their "
+                "start, nothing skipped",
+                self.flow.name,
+                stamped,
+            )
         return (first, newest, smarks, tmarks, tails) if newest else None
 
 
