@@ -337,3 +337,18 @@ def test_a_replay_never_takes_an_old_incarnations_copies_for_the_batchs(monkeypa
     landed = {r[1] for r in target.records}
     lost = [r[2] for r in new if r[5] not in landed]
     assert lost == [], f"source offsets {lost} skipped (skipped={result.skipped}) but never on the target"
+
+
+def test_a_run_of_copies_cut_by_records_by_hand_skips_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The target holds the copies of 0..99, five records by hand, then the copies of
+    105..109 only (a retried attempt whose first records never landed). A replay of
+    100..109: the run of copies reaches the read-back window's start, but the window is not
+    cut by the target's log start, so nothing shows 100..104 landed: all ten are produced."""
+    target = TargetPartition()
+    install(monkeypatch, target)
+    run_task(plan(), rows(range(100)))
+    target.records.extend([(b"hand", b"made", 5, None)] * 5)
+    run_task(plan(), rows(range(105, 110)))
+    result = run_task(plan(), rows(range(100, 110)))
+    assert (result.produced, result.skipped) == (10, 0)
+    assert result.warning is not None and "100..104" in result.warning
