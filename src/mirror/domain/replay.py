@@ -9,17 +9,24 @@ The rule (`replay_check`): the target partition's last record names, in its prov
 source records in hand (from `first` on), the copies are read back from where the copy of the
 first record must be, and the records up to `newest` are skipped only when they are copies of
 *these* records: the copy of the last record to skip has that record's timestamp, key and
-value, and so does every copy of the run back to the first record. A copy of another record,
-or of an earlier one, right before the run means the first records never landed: nothing is
-skipped. A source topic deleted and created again restarts its offsets at 0 while the
-target's copies name the old ones: those never match, and nothing is skipped. Without the
-provenance header nothing can be proven, and nothing is skipped. Anything in doubt is
-copied again: the worst case is a duplicate, never a loss.
+value, and so does every copy of the run back to the first record; every record in hand
+needs its own copy in the run. Records that are not this route's copies (by hand, another
+flow's) between the copies are passed over. A copy of another record, of an earlier one, or a
+run landed twice right before the run means the first records never landed: nothing is
+skipped. A run that stops short of the copy of the first record skips nothing either, unless
+it starts at the target's log start (past 0) with nothing read before it: only then can the
+target's retention account for the missing copies (`Replay.placed` False, below). A source
+topic deleted and created again restarts its offsets at 0 while the target's copies name the
+old ones: those never match, and nothing is skipped. A target topic that stamps its own
+timestamps (LogAppendTime) cannot tell a copy from the copy of an older record alike: it
+skips nothing (such targets get the replay, duplicates only). Without the provenance header
+nothing can be proven, and nothing is skipped. Anything in doubt is copied again: the worst
+case is a duplicate, never a loss.
 
 The skipped records' (source -> target) pairs come from the same headers, so the offset map
 gets the rows an interrupted run never stored; but only when the copy of the first record
 was read back (`Replay.placed`): pairs that start later would translate the positions before
-them past their copies.
+them past their copies. `mirror run` takes placed skips only.
 
 Pure: the engines read the records (`read`) and hand them in.
 """
@@ -141,6 +148,24 @@ def replay_check(
             f"{r.source_topic}[{r.partition}] offset {anchor[0]} {what} (a recreated source topic?): {producing}"
         )
     pairs, before, from_first = _run_of_copies(r, copies[: copies.index(copy) + 1], batch, upto)
+    return _judged(r, batch, anchor, newest, pairs, before, from_first and start == low > 0)
+
+
+def _judged(
+    r: Route,
+    batch: Sequence[SourceRecord],
+    anchor: SourceRecord,
+    newest: int,
+    pairs: list[tuple[int, int]],
+    before: int | None,
+    at_log_start: bool,
+) -> Replay:
+    """The decision on the run of copies `pairs` back from the copy of `anchor` (`before`: the
+    origin of the copy that ended it; `at_log_start`: its first copy is the first record of a
+    read-back window that starts at the target's log start, past 0)."""
+    first, last, upto = batch[0][0], batch[-1][0], anchor[0]
+    where = f"{r.target_topic}[{r.partition}]"
+    producing = f"producing offsets {first}..{last}, nothing skipped"
     if pairs[0][0] != first and before is not None:
         # The copy right before the run is of a record before these: the copies of offsets
         # first..(run start - 1) are provably not on the target (never produced), so nothing
@@ -160,7 +185,7 @@ def replay_check(
             f"but hold no copy of {r.source_topic}[{r.partition}] offset {missing}: {producing}"
         )
     if pairs[0][0] != first:
-        if not (from_first and start == low > 0):
+        if not at_log_start:
             # Nothing read shows where the copies of the first records went: the window may start
             # past them (records by others, or a run of copies landed twice, fill it), or they
             # never landed. Only the target's log start, moved past them, accounts for them.

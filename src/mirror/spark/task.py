@@ -7,21 +7,24 @@ producer settings, partition, key, value, headers, CreateTime), flushes, and ret
 driver needs for the offset map and the group commit. This module never imports pyspark: a
 task gets plain tuples, so the logic runs (and is tested) without Spark.
 
-Replays add no duplicates: a retried task or a batch replayed after a driver crash first
-reads the target partition's last record; when its provenance header names a source offset
-of this batch or later (`held`), the copies are read back from where the copy of the batch's
-first record must be, and the batch's records up to `held` are skipped only when they are
-copies of *these* records: the copy of the last record to skip is read back and has that
-record's timestamp, key and value, and so does every copy of the run back to the batch's
-first record (a copy of another record, or of an earlier one, right before the run means
-the batch's first records never landed: nothing is skipped). A source topic deleted and created again restarts its
-offsets at 0 while the target's copies name the old ones: those never match, and the batch
-is produced (a copy of a record that is not on the target is never skipped; the worst case
-is a duplicate). The offset map gets the skipped records' (source -> target) pairs, read
-from the same headers, so rows an interrupted attempt never stored are stored now, but only
-when the copy of the batch's first record was read back: pairs that start later would
-translate the positions before them past their copies (invariant 2). The rule is
-`mirror.domain.replay`'s, which `mirror run` follows at its assignments too.
+Replays add no duplicates where the target provably holds the copies: a retried task or a batch
+replayed after a driver crash first reads the target partition's last record; when its
+provenance header names a source offset of this batch or later (`held`), the copies are read
+back from where the copy of the batch's first record must be, and the batch's records up to
+`held` are skipped only when they are copies of *these* records: the copy of the last record to
+skip is read back and has that record's timestamp, key and value, and so does every copy of the
+run back to the batch's first record (a copy of another record, of an earlier one, or a run
+landed twice right before the run means the batch's first records never landed: nothing is
+skipped; records by others between the copies are passed over). A run that stops short of the
+copy of the batch's first record skips nothing, unless it starts at the target's log start (its
+retention removed the rest). A source topic deleted and created again restarts its offsets at 0
+while the target's copies name the old ones: those never match, and the batch is produced. A
+LogAppendTime target proves nothing and skips nothing. A copy of a record that is not on the
+target is never skipped; the worst case is a duplicate. The offset map gets the skipped
+records' (source -> target) pairs, read from the same headers, so rows an interrupted attempt
+never stored are stored now, but only when the copy of the batch's first record was read back:
+pairs that start later would translate the positions before them past their copies (invariant
+2). The rule is `mirror.domain.replay`'s, which `mirror run` follows at its assignments too.
 """
 
 from __future__ import annotations
