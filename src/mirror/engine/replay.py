@@ -115,16 +115,18 @@ class TargetReplay:
         targets = {k: (parts[k].route.target_topic, k[1]) for k in newest}
         spans = {k: (first[k], min(o, smarks[k].high - 1) + 1) for k, o in newest.items()}
         guess = {k: size(tails[t][-1]) for k, t in targets.items()}
-        sources, upto = reads.prefixes(self.flow.source, self._source, spans, guess)
+        sources, upto = reads.prefixes(self.flow.source, self._source, spans, guess, share=0.5)
         # The copies of [first, newest] are among the target's last (newest - first + 1) records.
-        # Past the budget, only as many as the source offsets read: a copy of the last record
-        # read further on is not found, and nothing is skipped.
+        # Past the budget, only as many as the source offsets read, as far as the rest of the
+        # budget goes: a copy of the last record read further on is not found, nothing skipped.
         windows: dict[tuple[str, int], tuple[int, int]] = {}
+        sizes: dict[tuple[str, int], int] = {}
         for k, t in targets.items():
             start = max(tmarks[t].low, tmarks[t].high - (newest[k] - first[k] + 1))
             if sources[k]:
                 windows[t] = (start, min(tmarks[t].high, start + upto[k] - first[k]))
-        copies = reads(self.flow.target, self._target, windows) if windows else {}
+                sizes[t] = max(size(rec) for rec in sources[k])  # a copy is its record and a header
+        copies, _ = reads.prefixes(self.flow.target, self._target, windows, sizes)
         moved: dict[SourcePartition, int] = {}
         skipped = 0
         for k, t in targets.items():

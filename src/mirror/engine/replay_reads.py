@@ -3,9 +3,11 @@
 The check (`mirror.engine.replay`) runs inside the group's assign callback: every read of
 one check shares one deadline (`CHECK_TIMEOUT`), each read getting what is left of it, so a
 slow target costs duplicates, not a member dropped by the group. The records it holds to
-compare share one byte budget (`MAX_BYTES`): the source records are read from each
-partition's start in rounds sized by the largest record seen so far, and a partition the
-budget does not cover whole is compared on the part read (the rest is copied again).
+compare share one byte budget (`MAX_BYTES`), half of it for the source records: both these
+and the copies are read from each range's start in rounds sized by the largest record seen
+so far, and a partition the budget does not cover whole is compared on the part read (the
+rest is copied again). A round may overshoot by its size guess: the first one is sized by
+the target's last copy.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from mirror.errors import KafkaOperationError
 # One check's reads together: well inside the smallest max.poll.interval.ms the config accepts
 # (60 s), which also covers the watermarks and committed offsets the callback asks for.
 CHECK_TIMEOUT = 10.0
-# The source records one check holds to compare, in bytes; the copies read back are about as
-# many again. Past it a backlog of unproven copies is copied again (duplicates).
-MAX_BYTES = 32 << 20
+# The source records and copies one check holds to compare, in bytes (half of it for the source
+# records). Past it a backlog of unproven copies is copied again (duplicates).
+MAX_BYTES = 64 << 20
 # What one record costs held in memory beyond its key and value (the object, its headers).
 RECORD_OVERHEAD = 256
 # Rounds of source reads: the first is sized by the target's last copy, the next ones by the
@@ -45,7 +47,7 @@ class CheckReads:
     def __init__(self, read: ReadRanges, timeout: float = CHECK_TIMEOUT, max_bytes: int | None = None) -> None:
         self._read = read
         self._deadline = time.monotonic() + timeout
-        self.room = MAX_BYTES if max_bytes is None else max_bytes  # bytes of source records left to read
+        self.room = MAX_BYTES if max_bytes is None else max_bytes  # bytes left to read
 
     def __call__(self, name: str, cluster: ClusterConfig, ranges: Ranges) -> dict[Key, list[StoredRecord]]:
         """`ranges` read with what is left of the check's time; raises when none is left."""
@@ -55,19 +57,20 @@ class CheckReads:
         return self._read(name, cluster, ranges, min(cluster.timeout, left))
 
     def prefixes(
-        self, name: str, cluster: ClusterConfig, spans: Ranges, guess: Mapping[Key, int]
+        self, name: str, cluster: ClusterConfig, spans: Ranges, guess: Mapping[Key, int], share: float = 1.0
     ) -> tuple[dict[Key, list[StoredRecord]], dict[Key, int]]:
-        """Each span's records from its start, as far as the byte budget goes (`guess`: a
-        record's size per partition, before any is read). Returns the records and where each
-        partition's read stopped (its span's end when read whole)."""
+        """Each span's records from its start, as far as `share` of the byte budget left goes
+        (`guess`: a record's size per partition, before any is read). Returns the records and
+        where each partition's read stopped (its span's end when read whole)."""
         got: dict[Key, list[StoredRecord]] = {k: [] for k in spans}
         pos = {k: start for k, (start, _end) in spans.items()}
         big = {k: max(guess.get(k, 0), RECORD_OVERHEAD) for k in spans}
+        floor = self.room - int(self.room * share)  # the budget this read leaves for others
         for _ in range(MAX_ROUNDS):
             ranges: dict[Key, tuple[int, int]] = {}
             planned = 0
             for k in sorted(spans):
-                n = min(spans[k][1] - pos[k], (self.room - planned) // big[k])
+                n = min(spans[k][1] - pos[k], (self.room - floor - planned) // big[k])
                 if n > 0:
                     ranges[k] = (pos[k], pos[k] + n)
                     planned += n * big[k]

@@ -75,7 +75,18 @@ def test_a_partition_read_in_part_skips_only_the_part_proven(monkeypatch: pytest
     recs = [StoredRecord(o, 1000 + o, b"k%03d" % o, big, []) for o in range(100)]
     logs.records[KEY] = recs
     logs.records[TARGET] = copies(ledger, recs[:80])
+    held = 0
+    plain = logs.read
+
+    def counted(name: str, cluster: Any, ranges: Any, timeout: float) -> dict[Any, list[StoredRecord]]:
+        nonlocal held
+        out = plain(name, cluster, ranges, timeout)
+        held += sum(len(r.key or b"") + len(r.value or b"") + RECORD_OVERHEAD for rs in out.values() for r in rs)
+        return out
+
+    replay._read = counted
     moved = replay.skip({KEY: OFFSET_BEGINNING})
     assert 0 < moved[KEY] < 80
+    assert held <= 21 * 1024  # source records and copies within the budget, and the tail
     (batch,) = ledger.take_batches()
     assert (batch.first_offset, batch.next_offset, batch.syncs) == (0, moved[KEY], [(0, 0)])
