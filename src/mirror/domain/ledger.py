@@ -42,7 +42,7 @@ hands `Ledger.take_batches()` to its listeners, and commits.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -224,6 +224,22 @@ class PartitionLedger:
             return False
         self.settled(seg)
         self.acked(seg, seg.t_first + seg.count - 1)
+        return True
+
+    def skipped(self, pairs: Sequence[tuple[int, int]], count: int, nbytes: int, max_ts: int) -> bool:
+        """The target holds these records already, each at its (source, target) pair, in
+        order (copies made before a restart, proven by `mirror.domain.replay`): acknowledged
+        as if produced now, so the commit and the offset map move over them. `count`,
+        `nbytes`, `max_ts`: how many records, their key + value bytes and newest timestamp. False (nothing recorded, so
+        the engine must not skip them): something is in flight or refused before them."""
+        if not pairs or self.inflight or self.failed_at is not None:
+            return False
+        seg = Segment(pairs[0][0], last=pairs[-1][0], count=count, bytes=nbytes, max_ts=max_ts)
+        b = self._batch(seg)
+        for src, tgt in pairs:
+            self._sync(b, src, tgt)
+        self._count(b, seg)
+        self.t_next = pairs[-1][1] + 1
         return True
 
     def refused(self, seg: Segment) -> None:

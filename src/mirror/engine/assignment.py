@@ -18,6 +18,7 @@ from mirror.domain.ledger import Ledger
 from mirror.domain.route import Route, route
 from mirror.engine.lifecycle import FlowLifecycle
 from mirror.engine.partition import DRAIN_TIMEOUT, TID, AssignedPartition, CommitTags, read_committed
+from mirror.engine.replay import TargetReplay, starts_of
 from mirror.errors import MirrorError
 from mirror.kafka import (
     OFFSET_BEGINNING,
@@ -89,6 +90,7 @@ class Assignment:
         self.lifecycle = FlowLifecycle(flow)  # the start and rebalance lines operators read
         self.gaps: SourceGaps | None = None  # set once wired: remembers the source topics' ids
         self.recreated: RecreatedTopics | None = None  # set once wired: topics re-created while stopped
+        self.replay: TargetReplay | None = None  # set once wired: skips what the target holds already
 
     def note_created(self, partitions: list[TopicPartition], targets: Sequence[str]) -> None:
         """This worker created the target topics (`targets`) of these source partitions, so
@@ -176,6 +178,9 @@ class Assignment:
         # Never committed: from the beginning, said here (auto.offset.reset=error would make
         # it an error event first, see engine/gaps.py), unless start_from chose otherwise.
         at = {**{k: OFFSET_BEGINNING for k, v in (read or {}).items() if v is None}, **start, **picked}
+        if self.replay is not None and self._claims is None:
+            # Past the copies the target holds already (made before the group's last commit).
+            at.update(self.replay.skip(starts_of(at, read, [k for k in fresh if k not in start and k not in picked])))
         if self._claims is not None:
             at = {**at, **self._claims.on_assign(keys, at, read)}
         chosen = [

@@ -22,6 +22,7 @@ from mirror.kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition, committed
 
 if TYPE_CHECKING:
     from mirror.engine.claims import Claims
+    from mirror.engine.replay import TargetReplay
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ class Resync:
         self._fence, self._committer, self._reports, self._assignment = fence, committer, reports, assignment
         self._claims = claims  # exactly_once: see `_run_exactly_once`
         self.count = 0  # resyncs so far
+        self.replay: TargetReplay | None = None  # set once wired: skips what the target holds already
 
     def run(self, reset: Collection[SourcePartition], emptied: Collection[SourcePartition]) -> None:
         """The target topic of the `reset` partitions was deleted, or (`emptied`) deleted and
@@ -183,6 +185,17 @@ class Resync:
             if idle
             else {}
         )
+        if self.replay is not None:
+            # Past the copies the target holds already (purged requests may have landed):
+            # a partition proven starts at its new `acked_next`.
+            self.replay.skip(
+                {
+                    tp: part.acked_next
+                    if part.acked_next is not None
+                    else (committed[tp] if committed.get(tp, -1) >= 0 else OFFSET_BEGINNING)
+                    for tp, part in keep.items()
+                }
+            )
         restarted: list[SourcePartition] = []
         for tp, part in list(self._ledger.parts.items()):
             if tp in reset:

@@ -65,6 +65,7 @@ from mirror.engine.producers import ClientFactory, ProducerPool
 from mirror.engine.reading import read_capped
 from mirror.engine.recreated import RecreatedTopics
 from mirror.engine.refresh import RefreshRequests
+from mirror.engine.replay import TargetReplay
 from mirror.engine.resync import Resync
 from mirror.engine.start_points import StartPoints
 from mirror.engine.status import FlowState, FlowStatus
@@ -352,6 +353,7 @@ class FlowWorker:
         )
         assignment.gaps = self.gaps
         assignment.recreated = self.recreated
+        assignment.replay = TargetReplay(f, self._source, self._target, admins=self.admins, ledger=ledger)
         self.resync = resync = Resync(
             f,
             self._source,
@@ -370,6 +372,7 @@ class FlowWorker:
             assignment=assignment,
             claims=claims,
         )
+        resync.replay = assignment.replay
         self.watch = TargetWatch(
             self.config,
             f,

@@ -11,6 +11,7 @@ from typing import Any
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, KafkaException, TopicPartition
 
 from mirror.config import ClusterConfig
+from mirror.domain.replay import StoredRecord
 from mirror.kafka.clients import build_client
 from mirror.kafka.errors import is_retriable, raise_for
 
@@ -168,16 +169,8 @@ class PartitionReader:
             pass
 
 
-@dataclass(frozen=True, slots=True)
-class TailRecord:
-    """A target record read back by the Spark engine's replay check."""
-
-    offset: int
-    timestamp_ms: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]]
-    log_append_time: bool = False  # the broker set the timestamp (the topic's message.timestamp.type)
+# A record read back by `read_range` (the replay check of both engines, `import-mm2`).
+TailRecord = StoredRecord
 
 
 def read_headers(
@@ -298,10 +291,53 @@ def read_offsets(
     Raises `KafkaOperationError` when the ranges cannot be read within `timeout`.
     """
     out: dict[tuple[str, int], list[int]] = {tp: [] for tp in ranges}
+    for tp, m in _in_ranges(name, cluster, ranges, timeout, isolation):
+        out[tp].append(m.offset())
+    return out
+
+
+def read_ranges(
+    name: str,
+    cluster: ClusterConfig,
+    ranges: Mapping[tuple[str, int], tuple[int, int]],
+    timeout: float,
+    *,
+    isolation: str | None = "read_committed",
+) -> dict[tuple[str, int], list[TailRecord]]:
+    """The records in [start, end) of many partitions, read by one consumer (`read_offsets`,
+    with timestamps, keys, values and headers): the native engine's replay check reads the
+    target's last records and the source's records of every assigned partition at once.
+    Raises `KafkaOperationError` when the ranges cannot be read within `timeout`.
+    """
+    out: dict[tuple[str, int], list[TailRecord]] = {tp: [] for tp in ranges}
+    for tp, m in _in_ranges(name, cluster, ranges, timeout, isolation):
+        raw: Any = m.headers() or []
+        kind, ts = m.timestamp()
+        out[tp].append(
+            TailRecord(
+                m.offset(),
+                ts if ts is not None else -1,
+                m.key(),
+                m.value(),
+                [(k, v if isinstance(v, bytes) or v is None else str(v).encode()) for k, v in raw],
+                log_append_time=kind == TIMESTAMP_LOG_APPEND_TIME,
+            )
+        )
+    return out
+
+
+def _in_ranges(
+    name: str,
+    cluster: ClusterConfig,
+    ranges: Mapping[tuple[str, int], tuple[int, int]],
+    timeout: float,
+    isolation: str | None,
+) -> Generator[tuple[tuple[str, int], Any], None, None]:
+    """(partition, message) of each record in the partitions' [start, end), one consumer for all."""
     todo = {tp: r for tp, r in ranges.items() if r[1] > r[0]}
     if not todo:
-        return out
-    consumer = _range_consumer(name, cluster, f"mirror-ranges-{id(out):x}", isolation)
+        return
+    consumer = _range_consumer(name, cluster, f"mirror-ranges-{id(todo):x}", isolation)
     try:
         consumer.assign([TopicPartition(t, p, start) for (t, p), (start, _end) in todo.items()])
         deadline = time.monotonic() + timeout
@@ -321,7 +357,7 @@ def read_offsets(
                     raise_for(name, f"read {m.topic()}[{m.partition()}]", KafkaException(err))
                 tp, offset = (str(m.topic()), int(m.partition() or 0)), m.offset()
                 if tp in todo and offset is not None and todo[tp][0] <= offset < todo[tp][1]:
-                    out[tp].append(offset)
+                    yield tp, m
             done = [
                 (pos.topic, pos.partition)
                 for pos in consumer.position([TopicPartition(t, p) for t, p in todo])
@@ -335,7 +371,6 @@ def read_offsets(
         raise_for(name, "read partition ranges", exc)
     finally:
         _close(consumer)
-    return out
 
 
 def _range_consumer(name: str, cluster: ClusterConfig, group: str, isolation: str | None) -> Consumer:

@@ -8,8 +8,8 @@ The flow's consumer group on the source is the source of truth, whichever engine
 flow: a query starts from the group's committed offsets (`startingOffsets`), and every batch
 ends with the offset-map rows stored and then the group committed (invariant 1), so `mirror
 lag`, checkpoints, failover and a later `mirror run` work unchanged. Spark's own checkpoint
-only says which batch was planned last; a batch replayed from it adds no duplicates (see
-`mirror.spark.task`). With `exactly_once` the target's committed progress, not the group,
+only says which batch was planned last; a batch replayed from it skips what the target
+provably holds (see `mirror.spark.task`). With `exactly_once` the target's committed progress, not the group,
 says where a query starts, and each task attempt commits its copies with that progress in
 one fenced transaction (`mirror.spark.exactly_once`); the group is still committed after
 each batch, for lag, checkpoints and failover.

@@ -7,20 +7,24 @@ producer settings, partition, key, value, headers, CreateTime), flushes, and ret
 driver needs for the offset map and the group commit. This module never imports pyspark: a
 task gets plain tuples, so the logic runs (and is tested) without Spark.
 
-Replays add no duplicates: a retried task or a batch replayed after a driver crash first
-reads the target partition's last record; when its provenance header names a source offset
-of this batch or later (`held`), the copies are read back from where the copy of the batch's
-first record must be, and the batch's records up to `held` are skipped only when they are
-copies of *these* records: the copy of the last record to skip is read back and has that
-record's timestamp, key and value, and so does every copy of the run back to the batch's
-first record (a copy of another record, or of an earlier one, right before the run means
-the batch's first records never landed: nothing is skipped). A source topic deleted and created again restarts its
-offsets at 0 while the target's copies name the old ones: those never match, and the batch
-is produced (a copy of a record that is not on the target is never skipped; the worst case
-is a duplicate). The offset map gets the skipped records' (source -> target) pairs, read
-from the same headers, so rows an interrupted attempt never stored are stored now, but only
-when the copy of the batch's first record was read back: pairs that start later would
-translate the positions before them past their copies (invariant 2).
+Replays add no duplicates where the target provably holds the copies: a retried task or a batch
+replayed after a driver crash first reads the target partition's last record; when its
+provenance header names a source offset of this batch or later (`held`), the copies are read
+back from where the copy of the batch's first record must be, and the batch's records up to
+`held` are skipped only when they are copies of *these* records: the copy of the last record to
+skip is read back and has that record's timestamp, key and value, and so does every copy of the
+run back to the batch's first record (a copy of another record, of an earlier one, or a run
+landed twice right before the run means the batch's first records never landed: nothing is
+skipped; records by others between the copies are passed over). A run that stops short of the
+copy of the batch's first record skips nothing, unless it starts at the target's log start (its
+retention removed the rest). A source topic deleted and created again restarts its offsets at 0
+while the target's copies name the old ones: those never match, and the batch is produced. A
+LogAppendTime target proves nothing and skips nothing. A copy of a record that is not on the
+target is never skipped; the worst case is a duplicate. The offset map gets the skipped
+records' (source -> target) pairs, read from the same headers, so rows an interrupted attempt
+never stored are stored now, but only when the copy of the batch's first record was read back:
+pairs that start later would translate the positions before them past their copies (invariant
+2). The rule is `mirror.domain.replay`'s, which `mirror run` follows at its assignments too.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from itertools import chain, islice
 from typing import Any
 
 from mirror.config import ClusterConfig, FlowConfig
-from mirror.domain.route import HEADER_ORIGIN, Route, route
+from mirror.domain.replay import Replay, SourceRecord, delta_changes, origin_offset, replay_check, same
+from mirror.domain.route import Route, route
 from mirror.errors import FatalProduceError, MirrorError
 from mirror.kafka import Admin, make_producer
 from mirror.kafka.reader import TailRecord, read_range
@@ -109,165 +114,6 @@ class TaskResult:
     warning: str | None = None  # for the driver's log
 
 
-def origin_offset(r: Route, headers: Sequence[tuple[str, bytes | None]] | None) -> int | None:
-    """The source offset a target record is a copy of, when it came through route `r`."""
-    if r.origin is None:
-        return None
-    values = [v for k, v in (headers or []) if k == HEADER_ORIGIN and v is not None]
-    if not values or not values[-1].startswith(r.origin):
-        return None
-    try:
-        return int(values[-1][len(r.origin) :])
-    except ValueError:
-        return None
-
-
-@dataclass
-class Replay:
-    """What the target already holds of a batch, as the task decided it."""
-
-    held: int = -1  # skip source offsets up to this one
-    pairs: list[tuple[int, int]] = field(default_factory=list)
-    placed: bool = True
-    warning: str | None = None
-    skipped: int = 0  # rows of the slice skipped (their offsets <= held)
-    last: int = -1  # the last source offset the check saw
-
-
-def _same(copy: TailRecord, row: SourceRow) -> bool:
-    """A copy of this source record: same key and value, and same timestamp unless the target
-    topic stamps its own (LogAppendTime; then the key and value must do)."""
-    return (
-        (copy.log_append_time or copy.timestamp_ms == row[3])
-        and copy.key == _bytes(row[4])
-        and copy.value == _bytes(row[5])
-    )
-
-
-def replay_check(
-    r: Route,
-    batch: Sequence[SourceRow],
-    low: int,
-    high: int,
-    read: Callable[..., list[TailRecord]],
-    source_end: int | None = None,
-    tail: list[TailRecord] | None = None,
-) -> Replay:
-    """Decide which of `batch` the target partition [low, high) already holds.
-
-    `read(start, end, until=None)` reads target records back (`tail`: the last one, when
-    read already). `batch` may be the slice's first rows only, those up to the source
-    offset the target's last copy names: copies of later offsets end the run of copies
-    (below). Skips only what is proved to be on the target; anything in doubt is produced
-    (a duplicate, never a loss).
-    """
-    if high <= low or not batch:
-        return Replay()
-    first, last = batch[0][2], batch[-1][2]
-    if tail is None:
-        tail = read(high - 1, high)
-    newest = origin_offset(r, tail[-1].headers) if tail else None
-    if newest is None or newest < first:
-        return Replay()
-    where = f"{r.target_topic}[{r.partition}]"
-    producing = f"producing offsets {first}..{last}, nothing skipped"
-    if source_end is not None and newest >= source_end:
-        return Replay(
-            warning=f"{where}: the target's last copy names source offset {newest}, but "
-            f"{r.source_topic}[{r.partition}] ends at {source_end} (a recreated source topic?): {producing}"
-        )
-    upto = min(newest, last)
-    anchor = max((row for row in batch if row[2] <= upto), key=lambda row: row[2])
-    copies, copy = _read_back_to(r, read, anchor, max(low, high - (newest - first + 1)), high)
-    if copy is None or not _same(copy, anchor):
-        what = (
-            "is not among the records read back"
-            if copy is None
-            else f"at {where} offset {copy.offset} differs from the source record"
-        )
-        return Replay(
-            warning=f"{where}: the target's last copy names source offset {newest}, but the copy of "
-            f"{r.source_topic}[{r.partition}] offset {anchor[2]} {what} (a recreated source topic?): {producing}"
-        )
-    pairs, before = _run_of_copies(r, copies[: copies.index(copy) + 1], batch, upto)
-    if pairs[0][0] != first and before is not None:
-        # The copy right before the run is of a record before this batch: the copies of
-        # offsets first..(run start - 1) are provably not on the target (never produced),
-        # so nothing of the batch may be skipped on the anchor's word.
-        return Replay(
-            warning=f"{where}: the copies on the target run back from source offset {anchor[2]} to {pairs[0][0]} "
-            f"only, and the copy before them is of offset {before} (another record's): "
-            f"{r.source_topic}[{r.partition}] offsets {first}..{pairs[0][0] - 1} never reached the target; "
-            f"{producing}"
-        )
-    if pairs[0][0] != first:
-        # The copies of this batch's first records are gone (target retention) or were never
-        # read: no pairs, so no row can translate a position before them past their copies.
-        return Replay(held=newest, placed=False)
-    return Replay(held=newest, pairs=pairs)
-
-
-def _read_back_to(
-    r: Route, read: Callable[..., list[TailRecord]], anchor: SourceRow, start: int, high: int
-) -> tuple[list[TailRecord], TailRecord | None]:
-    """The target records [start, high) read up to the copy of `anchor`, and that copy (None:
-    not among them).
-
-    The caller's `start`: the copies of source offsets [first, newest] are among the target's
-    last (newest - first + 1) records, as the source range has at least as many offsets as records.
-    """
-
-    def reached(rec: TailRecord) -> bool:
-        o = origin_offset(r, rec.headers)
-        return o is not None and o >= anchor[2]
-
-    copies = read(start, high, until=reached)
-    by_origin: dict[int, TailRecord] = {}
-    for rec in copies:
-        o = origin_offset(r, rec.headers)
-        if o is not None:
-            by_origin[o] = rec
-    return copies, by_origin.get(anchor[2])
-
-
-def _run_of_copies(
-    r: Route, copies: Sequence[TailRecord], batch: Sequence[SourceRow], upto: int
-) -> tuple[list[tuple[int, int]], int | None]:
-    """The (source, target) pairs of the run of copies that ends at `copies[-1]` (the matched
-    copy), back towards the copy of the batch's first record, in source order; and the origin
-    of the copy right before the run when it is of another record (None: the run reached the
-    start of `copies`, or a copy without an origin)."""
-    first = batch[0][2]
-    rows = {row[2]: row for row in batch}
-    pairs: list[tuple[int, int]] = []
-    for rec in reversed(copies):
-        o = origin_offset(r, rec.headers)
-        if o is None:
-            continue
-        if o < first or o > upto or (o in rows and not _same(rec, rows[o])):
-            # A copy of an earlier record, of one past those compared, or not of this one (an
-            # older incarnation of the source topic whose offsets run on below the new
-            # copies): the run ends here.
-            pairs.reverse()
-            return pairs, o
-        if pairs and o >= pairs[-1][0]:
-            break
-        pairs.append((o, rec.offset))
-    pairs.reverse()
-    return pairs, None
-
-
-def delta_changes(pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The pairs where target - source differs from the previous pair's (the first counts)."""
-    out: list[tuple[int, int]] = []
-    last: int | None = None
-    for src, tgt in pairs:
-        if tgt - src != last:
-            out.append((src, tgt))
-            last = tgt - src
-    return out
-
-
 def _headers(raw: Any) -> list[tuple[str, bytes | None]] | None:
     if not raw:
         return None
@@ -276,6 +122,16 @@ def _headers(raw: Any) -> list[tuple[str, bytes | None]] | None:
 
 def _bytes(v: Any) -> bytes | None:
     return bytes(v) if v is not None else None
+
+
+def _compared(row: SourceRow) -> SourceRecord:
+    """A row as the replay rule (`mirror.domain.replay`) compares it with its copy."""
+    return (row[2], row[3], _bytes(row[4]), _bytes(row[5]))
+
+
+def _same(copy: TailRecord, row: SourceRow) -> bool:
+    """Is `copy` a copy of this row (`mirror.domain.replay.same`)?"""
+    return same(copy, _compared(row))
 
 
 def mirror_partition(plan: TaskPlan, rows: Iterable[SourceRow], *, retried: bool = False) -> Iterator[TaskResult]:
@@ -395,7 +251,13 @@ def _replayed(
         rest = list(chunk[cut:])
         break
     replay = replay_check(
-        r, held, marks.low, marks.high, read, plan.source_ends.get((r.source_topic, r.partition)), tail=tail
+        r,
+        [_compared(row) for row in held],
+        marks.low,
+        marks.high,
+        read,
+        plan.source_ends.get((r.source_topic, r.partition)),
+        tail=tail,
     )
     todo = [row for row in held if row[2] > replay.held]
     replay.skipped, replay.last = len(held) - len(todo), held[-1][2]

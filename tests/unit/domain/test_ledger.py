@@ -215,3 +215,23 @@ def test_records_dropped_in_flight_taint_the_partition_and_their_reports_do_not_
     acked(p0, seg, 1, 2)
     assert p0.tainted and not p1.tainted  # p1 had nothing in flight: nothing of it dropped
     assert led.positions(led.parts, {("orders", 0): 3, ("orders", 1): 5}) == {("orders", 0): 1, ("orders", 1): 5}
+
+
+def test_records_the_target_held_already_count_as_acknowledged_and_the_next_segment_follows():
+    # A restart skipped source 0..4 (copies at target 3..7, one marker between 2 and 3) and
+    # copies 5.. now: the offset map and the commit move as if all were copied now.
+    led, [st] = ledger()
+    assert st.skipped([(0, 3), (1, 4), (2, 5), (4, 6), (5, 7)], 5, 50, 1005)
+    assert st.position() == 6 and st.t_next == 8
+    seg = produced(st, [6, 7])
+    acked(st, seg, 8, 9)
+    (b,) = led.take_batches()
+    assert (b.first_offset, b.next_offset, b.count, b.bytes) == (0, 8, 7, 70)
+    assert b.syncs == [(0, 3), (4, 6)]  # 6, 7 copied now at 8, 9: the same delta as 4 -> 6
+
+
+def test_records_held_already_are_not_recorded_behind_records_in_flight():
+    _, [st] = ledger()
+    produced(st, [0])
+    assert not st.skipped([(1, 1)], 1, 10, 1001)
+    assert st.acked_next is None

@@ -274,16 +274,18 @@ def test_a_producer_that_timed_out_is_purged_and_never_reused(monkeypatch: pytes
     assert len(made) == 2  # a new producer for the retry
 
 
-def test_the_replay_check_compares_timestamps_only_where_the_target_keeps_them() -> None:
-    """A copy whose timestamp differs is another record, unless the target topic stamps its
-    own (LogAppendTime): then key and value decide, or every replay would duplicate."""
+def test_the_replay_check_compares_timestamps_and_a_log_append_time_copy_proves_nothing() -> None:
+    """A copy whose timestamp differs is another record. A copy the target topic stamped
+    (LogAppendTime) is never taken for a copy: key and value alone cannot tell it from the
+    copy of an older record alike (such targets get the replay: duplicates, never a loss)."""
     # `_same` itself, the replay's one comparison rule (a timestamp decides only where the
     # target keeps the producer's): the task-level tests meet it only through whole tails.
     (row,) = rows([5])
     origin: list[Any] = []  # headers play no part in the comparison
     assert task._same(TailRecord(9, row[3], row[4], row[5], origin), row)
     assert not task._same(TailRecord(9, row[3] + 1, row[4], row[5], origin), row)
-    assert task._same(TailRecord(9, row[3] + 1, row[4], row[5], origin, log_append_time=True), row)
+    assert not task._same(TailRecord(9, row[3] + 1, row[4], row[5], origin, log_append_time=True), row)
+    assert not task._same(TailRecord(9, row[3], row[4], row[5], origin, log_append_time=True), row)
     assert not task._same(TailRecord(9, row[3], row[4], b"other", origin), row)
 
 
@@ -335,3 +337,18 @@ def test_a_replay_never_takes_an_old_incarnations_copies_for_the_batchs(monkeypa
     landed = {r[1] for r in target.records}
     lost = [r[2] for r in new if r[5] not in landed]
     assert lost == [], f"source offsets {lost} skipped (skipped={result.skipped}) but never on the target"
+
+
+def test_a_run_of_copies_cut_by_records_by_hand_skips_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The target holds the copies of 0..99, five records by hand, then the copies of
+    105..109 only (a retried attempt whose first records never landed). A replay of
+    100..109: the run of copies reaches the read-back window's start, but the window is not
+    cut by the target's log start, so nothing shows 100..104 landed: all ten are produced."""
+    target = TargetPartition()
+    install(monkeypatch, target)
+    run_task(plan(), rows(range(100)))
+    target.records.extend([(b"hand", b"made", 5, None)] * 5)
+    run_task(plan(), rows(range(105, 110)))
+    result = run_task(plan(), rows(range(100, 110)))
+    assert (result.produced, result.skipped) == (10, 0)
+    assert result.warning is not None and "100..104" in result.warning

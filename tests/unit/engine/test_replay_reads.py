@@ -1,0 +1,92 @@
+"""`CheckReads` (engine/replay_reads.py): the replay check's reads share one deadline and one
+byte budget. In-memory reads, no Kafka."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mirror import config
+from mirror.domain.replay import StoredRecord
+from mirror.engine.replay_reads import RECORD_OVERHEAD, CheckReads
+from mirror.errors import KafkaOperationError
+from mirror.kafka import OFFSET_BEGINNING
+from tests.unit.engine.fakes import TEXT
+from tests.unit.engine.test_replay import KEY, TARGET, copies, setup
+
+CLUSTER = next(iter(config.parse(TEXT, env={}).clusters.values()))
+
+
+def records(count: int, value: bytes) -> list[StoredRecord]:
+    return [StoredRecord(o, 1000 + o, None, value, []) for o in range(count)]
+
+
+def test_a_read_past_the_checks_deadline_raises_and_reads_nothing() -> None:
+    asked: list[Any] = []
+    reads = CheckReads(lambda *a: asked.append(a) or {}, timeout=0.0)
+    with pytest.raises(KafkaOperationError, match="ran out"):
+        reads("x", CLUSTER, {("t", 0): (0, 1)})
+    assert asked == []
+
+
+def test_each_read_gets_what_is_left_of_the_one_deadline() -> None:
+    timeouts: list[float] = []
+
+    def read(_n: str, _c: Any, _r: Any, timeout: float) -> dict[Any, Any]:
+        timeouts.append(timeout)
+        return {}
+
+    reads = CheckReads(read, timeout=5.0)
+    reads("x", CLUSTER, {})
+    reads("x", CLUSTER, {})
+    assert 0 < timeouts[1] <= timeouts[0] <= 5.0
+
+
+def test_prefixes_stop_at_the_byte_budget_and_say_where() -> None:
+    recs = records(100, b"x" * (1024 - RECORD_OVERHEAD))  # 1 KiB each, as counted
+    reads = CheckReads(
+        lambda _n, _c, ranges, _t: {k: [r for r in recs if s <= r.offset < e] for k, (s, e) in ranges.items()},
+        max_bytes=10 * 1024,
+    )
+    got, upto = reads.prefixes("x", CLUSTER, {("t", 0): (0, 100)}, {("t", 0): 1024})
+    assert [r.offset for r in got[("t", 0)]] == list(range(10)) and upto[("t", 0)] == 10
+
+
+def test_prefixes_learn_a_larger_record_size_after_a_small_guess() -> None:
+    # The target's last copy is small, the records before it are large: the first round
+    # overshoots by its guess, the next ones are sized by the largest record seen.
+    recs = records(100, b"x" * (4096 - RECORD_OVERHEAD))
+    reads = CheckReads(
+        lambda _n, _c, ranges, _t: {k: [r for r in recs if s <= r.offset < e] for k, (s, e) in ranges.items()},
+        max_bytes=40 * 1024,
+    )
+    got, upto = reads.prefixes("x", CLUSTER, {("t", 0): (0, 100)}, {("t", 0): 1024})
+    assert len(got[("t", 0)]) == upto[("t", 0)] < 100
+    assert sum(len(r.value or b"") + RECORD_OVERHEAD for r in got[("t", 0)]) <= 40 * 1024 + 40 * 4096
+
+
+def test_a_partition_read_in_part_skips_only_the_part_proven(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mirror.engine.replay_reads as replay_reads
+
+    monkeypatch.setattr(replay_reads, "MAX_BYTES", 20 * 1024)
+    replay, ledger, logs = setup()
+    big = b"x" * (1024 - RECORD_OVERHEAD - 4)
+    recs = [StoredRecord(o, 1000 + o, b"k%03d" % o, big, []) for o in range(100)]
+    logs.records[KEY] = recs
+    logs.records[TARGET] = copies(ledger, recs[:80])
+    held = 0
+    plain = logs.read
+
+    def counted(name: str, cluster: Any, ranges: Any, timeout: float) -> dict[Any, list[StoredRecord]]:
+        nonlocal held
+        out = plain(name, cluster, ranges, timeout)
+        held += sum(len(r.key or b"") + len(r.value or b"") + RECORD_OVERHEAD for rs in out.values() for r in rs)
+        return out
+
+    replay._read = counted
+    moved = replay.skip({KEY: OFFSET_BEGINNING})
+    assert 0 < moved[KEY] < 80
+    assert held <= 21 * 1024  # source records and copies within the budget, and the tail
+    (batch,) = ledger.take_batches()
+    assert (batch.first_offset, batch.next_offset, batch.syncs) == (0, moved[KEY], [(0, 0)])
