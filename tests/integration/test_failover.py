@@ -225,7 +225,7 @@ def test_planned_failover_is_exact_across_gaps(clusters, write_config, unique, s
     exactly the one after its last on the source. Zero lost, zero duplicated."""
     src, dst = clusters.bootstrap("src"), clusters.bootstrap("dst")
     txn, plain, cmp, group = f"txn-{unique}", f"plain-{unique}", f"cmp-{unique}", f"app-{unique}"
-    make_compacted(src, cmp, clusters.dev.node("src").log_file)
+    make_compacted(src, cmp, clusters.dev.node("src").spec.log_file)
     create_topic(src, txn, 1)
     create_topic(src, plain, 2)
     produce_transactions(
