@@ -13,9 +13,9 @@ value, and so does every copy of the run back to the first record; every record 
 needs its own copy in the run. Records that are not this route's copies (by hand, another
 flow's) between the copies are passed over. A copy of another record, of an earlier one, or a
 run landed twice right before the run means the first records never landed: nothing is
-skipped. A run that stops short of the copy of the first record skips nothing either, unless
-it starts at the target's log start (past 0) with nothing read before it: only then can the
-target's retention account for the missing copies (`Replay.placed` False, below). A source
+skipped. A run that stops short of the copy of the first record skips nothing either, even
+one starting at the target's log start: retention may have taken the first copies, or the
+mirror's own deletion to the end (a resync) came before they landed. A source
 topic deleted and created again restarts its offsets at 0 while the target's copies name the
 old ones: those never match, and nothing is skipped. A target topic that stamps its own
 timestamps (LogAppendTime) cannot tell a copy from the copy of an older record alike: it
@@ -24,9 +24,8 @@ nothing can be proven, and nothing is skipped. Anything in doubt is copied again
 case is a duplicate, never a loss.
 
 The skipped records' (source -> target) pairs come from the same headers, so the offset map
-gets the rows an interrupted run never stored; but only when the copy of the first record
-was read back (`Replay.placed`): pairs that start later would translate the positions before
-them past their copies. `mirror run` takes placed skips only.
+gets the rows an interrupted run never stored: every skip has the copy of its first record
+read back. (`Replay.placed` stays for the callers' shape: a skip is always placed.)
 
 Pure: the engines read the records (`read`) and hand them in.
 """
@@ -194,10 +193,15 @@ def _judged(
                 f"{pairs[0][0]} only, and nothing read back shows that {r.source_topic}[{r.partition}] "
                 f"offsets {first}..{pairs[0][0] - 1} reached the target: {producing}"
             )
-        # The run starts at the target's log start: the copies of the first records went with
-        # the target's retention. No pairs, so no row can translate a position before them past
-        # their copies.
-        return Replay(held=newest, placed=False)
+        # The run starts at the target's log start past 0. Retention may have taken the copies
+        # of the first records; so may the mirror's own deletion to the end of the partition
+        # (a resync, a stale start) with copies still in flight landing after it, and then the
+        # first records never landed. Nothing read tells the two apart: nothing is skipped.
+        return Replay(
+            warning=f"{where}: the copies on the target run back from source offset {anchor[0]} to "
+            f"{pairs[0][0]}, the target's first record: nothing shows whether {r.source_topic}[{r.partition}] "
+            f"offsets {first}..{pairs[0][0] - 1} went with the target's retention or never landed: {producing}"
+        )
     return Replay(held=newest, pairs=pairs)
 
 

@@ -101,13 +101,15 @@ def test_a_tail_past_the_source_end_skips_nothing() -> None:
     assert got.held == -1 and got.warning and "ends at 3" in got.warning
 
 
-def test_copies_of_the_first_records_gone_skip_unplaced() -> None:
-    # Target retention removed the copies of the first records: what is left is proven, but
-    # no pairs (they would translate the positions before them past their copies).
+def test_copies_of_the_first_records_gone_from_the_log_start_skip_nothing() -> None:
+    # The target's log start is past the copies of the first records. Its retention may have
+    # taken them, or the mirror deleted to the end (a resync) and copies in flight landed after:
+    # then 0..3 never landed. The target cannot tell which, so nothing is skipped (a second
+    # review found the skip of this case could lose 0..3).
     batch = source(0, 10)
     copies = [copy_of(rec, i) for i, rec in enumerate(batch)][4:]
     got = check(batch, copies)
-    assert got.held == 9 and not got.placed and not got.pairs
+    assert got.held == -1 and not got.pairs and got.warning and "never landed" in got.warning
 
 
 def test_a_copy_missing_in_the_middle_ends_the_run() -> None:

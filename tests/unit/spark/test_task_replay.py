@@ -214,17 +214,20 @@ def test_a_target_copy_naming_an_offset_past_the_source_end_is_never_skipped(mon
     assert result.warning is not None and "ends at 50" in result.warning
 
 
-def test_a_replay_whose_first_copies_are_gone_from_the_target_stores_no_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Retention on the target deleted the copies of the batch's first records: the rest are
-    skipped (they are there), but no pair is returned and the batch is not placed, so neither
-    a row nor a tip can translate a position before the surviving copies past them."""
+def test_a_replay_whose_first_copies_are_gone_from_the_target_copies_the_batch_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The target's log start is past the copies of the batch's first records. Retention may
+    have taken them, or the mirror deleted to the end and copies in flight landed after (then
+    the first records never landed): the target cannot tell, so the batch is copied again
+    (duplicates, never a loss), and its pairs are the new copies'."""
     target = TargetPartition()
     install(monkeypatch, target)
     run_task(plan(), rows(range(100)))
     target.low = 40
     result = run_task(plan(), rows(range(100)))
-    assert (result.produced, result.skipped, result.placed, result.syncs) == (0, 100, False, [])
-    assert target.high == 100
+    assert (result.produced, result.skipped, result.placed) == (100, 0, True)
+    assert result.syncs[0] == (0, 100) and target.high == 200
 
 
 def test_a_replay_of_an_earlier_batch_skips_it_and_gives_its_exact_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -309,16 +312,17 @@ def test_a_replay_never_skips_records_whose_copies_are_not_on_the_target(monkeyp
     assert lost == [], f"source offsets {lost} skipped (skipped={result.skipped}) but never on the target"
 
 
-def test_a_replay_skips_what_the_targets_retention_removed_from_the_start_of_the_run(
+def test_a_replay_whose_run_of_copies_reaches_the_targets_log_start_copies_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The case the rule above must keep: the run of copies reaches the target's log start."""
+    """The run of copies reaches the target's log start (past 0): retention and the mirror's own
+    deletion look alike there, so nothing is skipped."""
     target = TargetPartition()
     install(monkeypatch, target)
     run_task(plan(), rows(range(100)))
     target.low = 40
     result = run_task(plan(), rows(range(20, 100)))
-    assert (result.produced, result.skipped, result.placed) == (0, 80, False)
+    assert (result.produced, result.skipped, result.placed) == (80, 0, True)
 
 
 def test_a_replay_never_takes_an_old_incarnations_copies_for_the_batchs(monkeypatch: pytest.MonkeyPatch) -> None:
