@@ -73,29 +73,30 @@ jvm-test:
 class-archive: | $(VENV)/.installed jars $(WRITER_JAR)
 	@$(PY) -m mirror.spark.cds
 
-# The unit tier (pure Python, no server) beside the integration tier, which itself runs as two
+# The unit tier (pure Python, no server) beside the integration tier, which itself runs as three
 # pytest processes (MIRROR_TEST_SHARD, tests/integration/conftest.py), each on its own clusters:
-# the tier mostly waits on servers, so three processes share the 2 cores. Shard 1 prints as it
-# runs; shard 2's and the unit tier's logs are printed after it, so nothing interleaves. The
-# closing summary lines come last, and `make test` fails if any of the three fails. A process
-# with no test selected (pytest's 5: PYTEST_ARGS=-k picked only others) is no failure; all
-# three selecting nothing is.
+# the tier mostly waits on servers, so four processes share the 2 cores. Shard 1 prints as it
+# runs; shards 2 and 3 and the unit tier write logs, printed after it, so nothing interleaves.
+# The closing summary lines come last, and `make test` fails if any process fails. One with no
+# test selected (pytest's 5: PYTEST_ARGS=-k picked only others) is no failure; all selecting
+# nothing is.
 TEST_LOGS := build/test
+INTEGRATION := $(PY) -m pytest tests/integration -p no:cacheprovider $(PYTEST_ARGS)
 test: setup container-check jvm-test
 	@mkdir -p $(TEST_LOGS)
 	@$(PY) -m pytest tests/unit -p no:cacheprovider $(PYTEST_ARGS) > $(TEST_LOGS)/unit.log 2>&1 & unit=$$!; \
-	MIRROR_TEST_SHARD=2 $(PY) -m pytest tests/integration -p no:cacheprovider $(PYTEST_ARGS) \
-	  > $(TEST_LOGS)/integration-2.log 2>&1 & second=$$!; \
-	set -o pipefail; MIRROR_TEST_SHARD=1 $(PY) -m pytest tests/integration $(PYTEST_ARGS) 2>&1 \
-	  | tee $(TEST_LOGS)/integration-1.log; \
-	first=$$?; wait $$second; second=$$?; wait $$unit; unit=$$?; \
-	echo "=== tests/integration shard 2, run beside shard 1 ($(TEST_LOGS)/integration-2.log):"; \
-	cat $(TEST_LOGS)/integration-2.log; \
+	MIRROR_TEST_SHARD=2 $(INTEGRATION) > $(TEST_LOGS)/integration-2.log 2>&1 & second=$$!; \
+	MIRROR_TEST_SHARD=3 $(INTEGRATION) > $(TEST_LOGS)/integration-3.log 2>&1 & third=$$!; \
+	set -o pipefail; MIRROR_TEST_SHARD=1 $(INTEGRATION) 2>&1 | tee $(TEST_LOGS)/integration-1.log; \
+	first=$$?; wait $$second; second=$$?; wait $$third; third=$$?; wait $$unit; unit=$$?; \
+	for k in 2 3; do echo "=== tests/integration shard $$k, run beside shard 1 ($(TEST_LOGS)/integration-$$k.log):"; \
+	  cat $(TEST_LOGS)/integration-$$k.log; done; \
 	echo "=== tests/unit, run beside tests/integration ($(TEST_LOGS)/unit.log):"; cat $(TEST_LOGS)/unit.log; \
-	echo "=== closing summaries (tests/unit, tests/integration shard 1, shard 2):"; \
-	tail -n 1 $(TEST_LOGS)/unit.log; tail -n 1 $(TEST_LOGS)/integration-1.log; tail -n 1 $(TEST_LOGS)/integration-2.log; \
+	echo "=== closing summaries (tests/unit, tests/integration shards 1, 2, 3):"; \
+	tail -n 1 $(TEST_LOGS)/unit.log; for k in 1 2 3; do tail -n 1 $(TEST_LOGS)/integration-$$k.log; done; \
 	passed() { [ $$1 -eq 0 ] || [ $$1 -eq 5 ]; }; \
-	passed $$unit && passed $$first && passed $$second && [ $$((unit + first + second)) -ne 15 ]
+	passed $$unit && passed $$first && passed $$second && passed $$third && \
+	  [ $$((unit + first + second + third)) -ne 20 ]
 
 unit: setup
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
