@@ -90,3 +90,35 @@ def test_a_partition_read_in_part_skips_only_the_part_proven(monkeypatch: pytest
     assert held <= 21 * 1024  # source records and copies within the budget, and the tail
     (batch,) = ledger.take_batches()
     assert (batch.first_offset, batch.next_offset, batch.syncs) == (0, moved[KEY], [(0, 0)])
+
+
+def test_a_small_last_copy_does_not_size_a_round_of_large_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first round of source reads is sized by the target's last copy: here a tombstone
+    # (a short key, no value), counted as RECORD_OVERHEAD bytes. The records before it are
+    # large, so that one round reads (MAX_BYTES / 2) / RECORD_OVERHEAD records of any size
+    # at once, inside the assign callback: with the real 64 MiB budget and 1 MiB records,
+    # 131,072 records (128 GiB). Scaled down here: a 64 KiB budget and 64 KiB records (one
+    # shared value, so the test itself holds 64 KiB).
+    import mirror.engine.replay_reads as replay_reads
+
+    budget = 64 * 1024
+    monkeypatch.setattr(replay_reads, "MAX_BYTES", budget)
+    replay, ledger, logs = setup()
+    big = b"x" * (64 * 1024)
+    recs = [StoredRecord(o, 1000 + o, b"k%03d" % o, big, []) for o in range(399)]
+    recs.append(StoredRecord(399, 1399, b"k399", None, []))  # the last record: a tombstone
+    logs.records[KEY] = recs
+    logs.records[TARGET] = copies(ledger, recs)
+    held = 0
+    plain = logs.read
+
+    def counted(name: str, cluster: Any, ranges: Any, timeout: float) -> dict[Any, list[StoredRecord]]:
+        nonlocal held
+        out = plain(name, cluster, ranges, timeout)
+        held += sum(len(r.key or b"") + len(r.value or b"") for rs in out.values() for r in rs)
+        return out
+
+    replay._read = counted
+    replay.skip({KEY: OFFSET_BEGINNING})
+    # The budget, overshot by one record per partition and read at most.
+    assert held <= budget + 2 * len(big), f"one check held {held >> 10} KiB against a {budget >> 10} KiB budget"
