@@ -255,3 +255,35 @@ def test_a_recreated_source_topic_of_alike_events_is_not_skipped_on_a_log_append
     ]
     assert replay.skip({KEY: OFFSET_BEGINNING}) == {}
     assert ledger.parts[KEY].acked_next is None
+
+
+def test_the_watermark_requests_inside_the_assign_callback_are_bounded_by_the_checks_deadline(
+    monkeypatch: Any,
+) -> None:
+    # The check's one deadline (CHECK_TIMEOUT, 10 s) bounds its reads only. Before them it asks
+    # both clusters for watermarks, each bounded by the cluster's own timeout (30 s by default):
+    # two slow clusters that answer just in time keep the assign callback ~60 s in the check
+    # alone (past the smallest max.poll.interval.ms the config accepts, 60 s, with the committed
+    # offsets and topic ids the callback reads besides). A fake clock: each watermark request
+    # takes 29 s.
+    import types
+
+    import mirror.engine.replay_reads as replay_reads
+    from mirror.config import MIN_MAX_POLL_INTERVAL_MS
+
+    now = [0.0]
+    monkeypatch.setattr(replay_reads, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    replay, ledger, logs = setup()
+    recs = source(100)
+    logs.records[KEY] = recs
+    logs.records[TARGET] = copies(ledger, recs[:60])
+    plain = logs.marks
+
+    def slow(parts: Any, committed_only: bool = True) -> dict[tuple[str, int], Watermarks]:
+        now[0] += 29.0
+        return plain(parts, committed_only)
+
+    replay._admins.source.watermarks = slow  # type: ignore[attr-defined]
+    replay.skip({KEY: 0})
+    budget = MIN_MAX_POLL_INTERVAL_MS / 1000 / 2  # the callback reads committed offsets and topic ids too
+    assert now[0] <= budget, f"the check kept the assign callback {now[0]:g}s"
