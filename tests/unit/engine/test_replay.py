@@ -10,7 +10,7 @@ from typing import Any
 
 from mirror import config
 from mirror.domain.ledger import Ledger
-from mirror.domain.replay import SourceRecord, StoredRecord
+from mirror.domain.replay import SourceRecord, StoredRecord, held_size
 from mirror.domain.route import HEADER_ORIGIN, route
 from mirror.engine.partition import AssignedPartition
 from mirror.engine.replay import TargetReplay, starts_of
@@ -39,14 +39,36 @@ class Logs:
         return out
 
     def read(
-        self, _name: str, _cluster: Any, ranges: Any, _timeout: float
+        self, _name: str, _cluster: Any, ranges: Any, _timeout: float, max_bytes: int | None = None
     ) -> dict[tuple[str, int], list[StoredRecord]]:
         if self.fail:
             raise MirrorError("read timed out")
         self.reads.append(dict(ranges))
-        return {
-            tp: [r for r in self.records.get(tp, []) if start <= r.offset < end] for tp, (start, end) in ranges.items()
-        }
+        return capped(
+            {
+                tp: [r for r in self.records.get(tp, []) if start <= r.offset < end]
+                for tp, (start, end) in ranges.items()
+            },
+            max_bytes,
+        )
+
+
+def capped(
+    found: dict[tuple[str, int], list[StoredRecord]], max_bytes: int | None
+) -> dict[tuple[str, int], list[StoredRecord]]:
+    """What `read_ranges` returns of these records with `max_bytes`: it ends once the records
+    taken cost that much (here the partitions read one after the other)."""
+    if max_bytes is None:
+        return found
+    out: dict[tuple[str, int], list[StoredRecord]] = {tp: [] for tp in found}
+    spent = 0
+    for tp in sorted(found):
+        for rec in found[tp]:
+            if spent >= max_bytes:
+                return out
+            out[tp].append(rec)
+            spent += held_size(rec)
+    return out
 
 
 class Admin:
@@ -205,9 +227,11 @@ def test_the_reads_inside_the_assign_callback_are_bounded_in_time_together() -> 
     timeouts: list[float] = []
     plain = logs.read
 
-    def timed(name: str, cluster: Any, ranges: Any, timeout: float) -> dict[tuple[str, int], list[StoredRecord]]:
+    def timed(
+        name: str, cluster: Any, ranges: Any, timeout: float, *cap: int
+    ) -> dict[tuple[str, int], list[StoredRecord]]:
         timeouts.append(timeout)
-        return plain(name, cluster, ranges, timeout)
+        return plain(name, cluster, ranges, timeout, *cap)
 
     replay._read = timed
     assert replay.skip({KEY: 0}) == {KEY: 60}
@@ -228,9 +252,11 @@ def test_the_records_held_to_compare_are_bounded_in_bytes() -> None:
     held = 0
     plain = logs.read
 
-    def counted(name: str, cluster: Any, ranges: Any, timeout: float) -> dict[tuple[str, int], list[StoredRecord]]:
+    def counted(
+        name: str, cluster: Any, ranges: Any, timeout: float, *cap: int
+    ) -> dict[tuple[str, int], list[StoredRecord]]:
         nonlocal held
-        out = plain(name, cluster, ranges, timeout)
+        out = plain(name, cluster, ranges, timeout, *cap)
         held += sum(len(r.key or b"") + len(r.value or b"") for rs in out.values() for r in rs)
         return out
 
