@@ -11,14 +11,14 @@ tasks follow); a proven partition starts after the last record proven, and its s
 records are acknowledged in the ledger (`PartitionLedger.skipped`), so the commit and the
 offset map move over them exactly as over copied ones.
 
-Anything in doubt skips nothing: a read that fails, reads that outrun the check's one
-deadline (`CheckReads`: 10 s for all of them, inside the assign callback), a check that
-fails, a partition whose copies of its first records are gone (only placed skips are taken
-here), a target topic that stamps its own timestamps (LogAppendTime: its copies cannot be
-told from copies of older records alike). The records held to compare are bounded in bytes,
-by the reads themselves: a partition the budget does not cover whole skips at most the part
-read and proven. The worst case is a duplicate, never a loss. Without provenance headers
-nothing can be proven, and nothing is skipped.
+Anything in doubt skips nothing: a read that fails, requests that outrun the check's one
+deadline (`CheckReads`: 10 s for its watermarks and reads together, inside the assign
+callback), a check that fails, a partition whose copies of its first records are gone (only
+placed skips are taken here), a target topic that stamps its own timestamps (LogAppendTime:
+its copies cannot be told from copies of older records alike). The records held to compare
+are bounded in bytes, by the reads themselves: a partition the budget does not cover whole
+skips at most the part read and proven. The worst case is a duplicate, never a loss. Without
+provenance headers nothing can be proven, and nothing is skipped.
 
 Not with exactly_once (`Assignment` does not ask): a partition resumes at the target's
 committed progress, written in the same transaction as the copies, and a killed worker's
@@ -159,12 +159,12 @@ class TargetReplay:
         Returns their first offsets, the source offsets their targets' last copies name, both
         clusters' watermarks and the tails; None when there is none."""
         parts = self._ledger.parts
-        smarks = self._admins.source.watermarks(list(starts), committed_only=True)
+        smarks = reads.within("source's watermarks", lambda: self._admins.source.watermarks(list(starts)))
         first = {k: smarks[k].low if at == OFFSET_BEGINNING else at for k, at in starts.items()}
         behind = {k: (parts[k].route.target_topic, k[1]) for k in starts if first[k] < smarks[k].high}
         if not behind:
             return None
-        tmarks = self._admins.target.watermarks(list(behind.values()), committed_only=True)
+        tmarks = reads.within("target's watermarks", lambda: self._admins.target.watermarks(list(behind.values())))
         ranges = {t: (tmarks[t].high - 1, tmarks[t].high) for t in behind.values() if tmarks[t].high > tmarks[t].low}
         if not ranges:
             return None  # empty targets (a first start): nothing to read

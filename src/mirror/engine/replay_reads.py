@@ -1,8 +1,8 @@
 """`CheckReads`: the replay check's reads, bounded together in time and in bytes.
 
-The check (`mirror.engine.replay`) runs inside the group's assign callback: every read of
-one check shares one deadline (`CHECK_TIMEOUT`), each read getting what is left of it, so a
-slow target costs duplicates, not a member dropped by the group.
+The check (`mirror.engine.replay`) runs inside the group's assign callback: every request of
+one check (its watermarks and its reads) shares one deadline (`CHECK_TIMEOUT`), each getting
+what is left of it, so a slow cluster costs duplicates, not a member dropped by the group.
 The records it holds to compare share one byte budget (`MAX_BYTES`), half of it for the
 source records: the read itself ends once the records taken cost what is left of it (one
 record past it at most), whatever their sizes, and a partition not read whole is compared on
@@ -11,8 +11,10 @@ the part read (the rest is copied again).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from mirror.config import ClusterConfig
 from mirror.domain.replay import RECORD_OVERHEAD, StoredRecord
@@ -33,6 +35,7 @@ Ranges = Mapping[Key, tuple[int, int]]
 # (cluster name, cluster, ranges, timeout[, max_bytes]) -> records per partition, in order from
 # each range's start; with max_bytes, ending once the records taken cost that much (`size`).
 ReadRanges = Callable[..., dict[Key, list[StoredRecord]]]
+T = TypeVar("T")
 
 
 class CheckReads:
@@ -49,6 +52,28 @@ class CheckReads:
         if left <= 0:
             raise KafkaOperationError(f"the replay check's {CHECK_TIMEOUT:g}s for its requests ran out")
         return left
+
+    def within(self, what: str, request: Callable[[], T]) -> T:
+        """`request()` (a request bounded only by its cluster's timeout), waited for at most what
+        is left of the deadline; raises when that runs out first. A request given up on ends in
+        the background, within its cluster's timeout, and its answer is dropped."""
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["value"] = request()
+            except Exception as exc:  # handed to the waiting caller
+                box["error"] = exc
+
+        worker = threading.Thread(target=run, name=f"replay-check-{what}", daemon=True)
+        worker.start()
+        worker.join(self.left())
+        if worker.is_alive():
+            raise KafkaOperationError(f"the replay check's {CHECK_TIMEOUT:g}s ran out waiting for the {what}")
+        if "error" in box:
+            raise box["error"]
+        self.left()  # an answer that came past the deadline (the callback's time is spent)
+        return box["value"]  # type: ignore[no-any-return]
 
     def __call__(
         self, name: str, cluster: ClusterConfig, ranges: Ranges, max_bytes: int | None = None

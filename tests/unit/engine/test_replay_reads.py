@@ -131,3 +131,24 @@ def test_a_small_last_copy_does_not_size_a_round_of_large_records(monkeypatch: p
     replay.skip({KEY: OFFSET_BEGINNING})
     # The budget, overshot by one record per partition and read at most.
     assert held <= budget + 2 * len(big), f"one check held {held >> 10} KiB against a {budget >> 10} KiB budget"
+
+
+def test_a_request_that_outlasts_the_deadline_is_given_up_on() -> None:
+    # A watermark request bounded only by its cluster's timeout: the check stops waiting when
+    # its own deadline is spent (the request ends in the background) and raises, skipping nothing.
+    import threading
+
+    answered = threading.Event()
+    reads = CheckReads(lambda *a: {}, timeout=0.05)
+    with pytest.raises(KafkaOperationError, match="ran out waiting for the source's watermarks"):
+        reads.within("source's watermarks", lambda: answered.wait(30.0))
+    answered.set()
+
+
+def test_a_request_that_fails_raises_its_own_error() -> None:
+    def fail() -> None:
+        raise KafkaOperationError("cluster unreachable")
+
+    with pytest.raises(KafkaOperationError, match="unreachable"):
+        CheckReads(lambda *a: {}).within("target's watermarks", fail)
+    assert CheckReads(lambda *a: {}).within("target's watermarks", lambda: 7) == 7
