@@ -77,3 +77,34 @@ def test_without_provenance_headers_nothing_is_skipped(clusters, write_config, u
     source, target = _contents(src, t), _contents(dst, f"src.{t}")
     assert all(target[c] == 2 for c in source)
     assert sum(target.values()) == 2 * RECORDS
+
+
+def test_the_replay_checks_read_ends_at_its_byte_budget(clusters, unique):
+    """`read_ranges` with `max_bytes` (the replay check's byte budget, enforced by the read):
+    small records first, then 64 KiB ones, so no size learnt from the first ones could size
+    the read. It ends once the records taken cost the budget (one record past it at most),
+    each partition's records in order from its range's start."""
+    from mirror.config import ClusterConfig
+    from mirror.domain.replay import held_size
+    from mirror.kafka.reader import read_ranges
+
+    src = clusters.bootstrap("src")
+    t = f"replay-bytes-{unique}"
+    create_topic(src, t, 2)
+    big = b"x" * (64 << 10)
+    p = producer(src)
+    for part in range(2):
+        for i in range(40):
+            p.produce(t, key=b"k%d" % i, value=b"s" if i < 10 else big, partition=part)
+    assert p.flush(60) == 0
+    cluster = ClusterConfig(bootstrap=src, timeout=30)
+    ranges = {(t, 0): (0, 40), (t, 1): (0, 40)}
+    whole = read_ranges("src", cluster, ranges, 60)
+    assert {k: [r.offset for r in recs] for k, recs in whole.items()} == {k: list(range(40)) for k in ranges}
+    budget = 512 << 10
+    cut = read_ranges("src", cluster, ranges, 60, budget)
+    held = sum(held_size(r) for recs in cut.values() for r in recs)
+    assert budget <= held <= budget + held_size(whole[(t, 0)][-1])
+    for k, recs in cut.items():
+        assert [r.offset for r in recs] == list(range(len(recs))), k
+        assert recs == whole[k][: len(recs)]

@@ -57,6 +57,15 @@ class StoredRecord:
         return (self.offset, self.timestamp_ms, self.key, self.value)
 
 
+# What one record costs held in memory beyond its key and value (the object, its headers).
+RECORD_OVERHEAD = 256
+
+
+def held_size(rec: StoredRecord) -> int:
+    """What one record read back costs held in memory, as a replay check's byte budget counts it."""
+    return len(rec.key or b"") + len(rec.value or b"") + RECORD_OVERHEAD
+
+
 # read(start, end, until=None): the target partition's records in [start, end), in order,
 # stopping after the first one `until` accepts.
 Read = Callable[..., list[StoredRecord]]

@@ -11,14 +11,14 @@ tasks follow); a proven partition starts after the last record proven, and its s
 records are acknowledged in the ledger (`PartitionLedger.skipped`), so the commit and the
 offset map move over them exactly as over copied ones.
 
-Anything in doubt skips nothing: a read that fails, reads that outrun the check's one
-deadline (`CheckReads`: 10 s for all of them, inside the assign callback), a check that
-fails, a partition whose copies of its first records are gone (only placed skips are taken
-here), a target topic that stamps its own timestamps (LogAppendTime: its copies cannot be
-told from copies of older records alike). The records held to compare are bounded in bytes:
-a partition the budget does not cover whole skips at most the part read and proven. The
-worst case is a duplicate, never a loss. Without provenance headers nothing can be proven,
-and nothing is skipped.
+Anything in doubt skips nothing: a read that fails, requests that outrun the check's one
+deadline (`CheckReads`: 10 s for its watermarks and reads together, inside the assign
+callback), a check that fails, a partition whose copies of its first records are gone (only
+placed skips are taken here), a target topic that stamps its own timestamps (LogAppendTime:
+its copies cannot be told from copies of older records alike). The records held to compare
+are bounded in bytes, by the reads themselves: a partition the budget does not cover whole
+skips at most the part read and proven. The worst case is a duplicate, never a loss. Without
+provenance headers nothing can be proven, and nothing is skipped.
 
 Not with exactly_once (`Assignment` does not ask): a partition resumes at the target's
 committed progress, written in the same transaction as the copies, and a killed worker's
@@ -37,7 +37,7 @@ from mirror.domain.ledger import Ledger
 from mirror.domain.replay import StoredRecord, origin_offset, replay_check, slice_reader
 from mirror.engine.admins import AdminPair
 from mirror.engine.partition import AssignedPartition
-from mirror.engine.replay_reads import CheckReads, Ranges, ReadRanges, size
+from mirror.engine.replay_reads import CheckReads, Ranges, ReadRanges
 from mirror.errors import MirrorError
 from mirror.kafka import OFFSET_BEGINNING
 from mirror.kafka.admin import Watermarks
@@ -52,9 +52,9 @@ _Tails = tuple[Offsets, Offsets, Marks, Marks, dict[tuple[str, int], list[Stored
 
 
 def _read(
-    name: str, cluster: ClusterConfig, ranges: Ranges, timeout: float
+    name: str, cluster: ClusterConfig, ranges: Ranges, timeout: float, max_bytes: int | None = None
 ) -> dict[tuple[str, int], list[StoredRecord]]:
-    return read_ranges(name, cluster, ranges, timeout)
+    return read_ranges(name, cluster, ranges, timeout, max_bytes)
 
 
 class TargetReplay:
@@ -114,19 +114,16 @@ class TargetReplay:
         parts = self._ledger.parts
         targets = {k: (parts[k].route.target_topic, k[1]) for k in newest}
         spans = {k: (first[k], min(o, smarks[k].high - 1) + 1) for k, o in newest.items()}
-        guess = {k: size(tails[t][-1]) for k, t in targets.items()}
-        sources, upto = reads.prefixes(self.flow.source, self._source, spans, guess, share=0.5)
+        sources, upto = reads.prefixes(self.flow.source, self._source, spans, share=0.5)
         # The copies of [first, newest] are among the target's last (newest - first + 1) records.
         # Past the budget, only as many as the source offsets read, as far as the rest of the
         # budget goes: a copy of the last record read further on is not found, nothing skipped.
         windows: dict[tuple[str, int], tuple[int, int]] = {}
-        sizes: dict[tuple[str, int], int] = {}
         for k, t in targets.items():
             start = max(tmarks[t].low, tmarks[t].high - (newest[k] - first[k] + 1))
             if sources[k]:
                 windows[t] = (start, min(tmarks[t].high, start + upto[k] - first[k]))
-                sizes[t] = max(size(rec) for rec in sources[k])  # a copy is its record and a header
-        copies, _ = reads.prefixes(self.flow.target, self._target, windows, sizes)
+        copies, _ = reads.prefixes(self.flow.target, self._target, windows)
         moved: dict[SourcePartition, int] = {}
         skipped = 0
         for k, t in targets.items():
@@ -162,12 +159,12 @@ class TargetReplay:
         Returns their first offsets, the source offsets their targets' last copies name, both
         clusters' watermarks and the tails; None when there is none."""
         parts = self._ledger.parts
-        smarks = self._admins.source.watermarks(list(starts), committed_only=True)
+        smarks = reads.within("source's watermarks", lambda: self._admins.source.watermarks(list(starts)))
         first = {k: smarks[k].low if at == OFFSET_BEGINNING else at for k, at in starts.items()}
         behind = {k: (parts[k].route.target_topic, k[1]) for k in starts if first[k] < smarks[k].high}
         if not behind:
             return None
-        tmarks = self._admins.target.watermarks(list(behind.values()), committed_only=True)
+        tmarks = reads.within("target's watermarks", lambda: self._admins.target.watermarks(list(behind.values())))
         ranges = {t: (tmarks[t].high - 1, tmarks[t].high) for t in behind.values() if tmarks[t].high > tmarks[t].low}
         if not ranges:
             return None  # empty targets (a first start): nothing to read

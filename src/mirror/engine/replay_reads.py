@@ -1,44 +1,41 @@
 """`CheckReads`: the replay check's reads, bounded together in time and in bytes.
 
-The check (`mirror.engine.replay`) runs inside the group's assign callback: every read of
-one check shares one deadline (`CHECK_TIMEOUT`), each read getting what is left of it, so a
-slow target costs duplicates, not a member dropped by the group. The records it holds to
-compare share one byte budget (`MAX_BYTES`), half of it for the source records: both these
-and the copies are read from each range's start in rounds sized by the largest record seen
-so far, and a partition the budget does not cover whole is compared on the part read (the
-rest is copied again). A round may overshoot by its size guess: the first one is sized by
-the target's last copy.
+The check (`mirror.engine.replay`) runs inside the group's assign callback: every request of
+one check (its watermarks and its reads) shares one deadline (`CHECK_TIMEOUT`), each getting
+what is left of it, so a slow cluster costs duplicates, not a member dropped by the group.
+The records it holds to compare share one byte budget (`MAX_BYTES`), half of it for the
+source records: the read itself ends once the records taken cost what is left of it (one
+record past it at most), whatever their sizes, and a partition not read whole is compared on
+the part read (the rest is copied again).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from mirror.config import ClusterConfig
-from mirror.domain.replay import StoredRecord
+from mirror.domain.replay import RECORD_OVERHEAD, StoredRecord
+from mirror.domain.replay import held_size as size
 from mirror.errors import KafkaOperationError
 
-# One check's reads together: well inside the smallest max.poll.interval.ms the config accepts
-# (60 s), which also covers the watermarks and committed offsets the callback asks for.
+__all__ = ["CHECK_TIMEOUT", "MAX_BYTES", "RECORD_OVERHEAD", "CheckReads", "ReadRanges", "size"]
+
+# One check's requests together: well inside the smallest max.poll.interval.ms the config
+# accepts (60 s), which also covers the committed offsets the callback asks for.
 CHECK_TIMEOUT = 10.0
 # The source records and copies one check holds to compare, in bytes (half of it for the source
 # records). Past it a backlog of unproven copies is copied again (duplicates).
 MAX_BYTES = 64 << 20
-# What one record costs held in memory beyond its key and value (the object, its headers).
-RECORD_OVERHEAD = 256
-# Rounds of source reads: the first is sized by the target's last copy, the next ones by the
-# largest record read so far.
-MAX_ROUNDS = 8
 
 Key = tuple[str, int]
 Ranges = Mapping[Key, tuple[int, int]]
-ReadRanges = Callable[[str, ClusterConfig, Ranges, float], dict[Key, list[StoredRecord]]]
-
-
-def size(rec: StoredRecord) -> int:
-    """What one record held costs, as the budget counts it."""
-    return len(rec.key or b"") + len(rec.value or b"") + RECORD_OVERHEAD
+# (cluster name, cluster, ranges, timeout[, max_bytes]) -> records per partition, in order from
+# each range's start; with max_bytes, ending once the records taken cost that much (`size`).
+ReadRanges = Callable[..., dict[Key, list[StoredRecord]]]
+T = TypeVar("T")
 
 
 class CheckReads:
@@ -49,40 +46,64 @@ class CheckReads:
         self._deadline = time.monotonic() + timeout
         self.room = MAX_BYTES if max_bytes is None else max_bytes  # bytes left to read
 
-    def __call__(self, name: str, cluster: ClusterConfig, ranges: Ranges) -> dict[Key, list[StoredRecord]]:
-        """`ranges` read with what is left of the check's time; raises when none is left."""
+    def left(self) -> float:
+        """The seconds left of the check's deadline; raises when none is left."""
         left = self._deadline - time.monotonic()
         if left <= 0:
-            raise KafkaOperationError(f"the replay check's {CHECK_TIMEOUT:g}s for its reads ran out")
-        return self._read(name, cluster, ranges, min(cluster.timeout, left))
+            raise KafkaOperationError(f"the replay check's {CHECK_TIMEOUT:g}s for its requests ran out")
+        return left
+
+    def within(self, what: str, request: Callable[[], T]) -> T:
+        """`request()` (a request bounded only by its cluster's timeout), waited for at most what
+        is left of the deadline; raises when that runs out first. A request given up on ends in
+        the background, within its cluster's timeout, and its answer is dropped."""
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["value"] = request()
+            except Exception as exc:  # handed to the waiting caller
+                box["error"] = exc
+
+        worker = threading.Thread(target=run, name=f"replay-check-{what}", daemon=True)
+        worker.start()
+        worker.join(self.left())
+        if worker.is_alive():
+            raise KafkaOperationError(f"the replay check's {CHECK_TIMEOUT:g}s ran out waiting for the {what}")
+        if "error" in box:
+            raise box["error"]
+        self.left()  # an answer that came past the deadline (the callback's time is spent)
+        return box["value"]  # type: ignore[no-any-return]
+
+    def __call__(
+        self, name: str, cluster: ClusterConfig, ranges: Ranges, max_bytes: int | None = None
+    ) -> dict[Key, list[StoredRecord]]:
+        """`ranges` read with what is left of the check's time (and ending at `max_bytes`, when
+        given); raises when no time is left."""
+        timeout = min(cluster.timeout, self.left())
+        if max_bytes is None:
+            return self._read(name, cluster, ranges, timeout)
+        return self._read(name, cluster, ranges, timeout, max_bytes)
 
     def prefixes(
-        self, name: str, cluster: ClusterConfig, spans: Ranges, guess: Mapping[Key, int], share: float = 1.0
+        self, name: str, cluster: ClusterConfig, spans: Ranges, share: float = 1.0
     ) -> tuple[dict[Key, list[StoredRecord]], dict[Key, int]]:
-        """Each span's records from its start, as far as `share` of the byte budget left goes
-        (`guess`: a record's size per partition, before any is read). Returns the records and
-        where each partition's read stopped (its span's end when read whole)."""
+        """Each span's records from its start, as far as `share` of the byte budget left goes.
+        Returns the records and where each partition's read stopped (its span's end when read
+        whole, else past its last record read: a range cut by the budget is proven no further)."""
         got: dict[Key, list[StoredRecord]] = {k: [] for k in spans}
         pos = {k: start for k, (start, _end) in spans.items()}
-        big = {k: max(guess.get(k, 0), RECORD_OVERHEAD) for k in spans}
-        floor = self.room - int(self.room * share)  # the budget this read leaves for others
-        for _ in range(MAX_ROUNDS):
-            ranges: dict[Key, tuple[int, int]] = {}
-            planned = 0
-            for k in sorted(spans):
-                n = min(spans[k][1] - pos[k], (self.room - floor - planned) // big[k])
-                if n > 0:
-                    ranges[k] = (pos[k], pos[k] + n)
-                    planned += n * big[k]
-                elif pos[k] < spans[k][1]:
-                    break  # the budget ends here: later partitions are not read at all
-            if not ranges:
-                break
-            out = self(name, cluster, ranges)
-            for k, (_start, end) in ranges.items():
-                recs = out.get(k, [])
-                got[k].extend(recs)
-                pos[k] = end
-                self.room -= sum(size(rec) for rec in recs)
-                big[k] = max([big[k], *(size(rec) for rec in recs)])
+        cap = int(self.room * share)
+        todo = {k: span for k, span in spans.items() if span[1] > span[0]}
+        if cap <= 0 or not todo:
+            return got, pos
+        out = self(name, cluster, todo, cap)
+        spent = 0
+        for k in todo:
+            got[k] = list(out.get(k, []))
+            spent += sum(size(rec) for rec in got[k])
+        self.room -= spent
+        whole = spent < cap  # the read ends only once the records taken cost `cap`
+        for k, (start, end) in todo.items():
+            pos[k] = end if whole else (got[k][-1].offset + 1 if got[k] else start)
         return got, pos

@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, KafkaError, KafkaException, TopicPartition
 
 from mirror.config import ClusterConfig
-from mirror.domain.replay import StoredRecord
+from mirror.domain.replay import StoredRecord, held_size
 from mirror.kafka.clients import build_client
 from mirror.kafka.errors import is_retriable, raise_for
 
@@ -301,20 +301,26 @@ def read_ranges(
     cluster: ClusterConfig,
     ranges: Mapping[tuple[str, int], tuple[int, int]],
     timeout: float,
+    max_bytes: int | None = None,
     *,
     isolation: str | None = "read_committed",
 ) -> dict[tuple[str, int], list[TailRecord]]:
     """The records in [start, end) of many partitions, read by one consumer (`read_offsets`,
     with timestamps, keys, values and headers): the native engine's replay check reads the
     target's last records and the source's records of every assigned partition at once.
+    `max_bytes`: the read ends once the records taken cost that much together (`held_size`,
+    so at most one record past it); a range cut there returns the records taken before, in
+    order from its start.
     Raises `KafkaOperationError` when the ranges cannot be read within `timeout`.
     """
     out: dict[tuple[str, int], list[TailRecord]] = {tp: [] for tp in ranges}
-    for tp, m in _in_ranges(name, cluster, ranges, timeout, isolation):
-        raw: Any = m.headers() or []
-        kind, ts = m.timestamp()
-        out[tp].append(
-            TailRecord(
+    spent = 0
+    found = _in_ranges(name, cluster, ranges, timeout, isolation)
+    try:
+        for tp, m in found:
+            raw: Any = m.headers() or []
+            kind, ts = m.timestamp()
+            rec = TailRecord(
                 m.offset(),
                 ts if ts is not None else -1,
                 m.key(),
@@ -322,7 +328,12 @@ def read_ranges(
                 [(k, v if isinstance(v, bytes) or v is None else str(v).encode()) for k, v in raw],
                 log_append_time=kind == TIMESTAMP_LOG_APPEND_TIME,
             )
-        )
+            out[tp].append(rec)
+            spent += held_size(rec)
+            if max_bytes is not None and spent >= max_bytes:
+                break
+    finally:
+        found.close()  # closes the consumer now, not when the generator is collected
     return out
 
 

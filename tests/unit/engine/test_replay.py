@@ -10,7 +10,7 @@ from typing import Any
 
 from mirror import config
 from mirror.domain.ledger import Ledger
-from mirror.domain.replay import SourceRecord, StoredRecord
+from mirror.domain.replay import SourceRecord, StoredRecord, held_size
 from mirror.domain.route import HEADER_ORIGIN, route
 from mirror.engine.partition import AssignedPartition
 from mirror.engine.replay import TargetReplay, starts_of
@@ -39,14 +39,36 @@ class Logs:
         return out
 
     def read(
-        self, _name: str, _cluster: Any, ranges: Any, _timeout: float
+        self, _name: str, _cluster: Any, ranges: Any, _timeout: float, max_bytes: int | None = None
     ) -> dict[tuple[str, int], list[StoredRecord]]:
         if self.fail:
             raise MirrorError("read timed out")
         self.reads.append(dict(ranges))
-        return {
-            tp: [r for r in self.records.get(tp, []) if start <= r.offset < end] for tp, (start, end) in ranges.items()
-        }
+        return capped(
+            {
+                tp: [r for r in self.records.get(tp, []) if start <= r.offset < end]
+                for tp, (start, end) in ranges.items()
+            },
+            max_bytes,
+        )
+
+
+def capped(
+    found: dict[tuple[str, int], list[StoredRecord]], max_bytes: int | None
+) -> dict[tuple[str, int], list[StoredRecord]]:
+    """What `read_ranges` returns of these records with `max_bytes`: it ends once the records
+    taken cost that much (here the partitions read one after the other)."""
+    if max_bytes is None:
+        return found
+    out: dict[tuple[str, int], list[StoredRecord]] = {tp: [] for tp in found}
+    spent = 0
+    for tp in sorted(found):
+        for rec in found[tp]:
+            if spent >= max_bytes:
+                return out
+            out[tp].append(rec)
+            spent += held_size(rec)
+    return out
 
 
 class Admin:
@@ -205,9 +227,11 @@ def test_the_reads_inside_the_assign_callback_are_bounded_in_time_together() -> 
     timeouts: list[float] = []
     plain = logs.read
 
-    def timed(name: str, cluster: Any, ranges: Any, timeout: float) -> dict[tuple[str, int], list[StoredRecord]]:
+    def timed(
+        name: str, cluster: Any, ranges: Any, timeout: float, *cap: int
+    ) -> dict[tuple[str, int], list[StoredRecord]]:
         timeouts.append(timeout)
-        return plain(name, cluster, ranges, timeout)
+        return plain(name, cluster, ranges, timeout, *cap)
 
     replay._read = timed
     assert replay.skip({KEY: 0}) == {KEY: 60}
@@ -228,9 +252,11 @@ def test_the_records_held_to_compare_are_bounded_in_bytes() -> None:
     held = 0
     plain = logs.read
 
-    def counted(name: str, cluster: Any, ranges: Any, timeout: float) -> dict[tuple[str, int], list[StoredRecord]]:
+    def counted(
+        name: str, cluster: Any, ranges: Any, timeout: float, *cap: int
+    ) -> dict[tuple[str, int], list[StoredRecord]]:
         nonlocal held
-        out = plain(name, cluster, ranges, timeout)
+        out = plain(name, cluster, ranges, timeout, *cap)
         held += sum(len(r.key or b"") + len(r.value or b"") for rs in out.values() for r in rs)
         return out
 
@@ -255,3 +281,35 @@ def test_a_recreated_source_topic_of_alike_events_is_not_skipped_on_a_log_append
     ]
     assert replay.skip({KEY: OFFSET_BEGINNING}) == {}
     assert ledger.parts[KEY].acked_next is None
+
+
+def test_the_watermark_requests_inside_the_assign_callback_are_bounded_by_the_checks_deadline(
+    monkeypatch: Any,
+) -> None:
+    # The check's one deadline (CHECK_TIMEOUT, 10 s) bounds its reads only. Before them it asks
+    # both clusters for watermarks, each bounded by the cluster's own timeout (30 s by default):
+    # two slow clusters that answer just in time keep the assign callback ~60 s in the check
+    # alone (past the smallest max.poll.interval.ms the config accepts, 60 s, with the committed
+    # offsets and topic ids the callback reads besides). A fake clock: each watermark request
+    # takes 29 s.
+    import types
+
+    import mirror.engine.replay_reads as replay_reads
+    from mirror.config import MIN_MAX_POLL_INTERVAL_MS
+
+    now = [0.0]
+    monkeypatch.setattr(replay_reads, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    replay, ledger, logs = setup()
+    recs = source(100)
+    logs.records[KEY] = recs
+    logs.records[TARGET] = copies(ledger, recs[:60])
+    plain = logs.marks
+
+    def slow(parts: Any, committed_only: bool = True) -> dict[tuple[str, int], Watermarks]:
+        now[0] += 29.0
+        return plain(parts, committed_only)
+
+    replay._admins.source.watermarks = slow  # type: ignore[attr-defined]
+    replay.skip({KEY: 0})
+    budget = MIN_MAX_POLL_INTERVAL_MS / 1000 / 2  # the callback reads committed offsets and topic ids too
+    assert now[0] <= budget, f"the check kept the assign callback {now[0]:g}s"
