@@ -256,16 +256,8 @@ def _range(
                 offset = m.offset()
                 if offset is None or offset >= end:
                     continue
-                raw: Any = m.headers() or []
-                kind, ts = m.timestamp()
-                yield (
-                    offset,
-                    ts if ts is not None else -1,
-                    m.key() if keep_data else None,
-                    m.value() if keep_data else None,
-                    [(k, v if isinstance(v, bytes) or v is None else str(v).encode()) for k, v in raw],
-                    kind == TIMESTAMP_LOG_APPEND_TIME,
-                )
+                rec = _record(m, keep_data)
+                yield (rec.offset, rec.timestamp_ms, rec.key, rec.value, rec.headers, rec.log_append_time)
             position = consumer.position([TopicPartition(topic, partition)])[0].offset
             if position >= end:
                 return
@@ -273,6 +265,20 @@ def _range(
         raise_for(name, f"read {topic}[{partition}]", exc)
     finally:
         _close(consumer)
+
+
+def _record(m: Any, keep_data: bool = True) -> TailRecord:
+    """One consumed message as the record both read loops hand on (headers' values as bytes)."""
+    raw: Any = m.headers() or []
+    kind, ts = m.timestamp()
+    return TailRecord(
+        m.offset(),
+        ts if ts is not None else -1,
+        m.key() if keep_data else None,
+        m.value() if keep_data else None,
+        [(k, v if isinstance(v, bytes) or v is None else str(v).encode()) for k, v in raw],
+        log_append_time=kind == TIMESTAMP_LOG_APPEND_TIME,
+    )
 
 
 def read_offsets(
@@ -318,16 +324,7 @@ def read_ranges(
     found = _in_ranges(name, cluster, ranges, timeout, isolation)
     try:
         for tp, m in found:
-            raw: Any = m.headers() or []
-            kind, ts = m.timestamp()
-            rec = TailRecord(
-                m.offset(),
-                ts if ts is not None else -1,
-                m.key(),
-                m.value(),
-                [(k, v if isinstance(v, bytes) or v is None else str(v).encode()) for k, v in raw],
-                log_append_time=kind == TIMESTAMP_LOG_APPEND_TIME,
-            )
+            rec = _record(m)
             out[tp].append(rec)
             spent += held_size(rec)
             if max_bytes is not None and spent >= max_bytes:
