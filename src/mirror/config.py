@@ -175,7 +175,8 @@ class FlowConfig(_Model):
     provenance_headers: bool = True
     """Add a `mirror.origin` header (cluster/topic/partition/offset of the source record) to
     every copy: `mirror audit` joins source and target on it exactly (without it: counts and
-    checksums only). Both engines."""
+    checksums only), and a restart skips the copies it proves on the target instead of copying
+    them again (without it: every record since the last commit is copied again). Both engines."""
     refresh_interval: Duration = 30.0
     """How soon a new matching topic, or a new partition of one, is picked up. Both engines."""
     checkpoint_interval: Duration = 10.0
