@@ -256,7 +256,12 @@ def test_target_broker_stopped_and_started_during_a_copy(clusters, write_config,
         clusters.stop("dst")
         try:
             produce_numbered(src, t, 20_000, n, start=60_000, size=8)  # written while the target is down
-            wait_for(lambda: "unreachable" in m.output() or "aborted" in m.output(), 60, "the outage noticed")
+            wait_for(
+                lambda: "unreachable" in m.output() or "aborted" in m.output(),
+                60,
+                "the outage noticed",
+                detail=m.output,
+            )
         finally:
             clusters.start("dst")
         wait_for(caught_up(src, unique, t, n), 180, "the copy to finish", detail=m.output)
