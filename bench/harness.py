@@ -168,6 +168,7 @@ def _alias(spec: Spec, phase: str, rep: int) -> str:
         "mm2-eos-i1s": "ki",
         "ceiling": "c",
         "mirror-nostore": "m0",
+        "mirror-eos-fast": "mf",
         "mirror-noprov": "mh",
         "mirror-gc": "mg",
         "mirror-nogc": "mn",
@@ -658,7 +659,8 @@ def _latency_phase(
     lat_specs = [
         s
         for s in runnable
-        if s.key in ("mirror", "mirror-eos", "mm2", "mm2-eos", "ceiling") or (s.opt_in and s.kind != "spark")
+        if s.key in ("mirror", "mirror-eos", "mirror-eos-fast", "mm2", "mm2-eos", "ceiling")
+        or (s.opt_in and s.kind != "spark")
     ]
     if not lat_specs or p.latency_reps <= 0:
         return None

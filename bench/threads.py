@@ -106,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
                         raise SystemExit("mirror-base needs --base")
                     penv = {**os.environ, "PYTHONPATH": str(Path(args.base) / "src")}
                 if what.startswith("mirror"):
-                    options = {"offset_store": {"kind": "none"}} if what == "mirror-nostore" else {}
+                    options: dict = {"offset_store": {"kind": "none"}} if what == "mirror-nostore" else {}
+                    if what == "mirror-noprov":
+                        options = {"flow": {"provenance_headers": False}}
                     cfg = run_dir / "mirror.yaml"
                     cfg.write_text(mirror_config(env, alias, SOURCE_TOPIC, run_dir, options))
                     cmd = [

@@ -19,6 +19,7 @@ from mirror.config import Config, FlowConfig
 from mirror.domain.acks import AckListener
 from mirror.engine.worker import FlowState
 from mirror.metrics import FlowStateCollector, ReloadMetrics, RunMetrics, ThrottleCollector, serve
+from mirror.run import gcpolicy
 from mirror.run.flowset import FlowSet
 from mirror.run.recorder import OffsetMapRecorder
 from mirror.run.reload import Reloader
@@ -93,6 +94,7 @@ def run_flows(
                 flowset,
                 metrics=ReloadMetrics(run_metrics.registry) if run_metrics else None,
             )
+        gcpolicy.settle()
         try:
             flowset.start(config, flows)
             while not stop.is_set():
