@@ -62,7 +62,13 @@ def test_covers_needs_the_last_record_of_every_non_empty_partition():
 def test_the_exactly_once_rows_write_in_transactions_and_the_others_do_not():
     specs = {s.key: s for s in catalogue(True, None)}
     assert specs["mm2-eos"].kind == "mm2" and not specs["mm2-eos"].opt_in
-    assert {k for k, s in specs.items() if s.transactional} == {"mirror-eos", "mm2-eos", "mm2-eos-i1s", "spark-eos"}
+    assert {k for k, s in specs.items() if s.transactional} == {
+        "mirror-eos",
+        "mirror-eos-fast",
+        "mm2-eos",
+        "mm2-eos-i1s",
+        "spark-eos",
+    }
 
 
 def test_without_the_jars_the_exactly_once_row_says_why():
