@@ -17,6 +17,9 @@ from collections import Counter
 from collections.abc import Callable
 
 from mirror.cli import main
+from mirror.config import ClusterConfig
+from mirror.domain.route import provenance
+from mirror.kafka.reader import read_ranges
 from tests.integration.test_mirror_datapath import flow_yaml
 from tests.support.kafkautil import create_topic, end_offsets, group_offsets, producer, read_topic, wait_for
 from tests.support.mirrorproc import MirrorProcess
@@ -61,17 +64,15 @@ def _exposed(src: str, dst: str, group: str, topic: str) -> int:
     """The copies on the target past the group's commit, right after a kill: the records a
     restart would copy again without proof of them (the source offset the target's last
     copy names, per partition, against the group's committed offset)."""
-    from mirror.config import ClusterConfig
-    from mirror.kafka.reader import read_ranges
-
     committed = group_offsets(src, group, topic, PARTITIONS)
     ends = end_offsets(dst, f"src.{topic}", PARTITIONS)
     ranges = {(f"src.{topic}", p): (ends[p] - 1, ends[p]) for p in range(PARTITIONS) if ends[p] > 0}
     tails = read_ranges("dst", ClusterConfig(bootstrap=dst, timeout=30), ranges, 30)
     out = 0
     for (_, p), recs in tails.items():
-        origin = [v for k, v in recs[-1].headers if k == "mirror.origin" and v is not None]
-        newest = int(origin[-1].rsplit(b"/", 1)[1])
+        origin = provenance(recs[-1].headers)
+        assert origin is not None, f"the target's last record of partition {p} is not a copy"
+        newest = int(origin["offset"])
         out += max(0, newest + 1 - max(committed[p], 0))
     return out
 
