@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from mirror.config import Config, FlowConfig
@@ -78,15 +77,12 @@ class RunningFlow:
         A checkpoint as fresh as it can be for a migration that ends here; and a last config
         sync, where a refusal for want of a grant fails the run (the loop only warns, and a
         run that ends here would leave the target differing unnoticed)."""
-        # Both at once, as their loops run: each is seconds of requests at 10,000 partitions.
-        # A failure is raised once both ended, the checkpoint's first.
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="final-tick") as pool:
-            ticks = [(kind, pool.submit(loop.tick)) for kind, loop in self.sides if kind == "checkpoint"]
-            ticks += [(kind, pool.submit(loop.tick)) for kind, loop in self.sides if kind == "topicsync"]
-        for kind, tick in ticks:
-            done = tick.result()
+        for kind, loop in self.sides:
+            if kind == "checkpoint":
+                loop.tick()
+        for kind, loop in self.sides:
             if kind == "topicsync":
-                denied = [s for s in done if s.denied]
+                denied = [s for s in loop.tick() if s.denied]
                 if denied:
                     raise AuthorizationFailed(denied[0].failed or "")  # the message carries its hint
 
