@@ -322,3 +322,26 @@ def test_the_watermark_requests_inside_the_assign_callback_are_bounded_by_the_ch
     replay.skip({KEY: 0})
     budget = MIN_MAX_POLL_INTERVAL_MS / 1000 / 2  # the callback reads committed offsets and topic ids too
     assert now[0] <= budget, f"the check kept the assign callback {now[0]:g}s"
+
+
+def test_a_started_partition_the_target_lacks_with_nothing_to_copy_does_not_stop_the_others() -> None:
+    # Both clusters' watermarks are asked at once, the target's for every started partition.
+    # A source partition with nothing to copy whose target partition does not exist yet (the
+    # source grew, the target not yet) fails that request: the partitions behind still skip.
+    replay, ledger, logs = setup()
+    new = ("orders", 1)
+    ledger.assign(new, AssignedPartition(route(replay.flow, "orders", 1)))
+    recs = source(100)
+    logs.records[KEY] = recs
+    logs.records[TARGET] = copies(ledger, recs[:60])
+    plain = logs.marks
+
+    def marks(parts: Any, committed_only: bool = True) -> dict[tuple[str, int], Watermarks]:
+        if ("nyc.orders", 1) in list(parts):
+            raise MirrorError("cluster 'sf': list offsets of nyc.orders[1]: Broker: Unknown topic or partition")
+        return plain(parts, committed_only)
+
+    replay._admins.source = Admin(logs)  # type: ignore[attr-defined]
+    replay._admins.target = Admin(logs)  # type: ignore[attr-defined]
+    replay._admins.target.watermarks = marks  # type: ignore[attr-defined]
+    assert replay.skip({KEY: OFFSET_BEGINNING, new: OFFSET_BEGINNING}) == {KEY: 60}
