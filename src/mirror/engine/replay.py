@@ -159,12 +159,30 @@ class TargetReplay:
         Returns their first offsets, the source offsets their targets' last copies name, both
         clusters' watermarks and the tails; None when there is none."""
         parts = self._ledger.parts
-        smarks = reads.within("source's watermarks", lambda: self._admins.source.watermarks(list(starts)))
+        # Both clusters' at once: the target's of every partition, though only those behind are
+        # used. One the target cannot answer for (a partition it has not grown yet, with nothing
+        # to copy) fails that request: then asked again for those behind only.
+        targets = {k: (parts[k].route.target_topic, k[1]) for k in starts}
+
+        def every_target() -> Marks | None:
+            try:
+                return self._admins.target.watermarks(list(targets.values()))  # type: ignore[no-any-return]
+            except MirrorError:
+                return None
+
+        marks = reads.all_within(
+            {
+                "source's watermarks": lambda: self._admins.source.watermarks(list(starts)),
+                "target's watermarks": every_target,
+            }
+        )
+        smarks, tmarks = marks["source's watermarks"], marks["target's watermarks"]
         first = {k: smarks[k].low if at == OFFSET_BEGINNING else at for k, at in starts.items()}
-        behind = {k: (parts[k].route.target_topic, k[1]) for k in starts if first[k] < smarks[k].high}
+        behind = {k: targets[k] for k in starts if first[k] < smarks[k].high}
         if not behind:
             return None
-        tmarks = reads.within("target's watermarks", lambda: self._admins.target.watermarks(list(behind.values())))
+        if tmarks is None:
+            tmarks = reads.within("target's watermarks", lambda: self._admins.target.watermarks(list(behind.values())))
         ranges = {t: (tmarks[t].high - 1, tmarks[t].high) for t in behind.values() if tmarks[t].high > tmarks[t].low}
         if not ranges:
             return None  # empty targets (a first start): nothing to read

@@ -5,6 +5,7 @@ watermarks and the bulk range reads; no Kafka."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -305,11 +306,42 @@ def test_the_watermark_requests_inside_the_assign_callback_are_bounded_by_the_ch
     logs.records[TARGET] = copies(ledger, recs[:60])
     plain = logs.marks
 
+    both = threading.Barrier(2)
+
     def slow(parts: Any, committed_only: bool = True) -> dict[tuple[str, int], Watermarks]:
-        now[0] += 29.0
+        # 29 s from when it was asked: two requests in flight at once end together.
+        asked = now[0]
+        try:
+            both.wait(timeout=2.0)
+        except threading.BrokenBarrierError:
+            pass  # asked one after the other
+        now[0] = max(now[0], asked + 29.0)
         return plain(parts, committed_only)
 
     replay._admins.source.watermarks = slow  # type: ignore[attr-defined]
     replay.skip({KEY: 0})
     budget = MIN_MAX_POLL_INTERVAL_MS / 1000 / 2  # the callback reads committed offsets and topic ids too
     assert now[0] <= budget, f"the check kept the assign callback {now[0]:g}s"
+
+
+def test_a_started_partition_the_target_lacks_with_nothing_to_copy_does_not_stop_the_others() -> None:
+    # Both clusters' watermarks are asked at once, the target's for every started partition.
+    # A source partition with nothing to copy whose target partition does not exist yet (the
+    # source grew, the target not yet) fails that request: the partitions behind still skip.
+    replay, ledger, logs = setup()
+    new = ("orders", 1)
+    ledger.assign(new, AssignedPartition(route(replay.flow, "orders", 1)))
+    recs = source(100)
+    logs.records[KEY] = recs
+    logs.records[TARGET] = copies(ledger, recs[:60])
+    plain = logs.marks
+
+    def marks(parts: Any, committed_only: bool = True) -> dict[tuple[str, int], Watermarks]:
+        if ("nyc.orders", 1) in list(parts):
+            raise MirrorError("cluster 'sf': list offsets of nyc.orders[1]: Broker: Unknown topic or partition")
+        return plain(parts, committed_only)
+
+    replay._admins.source = Admin(logs)  # type: ignore[attr-defined]
+    replay._admins.target = Admin(logs)  # type: ignore[attr-defined]
+    replay._admins.target.watermarks = marks  # type: ignore[attr-defined]
+    assert replay.skip({KEY: OFFSET_BEGINNING, new: OFFSET_BEGINNING}) == {KEY: 60}
