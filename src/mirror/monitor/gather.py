@@ -92,34 +92,27 @@ def gather_flow(
     with `strict` a missing grant, which is raised (`mirror lag`: one line, exit 1; the
     exporter keeps what it can gather).
 
-    Both clusters are asked at once, each in its own lane, and every offset request is sent
-    before any is waited for: at 10,000 partitions each is a noticeable broker round trip,
-    and one after another they would add up to most of a gather."""
+    Every request is in flight at once, in two rounds: the listings (topics and groups of
+    both clusters, the mirror's group), then every offset request they make possible. At
+    10,000 partitions each is a noticeable broker round trip: one after another, they would
+    add up to most of a gather."""
     cache = cache if cache is not None else TimestampCache()
     errors = _Errors(strict)
     groups_wanted = with_groups and bool(flow.groups)
-    # One lane (thread) per cluster: a client's requests are asked in turn, as ever (two
-    # threads asking one librdkafka admin client for groups at once aborted the process while
-    # its broker restarted), while the other cluster's go on meanwhile.
-    with (
-        ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"gather-{flow.name}-source") as src_lane,
-        ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"gather-{flow.name}-target") as own_lane,
-    ):
-        lanes = _Lanes(src_lane, src_lane if target is source else own_lane)
-        listed_f = lanes.source.submit(source.topics)
-        existing_f = lanes.target.submit(target.topics)
-        tgt_groups_f = lanes.target.submit(target.list_groups) if groups_wanted else None
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"gather-{flow.name}") as pool:
+        listed_f = pool.submit(source.topics)
+        existing_f = pool.submit(target.topics)
+        active_f = pool.submit(source.group_members, flow.group_id)
+        listings = (pool.submit(source.list_groups), pool.submit(target.list_groups)) if groups_wanted else None
         listed = listed_f.result()
         # Topics the principal may not see are left out of the listing: said, not shown as none.
-        lanes.source.submit(source.require_visible, flow.topics.include, listed, "Read").result()
+        source.require_visible(flow.topics.include, listed, "Read")
         mappings = match_topics(config, flow, listed)
         parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
-        pending_marks = lanes.source.submit(source.request_watermarks, parts)
-        pending_committed = lanes.source.submit(source.request_group_offsets, flow.group_id, parts)
-        pending_target = lanes.target.submit(_request_target_ends, flow, target, mappings, existing_f, errors)
-        active_f = lanes.source.submit(source.group_members, flow.group_id)
-        listings = (lanes.source.submit(source.list_groups), tgt_groups_f) if tgt_groups_f is not None else None
-        asked = _ask_groups(flow, lanes, listings, source, target, parts, pending_target, errors) if listings else None
+        pending_marks = pool.submit(source.request_watermarks, parts)
+        pending_committed = pool.submit(source.request_group_offsets, flow.group_id, parts)
+        pending_target = pool.submit(_request_target_ends, flow, target, mappings, existing_f, errors)
+        asked = _ask_groups(flow, pool, listings, source, target, parts, pending_target, errors) if listings else None
         marks = pending_marks.result().result()
         committed = pending_committed.result().result()
         try:
@@ -243,17 +236,9 @@ class _GroupAsks:
     target_members: dict[str, Future[int]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class _Lanes:
-    """Where each cluster's requests are asked (the same lane when both are one client)."""
-
-    source: ThreadPoolExecutor
-    target: ThreadPoolExecutor
-
-
 def _ask_groups(
     flow: FlowConfig,
-    lanes: _Lanes,
+    pool: ThreadPoolExecutor,
     listings: tuple[Future[list[str]], Future[list[str]]],
     source: Admin,
     target: Admin,
@@ -267,21 +252,21 @@ def _ask_groups(
     try:
         src_listed = listings[0].result()
         asks.source = {g for g in src_listed if _matches(flow.groups, g)}
-        lanes.source.submit(_ask_unlisted, source, flow, src_listed, errors).result()
+        _ask_unlisted(source, flow, src_listed, errors)
     except MirrorError as exc:
         errors.add(exc)
         return None
     try:
         tgt_listed = listings[1].result()
         asks.target = {g for g in tgt_listed if _matches(flow.groups, g)}
-        lanes.target.submit(_ask_unlisted, target, flow, tgt_listed, errors).result()
+        _ask_unlisted(target, flow, tgt_listed, errors)
     except MirrorError as exc:
         errors.add(exc)
     for group in sorted(asks.source):
-        asks.source_offsets[group] = lanes.source.submit(source.request_group_offsets, group, parts)
+        asks.source_offsets[group] = pool.submit(source.request_group_offsets, group, parts)
     for group in sorted(asks.target):
-        asks.target_members[group] = lanes.target.submit(target.group_members, group)
-        asks.target_offsets[group] = lanes.target.submit(_request_target_group, target, group, pending_target)
+        asks.target_members[group] = pool.submit(target.group_members, group)
+        asks.target_offsets[group] = pool.submit(_request_target_group, target, group, pending_target)
     return asks
 
 
