@@ -10,8 +10,6 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from mirror.config import Config, FlowConfig
@@ -32,7 +30,7 @@ from mirror.domain.lag import (
 from mirror.domain.lag_status import Evaluator
 from mirror.domain.topics import TopicMapping, match_topics
 from mirror.errors import AuthorizationFailed, MirrorError
-from mirror.kafka import Admin, PartitionReader, PendingOffsets
+from mirror.kafka import Admin, PartitionReader, PendingOffsets, Watermarks
 from mirror.kafka.errors import principal_of
 from mirror.store import FullOffsetStore
 from mirror.store.base import sync_windows
@@ -90,60 +88,50 @@ def gather_flow(
     """One observation of a flow. Raises `ClusterUnavailable` when the source does not answer
     (nothing can be said then); a target or group failure is reported in `errors`, except
     with `strict` a missing grant, which is raised (`mirror lag`: one line, exit 1; the
-    exporter keeps what it can gather).
-
-    Every request is in flight at once, in two rounds: the listings (topics and groups of
-    both clusters, the mirror's group), then every offset request they make possible. At
-    10,000 partitions each is a noticeable broker round trip: one after another, they would
-    add up to most of a gather."""
+    exporter keeps what it can gather)."""
     cache = cache if cache is not None else TimestampCache()
     errors = _Errors(strict)
-    groups_wanted = with_groups and bool(flow.groups)
-    with ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"gather-{flow.name}") as pool:
-        listed_f = pool.submit(source.topics)
-        existing_f = pool.submit(target.topics)
-        active_f = pool.submit(source.group_members, flow.group_id)
-        listings = (pool.submit(source.list_groups), pool.submit(target.list_groups)) if groups_wanted else None
-        listed = listed_f.result()
-        # Topics the principal may not see are left out of the listing: said, not shown as none.
-        source.require_visible(flow.topics.include, listed, "Read")
-        mappings = match_topics(config, flow, listed)
-        parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
-        pending_marks = pool.submit(source.request_watermarks, parts)
-        pending_committed = pool.submit(source.request_group_offsets, flow.group_id, parts)
-        pending_target = pool.submit(_request_target_ends, flow, target, mappings, existing_f, errors)
-        asked = _ask_groups(flow, pool, listings, source, target, parts, pending_target, errors) if listings else None
-        marks = pending_marks.result().result()
-        committed = pending_committed.result().result()
+    listed = source.topics()
+    # Topics the principal may not see are left out of the listing: said, not shown as none.
+    source.require_visible(flow.topics.include, listed, "Read")
+    mappings = match_topics(config, flow, listed)
+    parts = [(m.source, p) for m in mappings for p in range(m.partitions)]
+    # Every ListOffsets request in flight at once (source ends, target ends), waited for
+    # together: at thousands of partitions each one is noticeable broker work and waiting.
+    pending_marks = source.request_watermarks(parts)
+    pending_committed = source.request_group_offsets(flow.group_id, parts)
+    pending_target = _request_target_ends(flow, target, mappings, errors)
+    marks = pending_marks.result()
+    committed = pending_committed.result()
+    try:
+        active: bool | None = source.group_members(flow.group_id) > 0
+    except MirrorError as exc:
+        active = None
+        errors.add(exc)
+    target_marks: dict[PartitionKey, Any] = {}
+    if pending_target is not None:
         try:
-            active: bool | None = active_f.result() > 0
+            target_marks = {k: Watermarks(-1, high) for k, high in pending_target.result().items()}
         except MirrorError as exc:
-            active = None
             errors.add(exc)
-        target_ends: dict[PartitionKey, int] = {}
-        target_pending = pending_target.result()
-        if target_pending is not None:
-            try:
-                target_ends = target_pending[0].result()
-            except MirrorError as exc:
-                errors.add(exc)
-        now = clock()
-        if reader is not None:
-            _read_waiting_timestamps(parts, marks, committed, cache, reader, read_timeout, errors)
-        out = _partition_lags(parts, mappings, marks, committed, target_ends, cache, now)
-        groups = (
-            _gather_groups(flow, mappings, marks, committed, target_ends, asked, store, now, errors) if asked else []
-        )
+    now = clock()
+    if reader is not None:
+        _read_waiting_timestamps(parts, marks, committed, cache, reader, read_timeout, errors)
+    out = _partition_lags(parts, mappings, marks, committed, target_marks, cache, now)
+    groups = (
+        _gather_groups(flow, mappings, marks, committed, target_marks, source, target, store, now, errors)
+        if with_groups and flow.groups
+        else []
+    )
     return FlowLag(flow.name, flow.source, flow.target, now, out, groups, active, errors=list(errors))
 
 
 def _request_target_ends(
-    flow: FlowConfig, target: Admin, mappings: list[TopicMapping], listing: Future[dict[str, int]], errors: _Errors
-) -> tuple[PendingOffsets[int], list[PartitionKey]] | None:
-    """The target topics' end offsets, requested (not waited for), and the target partitions
-    asked for; None when the target does not answer."""
+    flow: FlowConfig, target: Admin, mappings: list[TopicMapping], errors: _Errors
+) -> PendingOffsets[int] | None:
+    """The target topics' end offsets, requested (not waited for); None when the target does not answer."""
     try:
-        existing = listing.result()
+        existing = target.topics()
         # A target topic the principal may not Describe is left out of the listing: asked
         # for by name, so a missing grant is not shown as a topic not mirrored yet.
         hidden = target.hidden_topics(sorted({m.target for m in mappings if m.target not in existing}))
@@ -163,7 +151,7 @@ def _request_target_ends(
             for p in range(min(m.partitions, existing[m.target]))
         ]
         # Only the ends are used: half the ListOffsets of `watermarks`.
-        return target.request_end_offsets(tparts, committed_only=False), tparts
+        return target.request_end_offsets(tparts, committed_only=False)
     except MirrorError as exc:
         errors.add(exc)
         return None
@@ -202,7 +190,7 @@ def _partition_lags(
     mappings: list[TopicMapping],
     marks: Mapping[PartitionKey, Any],
     committed: Mapping[PartitionKey, int],
-    target_ends: Mapping[PartitionKey, int],
+    target_marks: Mapping[PartitionKey, Any],
     cache: TimestampCache,
     now: float,
 ) -> list[PartitionLag]:
@@ -214,68 +202,15 @@ def _partition_lags(
         pos = committed.get(key)
         lag = lag_records(wm.high, pos, wm.low)
         tm = by_source[topic]
-        tend = target_ends.get((tm.target, p))
+        tw = target_marks.get((tm.target, p))
         secs: float | None
         if lag == 0:
             secs, basis = 0.0, "caught-up"
         else:
             hit = cache.get(key, effective_position(pos, wm.low))
             secs, basis = (lag_seconds(now, hit[0]), hit[1]) if hit else (None, "unknown")
-        out.append(PartitionLag(topic, tm.target, p, wm.low, wm.high, pos, tend, lag, secs, basis))
+        out.append(PartitionLag(topic, tm.target, p, wm.low, wm.high, pos, tw.high if tw else None, lag, secs, basis))
     return out
-
-
-@dataclass
-class _GroupAsks:
-    """The flow's groups on both clusters, and each one's requests in flight (see `_ask_groups`)."""
-
-    source: set[str] = field(default_factory=set)
-    target: set[str] = field(default_factory=set)
-    source_offsets: dict[str, Future[PendingOffsets[int]]] = field(default_factory=dict)
-    target_offsets: dict[str, Future[PendingOffsets[int]]] = field(default_factory=dict)
-    target_members: dict[str, Future[int]] = field(default_factory=dict)
-
-
-def _ask_groups(
-    flow: FlowConfig,
-    pool: ThreadPoolExecutor,
-    listings: tuple[Future[list[str]], Future[list[str]]],
-    source: Admin,
-    target: Admin,
-    parts: list[PartitionKey],
-    pending_target: Future[tuple[PendingOffsets[int], list[PartitionKey]] | None],
-    errors: _Errors,
-) -> _GroupAsks | None:
-    """The flow's groups as listed on both clusters, and every offset request for them sent
-    (not waited for); None when the source's groups cannot be listed (no group rows then)."""
-    asks = _GroupAsks()
-    try:
-        src_listed = listings[0].result()
-        asks.source = {g for g in src_listed if _matches(flow.groups, g)}
-        _ask_unlisted(source, flow, src_listed, errors)
-    except MirrorError as exc:
-        errors.add(exc)
-        return None
-    try:
-        tgt_listed = listings[1].result()
-        asks.target = {g for g in tgt_listed if _matches(flow.groups, g)}
-        _ask_unlisted(target, flow, tgt_listed, errors)
-    except MirrorError as exc:
-        errors.add(exc)
-    for group in sorted(asks.source):
-        asks.source_offsets[group] = pool.submit(source.request_group_offsets, group, parts)
-    for group in sorted(asks.target):
-        asks.target_members[group] = pool.submit(target.group_members, group)
-        asks.target_offsets[group] = pool.submit(_request_target_group, target, group, pending_target)
-    return asks
-
-
-def _request_target_group(
-    target: Admin, group: str, pending_target: Future[tuple[PendingOffsets[int], list[PartitionKey]] | None]
-) -> PendingOffsets[int]:
-    """A group's offsets on the target's partitions of the flow (none when the target did not answer)."""
-    asked = pending_target.result()
-    return target.request_group_offsets(group, asked[1]) if asked is not None else PendingOffsets(dict)
 
 
 def _gather_groups(
@@ -283,33 +218,48 @@ def _gather_groups(
     mappings: list[TopicMapping],
     marks: Mapping[PartitionKey, Any],
     mirror_committed: Mapping[PartitionKey, int],
-    target_ends: Mapping[PartitionKey, int],
-    asks: _GroupAsks,
+    target_marks: Mapping[PartitionKey, Any],
+    source: Admin,
+    target: Admin,
     store: FullOffsetStore | None,
     now: float,
     errors: _Errors,
 ) -> list[GroupLag]:
+    try:
+        src_listed = source.list_groups()
+        src_groups = {g for g in src_listed if _matches(flow.groups, g)}
+        _ask_unlisted(source, flow, src_listed, errors)
+    except MirrorError as exc:
+        errors.add(exc)
+        return []
+    try:
+        tgt_listed = target.list_groups()
+        tgt_groups = {g for g in tgt_listed if _matches(flow.groups, g)}
+        _ask_unlisted(target, flow, tgt_listed, errors)
+    except MirrorError as exc:
+        errors.add(exc)
+        tgt_groups = set()
     src_topics = {m.source: m for m in mappings}
     tgt_topics = {m.target: m for m in mappings}
     out = []
-    for group in sorted(asks.source | asks.target):
+    for group in sorted(src_groups | tgt_groups):
         src_rows: list[GroupPartitionLag] = []
         tgt_rows: list[GroupPartitionLag] = []
         at_risk = 0
         members: int | None = None
         try:
-            offsets = asks.source_offsets[group].result().result() if group in asks.source else {}
+            offsets = source.group_offsets(group, list(marks)) if group in src_groups else {}
             for (topic, p), off in sorted(offsets.items()):
                 if topic in src_topics and (topic, p) in marks:
                     wm = marks[(topic, p)]
                     src_rows.append(GroupPartitionLag(topic, p, off, wm.high, max(0, wm.high - off)))
                     at_risk += unmirrored(wm.high, off, effective_position(mirror_committed.get((topic, p)), wm.low))
             at_risk += _before_the_copy(flow, store, {k: o for k, o in offsets.items() if k in marks}, marks, errors)
-            if group in asks.target:
-                members = asks.target_members[group].result()
-                for (topic, p), off in sorted(asks.target_offsets[group].result().result().items()):
-                    if topic in tgt_topics and (topic, p) in target_ends:
-                        high = target_ends[(topic, p)]
+            if group in tgt_groups:
+                members = target.group_members(group)
+                for (topic, p), off in sorted(target.group_offsets(group, list(target_marks)).items()):
+                    if topic in tgt_topics and (topic, p) in target_marks:
+                        high = target_marks[(topic, p)].high
                         tgt_rows.append(GroupPartitionLag(topic, p, off, high, max(0, high - off)))
             else:
                 members = 0
