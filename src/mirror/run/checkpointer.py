@@ -83,9 +83,16 @@ class GroupCheckpointer:
         self.last_error: str | None = None
         self._held: dict[str, list[tuple[str, int]]] = {}  # logged once per change, not every tick
 
-    def run(self, stop: threading.Event) -> None:
-        """Tick now and every `checkpoint_interval` until `stop` is set; errors are logged, not fatal."""
+    def run(self, stop: threading.Event, *, first_after: float | None = None) -> None:
+        """Tick every `checkpoint_interval` until `stop` is set; errors are logged, not fatal.
+
+        The first tick comes `first_after` seconds in (default: one interval), not at once: a
+        flow's start is its busiest moment (joining, reading a backlog) and a tick takes the
+        interpreter from it (listings, offsets, admin clients: about a second at 10,000
+        partitions), while the store still holds the previous run's checkpoints."""
         if not self.flow.groups:
+            return
+        if stop.wait(self.flow.checkpoint_interval if first_after is None else first_after):
             return
         while not stop.is_set():
             try:

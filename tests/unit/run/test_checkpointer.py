@@ -20,6 +20,6 @@ def test_the_checkpointer_counts_an_unknown_error_and_carries_on():
     broken = Broken(stop, times=2)
     cp = GroupCheckpointer(cfg, cfg.flows[0], store=None, source=broken, target=broken, metrics=MirrorMetrics(registry))  # type: ignore[arg-type]
     assert unexpected_errors(registry, "checkpointer") is None
-    cp.run(stop)  # two ticks fail, the loop goes on after the first
+    cp.run(stop, first_after=0)  # two ticks fail, the loop goes on after the first
     assert unexpected_errors(registry, "checkpointer") == 2.0
     assert cp.last_error == "unexpected error"
