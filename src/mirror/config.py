@@ -181,7 +181,8 @@ class FlowConfig(_Model):
     """How soon a new matching topic, or a new partition of one, is picked up. Both engines."""
     checkpoint_interval: Duration = 10.0
     """How often the flow's `groups` are checkpointed (their translated positions stored for
-    failover). Native engine only."""
+    failover); the first one interval after start, when the flow is past its busiest moment.
+    Native engine only."""
     sync_group_offsets: bool = False
     """Write the checkpointed groups' translated offsets to the target for groups with no
     members there. Off by default, like MM2: writing offsets on the target is only safe for
