@@ -345,3 +345,40 @@ def test_a_started_partition_the_target_lacks_with_nothing_to_copy_does_not_stop
     replay._admins.target = Admin(logs)  # type: ignore[attr-defined]
     replay._admins.target.watermarks = marks  # type: ignore[attr-defined]
     assert replay.skip({KEY: OFFSET_BEGINNING, new: OFFSET_BEGINNING}) == {KEY: 60}
+
+
+def test_a_caught_up_partition_whose_target_answers_slowly_does_not_stop_the_skips_of_those_behind(
+    monkeypatch: Any,
+) -> None:
+    # The target's watermarks are asked for every started partition, the caught-up ones too. A
+    # caught-up partition's target partition whose leader is moving (its ListOffsets retried
+    # until the cluster's timeout, 30 s by default: kafka/admin/offsets.py) then holds up the
+    # whole request past the check's 10 s deadline, and the partition behind, whose target
+    # answers at once, skips nothing. Asked for the partitions behind only (before), it skips
+    # its 60 copies. A fake clock: the slow answer takes 29 s.
+    import types
+
+    import mirror.engine.replay_reads as replay_reads
+
+    now = [0.0]
+    monkeypatch.setattr(replay_reads, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    replay, ledger, logs = setup()
+    caught_up = ("orders", 1)
+    ledger.assign(caught_up, AssignedPartition(route(replay.flow, "orders", 1)))
+    recs = source(100)
+    logs.records[KEY] = recs
+    logs.records[TARGET] = copies(ledger, recs[:60])
+    logs.records[caught_up] = source(10)  # all 10 copied and committed: it starts at 10
+    plain = logs.marks
+
+    def marks(parts: Any, committed_only: bool = True) -> dict[tuple[str, int], Watermarks]:
+        parts = list(parts)
+        if ("nyc.orders", 1) in parts:
+            now[0] += 29.0  # the leader moving: retried until the cluster's timeout
+            raise MirrorError("cluster 'sf': list offsets of nyc.orders[1]: Broker: Leader not available")
+        return plain(parts, committed_only)
+
+    replay._admins.source = Admin(logs)  # type: ignore[attr-defined]
+    replay._admins.target = Admin(logs)  # type: ignore[attr-defined]
+    replay._admins.target.watermarks = marks  # type: ignore[attr-defined]
+    assert replay.skip({KEY: OFFSET_BEGINNING, caught_up: 10}) == {KEY: 60}
