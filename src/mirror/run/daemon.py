@@ -94,10 +94,11 @@ def run_flows(
                 flowset,
                 metrics=ReloadMetrics(run_metrics.registry) if run_metrics else None,
             )
-        gcpolicy.settle()
+        collection = stack.enter_context(gcpolicy.CollectionSchedule())
         try:
             flowset.start(config, flows)
             while not stop.is_set():
+                collection.tick()
                 if reloader is not None and reload is not None and reload.is_set():
                     reload.clear()
                     reloader.reload()
