@@ -159,21 +159,12 @@ class TargetReplay:
         Returns their first offsets, the source offsets their targets' last copies name, both
         clusters' watermarks and the tails; None when there is none."""
         parts = self._ledger.parts
-        # Both clusters' at once: the target's of every partition, though only those behind are
-        # used. One the target cannot answer for (a partition it has not grown yet, with nothing
-        # to copy) fails that request: then asked again for those behind only.
+        # Both clusters' at once: the target's of every partition, though only those behind are used.
         targets = {k: (parts[k].route.target_topic, k[1]) for k in starts}
-
-        def every_target() -> Marks | None:
-            try:
-                return self._admins.target.watermarks(list(targets.values()))  # type: ignore[no-any-return]
-            except MirrorError:
-                return None
-
         marks = reads.all_within(
             {
                 "source's watermarks": lambda: self._admins.source.watermarks(list(starts)),
-                "target's watermarks": every_target,
+                "target's watermarks": lambda: self._admins.target.watermarks(list(targets.values())),
             }
         )
         smarks, tmarks = marks["source's watermarks"], marks["target's watermarks"]
@@ -181,8 +172,6 @@ class TargetReplay:
         behind = {k: targets[k] for k in starts if first[k] < smarks[k].high}
         if not behind:
             return None
-        if tmarks is None:
-            tmarks = reads.within("target's watermarks", lambda: self._admins.target.watermarks(list(behind.values())))
         ranges = {t: (tmarks[t].high - 1, tmarks[t].high) for t in behind.values() if tmarks[t].high > tmarks[t].low}
         if not ranges:
             return None  # empty targets (a first start): nothing to read

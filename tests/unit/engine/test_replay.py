@@ -325,9 +325,8 @@ def test_the_watermark_requests_inside_the_assign_callback_are_bounded_by_the_ch
 
 
 def test_a_started_partition_the_target_lacks_with_nothing_to_copy_does_not_stop_the_others() -> None:
-    # Both clusters' watermarks are asked at once, the target's for every started partition.
     # A source partition with nothing to copy whose target partition does not exist yet (the
-    # source grew, the target not yet) fails that request: the partitions behind still skip.
+    # source grew, the target not yet) fails a request naming it: the partitions behind still skip.
     replay, ledger, logs = setup()
     new = ("orders", 1)
     ledger.assign(new, AssignedPartition(route(replay.flow, "orders", 1)))
@@ -350,7 +349,7 @@ def test_a_started_partition_the_target_lacks_with_nothing_to_copy_does_not_stop
 def test_a_caught_up_partition_whose_target_answers_slowly_does_not_stop_the_skips_of_those_behind(
     monkeypatch: Any,
 ) -> None:
-    # The target's watermarks are asked for every started partition, the caught-up ones too. A
+    # Were the target's watermarks asked for every started partition, the caught-up ones too, a
     # caught-up partition's target partition whose leader is moving (its ListOffsets retried
     # until the cluster's timeout, 30 s by default: kafka/admin/offsets.py) then holds up the
     # whole request past the check's 10 s deadline, and the partition behind, whose target
