@@ -159,19 +159,12 @@ class TargetReplay:
         Returns their first offsets, the source offsets their targets' last copies name, both
         clusters' watermarks and the tails; None when there is none."""
         parts = self._ledger.parts
-        # Both clusters' at once: the target's of every partition, though only those behind are used.
-        targets = {k: (parts[k].route.target_topic, k[1]) for k in starts}
-        marks = reads.all_within(
-            {
-                "source's watermarks": lambda: self._admins.source.watermarks(list(starts)),
-                "target's watermarks": lambda: self._admins.target.watermarks(list(targets.values())),
-            }
-        )
-        smarks, tmarks = marks["source's watermarks"], marks["target's watermarks"]
+        smarks = reads.within("source's watermarks", lambda: self._admins.source.watermarks(list(starts)))
         first = {k: smarks[k].low if at == OFFSET_BEGINNING else at for k, at in starts.items()}
-        behind = {k: targets[k] for k in starts if first[k] < smarks[k].high}
+        behind = {k: (parts[k].route.target_topic, k[1]) for k in starts if first[k] < smarks[k].high}
         if not behind:
             return None
+        tmarks = reads.within("target's watermarks", lambda: self._admins.target.watermarks(list(behind.values())))
         ranges = {t: (tmarks[t].high - 1, tmarks[t].high) for t in behind.values() if tmarks[t].high > tmarks[t].low}
         if not ranges:
             return None  # empty targets (a first start): nothing to read

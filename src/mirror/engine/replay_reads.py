@@ -57,33 +57,23 @@ class CheckReads:
         """`request()` (a request bounded only by its cluster's timeout), waited for at most what
         is left of the deadline; raises when that runs out first. A request given up on ends in
         the background, within its cluster's timeout, and its answer is dropped."""
-        return self.all_within({what: request})[what]  # type: ignore[no-any-return]
+        box: dict[str, Any] = {}
 
-    def all_within(self, requests: Mapping[str, Callable[[], Any]]) -> dict[str, Any]:
-        """`within` for several requests in flight at once (e.g. both clusters' watermarks):
-        each answer by its name; raises the first failure, or when the deadline runs out."""
-        boxes: dict[str, dict[str, Any]] = {what: {} for what in requests}
-
-        def run(box: dict[str, Any], request: Callable[[], Any]) -> None:
+        def run() -> None:
             try:
                 box["value"] = request()
             except Exception as exc:  # handed to the waiting caller
                 box["error"] = exc
 
-        workers = {
-            what: threading.Thread(target=run, args=(boxes[what], request), name=f"replay-check-{what}", daemon=True)
-            for what, request in requests.items()
-        }
-        for worker in workers.values():
-            worker.start()
-        for what, worker in workers.items():
-            worker.join(self.left())
-            if worker.is_alive():
-                raise KafkaOperationError(f"the replay check's {CHECK_TIMEOUT:g}s ran out waiting for the {what}")
-            if "error" in boxes[what]:
-                raise boxes[what]["error"]
+        worker = threading.Thread(target=run, name=f"replay-check-{what}", daemon=True)
+        worker.start()
+        worker.join(self.left())
+        if worker.is_alive():
+            raise KafkaOperationError(f"the replay check's {CHECK_TIMEOUT:g}s ran out waiting for the {what}")
+        if "error" in box:
+            raise box["error"]
         self.left()  # an answer that came past the deadline (the callback's time is spent)
-        return {what: box["value"] for what, box in boxes.items()}
+        return box["value"]  # type: ignore[no-any-return]
 
     def __call__(
         self, name: str, cluster: ClusterConfig, ranges: Ranges, max_bytes: int | None = None

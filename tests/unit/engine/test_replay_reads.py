@@ -152,27 +152,3 @@ def test_a_request_that_fails_raises_its_own_error() -> None:
     with pytest.raises(KafkaOperationError, match="unreachable"):
         CheckReads(lambda *a: {}).within("target's watermarks", fail)
     assert CheckReads(lambda *a: {}).within("target's watermarks", lambda: 7) == 7
-
-
-def test_requests_asked_together_are_in_flight_at_once_within_one_deadline() -> None:
-    # Both clusters' watermarks: each request waits until the other one is asked too, which
-    # only requests in flight at once get past.
-    import threading
-
-    both = threading.Barrier(2, timeout=5.0)
-
-    def ask(value: int) -> int:
-        both.wait()
-        return value
-
-    reads = CheckReads(lambda *a: {})
-    assert reads.all_within({"source's watermarks": lambda: ask(1), "target's watermarks": lambda: ask(2)}) == {
-        "source's watermarks": 1,
-        "target's watermarks": 2,
-    }
-    slow = threading.Event()
-    with pytest.raises(KafkaOperationError, match="ran out waiting for the target's watermarks"):
-        CheckReads(lambda *a: {}, timeout=0.05).all_within(
-            {"source's watermarks": lambda: 1, "target's watermarks": lambda: slow.wait(30.0)}
-        )
-    slow.set()
