@@ -360,6 +360,7 @@ def _in_ranges(
     try:
         consumer.assign([TopicPartition(t, p, start) for (t, p), (start, _end) in todo.items()])
         deadline = time.monotonic() + timeout
+        eofs: set[tuple[str, int]] = set()  # partitions whose end-of-partition event came
         while todo:
             if time.monotonic() > deadline:
                 (t, p), (start, end) = next(iter(todo.items()))
@@ -380,14 +381,20 @@ def _in_ranges(
                 span = todo.get(tp)
                 if span is None or offset is None:
                     continue
+                if err is not None:
+                    eofs.add(tp)
                 if err is None and span[0] <= offset < span[1]:
                     yield tp, m
                 # A record: the next one is past it; an end of partition: nothing at or past `offset` yet.
                 if offset >= span[1] - (1 if err is None else 0):
                     del todo[tp]
                     done.append(tp)
-            if not batch and todo:  # nothing arriving: the ranges whose position is past their end are read
-                for pos in consumer.position([TopicPartition(t, p) for t, p in todo]):
+            # Nothing arriving: the ranges whose position is past their end are read. Not a
+            # partition that had an end-of-partition event: after one, librdkafka releases since 2.2
+            # report a position one too far (librdkafka#4844); its events tell it instead.
+            asked = [TopicPartition(t, p) for t, p in todo if (t, p) not in eofs]
+            if not batch and asked:
+                for pos in consumer.position(asked):
                     key = (pos.topic, pos.partition)
                     if pos.offset >= todo[key][1]:
                         del todo[key]
