@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,7 @@ class Env:
     spark_pids: list[int] = field(default_factory=list)  # its master and worker: sampled with the contender
     dst_data: Path | None = None  # the target broker's log directory: deleted topics' files gone from it
     base: Path | None = None  # another tree, for the `spark-base` row
+    cassandra: str | None = None  # the dev Cassandra's contact point, when a `store: cassandra` row runs
 
 
 @dataclass
@@ -219,6 +220,8 @@ class Spec:
 def mirror_config(env: Env, alias: str, topic: str, run_dir: Path, options: Mapping[str, Any]) -> str:
     """A one-flow topology: cluster `alias` (source) -> `alias`t (target), prefix naming."""
     store = options.get("offset_store", {"kind": "sqlite", "path": str(run_dir / "offsets.db")})
+    if options.get("store") == "cassandra":
+        store = cassandra_store(env, alias)
     doc: dict[str, Any] = {
         "clusters": {alias: {"bootstrap": env.src}, f"{alias}t": {"bootstrap": env.dst}},
         "flows": [
@@ -240,6 +243,19 @@ def mirror_config(env: Env, alias: str, topic: str, run_dir: Path, options: Mapp
         "metrics": {"port": env.free_port(), "host": "127.0.0.1"},
     }
     return json.dumps(doc, indent=2) + "\n"  # JSON is YAML
+
+
+def cassandra_store(env: Env, alias: str) -> dict[str, Any]:
+    """The dev Cassandra as the offset store, a keyspace per run (no run reads another's rows);
+    the store's default consistency (LOCAL_QUORUM: the one replica of the dev node)."""
+    if not env.cassandra:
+        raise RuntimeError("a Cassandra offset store row runs, but no dev Cassandra was started")
+    return {"kind": "cassandra", "contact_points": [env.cassandra], "keyspace": f"bench_{alias}"}
+
+
+def wants_cassandra(specs: Sequence[Spec]) -> bool:
+    """Whether any of these rows keeps its offset map in Cassandra (the harness then starts one)."""
+    return any(s.options.get("store") == "cassandra" for s in specs)
 
 
 EOS_FAST_INTERVAL = "300ms"
@@ -321,6 +337,17 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
                 reason="pending: `mirror run` has no way to switch the offset store off yet",
             )
         )
+    # The shared offset store (issue 37: its cost next to SQLite's): opt-in, it starts a
+    # Cassandra node (a JVM of its own) beside the two Kafka clusters.
+    specs.append(
+        Spec(
+            "mirror-cassandra",
+            "mirror run (1 worker), Cassandra offset store",
+            "mirror",
+            options={"store": "cassandra"},
+            opt_in=True,
+        )
+    )
     specs.append(
         Spec(
             "mirror-noprov",
