@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import load, mm2, pairing, warmup
-from bench.contenders import ROOT, Env, Spec, catalogue, engine_settings, wants_cassandra
+from bench.contenders import ROOT, Env, Spec, catalogue, engine_settings, prepare_cassandra, wants_cassandra
 from bench.procs import Contender
 from bench.report import render, summarise
 
@@ -156,6 +156,8 @@ def preloaded_env(
         _free_port,
         cassandra=(status.get("cassandra") or {}).get("contact_point"),
     )
+    if cassandra:
+        prepare_cassandra(env)
     load.preload(env.src, SOURCE_TOPIC, records, partitions, record_size)
     return env
 
@@ -589,6 +591,8 @@ def _start_clusters(
         base=p.base,
         cassandra=status["cassandra"]["contact_point"] if cassandra else None,
     )
+    if cassandra:
+        prepare_cassandra(env)
     if standalone:
         from mirror.devenv.spark import SparkDev
 
