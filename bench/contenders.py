@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,7 @@ class Env:
     spark_pids: list[int] = field(default_factory=list)  # its master and worker: sampled with the contender
     dst_data: Path | None = None  # the target broker's log directory: deleted topics' files gone from it
     base: Path | None = None  # another tree, for the `spark-base` row
+    cassandra: str | None = None  # the dev Cassandra's contact point, when a `store: cassandra` row runs
 
 
 @dataclass
@@ -219,6 +220,8 @@ class Spec:
 def mirror_config(env: Env, alias: str, topic: str, run_dir: Path, options: Mapping[str, Any]) -> str:
     """A one-flow topology: cluster `alias` (source) -> `alias`t (target), prefix naming."""
     store = options.get("offset_store", {"kind": "sqlite", "path": str(run_dir / "offsets.db")})
+    if options.get("store") == "cassandra":
+        store = cassandra_store(env)
     doc: dict[str, Any] = {
         "clusters": {alias: {"bootstrap": env.src}, f"{alias}t": {"bootstrap": env.dst}},
         "flows": [
@@ -240,6 +243,38 @@ def mirror_config(env: Env, alias: str, topic: str, run_dir: Path, options: Mapp
         "metrics": {"port": env.free_port(), "host": "127.0.0.1"},
     }
     return json.dumps(doc, indent=2) + "\n"  # JSON is YAML
+
+
+# One keyspace for every run: rows are keyed by flow, and each run's flow is its own alias, so
+# no run reads another's rows. A keyspace per run measured its schema instead: creating eight
+# tables cost the node 1-2 CPU seconds beside the copy and halved its records/s.
+CASSANDRA_KEYSPACE = "bench"
+
+
+def cassandra_store(env: Env) -> dict[str, Any]:
+    """The dev Cassandra as the offset store, with the store's default consistency
+    (LOCAL_QUORUM: the one replica of the dev node)."""
+    if not env.cassandra:
+        raise RuntimeError("a Cassandra offset store row runs, but no dev Cassandra was started")
+    return {"kind": "cassandra", "contact_points": [env.cassandra], "keyspace": CASSANDRA_KEYSPACE}
+
+
+def prepare_cassandra(env: Env) -> None:
+    """Create the store's keyspace and tables before any timed run, as a production mirror finds
+    them made (the store creates what is missing when it connects)."""
+    from mirror.config import CassandraStoreConfig
+    from mirror.store.cassandra import CassandraStore
+
+    store = CassandraStore(CassandraStoreConfig.model_validate(cassandra_store(env)))
+    try:
+        store.tip("bench-setup", "t", 0)  # connects: keyspace and tables made, statements prepared
+    finally:
+        store.close()
+
+
+def wants_cassandra(specs: Sequence[Spec]) -> bool:
+    """Whether any of these rows keeps its offset map in Cassandra (the harness then starts one)."""
+    return any(s.options.get("store") == "cassandra" for s in specs)
 
 
 EOS_FAST_INTERVAL = "300ms"
@@ -321,6 +356,17 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
                 reason="pending: `mirror run` has no way to switch the offset store off yet",
             )
         )
+    # The shared offset store (issue 37: its cost next to SQLite's): opt-in, it starts a
+    # Cassandra node (a JVM of its own) beside the two Kafka clusters.
+    specs.append(
+        Spec(
+            "mirror-cassandra",
+            "mirror run (1 worker), Cassandra offset store",
+            "mirror",
+            options={"store": "cassandra"},
+            opt_in=True,
+        )
+    )
     specs.append(
         Spec(
             "mirror-noprov",

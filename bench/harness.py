@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import load, mm2, pairing, warmup
-from bench.contenders import ROOT, Env, Spec, catalogue, engine_settings
+from bench.contenders import ROOT, Env, Spec, catalogue, engine_settings, prepare_cassandra, wants_cassandra
 from bench.procs import Contender
 from bench.report import render, summarise
 
@@ -120,8 +120,9 @@ def _free_port(count: int = 1) -> int:
     return free_ports(count, 20000, 32000)
 
 
-def _free_base_port(count: int) -> int:
-    """A base port whose cluster ports (base + 100 i, +1) are all free; never the dev defaults."""
+def _free_base_port(count: int, *, cassandra: bool = False) -> int:
+    """A base port whose cluster ports (base + 100 i, +1) are all free, and with `cassandra` the
+    dev Cassandra's (base - 50, -49: DevClusters.up); never the dev defaults."""
     import random
 
     from mirror.devenv.common import port_free
@@ -131,15 +132,18 @@ def _free_base_port(count: int) -> int:
     for _ in range(200):
         base = rng.randrange(20000, 32000, 10)  # below the ephemeral range (see tests/support/clusters.py)
         ports = [base + PORT_STEP * i + d for i in range(count) for d in (0, 1)]
+        ports += [base - 50, base - 49] if cassandra else []
         if all(port_free(p) for p in ports):
             return base
     raise RuntimeError("no free loopback port range for the benchmark clusters")
 
 
-def preloaded_env(dev: Any, workdir: Path, records: int, partitions: int, record_size: int) -> Env:
-    """Start the `src` and `dst` dev clusters and preload the bench topic: the setting of
-    the diagnostic tools (bench.profile, bench.threads)."""
-    status = dev.up(["src", "dst"], _free_base_port(2)).status
+def preloaded_env(
+    dev: Any, workdir: Path, records: int, partitions: int, record_size: int, *, cassandra: bool = False
+) -> Env:
+    """Start the `src` and `dst` dev clusters (and with `cassandra` the dev Cassandra) and preload
+    the bench topic: the setting of the diagnostic tools (bench.profile, bench.threads)."""
+    status = dev.up(["src", "dst"], _free_base_port(2, cassandra=cassandra), cassandra=cassandra).status
     producer, consumer, batch = engine_settings()
     env = Env(
         status["clusters"]["src"]["bootstrap"],
@@ -150,7 +154,10 @@ def preloaded_env(dev: Any, workdir: Path, records: int, partitions: int, record
         consumer,
         batch,
         _free_port,
+        cassandra=(status.get("cassandra") or {}).get("contact_point"),
     )
+    if cassandra:
+        prepare_cassandra(env)
     load.preload(env.src, SOURCE_TOPIC, records, partitions, record_size)
     return env
 
@@ -168,6 +175,7 @@ def _alias(spec: Spec, phase: str, rep: int) -> str:
         "mm2-eos-i1s": "ki",
         "ceiling": "c",
         "mirror-nostore": "m0",
+        "mirror-cassandra": "mc",
         "mirror-eos-fast": "mf",
         "mirror-noprov": "mh",
         "mirror-gc": "mg",
@@ -481,8 +489,13 @@ def run(p: Params, out: Path | None = None, workdir: Path | None = None, keep: b
     workdir = Path(tempfile.mkdtemp(prefix="mirror-bench-")) if workdir is None else workdir
     workdir.mkdir(parents=True, exist_ok=True)
     dev = DevClusters(workdir / "clusters")
-    base = _free_base_port(2)
-    _log(f"starting clusters src, dst on 127.0.0.1:{base} and :{base + 100} (workdir {workdir})")
+    cassandra = wants_cassandra(runnable)
+    base = _free_base_port(2, cassandra=cassandra)
+    _log(
+        f"starting clusters src, dst on 127.0.0.1:{base} and :{base + 100}"
+        + (f", Cassandra on :{base - 50}" if cassandra else "")
+        + f" (workdir {workdir})"
+    )
     runs: dict[str, list[dict[str, Any]]] = {s.key: [] for s in chosen}
     small_runs: dict[str, list[dict[str, Any]]] = {}  # --marginal: the runs on the smaller topic
     lat_runs: dict[str, list[dict[str, Any]]] = {}
@@ -555,7 +568,15 @@ def _start_clusters(
         (s.options.get("cores", 1) for s in runnable if s.kind == "spark" and s.options.get("standalone")),
         default=1,
     )
-    status = dev.up(["src", "dst"], base, spark=standalone, spark_workers=workers, broker_config=BROKER_CONFIG).status
+    cassandra = wants_cassandra(runnable)
+    status = dev.up(
+        ["src", "dst"],
+        base,
+        cassandra=cassandra,
+        spark=standalone,
+        spark_workers=workers,
+        broker_config=BROKER_CONFIG,
+    ).status
     phases["clusters_up_s"] = round(time.monotonic() - t, 1)
     env = Env(
         src=status["clusters"]["src"]["bootstrap"],
@@ -568,7 +589,10 @@ def _start_clusters(
         free_port=_free_port,
         dst_data=workdir / "clusters" / "dst" / "data",  # where DevClusters keeps `dst`'s log
         base=p.base,
+        cassandra=status["cassandra"]["contact_point"] if cassandra else None,
     )
+    if cassandra:
+        prepare_cassandra(env)
     if standalone:
         from mirror.devenv.spark import SparkDev
 
@@ -727,7 +751,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--latency-rate", type=float, help="records/s of the steady load (default: a third of the slower capacity)"
     )
     ap.add_argument(
-        "--only", default="", help="comma-separated contender keys to run (opt-in diagnostics: mirror-noprov)"
+        "--only",
+        default="",
+        help="comma-separated contender keys to run (opt-in diagnostics: mirror-noprov; mirror-cassandra starts a "
+        "dev Cassandra for its offset map)",
     )
     ap.add_argument(
         "--skip",

@@ -77,6 +77,26 @@ RATIOS: tuple[tuple[str, str, str, str, str, str], ...] = (
     ("plain-spark/mirror marginal records per CPU second", "plain-spark", "mirror", "", "m", "ratio"),
     ("spark/plain-spark marginal records per CPU second", "spark", "plain-spark", "", "m", "ratio"),
     ("mirror/mirror-nostore", "mirror", "mirror-nostore", "records_per_s", "t", "ratio"),
+    # The offset map in Cassandra (opt-in row mirror-cassandra): records/s, and CPU per record
+    # of the mirror process (the Cassandra node's own CPU is not counted, as the brokers' is not).
+    ("mirror-cassandra/mirror-nostore", "mirror-cassandra", "mirror-nostore", "records_per_s", "t", "ratio"),
+    (
+        "mirror-cassandra/mirror-nostore records per CPU second",
+        "mirror-cassandra",
+        "mirror-nostore",
+        "records_per_cpu_s",
+        "t",
+        "ratio",
+    ),
+    (
+        "mirror-cassandra/mirror-nostore marginal records per CPU second",
+        "mirror-cassandra",
+        "mirror-nostore",
+        "",
+        "m",
+        "ratio",
+    ),
+    ("mirror-cassandra/mirror", "mirror-cassandra", "mirror", "records_per_s", "t", "ratio"),
 )
 
 
@@ -161,16 +181,18 @@ def summarise(
     ratios, ratios_by_rep = _paired_ratios(runs, lat_runs, margins)
 
     nostore = by_key.get("mirror-nostore")
-    with_store = ratios["mirror/mirror-nostore"]
-    if nostore and nostore["available"] and with_store is not None:
-        overhead = {
-            "available": True,
-            "with_store_records_per_s": tput("mirror"),
-            "without_store_records_per_s": tput("mirror-nostore"),
-            "overhead_pct": round(100.0 * (1 - with_store), 1),  # paired per rep, as every ratio
-        }
-    else:
-        overhead = {"available": False, "reason": (nostore or {}).get("reason") or "not measured in this run"}
+    overhead = _overhead(nostore, ratios["mirror/mirror-nostore"], tput("mirror"), tput("mirror-nostore"))
+    overhead_cassandra = _overhead(
+        nostore, ratios["mirror-cassandra/mirror-nostore"], tput("mirror-cassandra"), tput("mirror-nostore")
+    )
+    if overhead_cassandra["available"]:
+        # CPU seconds per record with the store over those without, less one (whole run; --marginal).
+        for name, key in (
+            ("records per CPU second", "cpu_per_record_pct"),
+            ("marginal records per CPU second", "marginal_cpu_per_record_pct"),
+        ):
+            ratio = ratios[f"mirror-cassandra/mirror-nostore {name}"]
+            overhead_cassandra[key] = round(100.0 * (1 / ratio - 1), 1) if ratio else None
 
     per_worker_rss = [_median(by_key.get(k), "peak_rss_per_process_mb") for k in ("mirror", "mirror-w2")]
     targets = [
@@ -263,12 +285,27 @@ def summarise(
         "throughput": rows,
         "latency": latency,
         "offset_store_overhead": overhead,
+        "offset_store_overhead_cassandra": overhead_cassandra,
         "marginal": _marginal_section(margins, marginal_runs or {}, params),
         "ratios": ratios,
         # Each ratio's value in every rep both contenders ran (what `ratios` summarises).
         "ratios_by_rep": ratios_by_rep,
         "targets": targets,
     }
+
+
+def _overhead(
+    nostore: dict[str, Any] | None, ratio: float | None, on: float | None, off: float | None
+) -> dict[str, Any]:
+    """An offset store's cost: 1 - (records/s with it / without), paired per rep as every ratio."""
+    if nostore and nostore["available"] and ratio is not None:
+        return {
+            "available": True,
+            "with_store_records_per_s": on,
+            "without_store_records_per_s": off,
+            "overhead_pct": round(100.0 * (1 - ratio), 1),
+        }
+    return {"available": False, "reason": (nostore or {}).get("reason") or "not measured in this run"}
 
 
 def _marginal_section(
@@ -369,6 +406,20 @@ def render(res: dict[str, Any]) -> str:
             else o["reason"]
         ),
     ]
+    c = res.get("offset_store_overhead_cassandra") or {}
+    if c.get("available"):
+        cpu = [
+            f"{c[k]:+}% {what}"
+            for k, what in (
+                ("cpu_per_record_pct", "CPU per record"),
+                ("marginal_cpu_per_record_pct", "CPU per record at the margin"),
+            )
+            if c.get(k) is not None
+        ]
+        lines.append(
+            f"offset store overhead (Cassandra): {c['overhead_pct']}% (on {c['with_store_records_per_s']:,.0f} vs "
+            f"off {c['without_store_records_per_s']:,.0f} records/s)" + (f"; {', '.join(cpu)}" if cpu else "")
+        )
     return "\n".join(lines + _marginal_lines(res) + _footer(res))
 
 

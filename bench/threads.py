@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--what",
         default="mirror,ceiling,ceiling-idem",
-        help="comma-separated: mirror, mirror-nostore, mirror-base, ceiling, ceiling-idem",
+        help="comma-separated: mirror, mirror-nostore, mirror-cassandra (starts a dev Cassandra), mirror-base, "
+        "ceiling, ceiling-idem",
     )
     ap.add_argument(
         "--base",
@@ -90,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="mirror-threads-"))
     dev = DevClusters(workdir / "clusters")
     try:
-        env = preloaded_env(dev, workdir, args.records, args.partitions, args.record_size)
+        cassandra = "mirror-cassandra" in args.what.split(",")
+        env = preloaded_env(dev, workdir, args.records, args.partitions, args.record_size, cassandra=cassandra)
         n = 0
         for rep in range(args.reps):
             for what in args.what.split(","):
@@ -109,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                     options: dict = {"offset_store": {"kind": "none"}} if what == "mirror-nostore" else {}
                     if what == "mirror-noprov":
                         options = {"flow": {"provenance_headers": False}}
+                    if what == "mirror-cassandra":
+                        options = {"store": "cassandra"}
                     cfg = run_dir / "mirror.yaml"
                     cfg.write_text(mirror_config(env, alias, SOURCE_TOPIC, run_dir, options))
                     cmd = [

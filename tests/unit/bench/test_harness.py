@@ -75,3 +75,24 @@ def test_a_port_for_several_workers_has_all_of_its_ports_free():
             with socket.socket() as s:
                 s.bind(("127.0.0.1", base + i))  # raises if taken
         assert not 32768 <= base + workers - 1 < 61000  # not in the range outgoing connections take
+
+
+def test_the_cassandra_row_is_opt_in_and_each_run_keeps_its_offset_map_under_a_flow_of_its_own(tmp_path):
+    import json
+
+    from bench.contenders import Env, mirror_config, wants_cassandra
+
+    specs = {s.key: s for s in catalogue(True, None)}
+    row = specs["mirror-cassandra"]
+    assert row.opt_in and row.kind == "mirror"
+    assert wants_cassandra([row]) and not wants_cassandra([specs["mirror"]])
+    env = Env("s:1", "d:2", tmp_path, 12, {}, {}, 1, lambda count=1: 1, cassandra="127.0.0.1:9142")
+    docs = [json.loads(mirror_config(env, alias, "t", tmp_path, row.options)) for alias in ("tmcr0xa1", "tmcr1xb2")]
+    stores = [d["offset_store"] for d in docs]
+    assert all(s["kind"] == "cassandra" and s["contact_points"] == ["127.0.0.1:9142"] for s in stores)
+    # One keyspace made ahead (no schema change in a timed run); rows are keyed by flow.
+    assert stores[0]["keyspace"] == stores[1]["keyspace"]
+    assert docs[0]["flows"][0]["name"] != docs[1]["flows"][0]["name"]
+    from mirror.config import CassandraStoreConfig
+
+    CassandraStoreConfig.model_validate(stores[0])  # a keyspace name the store accepts

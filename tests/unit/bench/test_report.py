@@ -107,3 +107,42 @@ def test_without_marginal_runs_there_is_no_marginal_section():
     assert res["marginal"] is None
     assert res["ratios"]["spark/mirror marginal records per CPU second"] is None
     assert "at the margin" not in render(res)
+
+
+def _store_run(rep: int, rate: float, cpu: float) -> dict:
+    return {**_run(rate), "rep": rep, "cpu_s": cpu, "records_per_cpu_s": 1_000_000 / cpu, "first_record_s": 1.0}
+
+
+def test_the_cassandra_offset_map_has_its_own_overhead_line_paired_per_rep():
+    nostore = {"offset_store": {"kind": "none"}}
+    specs = [s for s in catalogue(True, nostore) if s.key in ("mirror", "mirror-nostore", "mirror-cassandra")]
+    # Rep 1 ran on a busier machine; within each rep Cassandra costs 4 % of records/s and 25 % CPU per record.
+    runs = {
+        "mirror": [_store_run(0, 198_000.0, 4.1), _store_run(1, 99_000.0, 4.2)],
+        "mirror-nostore": [_store_run(0, 200_000.0, 4.0), _store_run(1, 100_000.0, 4.0)],
+        "mirror-cassandra": [_store_run(0, 192_000.0, 5.0), _store_run(1, 96_000.0, 5.0)],
+    }
+    res = summarise(
+        params={**Params(reps=2, latency_reps=0).__dict__, "latency_rate_used": None},
+        machine={"cpus": 2, "cpu_model": "x", "load_avg": [1.0, 1.0, 1.0]},
+        specs=specs,
+        runs=runs,
+        lat_runs={},
+        meta={"started_at": "t", "finished_at": "t", "duration_s": 1.0, "phases": {}},
+    )
+    assert res["ratios_by_rep"]["mirror-cassandra/mirror-nostore"] == [0.96, 0.96]
+    cas = res["offset_store_overhead_cassandra"]
+    assert cas["overhead_pct"] == 4.0
+    assert cas["cpu_per_record_pct"] == 25.0
+    assert cas["marginal_cpu_per_record_pct"] is None  # no --marginal runs
+    assert res["offset_store_overhead"]["overhead_pct"] == 1.0  # SQLite's line is unchanged
+    text = render(res)
+    assert (
+        "offset store overhead (Cassandra): 4.0% (on 144,000 vs off 150,000 records/s); +25.0% CPU per record" in text
+    )
+
+
+def test_without_the_cassandra_row_there_is_no_cassandra_line():
+    res = _spark_result()
+    assert res["offset_store_overhead_cassandra"]["available"] is False
+    assert "(Cassandra)" not in render(res)
