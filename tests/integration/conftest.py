@@ -39,6 +39,7 @@ SHARD_OF = {
         (
             "test_alerts_prometheus.py",
             "test_canary_fresh_start.py",
+            "test_cassandra_trim.py",
             "test_datapath_faults.py",
             "test_exactly_once.py",
             "test_failover.py",
