@@ -34,6 +34,18 @@ class Rec:
 def create_topic(bootstrap: str, topic: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})])[topic].result(30)
+    # Created is not yet led: a watermark request right after the creation can meet "Not
+    # leader for partition" (seen in test_hard_bounce under load). Return once every
+    # partition answers.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            end_offsets(bootstrap, topic, partitions)
+            return
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def delete_topic(bootstrap: str, topic: str) -> None:
