@@ -283,6 +283,17 @@ def test_a_recreated_source_topic_of_alike_events_is_not_skipped_on_a_log_append
     assert ledger.parts[KEY].acked_next is None
 
 
+def _fake_clock(monkeypatch: Any) -> list[float]:
+    """The check's clock, moved by hand: `now[0] += 29.0` is a request taking 29 s."""
+    import types
+
+    import mirror.engine.replay_reads as replay_reads
+
+    now = [0.0]
+    monkeypatch.setattr(replay_reads, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    return now
+
+
 def test_the_watermark_requests_inside_the_assign_callback_are_bounded_by_the_checks_deadline(
     monkeypatch: Any,
 ) -> None:
@@ -292,13 +303,9 @@ def test_the_watermark_requests_inside_the_assign_callback_are_bounded_by_the_ch
     # alone (past the smallest max.poll.interval.ms the config accepts, 60 s, with the committed
     # offsets and topic ids the callback reads besides). A fake clock: each watermark request
     # takes 29 s.
-    import types
-
-    import mirror.engine.replay_reads as replay_reads
     from mirror.config import MIN_MAX_POLL_INTERVAL_MS
 
-    now = [0.0]
-    monkeypatch.setattr(replay_reads, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    now = _fake_clock(monkeypatch)
     replay, ledger, logs = setup()
     recs = source(100)
     logs.records[KEY] = recs
@@ -315,25 +322,36 @@ def test_the_watermark_requests_inside_the_assign_callback_are_bounded_by_the_ch
     assert now[0] <= budget, f"the check kept the assign callback {now[0]:g}s"
 
 
-def test_a_started_partition_the_target_lacks_with_nothing_to_copy_does_not_stop_the_others() -> None:
-    # A source partition with nothing to copy whose target partition does not exist yet (the
-    # source grew, the target not yet) fails a request naming it: the partitions behind still skip.
+def _behind_and_another(watermark_failure: Any) -> tuple[TargetReplay, Logs, tuple[str, int]]:
+    """KEY behind (60 of its 100 records copied) and orders[1] started too, whose target
+    partition's watermark request runs `watermark_failure` (and raises what it raises)."""
     replay, ledger, logs = setup()
-    new = ("orders", 1)
-    ledger.assign(new, AssignedPartition(route(replay.flow, "orders", 1)))
+    other = ("orders", 1)
+    ledger.assign(other, AssignedPartition(route(replay.flow, "orders", 1)))
     recs = source(100)
     logs.records[KEY] = recs
     logs.records[TARGET] = copies(ledger, recs[:60])
     plain = logs.marks
 
     def marks(parts: Any, committed_only: bool = True) -> dict[tuple[str, int], Watermarks]:
-        if ("nyc.orders", 1) in list(parts):
-            raise MirrorError("cluster 'sf': list offsets of nyc.orders[1]: Broker: Unknown topic or partition")
+        parts = list(parts)
+        if ("nyc.orders", 1) in parts:
+            watermark_failure()
         return plain(parts, committed_only)
 
     replay._admins.source = Admin(logs)  # type: ignore[attr-defined]
     replay._admins.target = Admin(logs)  # type: ignore[attr-defined]
     replay._admins.target.watermarks = marks  # type: ignore[attr-defined]
+    return replay, logs, other
+
+
+def test_a_started_partition_the_target_lacks_with_nothing_to_copy_does_not_stop_the_others() -> None:
+    # A source partition with nothing to copy whose target partition does not exist yet (the
+    # source grew, the target not yet) fails a request naming it: the partitions behind still skip.
+    def unknown() -> None:
+        raise MirrorError("cluster 'sf': list offsets of nyc.orders[1]: Broker: Unknown topic or partition")
+
+    replay, _, new = _behind_and_another(unknown)
     assert replay.skip({KEY: OFFSET_BEGINNING, new: OFFSET_BEGINNING}) == {KEY: 60}
 
 
@@ -346,29 +364,12 @@ def test_a_caught_up_partition_whose_target_answers_slowly_does_not_stop_the_ski
     # whole request past the check's 10 s deadline, and the partition behind, whose target
     # answers at once, skips nothing. Asked for the partitions behind only (before), it skips
     # its 60 copies. A fake clock: the slow answer takes 29 s.
-    import types
+    now = _fake_clock(monkeypatch)
 
-    import mirror.engine.replay_reads as replay_reads
+    def moving() -> None:
+        now[0] += 29.0  # the leader moving: retried until the cluster's timeout
+        raise MirrorError("cluster 'sf': list offsets of nyc.orders[1]: Broker: Leader not available")
 
-    now = [0.0]
-    monkeypatch.setattr(replay_reads, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
-    replay, ledger, logs = setup()
-    caught_up = ("orders", 1)
-    ledger.assign(caught_up, AssignedPartition(route(replay.flow, "orders", 1)))
-    recs = source(100)
-    logs.records[KEY] = recs
-    logs.records[TARGET] = copies(ledger, recs[:60])
+    replay, logs, caught_up = _behind_and_another(moving)
     logs.records[caught_up] = source(10)  # all 10 copied and committed: it starts at 10
-    plain = logs.marks
-
-    def marks(parts: Any, committed_only: bool = True) -> dict[tuple[str, int], Watermarks]:
-        parts = list(parts)
-        if ("nyc.orders", 1) in parts:
-            now[0] += 29.0  # the leader moving: retried until the cluster's timeout
-            raise MirrorError("cluster 'sf': list offsets of nyc.orders[1]: Broker: Leader not available")
-        return plain(parts, committed_only)
-
-    replay._admins.source = Admin(logs)  # type: ignore[attr-defined]
-    replay._admins.target = Admin(logs)  # type: ignore[attr-defined]
-    replay._admins.target.watermarks = marks  # type: ignore[attr-defined]
     assert replay.skip({KEY: OFFSET_BEGINNING, caught_up: 10}) == {KEY: 60}
