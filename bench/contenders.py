@@ -376,11 +376,7 @@ def catalogue(mm2_ok: bool, nostore: dict[str, Any] | None) -> list[Spec]:
             opt_in=True,
         )
     )
-    for key, label, prelude in (
-        ("mirror-gc", "gc thresholds 50000/50/100 + freeze", experiments.GC_TUNED),
-        ("mirror-nogc", "cyclic gc disabled", experiments.GC_OFF),
-        ("mirror-latetick", "first checkpoint tick one interval in", experiments.LATE_TICK),
-    ):
+    for key, label, prelude in (("mirror-nogc", "cyclic gc disabled", experiments.GC_OFF),):
         specs.append(Spec(key, f"mirror run (1 worker), {label}", "mirror", options={"prelude": prelude}, opt_in=True))
     specs.append(
         Spec(

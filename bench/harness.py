@@ -178,7 +178,6 @@ def _alias(spec: Spec, phase: str, rep: int) -> str:
         "mirror-cassandra": "mc",
         "mirror-eos-fast": "mf",
         "mirror-noprov": "mh",
-        "mirror-gc": "mg",
         "mirror-nogc": "mn",
         "ceiling-idem": "ci",
         "mirror-lowmem": "mb",
