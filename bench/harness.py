@@ -85,7 +85,8 @@ class Params:
     def quick_mode(cls) -> Params:
         # mm2-t2 and mm2-eos are left out: the same code path as mm2 (mm2-eos: with transactions),
         # and 30 s of JVM start-up and shutdown each;
-        # so are the Spark rows (15-20 s of JVM and session start-up each on 20,000 records).
+        # so are the Spark rows (15-20 s of JVM and session start-up each on 20,000 records),
+        # and mirror-eos-fast (mirror-eos with another commit_interval).
         return cls(
             records=20_000,
             record_size=512,
@@ -95,7 +96,7 @@ class Params:
             latency_duration=4.0,
             latency_warmup=1.0,
             run_timeout=180.0,
-            skip=("mm2-t2", "mm2-eos", "plain-spark", "spark"),
+            skip=("mm2-t2", "mm2-eos", "mirror-eos-fast", "plain-spark", "spark"),
             quick=True,
             warmup=False,  # a shape check, not a comparison: no seconds spent on fairness
         )

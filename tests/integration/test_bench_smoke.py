@@ -74,7 +74,7 @@ def test_quick_bench_writes_a_complete_result(tmp_path: Path) -> None:
     assert not set(spark_rows) & rows.keys()
     # So is mm2-eos (a default row): the mm2 code path with transactions, and another ~30 s
     # of JVM start-up and shutdown (tests/unit/bench/test_mm2.py covers its settings).
-    assert not {"mm2-eos", "mm2-eos-i1s"} & rows.keys()
+    assert not {"mm2-eos", "mm2-eos-i1s", "mirror-eos-fast"} & rows.keys()
 
     for key in ("mirror", "mirror-w2", "mm2", "ceiling"):
         row = rows[key]
